@@ -1,0 +1,48 @@
+// Error handling shared by every stage: fail loudly, name the place.
+#pragma once
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdarg.h>
+#include <stdint.h>
+
+// Prints "onepass: error: <message>" to stderr and exits with status 1.
+__attribute__((noreturn, format(printf, 1, 2))) static inline void fatal(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("onepass: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+static inline void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) fatal("out of memory allocating %zu bytes", n);
+    return p;
+}
+
+static inline void *xcalloc(size_t count, size_t size) {
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p) fatal("out of memory allocating %zu x %zu bytes", count, size);
+    return p;
+}
+
+static inline void *xrealloc(void *p, size_t n) {
+    p = realloc(p, n ? n : 1);
+    if (!p) fatal("out of memory reallocating %zu bytes", n);
+    return p;
+}
+
+// Growable array append: ARRAY_PUSH(ptr, len, cap, value).
+#define ARRAY_PUSH(ptr, len, cap, value)                                   \
+    do {                                                                   \
+        if ((len) == (cap)) {                                              \
+            (cap) = (cap) ? 2 * (cap) : 16;                                \
+            (ptr) = xrealloc((ptr), (size_t)(cap) * sizeof(*(ptr)));       \
+        }                                                                  \
+        (ptr)[(len)++] = (value);                                          \
+    } while (0)
+
+// Test exit code that CTest reports as "Skipped" (SKIP_RETURN_CODE 77).
+#define EXIT_SKIP 77

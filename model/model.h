@@ -1,0 +1,65 @@
+// The Llama-family model of DESIGN.md §5: configuration, the parameter table
+// (one flat buffer, HF tensor names), and the CPU fp32 forward/backward.
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "attention/mask.h"
+
+typedef struct {
+    int vocab_size, hidden_size, intermediate_size, num_hidden_layers;
+    int num_attention_heads, num_key_value_heads;
+    float rms_norm_eps, rope_theta;
+    bool tie_word_embeddings;
+} ModelConfig;
+
+// One tensor inside the flat parameter buffer (the same offsets index the
+// gradient buffer and each optimizer-state buffer).
+typedef struct {
+    char name[96];       // HF name, e.g. "model.layers.3.self_attn.q_proj.weight"
+    int ndim;
+    int64_t shape[2];    // HF shape: Linear weights are [out_features, in_features]
+    size_t offset;       // in elements, into the flat buffer
+    size_t numel;
+    bool is_norm;        // RMSNorm weight (for weight-decay exclusion)
+    bool is_embedding;   // embed_tokens or lm_head (for weight-decay exclusion)
+} ParamTensor;
+
+typedef struct {
+    ParamTensor *tensors;
+    int n_tensors;
+    size_t total;        // elements in the flat buffer
+} ParamTable;
+
+// Tensor order: model.embed_tokens.weight; per layer i: input_layernorm, q_proj,
+// k_proj, v_proj, o_proj, post_attention_layernorm, gate_proj, up_proj, down_proj;
+// model.norm.weight; lm_head.weight (absent when tied).
+void param_table_build(const ModelConfig *cfg, ParamTable *out);
+void param_table_free(ParamTable *t);
+const ParamTensor *param_table_find(const ParamTable *t, const char *name);  // NULL if absent
+// Deterministic init from a seed: N(0, 0.02) for matrices, 1 for norm weights.
+void params_init(const ModelConfig *cfg, const ParamTable *t, uint64_t seed, float *params);
+
+// One micro-batch of packed rows (all [n_rows, seq_len]) with its tile metadata.
+typedef struct {
+    int n_rows, seq_len;
+    const int32_t *token, *target, *pos, *lo, *hi;
+    const TileMask *mask;
+} ModelBatch;
+
+typedef struct CpuModel CpuModel;
+
+// Allocates activations once for up to max_rows x seq_len.
+CpuModel *cpu_model_create(const ModelConfig *cfg, int max_rows, int seq_len);
+void cpu_model_free(CpuModel *m);
+
+// Forward only. Writes per-position cross-entropy into losses [n_rows, seq_len]
+// (0 where target is -1) when losses is not NULL. Returns the sum over targets.
+double cpu_model_forward(CpuModel *m, const float *params, const ModelBatch *b, float *losses);
+
+// Forward and backward. The loss is sum(CE over targets) * loss_scale, where
+// loss_scale = 1 / (trained positions of the whole optimizer step); gradients of
+// that loss are ADDED into grads (so micro-batches accumulate). Returns the
+// unscaled sum of CE over this batch's targets.
+double cpu_model_forward_backward(CpuModel *m, const float *params, float *grads,
+                                  const ModelBatch *b, float loss_scale);

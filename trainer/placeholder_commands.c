@@ -1,0 +1,10 @@
+// Temporary: commands whose owners have not landed yet. Each owner deletes its
+// line here when its real implementation lands.
+#include "common/check.h"
+#include "trainer/commands.h"
+
+int cmd_train(int argc, char **argv) { (void)argc; (void)argv; fatal("train: not implemented yet"); }
+int cmd_pack(int argc, char **argv) { (void)argc; (void)argv; fatal("pack: not implemented yet"); }
+int cmd_parity(int argc, char **argv) { (void)argc; (void)argv; fatal("parity: not implemented yet"); }
+int cmd_gen_data(int argc, char **argv) { (void)argc; (void)argv; fatal("gen-data: not implemented yet"); }
+int cmd_tokenizer(int argc, char **argv) { (void)argc; (void)argv; fatal("tokenizer: not implemented yet"); }

@@ -52,6 +52,9 @@ typedef struct CpuModel CpuModel;
 // Allocates activations once for up to max_rows x seq_len.
 CpuModel *cpu_model_create(const ModelConfig *cfg, int max_rows, int seq_len);
 void cpu_model_free(CpuModel *m);
+// Caps how many target rows get their logits at once (default: 64 MiB of logits;
+// clamped to [1, the default]); tests use it to exercise several chunks.
+void cpu_model_set_logit_chunk_rows(CpuModel *m, int rows);
 
 // Forward only. Writes per-position cross-entropy into losses [n_rows, seq_len]
 // (0 where target is -1) when losses is not NULL. Returns the sum over targets.

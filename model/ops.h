@@ -39,6 +39,7 @@ void matmul_backward(float *dinp, float *dweight, const float *dout, const float
 // Cross-entropy over rows of logits[N,V] with targets[N] (-1 = no loss).
 // losses[N] = -log softmax(logits)[target] (0 where target is -1).
 // dlogits[N,V] = (softmax - onehot) * loss_scale for target rows, 0 elsewhere
-// (dlogits may alias logits). Returns the sum of losses.
+// (dlogits may alias logits; NULL dlogits computes the loss only, NULL losses
+// skips the per-row output). Returns the sum of losses.
 double cross_entropy_forward_backward(float *losses, float *dlogits, const float *logits,
                                       const int32_t *targets, int N, int V, float loss_scale);

@@ -1,0 +1,350 @@
+// CPU fp32 reference of the Llama-family model (DESIGN.md §5): the oracle for the
+// CUDA backend. Forward keeps every activation the backward needs; backward walks
+// the layers in reverse, ADDING parameter gradients into the caller's buffer.
+// T = n_rows * seq_len tokens, C hidden, F intermediate, V vocab, H query heads,
+// KV key/value heads, D head dim (C / H).
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include "attention/attention.h"
+#include "common/check.h"
+#include "model/model.h"
+#include "model/ops.h"
+
+// The logits of at most this many elements exist at once (64 MiB of floats).
+enum { LOGIT_CHUNK_ELEMENTS = 1 << 24 };
+
+// Per-layer tensors, by the HF name suffix after "model.layers.{i}.".
+enum {
+    W_INPUT_NORM, W_Q, W_K, W_V, W_O, W_POST_NORM, W_GATE, W_UP, W_DOWN, LAYER_TENSORS
+};
+static const char *const LAYER_TENSOR_NAMES[LAYER_TENSORS] = {
+    "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+    "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+};
+
+// Activations of one layer saved by the forward for the backward.
+typedef struct {
+    float *ln1;       // [T, C] input_layernorm output
+    float *ln1_rstd;  // [T]
+    float *q;         // [T, H, D] after RoPE
+    float *k;         // [T, KV, D] after RoPE
+    float *v;         // [T, KV, D]
+    float *attn;      // [T, H, D] attention output (o_proj input)
+    float *lse;       // [n_rows, H, seq_len] attention log-sum-exp
+    float *mid;       // [T, C] residual after attention
+    float *ln2;       // [T, C] post_attention_layernorm output
+    float *ln2_rstd;  // [T]
+    float *gate;      // [T, F] gate_proj output
+    float *up;        // [T, F] up_proj output
+    float *act;       // [T, F] silu(gate) * up (down_proj input)
+} LayerActivations;
+
+struct CpuModel {
+    ModelConfig cfg;
+    ParamTable table;
+    int max_rows, seq_len, head_dim, q_dim, kv_dim;
+    int chunk_capacity, chunk_rows;  // logit rows allocated / used per chunk
+    size_t embed_offset, final_norm_offset, lm_head_offset;  // lm_head = embed when tied
+    size_t *layer_offsets;  // [L, LAYER_TENSORS]
+    float **allocations;    // every buffer below, for cpu_model_free
+    int n_allocations, allocations_cap;
+
+    // forward
+    float **residual;          // [L + 1] each [T, C]: residual[l] enters layer l
+    LayerActivations *layers;  // [L]
+    float *final_norm;         // [T, C] model.norm output
+    float *final_rstd;         // [T]
+    float *proj_out;           // [T, C] o_proj / down_proj output before the residual add
+    // loss head, one chunk of target rows at a time
+    int32_t *target_slots;  // [T] slots (row * seq_len + position) that have a target
+    float *chunk_input;     // [chunk_rows, C] final_norm rows of the chunk
+    float *chunk_logits;    // [chunk_rows, V] logits, then dlogits in place
+    float *chunk_dinput;    // [chunk_rows, C]
+    float *chunk_losses;    // [chunk_rows]
+    int32_t *chunk_targets; // [chunk_rows]
+    // backward
+    float *d_residual;  // [T, C] gradient of the residual stream at the current depth
+    float *d_normed;    // [T, C] gradient of a norm output (final, ln1, ln2)
+    float *d_attn;      // [T, H, D]
+    float *d_q;         // [T, H, D]
+    float *d_k, *d_v;   // [T, KV, D]
+    float *d_act;       // [T, F]
+    float *d_gate;      // [T, F]
+    float *d_up;        // [T, F]
+};
+
+static float *alloc_floats(CpuModel *m, size_t n) {
+    float *p = xmalloc(n * sizeof(float));
+    ARRAY_PUSH(m->allocations, m->n_allocations, m->allocations_cap, p);
+    return p;
+}
+
+static size_t offset_of(const ParamTable *t, const char *name) {
+    const ParamTensor *p = param_table_find(t, name);
+    if (!p) fatal("%s:%d: parameter %s missing from the table", __FILE__, __LINE__, name);
+    return p->offset;
+}
+
+CpuModel *cpu_model_create(const ModelConfig *cfg, int max_rows, int seq_len) {
+    if (max_rows <= 0 || seq_len <= 0)
+        fatal("%s:%d: cpu_model_create: max_rows %d and seq_len %d must be positive", __FILE__,
+              __LINE__, max_rows, seq_len);
+    CpuModel *m = xcalloc(1, sizeof(CpuModel));
+    m->cfg = *cfg;
+    param_table_build(cfg, &m->table);  // validates cfg
+    m->max_rows = max_rows;
+    m->seq_len = seq_len;
+    m->head_dim = cfg->hidden_size / cfg->num_attention_heads;
+    m->q_dim = cfg->num_attention_heads * m->head_dim;
+    m->kv_dim = cfg->num_key_value_heads * m->head_dim;
+
+    const int L = cfg->num_hidden_layers;
+    m->embed_offset = offset_of(&m->table, "model.embed_tokens.weight");
+    m->final_norm_offset = offset_of(&m->table, "model.norm.weight");
+    m->lm_head_offset = cfg->tie_word_embeddings ? m->embed_offset
+                                                 : offset_of(&m->table, "lm_head.weight");
+    m->layer_offsets = xmalloc((size_t)L * LAYER_TENSORS * sizeof(size_t));
+    for (int l = 0; l < L; l++)
+        for (int w = 0; w < LAYER_TENSORS; w++) {
+            char name[96];
+            snprintf(name, sizeof(name), "model.layers.%d.%s", l, LAYER_TENSOR_NAMES[w]);
+            m->layer_offsets[l * LAYER_TENSORS + w] = offset_of(&m->table, name);
+        }
+
+    const size_t T = (size_t)max_rows * seq_len, C = cfg->hidden_size,
+                 F = cfg->intermediate_size, V = cfg->vocab_size;
+    const size_t QD = m->q_dim, KVD = m->kv_dim, H = cfg->num_attention_heads;
+    m->residual = xmalloc((size_t)(L + 1) * sizeof(float *));
+    for (int l = 0; l <= L; l++) m->residual[l] = alloc_floats(m, T * C);
+    m->layers = xcalloc((size_t)L, sizeof(LayerActivations));
+    for (int l = 0; l < L; l++) {
+        LayerActivations *a = &m->layers[l];
+        a->ln1 = alloc_floats(m, T * C);
+        a->ln1_rstd = alloc_floats(m, T);
+        a->q = alloc_floats(m, T * QD);
+        a->k = alloc_floats(m, T * KVD);
+        a->v = alloc_floats(m, T * KVD);
+        a->attn = alloc_floats(m, T * QD);
+        a->lse = alloc_floats(m, T * H);
+        a->mid = alloc_floats(m, T * C);
+        a->ln2 = alloc_floats(m, T * C);
+        a->ln2_rstd = alloc_floats(m, T);
+        a->gate = alloc_floats(m, T * F);
+        a->up = alloc_floats(m, T * F);
+        a->act = alloc_floats(m, T * F);
+    }
+    m->final_norm = alloc_floats(m, T * C);
+    m->final_rstd = alloc_floats(m, T);
+    m->proj_out = alloc_floats(m, T * C);
+
+    size_t chunk = LOGIT_CHUNK_ELEMENTS / V;
+    if (chunk < 1) chunk = 1;
+    if (chunk > T) chunk = T;
+    m->chunk_capacity = m->chunk_rows = (int)chunk;
+    m->target_slots = xmalloc(T * sizeof(int32_t));
+    m->chunk_input = alloc_floats(m, chunk * C);
+    m->chunk_logits = alloc_floats(m, chunk * V);
+    m->chunk_dinput = alloc_floats(m, chunk * C);
+    m->chunk_losses = alloc_floats(m, chunk);
+    m->chunk_targets = xmalloc(chunk * sizeof(int32_t));
+
+    m->d_residual = alloc_floats(m, T * C);
+    m->d_normed = alloc_floats(m, T * C);
+    m->d_attn = alloc_floats(m, T * QD);
+    m->d_q = alloc_floats(m, T * QD);
+    m->d_k = alloc_floats(m, T * KVD);
+    m->d_v = alloc_floats(m, T * KVD);
+    m->d_act = alloc_floats(m, T * F);
+    m->d_gate = alloc_floats(m, T * F);
+    m->d_up = alloc_floats(m, T * F);
+    return m;
+}
+
+void cpu_model_free(CpuModel *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n_allocations; i++) free(m->allocations[i]);
+    free(m->allocations);
+    free(m->residual);
+    free(m->layers);
+    free(m->layer_offsets);
+    free(m->target_slots);
+    free(m->chunk_targets);
+    param_table_free(&m->table);
+    free(m);
+}
+
+void cpu_model_set_logit_chunk_rows(CpuModel *m, int rows) {
+    m->chunk_rows = rows < 1 ? 1 : rows < m->chunk_capacity ? rows : m->chunk_capacity;
+}
+
+static void check_batch(const CpuModel *m, const ModelBatch *b) {
+    if (b->n_rows <= 0 || b->n_rows > m->max_rows)
+        fatal("%s:%d: batch n_rows %d outside [1, %d] (the model's max_rows)", __FILE__, __LINE__,
+              b->n_rows, m->max_rows);
+    if (b->seq_len != m->seq_len)
+        fatal("%s:%d: batch seq_len %d differs from the model's %d", __FILE__, __LINE__,
+              b->seq_len, m->seq_len);
+    if (!b->mask || b->mask->n_rows != b->n_rows || b->mask->seq_len != b->seq_len)
+        fatal("%s:%d: batch tile mask missing or not built for %d rows x %d", __FILE__, __LINE__,
+              b->n_rows, b->seq_len);
+    const int T = b->n_rows * b->seq_len, V = m->cfg.vocab_size;
+    for (int n = 0; n < T; n++) {
+        if (b->token[n] < 0 || b->token[n] >= V)
+            fatal("%s:%d: batch token %d at slot %d outside [0, %d)", __FILE__, __LINE__,
+                  b->token[n], n, V);
+        if (b->target[n] < -1 || b->target[n] >= V)
+            fatal("%s:%d: batch target %d at slot %d outside [-1, %d)", __FILE__, __LINE__,
+                  b->target[n], n, V);
+        if (b->pos[n] < 0)
+            fatal("%s:%d: batch position %d at slot %d is negative", __FILE__, __LINE__, b->pos[n],
+                  n);
+    }
+}
+
+static void add_arrays(float *out, const float *a, const float *b, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+static void zero_floats(float *x, size_t n) { memset(x, 0, n * sizeof(float)); }
+
+static AttnShape attention_shape(const CpuModel *m, const ModelBatch *b) {
+    return (AttnShape){b->n_rows, b->seq_len, m->cfg.num_attention_heads,
+                       m->cfg.num_key_value_heads, m->head_dim, 1.0f / sqrtf((float)m->head_dim)};
+}
+
+// Embedding and all layers up to the final norm; fills every saved activation.
+static void forward_body(CpuModel *m, const float *params, const ModelBatch *b) {
+    const ModelConfig *cfg = &m->cfg;
+    const int T = b->n_rows * b->seq_len, C = cfg->hidden_size, F = cfg->intermediate_size;
+    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->head_dim;
+    const AttnShape shape = attention_shape(m, b);
+
+    embedding_forward(m->residual[0], b->token, params + m->embed_offset, T, C);
+    for (int l = 0; l < cfg->num_hidden_layers; l++) {
+        const size_t *w = m->layer_offsets + (size_t)l * LAYER_TENSORS;
+        LayerActivations *a = &m->layers[l];
+        const float *x = m->residual[l];
+        rmsnorm_forward(a->ln1, a->ln1_rstd, x, params + w[W_INPUT_NORM], T, C, cfg->rms_norm_eps);
+        matmul_forward(a->q, a->ln1, params + w[W_Q], T, C, m->q_dim);
+        matmul_forward(a->k, a->ln1, params + w[W_K], T, C, m->kv_dim);
+        matmul_forward(a->v, a->ln1, params + w[W_V], T, C, m->kv_dim);
+        rope_forward(a->q, b->pos, T, H, D, cfg->rope_theta);
+        rope_forward(a->k, b->pos, T, KV, D, cfg->rope_theta);
+        attention_forward_cpu(&shape, b->mask, b->lo, b->hi, a->q, a->k, a->v, a->attn, a->lse);
+        matmul_forward(m->proj_out, a->attn, params + w[W_O], T, m->q_dim, C);
+        add_arrays(a->mid, x, m->proj_out, (size_t)T * C);
+
+        rmsnorm_forward(a->ln2, a->ln2_rstd, a->mid, params + w[W_POST_NORM], T, C,
+                        cfg->rms_norm_eps);
+        matmul_forward(a->gate, a->ln2, params + w[W_GATE], T, C, F);
+        matmul_forward(a->up, a->ln2, params + w[W_UP], T, C, F);
+        swiglu_forward(a->act, a->gate, a->up, (int64_t)T * F);
+        matmul_forward(m->proj_out, a->act, params + w[W_DOWN], T, F, C);
+        add_arrays(m->residual[l + 1], a->mid, m->proj_out, (size_t)T * C);
+    }
+    rmsnorm_forward(m->final_norm, m->final_rstd, m->residual[cfg->num_hidden_layers],
+                    params + m->final_norm_offset, T, C, cfg->rms_norm_eps);
+}
+
+// LM head and cross-entropy over the slots that have a target, a chunk of rows
+// at a time (slots without a target need no logits). With grads, also writes
+// d_normed (the gradient at the final norm output) and adds into the LM head's
+// gradient. losses (optional): [T], 0 where there is no target.
+static double loss_head(CpuModel *m, const float *params, float *grads, const ModelBatch *b,
+                        float loss_scale, float *losses) {
+    const int T = b->n_rows * b->seq_len, C = m->cfg.hidden_size, V = m->cfg.vocab_size;
+    const float *lm_head = params + m->lm_head_offset;
+    int n_targets = 0;
+    for (int n = 0; n < T; n++)
+        if (b->target[n] >= 0) m->target_slots[n_targets++] = n;
+    if (losses) zero_floats(losses, (size_t)T);
+    if (grads) zero_floats(m->d_normed, (size_t)T * C);
+
+    double total = 0.0;
+    for (int start = 0; start < n_targets; start += m->chunk_rows) {
+        const int rows = n_targets - start < m->chunk_rows ? n_targets - start : m->chunk_rows;
+        const int32_t *slots = m->target_slots + start;
+        for (int r = 0; r < rows; r++) {
+            memcpy(m->chunk_input + (size_t)r * C, m->final_norm + (size_t)slots[r] * C,
+                   (size_t)C * sizeof(float));
+            m->chunk_targets[r] = b->target[slots[r]];
+        }
+        matmul_forward(m->chunk_logits, m->chunk_input, lm_head, rows, C, V);
+        total += cross_entropy_forward_backward(m->chunk_losses, grads ? m->chunk_logits : NULL,
+                                                m->chunk_logits, m->chunk_targets, rows, V,
+                                                loss_scale);
+        if (losses)
+            for (int r = 0; r < rows; r++) losses[slots[r]] = m->chunk_losses[r];
+        if (grads) {
+            zero_floats(m->chunk_dinput, (size_t)rows * C);
+            matmul_backward(m->chunk_dinput, grads + m->lm_head_offset, m->chunk_logits,
+                            m->chunk_input, lm_head, rows, C, V);
+            for (int r = 0; r < rows; r++)
+                memcpy(m->d_normed + (size_t)slots[r] * C, m->chunk_dinput + (size_t)r * C,
+                       (size_t)C * sizeof(float));
+        }
+    }
+    return total;
+}
+
+double cpu_model_forward(CpuModel *m, const float *params, const ModelBatch *b, float *losses) {
+    check_batch(m, b);
+    forward_body(m, params, b);
+    return loss_head(m, params, NULL, b, 1.0f, losses);
+}
+
+double cpu_model_forward_backward(CpuModel *m, const float *params, float *grads,
+                                  const ModelBatch *b, float loss_scale) {
+    check_batch(m, b);
+    forward_body(m, params, b);
+    const double total = loss_head(m, params, grads, b, loss_scale, NULL);
+
+    const ModelConfig *cfg = &m->cfg;
+    const int T = b->n_rows * b->seq_len, C = cfg->hidden_size, F = cfg->intermediate_size;
+    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->head_dim;
+    const int L = cfg->num_hidden_layers;
+    const AttnShape shape = attention_shape(m, b);
+
+    zero_floats(m->d_residual, (size_t)T * C);
+    rmsnorm_backward(m->d_residual, grads + m->final_norm_offset, m->d_normed, m->residual[L],
+                     params + m->final_norm_offset, m->final_rstd, T, C);
+    for (int l = L - 1; l >= 0; l--) {
+        const size_t *w = m->layer_offsets + (size_t)l * LAYER_TENSORS;
+        const LayerActivations *a = &m->layers[l];
+        // MLP block: residual[l+1] = mid + down(swiglu(gate(ln2), up(ln2))).
+        // d_residual holds d residual[l+1], which is also the residual path's d mid.
+        zero_floats(m->d_act, (size_t)T * F);
+        matmul_backward(m->d_act, grads + w[W_DOWN], m->d_residual, a->act, params + w[W_DOWN],
+                        T, F, C);
+        swiglu_backward(m->d_gate, m->d_up, m->d_act, a->gate, a->up, (int64_t)T * F);
+        zero_floats(m->d_normed, (size_t)T * C);
+        matmul_backward(m->d_normed, grads + w[W_GATE], m->d_gate, a->ln2, params + w[W_GATE], T,
+                        C, F);
+        matmul_backward(m->d_normed, grads + w[W_UP], m->d_up, a->ln2, params + w[W_UP], T, C, F);
+        rmsnorm_backward(m->d_residual, grads + w[W_POST_NORM], m->d_normed, a->mid,
+                         params + w[W_POST_NORM], a->ln2_rstd, T, C);
+
+        // Attention block: mid = residual[l] + o_proj(attention(rope(q), rope(k), v)).
+        zero_floats(m->d_attn, (size_t)T * m->q_dim);
+        matmul_backward(m->d_attn, grads + w[W_O], m->d_residual, a->attn, params + w[W_O], T,
+                        m->q_dim, C);
+        attention_backward_cpu(&shape, b->mask, b->lo, b->hi, a->q, a->k, a->v, a->attn, a->lse,
+                               m->d_attn, m->d_q, m->d_k, m->d_v);
+        rope_backward(m->d_q, b->pos, T, H, D, cfg->rope_theta);
+        rope_backward(m->d_k, b->pos, T, KV, D, cfg->rope_theta);
+        zero_floats(m->d_normed, (size_t)T * C);
+        matmul_backward(m->d_normed, grads + w[W_Q], m->d_q, a->ln1, params + w[W_Q], T, C,
+                        m->q_dim);
+        matmul_backward(m->d_normed, grads + w[W_K], m->d_k, a->ln1, params + w[W_K], T, C,
+                        m->kv_dim);
+        matmul_backward(m->d_normed, grads + w[W_V], m->d_v, a->ln1, params + w[W_V], T, C,
+                        m->kv_dim);
+        rmsnorm_backward(m->d_residual, grads + w[W_INPUT_NORM], m->d_normed, m->residual[l],
+                         params + w[W_INPUT_NORM], a->ln1_rstd, T, C);
+    }
+    embedding_backward(grads + m->embed_offset, m->d_residual, b->token, T, C);
+    return total;
+}

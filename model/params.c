@@ -1,0 +1,128 @@
+// The parameter table: every tensor of the model at a fixed offset in one flat
+// buffer, named and shaped as in HF checkpoints, and its deterministic init.
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include "common/check.h"
+#include "model/model.h"
+
+// Rejects configurations the model code cannot run (every field is named).
+static void validate_config(const ModelConfig *cfg) {
+    const struct { const char *name; int value; } positive[] = {
+        {"vocab_size", cfg->vocab_size},
+        {"hidden_size", cfg->hidden_size},
+        {"intermediate_size", cfg->intermediate_size},
+        {"num_hidden_layers", cfg->num_hidden_layers},
+        {"num_attention_heads", cfg->num_attention_heads},
+        {"num_key_value_heads", cfg->num_key_value_heads},
+    };
+    for (size_t i = 0; i < sizeof(positive) / sizeof(positive[0]); i++)
+        if (positive[i].value <= 0)
+            fatal("%s:%d: model.%s must be positive, got %d", __FILE__, __LINE__,
+                  positive[i].name, positive[i].value);
+    if (cfg->hidden_size % cfg->num_attention_heads != 0)
+        fatal("%s:%d: model.hidden_size %d is not a multiple of model.num_attention_heads %d",
+              __FILE__, __LINE__, cfg->hidden_size, cfg->num_attention_heads);
+    if ((cfg->hidden_size / cfg->num_attention_heads) % 2 != 0)
+        fatal("%s:%d: head dim (hidden_size / num_attention_heads = %d) must be even for RoPE",
+              __FILE__, __LINE__, cfg->hidden_size / cfg->num_attention_heads);
+    if (cfg->num_attention_heads % cfg->num_key_value_heads != 0)
+        fatal("%s:%d: model.num_attention_heads %d is not a multiple of "
+              "model.num_key_value_heads %d",
+              __FILE__, __LINE__, cfg->num_attention_heads, cfg->num_key_value_heads);
+    if (!(cfg->rms_norm_eps > 0.0f))
+        fatal("%s:%d: model.rms_norm_eps must be positive", __FILE__, __LINE__);
+    if (!(cfg->rope_theta > 0.0f))
+        fatal("%s:%d: model.rope_theta must be positive", __FILE__, __LINE__);
+}
+
+static void add_tensor(ParamTable *t, int *cap, int ndim, int64_t rows, int64_t cols,
+                       bool is_norm, bool is_embedding, const char *fmt, int layer) {
+    if (t->n_tensors == *cap) {
+        *cap = *cap ? 2 * *cap : 16;
+        t->tensors = xrealloc(t->tensors, (size_t)*cap * sizeof(ParamTensor));
+    }
+    ParamTensor *p = &t->tensors[t->n_tensors++];
+    memset(p, 0, sizeof(*p));
+    snprintf(p->name, sizeof(p->name), fmt, layer);
+    p->ndim = ndim;
+    p->shape[0] = rows;
+    p->shape[1] = ndim == 2 ? cols : 0;
+    p->numel = (size_t)rows * (size_t)(ndim == 2 ? cols : 1);
+    p->offset = t->total;
+    p->is_norm = is_norm;
+    p->is_embedding = is_embedding;
+    t->total += p->numel;
+}
+
+void param_table_build(const ModelConfig *cfg, ParamTable *out) {
+    validate_config(cfg);
+    const int64_t V = cfg->vocab_size, C = cfg->hidden_size, F = cfg->intermediate_size;
+    const int64_t head_dim = C / cfg->num_attention_heads;
+    const int64_t q_dim = cfg->num_attention_heads * head_dim;
+    const int64_t kv_dim = cfg->num_key_value_heads * head_dim;
+    memset(out, 0, sizeof(*out));
+    int cap = 0;
+    add_tensor(out, &cap, 2, V, C, false, true, "model.embed_tokens.weight", 0);
+    for (int i = 0; i < cfg->num_hidden_layers; i++) {
+        add_tensor(out, &cap, 1, C, 0, true, false, "model.layers.%d.input_layernorm.weight", i);
+        add_tensor(out, &cap, 2, q_dim, C, false, false, "model.layers.%d.self_attn.q_proj.weight", i);
+        add_tensor(out, &cap, 2, kv_dim, C, false, false, "model.layers.%d.self_attn.k_proj.weight", i);
+        add_tensor(out, &cap, 2, kv_dim, C, false, false, "model.layers.%d.self_attn.v_proj.weight", i);
+        add_tensor(out, &cap, 2, C, q_dim, false, false, "model.layers.%d.self_attn.o_proj.weight", i);
+        add_tensor(out, &cap, 1, C, 0, true, false,
+                   "model.layers.%d.post_attention_layernorm.weight", i);
+        add_tensor(out, &cap, 2, F, C, false, false, "model.layers.%d.mlp.gate_proj.weight", i);
+        add_tensor(out, &cap, 2, F, C, false, false, "model.layers.%d.mlp.up_proj.weight", i);
+        add_tensor(out, &cap, 2, C, F, false, false, "model.layers.%d.mlp.down_proj.weight", i);
+    }
+    add_tensor(out, &cap, 1, C, 0, true, false, "model.norm.weight", 0);
+    if (!cfg->tie_word_embeddings) add_tensor(out, &cap, 2, V, C, false, true, "lm_head.weight", 0);
+}
+
+void param_table_free(ParamTable *t) {
+    free(t->tensors);
+    memset(t, 0, sizeof(*t));
+}
+
+const ParamTensor *param_table_find(const ParamTable *t, const char *name) {
+    for (int i = 0; i < t->n_tensors; i++)
+        if (strcmp(t->tensors[i].name, name) == 0) return &t->tensors[i];
+    return NULL;
+}
+
+// splitmix64: a tiny generator with well-mixed output, so the init is the same
+// bytes on every platform and library version.
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+// Uniform in (0, 1]: 53 random bits, never 0 (Box-Muller takes its log).
+static double uniform_open0(uint64_t *state) {
+    return ((double)(splitmix64(state) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+}
+
+void params_init(const ModelConfig *cfg, const ParamTable *t, uint64_t seed, float *params) {
+    (void)cfg;  // shapes come from the table; kept for the shared signature
+    const double stddev = 0.02;
+    for (int i = 0; i < t->n_tensors; i++) {
+        const ParamTensor *p = &t->tensors[i];
+        float *w = params + p->offset;
+        if (p->is_norm) {
+            for (size_t j = 0; j < p->numel; j++) w[j] = 1.0f;
+            continue;
+        }
+        // One stream per tensor (seed and tensor index), so adding a tensor
+        // elsewhere does not change the others.
+        uint64_t state = seed ^ (0xD1B54A32D192ED03ULL * (uint64_t)(i + 1));
+        for (size_t j = 0; j < p->numel; j += 2) {
+            const double radius = sqrt(-2.0 * log(uniform_open0(&state)));
+            const double angle = 6.283185307179586 * uniform_open0(&state);
+            w[j] = (float)(stddev * radius * cos(angle));
+            if (j + 1 < p->numel) w[j + 1] = (float)(stddev * radius * sin(angle));
+        }
+    }
+}

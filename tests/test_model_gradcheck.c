@@ -1,0 +1,444 @@
+// The CPU fp32 model against an independent oracle: a plain double-precision
+// Llama forward written here from the definition (dense attention straight from
+// lo/hi, no tiles), finite-differenced centrally for every coordinate of every
+// tensor. Float analytic gradients agree with it to ~1e-6 of each tensor's
+// scale; the tolerance (1e-4) catches any wrong term, sign, scale or missed
+// accumulation, and the test proves it by flagging a 0.1% error in one coordinate.
+// Batch: two rows of 24 slots. Row 0 packs two causal documents with restarting
+// positions and fully masked padding; row 1 is the DESIGN.md §3 duplicate-layout
+// example (non-causal hi, positions jumping back) plus padding.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "model/model.h"
+#include "tests/test_util.h"
+
+enum { ROWS = 2, SEQ = 24, T = ROWS * SEQ };
+// Allowed gradient error relative to the tensor's largest gradient (seen: ~1e-6).
+static const double GRAD_TOL = 1e-4;
+
+static TestRng rng;
+
+typedef struct {
+    int32_t token[T], target[T], pos[T], lo[T], hi[T];
+} Batch;
+
+// ---- the double-precision reference model ----
+
+typedef struct {
+    const ModelConfig *cfg;
+    const ParamTable *table;
+    const Batch *batch;
+} Reference;
+
+static const double *tensor(const Reference *r, const double *params, const char *fmt, int layer) {
+    char name[96];
+    snprintf(name, sizeof(name), fmt, layer);
+    const ParamTensor *p = param_table_find(r->table, name);
+    if (!p) {
+        fprintf(stderr, "missing tensor %s\n", name);
+        exit(1);
+    }
+    return params + p->offset;
+}
+
+// out[n, o] = sum_i x[n, i] * w[o, i]
+static void linear(double *out, const double *x, const double *w, int n, int in, int outc) {
+    for (int t = 0; t < n; t++)
+        for (int o = 0; o < outc; o++) {
+            double s = 0.0;
+            for (int i = 0; i < in; i++) s += x[t * in + i] * w[o * in + i];
+            out[t * outc + o] = s;
+        }
+}
+
+static void rmsnorm(double *out, const double *x, const double *w, int n, int c, double eps) {
+    for (int t = 0; t < n; t++) {
+        double ms = 0.0;
+        for (int i = 0; i < c; i++) ms += x[t * c + i] * x[t * c + i];
+        const double r = 1.0 / sqrt(ms / c + eps);
+        for (int i = 0; i < c; i++) out[t * c + i] = x[t * c + i] * r * w[i];
+    }
+}
+
+// HF rotate-half on x[n, heads, d]: x * cos + [-x2, x1] * sin.
+static void rope(double *x, const int32_t *pos, int n, int heads, int d, double theta) {
+    const int half = d / 2;
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < heads; h++) {
+            double *v = x + (t * heads + h) * d;
+            for (int i = 0; i < half; i++) {
+                const double angle = pos[t] * pow(theta, -2.0 * i / d);
+                const double a = v[i], b = v[i + half];
+                v[i] = a * cos(angle) - b * sin(angle);
+                v[i + half] = b * cos(angle) + a * sin(angle);
+            }
+        }
+}
+
+// Sum of cross-entropy over targets; per-slot losses into `losses` when not NULL.
+static double reference_loss(const Reference *r, const double *params, double *losses) {
+    const ModelConfig *cfg = r->cfg;
+    const int C = cfg->hidden_size, F = cfg->intermediate_size, V = cfg->vocab_size;
+    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = C / H;
+    const Batch *b = r->batch;
+    double *x = malloc(sizeof(double) * T * C), *h = malloc(sizeof(double) * T * C);
+    double *q = malloc(sizeof(double) * T * H * D), *k = malloc(sizeof(double) * T * KV * D);
+    double *v = malloc(sizeof(double) * T * KV * D), *attn = malloc(sizeof(double) * T * H * D);
+    double *proj = malloc(sizeof(double) * T * C), *gate = malloc(sizeof(double) * T * F);
+    double *up = malloc(sizeof(double) * T * F), *logits = malloc(sizeof(double) * V);
+    double *scores = malloc(sizeof(double) * SEQ);
+
+    const double *embed = tensor(r, params, "model.embed_tokens.weight", 0);
+    for (int t = 0; t < T; t++) memcpy(x + t * C, embed + b->token[t] * C, sizeof(double) * C);
+    for (int l = 0; l < cfg->num_hidden_layers; l++) {
+        rmsnorm(h, x, tensor(r, params, "model.layers.%d.input_layernorm.weight", l), T, C,
+                cfg->rms_norm_eps);
+        linear(q, h, tensor(r, params, "model.layers.%d.self_attn.q_proj.weight", l), T, C, H * D);
+        linear(k, h, tensor(r, params, "model.layers.%d.self_attn.k_proj.weight", l), T, C, KV * D);
+        linear(v, h, tensor(r, params, "model.layers.%d.self_attn.v_proj.weight", l), T, C, KV * D);
+        rope(q, b->pos, T, H, D, cfg->rope_theta);
+        rope(k, b->pos, T, KV, D, cfg->rope_theta);
+        for (int row = 0; row < ROWS; row++)
+            for (int head = 0; head < H; head++)
+                for (int qs = 0; qs < SEQ; qs++) {
+                    const int kv_head = head / (H / KV);
+                    const double *qv = q + ((row * SEQ + qs) * H + head) * D;
+                    double *out = attn + ((row * SEQ + qs) * H + head) * D;
+                    double max = -INFINITY, sum = 0.0;
+                    for (int ks = 0; ks < SEQ; ks++) {
+                        const int key = row * SEQ + ks;
+                        scores[ks] = -INFINITY;
+                        if (!(b->lo[key] <= qs && qs < b->hi[key])) continue;
+                        double s = 0.0;
+                        for (int i = 0; i < D; i++) s += qv[i] * k[(key * KV + kv_head) * D + i];
+                        scores[ks] = s / sqrt((double)D);
+                        max = fmax(max, scores[ks]);
+                    }
+                    for (int i = 0; i < D; i++) out[i] = 0.0;
+                    if (max == -INFINITY) continue;  // sees no key: output 0
+                    for (int ks = 0; ks < SEQ; ks++) sum += exp(scores[ks] - max);
+                    for (int ks = 0; ks < SEQ; ks++) {
+                        const double p = exp(scores[ks] - max) / sum;
+                        const double *vv = v + ((row * SEQ + ks) * KV + kv_head) * D;
+                        for (int i = 0; i < D; i++) out[i] += p * vv[i];
+                    }
+                }
+        linear(proj, attn, tensor(r, params, "model.layers.%d.self_attn.o_proj.weight", l), T,
+               H * D, C);
+        for (int i = 0; i < T * C; i++) x[i] += proj[i];
+        rmsnorm(h, x, tensor(r, params, "model.layers.%d.post_attention_layernorm.weight", l), T,
+                C, cfg->rms_norm_eps);
+        linear(gate, h, tensor(r, params, "model.layers.%d.mlp.gate_proj.weight", l), T, C, F);
+        linear(up, h, tensor(r, params, "model.layers.%d.mlp.up_proj.weight", l), T, C, F);
+        for (int i = 0; i < T * F; i++) gate[i] = gate[i] / (1.0 + exp(-gate[i])) * up[i];
+        linear(proj, gate, tensor(r, params, "model.layers.%d.mlp.down_proj.weight", l), T, F, C);
+        for (int i = 0; i < T * C; i++) x[i] += proj[i];
+    }
+    rmsnorm(h, x, tensor(r, params, "model.norm.weight", 0), T, C, cfg->rms_norm_eps);
+    const double *head = cfg->tie_word_embeddings ? embed : tensor(r, params, "lm_head.weight", 0);
+    double total = 0.0;
+    for (int t = 0; t < T; t++) {
+        if (losses) losses[t] = 0.0;
+        if (b->target[t] < 0) continue;
+        linear(logits, h + t * C, head, 1, C, V);
+        double sum = 0.0;
+        for (int i = 0; i < V; i++) sum += exp(logits[i]);
+        const double loss = log(sum) - logits[b->target[t]];
+        if (losses) losses[t] = loss;
+        total += loss;
+    }
+    free(x), free(h), free(q), free(k), free(v), free(attn), free(proj), free(gate), free(up);
+    free(logits), free(scores);
+    return total;
+}
+
+// ---- batch and parameters ----
+
+// Row 0: document A (slots 0-10, trained from slot 3), document B (slots 11-18,
+// all trained), padding 19-23. Row 1: DESIGN.md §3 duplicate example, padding 19-23.
+static void build_batch(Batch *b, int V) {
+    for (int t = 0; t < T; t++) {
+        b->token[t] = test_rng_int(&rng, 0, V - 1);
+        b->target[t] = -1;
+        b->pos[t] = 0;
+        b->lo[t] = b->hi[t] = t % SEQ;  // padding: visible to nobody
+    }
+    const int docs[2][2] = {{0, 11}, {11, 19}};
+    for (int d = 0; d < 2; d++)
+        for (int s = docs[d][0]; s < docs[d][1]; s++) {
+            b->pos[s] = s - docs[d][0];
+            b->lo[s] = s;
+            b->hi[s] = docs[d][1];
+            if (s + 1 < docs[d][1] && (d == 1 || s >= 3)) b->target[s] = b->token[s + 1];
+        }
+    static const int32_t dup_pos[19] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    static const int32_t dup_hi[19] = {19, 19, 19, 9, 9, 9, 9, 9, 9, 19,
+                                       19, 19, 19, 19, 19, 19, 19, 19, 19};
+    int32_t *token = b->token + SEQ;
+    token[9] = token[7], token[10] = token[8];  // the history copy aB repeats aA
+    for (int s = 0; s < 19; s++) {
+        b->pos[SEQ + s] = dup_pos[s];
+        b->lo[SEQ + s] = s;
+        b->hi[SEQ + s] = dup_hi[s];
+    }
+    static const int trained[][2] = {{2, 3}, {3, 4}, {4, 5}, {5, 6}, {6, 7}, {7, 8},
+                                     {13, 14}, {14, 15}, {15, 16}, {16, 17}, {17, 18}};
+    for (size_t i = 0; i < sizeof(trained) / sizeof(trained[0]); i++)
+        b->target[SEQ + trained[i][0]] = token[trained[i][1]];
+}
+
+// Random weights of a scale that makes attention peaked and logits O(1).
+static void random_params(const ParamTable *table, float *params) {
+    for (int i = 0; i < table->n_tensors; i++) {
+        const ParamTensor *p = &table->tensors[i];
+        const float scale = p->is_norm ? 0.3f : p->is_embedding ? 1.0f
+                                                                : 2.0f / sqrtf((float)p->shape[1]);
+        for (size_t j = 0; j < p->numel; j++)
+            params[p->offset + j] = (p->is_norm ? 1.0f : 0.0f) + scale * test_rng_uniform(&rng);
+    }
+}
+
+static double max_abs_diff(const float *a, const float *b, size_t n) {
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
+    return m;
+}
+
+static double max_abs(const float *a, size_t n) {
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(a[i]));
+    return m;
+}
+
+// max |analytic - numeric| / max |numeric| over one tensor.
+static double gradient_error(const float *analytic, const double *numeric, size_t n) {
+    double err = 0.0, scale = 1e-12;
+    for (size_t i = 0; i < n; i++) {
+        err = fmax(err, fabs(analytic[i] - numeric[i]));
+        scale = fmax(scale, fabs(numeric[i]));
+    }
+    return err / scale;
+}
+
+// ---- the checks ----
+
+static void check_param_table(const ModelConfig *cfg, const ParamTable *table) {
+    const int C = cfg->hidden_size, D = C / cfg->num_attention_heads;
+    const int KVD = cfg->num_key_value_heads * D;
+    const int expected = 1 + 9 * cfg->num_hidden_layers + 1 + !cfg->tie_word_embeddings;
+    CHECK(table->n_tensors == expected, "%d tensors, expected %d", table->n_tensors, expected);
+    size_t total = 0;
+    for (int i = 0; i < table->n_tensors; i++) {
+        CHECK(table->tensors[i].offset == total, "tensor %d offset", i);
+        total += table->tensors[i].numel;
+    }
+    CHECK(table->total == total, "table total %zu vs %zu", table->total, total);
+    const struct { const char *name; int64_t rows, cols; } expect[] = {
+        {"model.embed_tokens.weight", cfg->vocab_size, C},
+        {"model.layers.1.input_layernorm.weight", C, 0},
+        {"model.layers.1.self_attn.q_proj.weight", C, C},
+        {"model.layers.1.self_attn.k_proj.weight", KVD, C},
+        {"model.layers.0.self_attn.v_proj.weight", KVD, C},
+        {"model.layers.0.self_attn.o_proj.weight", C, C},
+        {"model.layers.0.post_attention_layernorm.weight", C, 0},
+        {"model.layers.1.mlp.gate_proj.weight", cfg->intermediate_size, C},
+        {"model.layers.0.mlp.up_proj.weight", cfg->intermediate_size, C},
+        {"model.layers.1.mlp.down_proj.weight", C, cfg->intermediate_size},
+        {"model.norm.weight", C, 0},
+    };
+    for (size_t i = 0; i < sizeof(expect) / sizeof(expect[0]); i++) {
+        const ParamTensor *p = param_table_find(table, expect[i].name);
+        CHECK(p && p->shape[0] == expect[i].rows && p->shape[1] == expect[i].cols &&
+                  p->ndim == (expect[i].cols ? 2 : 1) && p->is_norm == !expect[i].cols,
+              "tensor %s shape", expect[i].name);
+    }
+    const ParamTensor *lm_head = param_table_find(table, "lm_head.weight");
+    CHECK(cfg->tie_word_embeddings ? lm_head == NULL
+                                   : lm_head && lm_head->is_embedding &&
+                                         lm_head->shape[0] == cfg->vocab_size,
+          "lm_head present iff untied");
+    CHECK(table->tensors[0].is_embedding && !table->tensors[1].is_embedding,
+          "embedding flags");
+    CHECK(param_table_find(table, "model.layers.2.mlp.up_proj.weight") == NULL,
+          "no tensor past the last layer");
+}
+
+static void check_params_init(const ModelConfig *cfg, const ParamTable *table) {
+    float *a = malloc(table->total * sizeof(float)), *b = malloc(table->total * sizeof(float));
+    params_init(cfg, table, 42, a);
+    params_init(cfg, table, 42, b);
+    CHECK(memcmp(a, b, table->total * sizeof(float)) == 0, "same seed, same bytes");
+    params_init(cfg, table, 43, b);
+    CHECK(memcmp(a, b, table->total * sizeof(float)) != 0, "another seed, other bytes");
+    double sum = 0.0, sum_sq = 0.0;
+    size_t n = 0;
+    int norms_are_one = 1;
+    for (int i = 0; i < table->n_tensors; i++) {
+        const ParamTensor *p = &table->tensors[i];
+        for (size_t j = 0; j < p->numel; j++) {
+            const float w = a[p->offset + j];
+            if (p->is_norm) {
+                norms_are_one &= w == 1.0f;
+            } else {
+                sum += w, sum_sq += (double)w * w, n++;
+            }
+        }
+    }
+    const double mean = sum / n, stddev = sqrt(sum_sq / n - mean * mean);
+    CHECK(norms_are_one, "norm weights start at 1");
+    CHECK(fabs(mean) < 0.002 && fabs(stddev - 0.02) < 0.001, "init mean %g stddev %g over %zu",
+          mean, stddev, n);
+    free(a);
+    free(b);
+}
+
+static void run_config(bool tied) {
+    const ModelConfig cfg = {.vocab_size = 37, .hidden_size = 16, .intermediate_size = 24,
+                             .num_hidden_layers = 2, .num_attention_heads = 4,
+                             .num_key_value_heads = 2, .rms_norm_eps = 1e-5f,
+                             .rope_theta = 500.0f, .tie_word_embeddings = tied};
+    printf("config: %s embeddings\n", tied ? "tied" : "untied");
+    ParamTable table;
+    param_table_build(&cfg, &table);
+    check_param_table(&cfg, &table);
+    check_params_init(&cfg, &table);
+
+    Batch batch;
+    build_batch(&batch, cfg.vocab_size);
+    TileMask mask;
+    tile_mask_build(batch.lo, batch.hi, ROWS, SEQ, 8, 4, &mask);
+    const ModelBatch mb = {ROWS, SEQ, batch.token, batch.target, batch.pos, batch.lo, batch.hi,
+                           &mask};
+    int n_targets = 0;
+    for (int t = 0; t < T; t++) n_targets += batch.target[t] >= 0;
+    const float loss_scale = 1.0f / n_targets;
+
+    float *params = malloc(table.total * sizeof(float));
+    random_params(&table, params);
+    double *params_d = malloc(table.total * sizeof(double));
+    for (size_t i = 0; i < table.total; i++) params_d[i] = params[i];
+    const Reference ref = {&cfg, &table, &batch};
+
+    // Forward: per-slot losses and their sum against the double reference.
+    CpuModel *model = cpu_model_create(&cfg, ROWS + 1, SEQ);  // more rows than used
+    float losses[T];
+    double ref_losses[T];
+    const double loss = cpu_model_forward(model, params, &mb, losses);
+    const double ref_loss = reference_loss(&ref, params_d, ref_losses);
+    CHECK(fabs(loss - ref_loss) < 1e-5 * ref_loss, "loss %.8g vs reference %.8g", loss, ref_loss);
+    double worst = 0.0, losses_sum = 0.0;
+    for (int t = 0; t < T; t++) {
+        worst = fmax(worst, fabs(losses[t] - ref_losses[t]));
+        losses_sum += losses[t];
+        if (batch.target[t] < 0) CHECK(losses[t] == 0.0f, "slot %d without target has loss", t);
+    }
+    CHECK(worst < 1e-4, "per-slot losses differ by %g", worst);
+    CHECK(fabs(losses_sum - loss) < 1e-4 * loss, "per-slot losses sum to the returned loss");
+
+    // Backward against central differences of the reference, every coordinate.
+    float *grads = calloc(table.total, sizeof(float));
+    const double loss_fb = cpu_model_forward_backward(model, params, grads, &mb, loss_scale);
+    CHECK(loss_fb == loss, "forward_backward returns the unscaled forward loss");
+    CHECK(isfinite(max_abs(grads, table.total)), "finite gradients");
+    const double h = 1e-5;
+    for (int i = 0; i < table.n_tensors; i++) {
+        const ParamTensor *p = &table.tensors[i];
+        double *numeric = malloc(p->numel * sizeof(double));
+        for (size_t j = 0; j < p->numel; j++) {
+            double *w = params_d + p->offset + j;
+            const double saved = *w;
+            *w = saved + h;
+            const double plus = reference_loss(&ref, params_d, NULL);
+            *w = saved - h;
+            const double minus = reference_loss(&ref, params_d, NULL);
+            *w = saved;
+            numeric[j] = (plus - minus) / (2 * h) * loss_scale;
+        }
+        const float *analytic = grads + p->offset;
+        const double err = gradient_error(analytic, numeric, p->numel);
+        CHECK(err < GRAD_TOL, "%s: gradient relative error %.3g", p->name, err);
+        if (i == 1) {  // the check is sharp: a 0.1% error in one coordinate fails it
+            float *wrong = malloc(p->numel * sizeof(float));
+            memcpy(wrong, analytic, p->numel * sizeof(float));
+            wrong[p->numel / 2] += 0.001f * (float)max_abs(wrong, p->numel);
+            CHECK(gradient_error(wrong, numeric, p->numel) > GRAD_TOL,
+                  "checker misses a 0.1%% error");
+            free(wrong);
+        }
+        free(numeric);
+    }
+
+    // Gradients accumulate: a second call adds the same gradient again.
+    float *twice = malloc(table.total * sizeof(float));
+    memcpy(twice, grads, table.total * sizeof(float));
+    cpu_model_forward_backward(model, params, twice, &mb, loss_scale);
+    double acc_err = 0.0;
+    for (size_t i = 0; i < table.total; i++) acc_err = fmax(acc_err, fabs(twice[i] - 2 * grads[i]));
+    CHECK(acc_err <= 1e-6 * max_abs(grads, table.total), "second call doubles: off by %g",
+          acc_err);
+
+    // loss_scale scales gradients linearly.
+    float *scaled = calloc(table.total, sizeof(float));
+    cpu_model_forward_backward(model, params, scaled, &mb, 0.3f * loss_scale);
+    double scale_err = 0.0;
+    for (size_t i = 0; i < table.total; i++)
+        scale_err = fmax(scale_err, fabs(scaled[i] - 0.3 * grads[i]));
+    CHECK(scale_err <= 1e-5 * max_abs(grads, table.total), "loss_scale 0.3: off by %g", scale_err);
+
+    // Padding slots (fully masked queries and keys, no target) change nothing.
+    Batch repadded = batch;
+    for (int t = 0; t < T; t++)
+        if (repadded.lo[t] == repadded.hi[t]) {
+            repadded.token[t] = (repadded.token[t] + 1 + t) % cfg.vocab_size;
+            repadded.pos[t] = 3 * t + 1;
+        }
+    const ModelBatch mb_repadded = {ROWS, SEQ, repadded.token, repadded.target, repadded.pos,
+                                    repadded.lo, repadded.hi, &mask};
+    float *repadded_grads = calloc(table.total, sizeof(float));
+    const double repadded_loss =
+        cpu_model_forward_backward(model, params, repadded_grads, &mb_repadded, loss_scale);
+    CHECK(repadded_loss == loss, "padding changed the loss: %.9g vs %.9g", repadded_loss, loss);
+    const double pad_diff = max_abs_diff(repadded_grads, grads, table.total);
+    CHECK(pad_diff <= 1e-6 * max_abs(grads, table.total), "padding changed gradients by %g",
+          pad_diff);
+
+    // Logits in chunks of 5 target rows (the last one partial) match one chunk.
+    cpu_model_set_logit_chunk_rows(model, 5);
+    float chunked_losses[T];
+    const double chunked_loss = cpu_model_forward(model, params, &mb, chunked_losses);
+    float *chunked_grads = calloc(table.total, sizeof(float));
+    cpu_model_forward_backward(model, params, chunked_grads, &mb, loss_scale);
+    CHECK(fabs(chunked_loss - loss) < 1e-6 * loss && max_abs_diff(chunked_losses, losses, T) < 1e-5,
+          "chunked loss %.9g vs %.9g", chunked_loss, loss);
+    const double chunk_diff = max_abs_diff(chunked_grads, grads, table.total);
+    CHECK(chunk_diff <= 1e-6 * max_abs(grads, table.total), "chunked gradients differ by %g",
+          chunk_diff);
+    cpu_model_set_logit_chunk_rows(model, T);
+
+    // Fewer rows than allocated: row 1 alone gives row 1's losses.
+    const ModelBatch second_row = {1, SEQ, batch.token + SEQ, batch.target + SEQ,
+                                   batch.pos + SEQ, batch.lo + SEQ, batch.hi + SEQ, NULL};
+    TileMask mask1;
+    tile_mask_build(second_row.lo, second_row.hi, 1, SEQ, 8, 4, &mask1);
+    ModelBatch second = second_row;
+    second.mask = &mask1;
+    float losses1[SEQ];
+    cpu_model_forward(model, params, &second, losses1);
+    const double row_diff = max_abs_diff(losses1, losses + SEQ, SEQ);
+    CHECK(row_diff < 1e-5, "row 1 alone: losses differ by %g", row_diff);
+
+    tile_mask_free(&mask1);
+    tile_mask_free(&mask);
+    cpu_model_free(model);
+    free(params), free(params_d), free(grads), free(twice), free(scaled), free(repadded_grads);
+    free(chunked_grads);
+    param_table_free(&table);
+}
+
+int main(void) {
+    rng = test_rng_from_env();
+    run_config(false);
+    run_config(true);
+    return test_finish();
+}

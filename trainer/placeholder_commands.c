@@ -4,7 +4,4 @@
 #include "trainer/commands.h"
 
 int cmd_train(int argc, char **argv) { (void)argc; (void)argv; fatal("train: not implemented yet"); }
-int cmd_pack(int argc, char **argv) { (void)argc; (void)argv; fatal("pack: not implemented yet"); }
 int cmd_parity(int argc, char **argv) { (void)argc; (void)argv; fatal("parity: not implemented yet"); }
-int cmd_gen_data(int argc, char **argv) { (void)argc; (void)argv; fatal("gen-data: not implemented yet"); }
-int cmd_tokenizer(int argc, char **argv) { (void)argc; (void)argv; fatal("tokenizer: not implemented yet"); }

@@ -1,0 +1,34 @@
+// From a JSONL file to packed rows: parse, tokenize, lay out, pack. Shared by
+// `train pack`, training and evaluation so they all see the same rows.
+#pragma once
+#include <stdbool.h>
+#include "data/layout.h"
+#include "data/pack.h"
+#include "data/tokenizer.h"
+#include "trainer/config.h"
+
+typedef struct {
+    LayoutKind layout;
+    int seq_len;
+    bool skip_bad;     // skip (and count) samples that fail to parse, tokenize or lay out
+    PackOptions pack;  // unpacked rows; skip documents longer than seq_len
+    int max_samples;   // keep only the first max_samples usable samples; 0 = all
+} DataOptions;
+
+typedef struct {
+    TokenizedSample *samples;  // [n_samples] usable samples, in file order
+    int n_samples;
+    DocList docs;              // the layout's documents; Doc.sample indexes samples[]
+    PackedRows rows;
+    int n_skipped_bad;         // lines / samples skipped under skip_bad
+    int n_skipped_too_long;    // documents skipped under pack.skip_too_long
+} PackedDataset;
+
+// data.layout, data.seq_len, data.unpacked, data.skip_bad, data.skip_too_long; a bad
+// value is fatal and names the key.
+DataOptions data_options_from_config(const Config *c);
+
+// Any error is fatal and names "path: line N" (or path:line for parse errors).
+void packed_dataset_load(const Tokenizer *tok, const char *path, DataOptions opt,
+                         PackedDataset *out);
+void packed_dataset_free(PackedDataset *d);

@@ -1,0 +1,112 @@
+// `train pack`: lay out and pack a data set, write the rows as JSONL, print statistics.
+// Output (a public interface, keep it stable): one JSON object per packed row,
+//   {"tokens": [...], "targets": [...], "pos": [...], "lo": [...], "hi": [...],
+//    "doc": [...], "turn": [...], "role": [...]}
+// each array of length data.seq_len, fields as in data/pack.h.
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/check.h"
+#include "data/batch.h"
+#include "data/stats.h"
+#include "trainer/commands.h"
+#include "trainer/config.h"
+
+static void write_array(FILE *f, const char *name, const int32_t *values, int n, bool last) {
+    fprintf(f, "\"%s\": [", name);
+    for (int i = 0; i < n; i++) fprintf(f, i ? ", %d" : "%d", values[i]);
+    fputs(last ? "]" : "], ", f);
+}
+
+// Writes to a temporary file beside `path` and renames it, so an error never leaves
+// a half-written output behind.
+static void write_rows(const PackedRows *rows, const char *path) {
+    size_t len = strlen(path) + 16;
+    char *tmp = xmalloc(len);
+    snprintf(tmp, len, "%s.tmpXXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) fatal("%s: cannot create a temporary file: %s", tmp, strerror(errno));
+    mode_t mask = umask(0);  // mkstemp makes 0600; give the output ordinary permissions
+    umask(mask);
+    fchmod(fd, 0666 & ~mask);
+    FILE *f = fdopen(fd, "w");
+    if (!f) fatal("%s: %s", tmp, strerror(errno));
+    for (int r = 0; r < rows->n_rows; r++) {
+        size_t base = (size_t)r * (size_t)rows->seq_len;
+        const struct {
+            const char *name;
+            const int32_t *values;
+        } fields[] = {{"tokens", rows->token}, {"targets", rows->target}, {"pos", rows->pos},
+                      {"lo", rows->lo},        {"hi", rows->hi},          {"doc", rows->doc},
+                      {"turn", rows->turn},    {"role", rows->role}};
+        int n_fields = (int)(sizeof fields / sizeof *fields);
+        fputc('{', f);
+        for (int i = 0; i < n_fields; i++)
+            write_array(f, fields[i].name, fields[i].values + base, rows->seq_len, i == n_fields - 1);
+        fputs("}\n", f);
+    }
+    if (ferror(f) | fclose(f)) {
+        unlink(tmp);
+        fatal("%s: write failed: %s", tmp, strerror(errno));
+    }
+    if (rename(tmp, path) != 0) {
+        unlink(tmp);
+        fatal("%s: cannot rename to %s: %s", tmp, path, strerror(errno));
+    }
+    free(tmp);
+}
+
+int cmd_pack(int argc, char **argv) {
+    // Configuration first, so its errors come before anything else.
+    const char *config_path;
+    char **overrides;
+    int n_overrides;
+    argc = config_take_args(argc, argv, &config_path, &overrides, &n_overrides);
+    Config *config = config_load(config_path, n_overrides, overrides);
+    free(overrides);
+
+    const char *out_path = NULL;
+    bool skip_bad_flag = false;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) out_path = argv[++i];
+        else if (strcmp(argv[i], "--skip-bad") == 0) skip_bad_flag = true;
+        else fatal("pack: unexpected argument '%s' (usage: train pack --config FILE "
+                   "[--set key=value]... --out rows.jsonl [--skip-bad])", argv[i]);
+    }
+    if (!out_path) fatal("pack: --out rows.jsonl is required");
+
+    DataOptions opt = data_options_from_config(config);
+    opt.skip_bad |= skip_bad_flag;
+    long long tile = config_int(config, "data.stats_block");
+    if (tile <= 0 || tile > 4096)
+        fatal("config key 'data.stats_block': must be in 1..4096, got %lld", tile);
+    const char *tokenizer_path = config_str(config, "data.tokenizer");
+    const char *data_path = config_str(config, "data.train_path");
+    if (!tokenizer_path) fatal("config key 'data.tokenizer' is required");
+    if (!data_path) fatal("config key 'data.train_path' is required");
+
+    char err[1024];
+    Tokenizer *tok = tokenizer_load(tokenizer_path, err, sizeof err);
+    if (!tok) fatal("config key 'data.tokenizer': %s", err);
+    PackedDataset data;
+    packed_dataset_load(tok, data_path, opt, &data);
+    write_rows(&data.rows, out_path);
+
+    DatasetStats stats;
+    stats_compute(data.samples, data.n_samples, opt.layout, &data.docs, &data.rows, (int)tile,
+                  &stats);
+    stats.n_skipped_bad = data.n_skipped_bad;
+    stats.n_skipped_too_long = data.n_skipped_too_long;
+    printf("%s -> %s\n", data_path, out_path);
+    stats_print(&stats, stdout);
+
+    packed_dataset_free(&data);
+    tokenizer_free(tok);
+    config_free(config);
+    return 0;
+}

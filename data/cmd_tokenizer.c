@@ -1,0 +1,87 @@
+// `train tokenizer --corpus-from FILE.jsonl --out PREFIX [--vocab-size N]`:
+// trains PREFIX.model on the template-rendered text of a conversation dataset.
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/check.h"
+#include "data/conversation.h"
+#include "data/template.h"
+#include "data/tokenizer.h"
+#include "trainer/commands.h"
+
+// Writes head + text + tail as corpus sentences: SentencePiece reads one sentence
+// per line, so a multi-line text becomes several sentences (head on the first,
+// tail on the last).
+static void write_sentences(FILE *f, const char *head, const char *text, const char *tail) {
+    fprintf(f, "%s%s%s\n", head, text, tail);
+}
+
+static void write_message(FILE *f, const Message *m) {
+    switch (m->role) {
+    case MSG_SYSTEM: write_sentences(f, TEMPLATE_SYSTEM_HEADER, m->content, ""); break;
+    case MSG_USER:
+        write_sentences(f, TEMPLATE_USER_HEADER, m->content, TEMPLATE_ASSISTANT_HEADER);
+        break;
+    case MSG_ASSISTANT:
+        if (m->reasoning)
+            write_sentences(f, TEMPLATE_THINK_OPEN, m->reasoning, TEMPLATE_THINK_CLOSE);
+        write_sentences(f, "", m->content, TEMPLATE_END_OF_TURN);
+        break;
+    }
+}
+
+static void write_corpus(const Dataset *d, const char *corpus_path) {
+    FILE *f = fopen(corpus_path, "wb");
+    if (!f) fatal("%s: cannot create: %s", corpus_path, strerror(errno));
+    for (int i = 0; i < d->n_samples; i++) {
+        const Sample *s = &d->samples[i];
+        for (int j = 0; j < s->n_messages; j++) write_message(f, &s->messages[j]);
+        for (int j = 0; j < s->n_completions; j++) write_message(f, &s->completions[j]);
+    }
+    if (fclose(f) != 0) fatal("%s: write error: %s", corpus_path, strerror(errno));
+}
+
+static void usage_exit(void) {
+    fatal("usage: train tokenizer --corpus-from FILE.jsonl --out PREFIX [--vocab-size N]");
+}
+
+int cmd_tokenizer(int argc, char **argv) {
+    const char *corpus_from = NULL, *prefix = NULL;
+    int vocab_size = 512;
+    for (int i = 0; i < argc; i++) {
+        const char *value = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(argv[i], "--corpus-from") == 0 && value)
+            corpus_from = argv[++i];
+        else if (strcmp(argv[i], "--out") == 0 && value)
+            prefix = argv[++i];
+        else if (strcmp(argv[i], "--vocab-size") == 0 && value) {
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (*end || v <= 0 || v > (1 << 24)) fatal("--vocab-size: bad value '%s'", argv[i]);
+            vocab_size = (int)v;
+        } else {
+            fprintf(stderr, "train tokenizer: unexpected argument '%s'\n", argv[i]);
+            usage_exit();
+        }
+    }
+    if (!corpus_from || !prefix) usage_exit();
+
+    Dataset d;
+    dataset_load(corpus_from, false, &d);
+    size_t corpus_len = strlen(prefix) + sizeof(".corpus.txt");
+    char *corpus_path = xmalloc(corpus_len);
+    snprintf(corpus_path, corpus_len, "%s.corpus.txt", prefix);
+    write_corpus(&d, corpus_path);
+
+    char err[1024];
+    int rc = tokenizer_train(corpus_path, prefix, vocab_size, err, sizeof(err));
+    remove(corpus_path);
+    free(corpus_path);
+    if (rc != 0) fatal("%s", err);
+    printf("tokenizer: %d samples from %s -> %s.model (vocab %d)\n", d.n_samples, corpus_from,
+           prefix, vocab_size);
+    dataset_free(&d);
+    return 0;
+}

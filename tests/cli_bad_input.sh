@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# `train gen-data`, `train tokenizer` and `train pack` on good and bad JSONL:
+# bad lines fail with a non-zero exit and "file:line: field: what"; --skip-bad
+# skips them; gen-data and tokenizer reproduce the shipped files.
+train="$1"; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fixtures=tests/data; shipped=datasets/synthetic
+pass=0; fail=0
+ok() { pass=$((pass+1)); }
+bad() { echo "FAIL $*"; fail=$((fail+1)); }
+expect_error() {  # expect_error <description> <pattern> <command...>
+    local what="$1" pattern="$2"; shift 2
+    if out=$("$@" 2>&1); then bad "$what: exit 0"; return; fi
+    if grep -q -- "$pattern" <<<"$out"; then ok; else bad "$what: got: $out"; fi
+}
+
+# gen-data: same seed, same bytes; another seed, other bytes; the asked sizes.
+for run in a b; do "$train" gen-data --out-dir "$tmp/$run" --seed 7 --train 20 --eval 5 --shared 4 >/dev/null || bad "gen-data $run"; done
+"$train" gen-data --out-dir "$tmp/c" --seed 8 --train 20 --eval 5 --shared 4 >/dev/null || bad "gen-data c"
+for f in train.jsonl eval.jsonl shared_prefix.jsonl; do
+    if cmp -s "$tmp/a/$f" "$tmp/b/$f"; then ok; else bad "gen-data $f differs for one seed"; fi
+    if ! cmp -s "$tmp/a/$f" "$tmp/c/$f"; then ok; else bad "gen-data $f equal for seeds 7 and 8"; fi
+done
+if [ "$(wc -l < "$tmp/a/train.jsonl")" -eq 20 ] && [ "$(wc -l < "$tmp/a/eval.jsonl")" -eq 5 ] &&
+   [ "$(wc -l < "$tmp/a/shared_prefix.jsonl")" -eq 4 ]; then ok; else bad "gen-data sizes"; fi
+expect_error "gen-data without --out-dir" "out-dir" "$train" gen-data --seed 1
+expect_error "gen-data bad count" "--train: expected a non-negative integer, got 'many'" "$train" gen-data --out-dir "$tmp/x" --train many
+expect_error "gen-data unknown flag" "unknown argument '--bogus'" "$train" gen-data --out-dir "$tmp/x" --bogus 1
+
+# The shipped data and tokenizer are what the README commands make.
+if [ -f "$shipped/train.jsonl" ] && [ -f "$shipped/tokenizer.vocab" ]; then
+    "$train" gen-data --out-dir "$tmp/shipped" --seed 1234 --train 2000 --eval 200 --shared 200 >/dev/null
+    for f in train.jsonl eval.jsonl shared_prefix.jsonl; do
+        if cmp -s "$tmp/shipped/$f" "$shipped/$f"; then ok; else bad "$shipped/$f is not what gen-data writes"; fi
+    done
+    # The .model records its own path, so compare the vocabularies (pieces and scores).
+    if "$train" tokenizer --corpus-from "$shipped/train.jsonl" --out "$tmp/tok" --vocab-size 512 >/dev/null &&
+       cmp -s "$tmp/tok.vocab" "$shipped/tokenizer.vocab"; then ok; else bad "retrained tokenizer differs from $shipped"; fi
+    [ ! -e "$tmp/tok.corpus.txt" ] && ok || bad "tokenizer left its corpus file behind"
+else
+    bad "$shipped not generated"
+fi
+
+# tokenizer: all formats train; bad lines are fatal with file:line; usage errors.
+if "$train" tokenizer --corpus-from "$fixtures/all_formats.jsonl" --out "$tmp/small" --vocab-size 300 >/dev/null 2>&1 &&
+   [ -s "$tmp/small.model" ]; then ok; else bad "tokenizer on all_formats.jsonl"; fi
+expect_error "tokenizer bad role" "bad_role.jsonl:4: messages\[1\].role: unknown role 'robot'" \
+    "$train" tokenizer --corpus-from "$fixtures/bad_role.jsonl" --out "$tmp/t"
+expect_error "tokenizer missing file" "nope.jsonl: cannot open" "$train" tokenizer --corpus-from "$tmp/nope.jsonl" --out "$tmp/t"
+expect_error "tokenizer without --out" "usage: train tokenizer" "$train" tokenizer --corpus-from "$fixtures/all_formats.jsonl"
+expect_error "tokenizer bad vocab size" "vocab-size" "$train" tokenizer --corpus-from "$fixtures/all_formats.jsonl" --out "$tmp/t" --vocab-size x
+
+# pack: each bad fixture fails naming file:line and the field; --skip-bad skips it.
+pack() { "$train" pack --set data.tokenizer="$shipped/tokenizer.model" "$@"; }
+while IFS='|' read -r file pattern; do
+    expect_error "pack $file" "$file:$pattern" pack --set data.train_path="$fixtures/$file" --out "$tmp/rows.jsonl"
+    if out=$(pack --set data.train_path="$fixtures/$file" --out "$tmp/rows.jsonl" --skip-bad 2>&1) &&
+       grep -q "^skipped *1 bad" <<<"$out"; then ok; else bad "pack --skip-bad $file: $out"; fi
+done <<'EOF'
+bad_role.jsonl|4: messages\[1\].role: unknown role 'robot'
+bad_utf8.jsonl|2: invalid UTF-8
+bad_think.jsonl|2: conversations\[1\].value: unclosed think tag
+EOF
+expect_error "pack bad_completions" "bad_completions.jsonl:3: completions: empty completions list" \
+    pack --set data.train_path="$fixtures/bad_completions.jsonl" --set data.layout=shared_prefix --out "$tmp/rows.jsonl"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,322 @@
+// Model-free exactness of the layouts (DESIGN.md §3), the heart of the method.
+//
+// A transformer's output at query q is a function of (token[q], pos[q]) and of the
+// outputs at the keys it sees (attention is order-free over keys once RoPE has
+// put their positions in). So define, recursively,
+//   ctx(q) = (token[q], pos[q], multiset { ctx(k) : k != q visible to q by lo/hi })
+// and hash it bottom-up. Two trained positions with equal (ctx, target) get equal
+// loss and gradient in any model. We pack random conversations under each layout
+// (FFD rows, so packing is covered too) and compare against npass.
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/batch.h"
+#include "data/layout.h"
+#include "data/pack.h"
+#include "tests/test_util.h"
+
+enum { SEQ_LEN = 256, VOCAB = 50 };
+
+static uint64_t mix(uint64_t x) {  // splitmix64 finalizer
+    x += 0x9E3779B97F4A7C15ULL;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+// One trained position: which sample and turn it belongs to, its rank among that
+// turn's trained positions (0 = last prompt token), its context hash and target.
+typedef struct {
+    int sample, turn, rank;
+    long long slot;  // row * seq_len + column, to order a turn's positions
+    uint64_t ctx;
+    int32_t target;
+} Entry;
+
+static int by_sample_turn_slot(const void *a, const void *b) {
+    const Entry *x = a, *y = b;
+    if (x->sample != y->sample) return x->sample - y->sample;
+    if (x->turn != y->turn) return x->turn - y->turn;
+    return (x->slot > y->slot) - (x->slot < y->slot);
+}
+
+static int by_ctx_target(const void *a, const void *b) {
+    const Entry *x = a, *y = b;
+    if (x->ctx != y->ctx) return x->ctx > y->ctx ? 1 : -1;
+    return x->target - y->target;
+}
+
+// Context hashes of every slot of the packed rows; entries for the trained slots,
+// sorted by (sample, turn, rank). An npass document's turn is its index among its
+// sample's documents (+1 for shared-prefix sets, whose completions are turns 1..n).
+static Entry *trained_entries(const PackedRows *rows, const DocList *docs,
+                              const TokenizedSample *samples, bool npass, int *n_entries) {
+    int *doc_in_sample = malloc((size_t)docs->n_docs * sizeof(int));
+    for (int d = 0; d < docs->n_docs; d++)
+        doc_in_sample[d] = d > 0 && docs->docs[d - 1].sample == docs->docs[d].sample
+                               ? doc_in_sample[d - 1] + 1 : 0;
+    int seq_len = rows->seq_len;
+    uint64_t *ctx = malloc((size_t)seq_len * sizeof(uint64_t));       // [seq_len] of the current row
+    uint64_t *children = malloc((size_t)seq_len * sizeof(uint64_t));  // [seq_len]
+    Entry *entries = NULL;
+    int n = 0, cap = 0;
+    for (int r = 0; r < rows->n_rows; r++) {
+        size_t base = (size_t)r * seq_len;
+        const int32_t *lo = rows->lo + base, *hi = rows->hi + base;
+        for (int q = 0; q < seq_len; q++) {
+            int n_children = 0;
+            for (int k = 0; k < seq_len; k++) {
+                if (k == q || !(lo[k] <= q && q < hi[k])) continue;
+                if (k > q) {
+                    CHECK(false, "row %d: query %d sees a later key %d (not causal)", r, q, k);
+                    continue;
+                }
+                children[n_children++] = ctx[k];
+            }
+            qsort(children, (size_t)n_children, sizeof(uint64_t), cmp_u64);
+            uint64_t h = mix(mix((uint64_t)(uint32_t)rows->token[base + q]) ^ (uint64_t)rows->pos[base + q]);
+            for (int c = 0; c < n_children; c++) h = mix(h ^ children[c]);
+            ctx[q] = h;
+            if (rows->target[base + q] == -1) continue;
+            int d = rows->doc[base + q];
+            int sample = docs->docs[d].sample;
+            int turn = npass ? doc_in_sample[d] + (samples[sample].kind == SAMPLE_SHARED_PREFIX)
+                             : rows->turn[base + q];
+            Entry e = {sample, turn, 0, (long long)base + q, h, rows->target[base + q]};
+            if (n == cap) entries = realloc(entries, (size_t)(cap = 2 * cap + 64) * sizeof(Entry));
+            entries[n++] = e;
+        }
+    }
+    qsort(entries, (size_t)n, sizeof(Entry), by_sample_turn_slot);
+    for (int i = 0; i < n; i++)
+        entries[i].rank = i > 0 && entries[i - 1].sample == entries[i].sample &&
+                                  entries[i - 1].turn == entries[i].turn
+                              ? entries[i - 1].rank + 1 : 0;
+    free(doc_in_sample);
+    free(ctx);
+    free(children);
+    *n_entries = n;
+    return entries;
+}
+
+typedef struct {
+    Entry *e;
+    int n;
+} EntrySet;
+
+// The entries of one sample: a slice of a sorted entry array.
+static EntrySet sample_slice(EntrySet all, int sample) {
+    int i = 0;
+    while (i < all.n && all.e[i].sample < sample) i++;
+    int j = i;
+    while (j < all.n && all.e[j].sample == sample) j++;
+    return (EntrySet){all.e + i, j - i};
+}
+
+// Matched by (turn, rank): same context and target at every trained position.
+static bool positions_match(EntrySet a, EntrySet b) {
+    if (a.n != b.n) return false;
+    for (int i = 0; i < a.n; i++)
+        if (a.e[i].turn != b.e[i].turn || a.e[i].rank != b.e[i].rank || a.e[i].ctx != b.e[i].ctx ||
+            a.e[i].target != b.e[i].target)
+            return false;
+    return true;
+}
+
+// Counts positions of a whose (ctx, target) has no equal in b.
+static int unmatched(EntrySet a, EntrySet b) {
+    Entry *sorted = malloc((size_t)(b.n ? b.n : 1) * sizeof(Entry));
+    memcpy(sorted, b.e, (size_t)b.n * sizeof(Entry));
+    qsort(sorted, (size_t)b.n, sizeof(Entry), by_ctx_target);
+    int missing = 0;
+    for (int i = 0; i < a.n; i++)
+        missing += bsearch(&a.e[i], sorted, (size_t)b.n, sizeof(Entry), by_ctx_target) == NULL;
+    free(sorted);
+    return missing;
+}
+
+// Equal multisets of (ctx, target).
+static bool multisets_equal(EntrySet a, EntrySet b) {
+    if (a.n != b.n) return false;
+    Entry *x = malloc((size_t)(a.n ? a.n : 1) * sizeof(Entry)), *y = malloc((size_t)(b.n ? b.n : 1) * sizeof(Entry));
+    memcpy(x, a.e, (size_t)a.n * sizeof(Entry));
+    memcpy(y, b.e, (size_t)b.n * sizeof(Entry));
+    qsort(x, (size_t)a.n, sizeof(Entry), by_ctx_target);
+    qsort(y, (size_t)b.n, sizeof(Entry), by_ctx_target);
+    bool equal = true;
+    for (int i = 0; i < a.n && equal; i++) equal = x[i].ctx == y[i].ctx && x[i].target == y[i].target;
+    free(x);
+    free(y);
+    return equal;
+}
+
+static TokenSpan random_span(TestRng *rng, int n) {
+    TokenSpan s = {malloc((size_t)(n ? n : 1) * sizeof(int32_t)), n};
+    for (int i = 0; i < n; i++) s.ids[i] = test_rng_int(rng, 1, VOCAB);
+    return s;
+}
+
+static TurnTokens random_turn(TestRng *rng, bool with_prompt) {
+    TurnTokens t;
+    t.prompt = random_span(rng, with_prompt ? test_rng_int(rng, 1, 5) : 0);
+    t.think = random_span(rng, test_rng_int(rng, 0, 9) < 3 ? 0 : test_rng_int(rng, 1, 6));
+    t.answer = random_span(rng, test_rng_int(rng, 1, 4));
+    return t;
+}
+
+static TokenizedSample random_sample(TestRng *rng, SampleKind kind, int line) {
+    TokenizedSample s = {kind, NULL, test_rng_int(rng, 1, 8), {NULL, 0}, line};
+    s.turns = malloc((size_t)s.n_turns * sizeof(TurnTokens));
+    for (int t = 0; t < s.n_turns; t++) s.turns[t] = random_turn(rng, kind == SAMPLE_CONVERSATION);
+    if (kind == SAMPLE_SHARED_PREFIX) s.prefix = random_span(rng, test_rng_int(rng, 1, 12));
+    return s;
+}
+
+// Lays out and packs every sample; returns its trained entries.
+static EntrySet layout_entries(LayoutKind layout, const TokenizedSample *samples, int n_samples,
+                               PackedRows *rows_out, DocList *docs_out) {
+    DocList docs = {0};
+    char err[256];
+    for (int s = 0; s < n_samples; s++)
+        CHECK(layout_sample(layout, &samples[s], s, &docs, err, sizeof err) == 0, "%s: %s",
+              layout_name(layout), err);
+    PackedRows rows;
+    int skipped;
+    CHECK(pack_docs(&docs, SEQ_LEN, (PackOptions){false, false}, &rows, &skipped, err, sizeof err) == 0,
+          "%s", err);
+    EntrySet set;
+    set.e = trained_entries(&rows, &docs, samples, layout == LAYOUT_NPASS, &set.n);
+    if (rows_out) *rows_out = rows;
+    else packed_rows_free(&rows);
+    if (docs_out) *docs_out = docs;
+    else doc_list_free(&docs);
+    return set;
+}
+
+static bool has_history_thinking(const TokenizedSample *s) {
+    for (int t = 0; t + 1 < s->n_turns; t++)
+        if (s->turns[t].think.n > 0) return true;
+    return false;
+}
+
+static void test_conversations(TestRng *rng, int round) {
+    enum { N_SAMPLES = 24 };
+    TokenizedSample samples[N_SAMPLES];
+    for (int s = 0; s < N_SAMPLES; s++) samples[s] = random_sample(rng, SAMPLE_CONVERSATION, s + 1);
+
+    PackedRows npass_rows;
+    DocList npass_docs;
+    EntrySet npass = layout_entries(LAYOUT_NPASS, samples, N_SAMPLES, &npass_rows, &npass_docs);
+    EntrySet duplicate = layout_entries(LAYOUT_DUPLICATE, samples, N_SAMPLES, NULL, NULL);
+    EntrySet mask_only = layout_entries(LAYOUT_MASK_ONLY, samples, N_SAMPLES, NULL, NULL);
+    int n_inexact = 0;
+    for (int s = 0; s < N_SAMPLES; s++) {
+        EntrySet ref = sample_slice(npass, s);
+        EntrySet dup = sample_slice(duplicate, s), mask = sample_slice(mask_only, s);
+        int want_trained = 0;
+        for (int t = 0; t < samples[s].n_turns; t++)
+            want_trained += samples[s].turns[t].think.n + samples[s].turns[t].answer.n;
+        CHECK(ref.n == want_trained, "round %d sample %d: npass trains %d, want |think|+|answer| = %d",
+              round, s, ref.n, want_trained);
+        CHECK(positions_match(dup, ref), "round %d sample %d: duplicate differs from npass", round, s);
+        CHECK(multisets_equal(dup, ref), "round %d sample %d: duplicate multiset", round, s);
+        if (has_history_thinking(&samples[s])) {
+            n_inexact++;
+            CHECK(unmatched(mask, ref) > 0,
+                  "round %d sample %d: mask_only matched npass although history answers "
+                  "followed thinking", round, s);
+        } else {
+            CHECK(positions_match(mask, ref), "round %d sample %d: without history thinking "
+                  "mask_only is npass", round, s);
+        }
+    }
+    CHECK(n_inexact > 0, "round %d: no sample with history thinking was drawn", round);
+
+    // The hash can fail: change one token that some trained position sees.
+    int trained_slot;
+    do trained_slot = test_rng_int(rng, 0, npass_rows.n_rows * SEQ_LEN - 1);
+    while (npass_rows.target[trained_slot] == -1);
+    int doc_start = trained_slot;
+    while (doc_start % SEQ_LEN > 0 && npass_rows.doc[doc_start - 1] == npass_rows.doc[trained_slot])
+        doc_start--;
+    int victim = test_rng_int(rng, doc_start, trained_slot);
+    npass_rows.token[victim] += VOCAB;
+    int sample = npass_docs.docs[npass_rows.doc[victim]].sample;
+    EntrySet perturbed;
+    perturbed.e = trained_entries(&npass_rows, &npass_docs, samples, true, &perturbed.n);
+    CHECK(!multisets_equal(sample_slice(duplicate, sample), sample_slice(perturbed, sample)),
+          "round %d: perturbing slot %d did not change any context", round, victim);
+    free(perturbed.e);
+
+    free(npass.e);
+    free(duplicate.e);
+    free(mask_only.e);
+    packed_rows_free(&npass_rows);
+    doc_list_free(&npass_docs);
+    for (int s = 0; s < N_SAMPLES; s++) tokenized_sample_free(&samples[s]);
+}
+
+static void test_shared_prefix(TestRng *rng, int round) {
+    enum { N_SAMPLES = 16 };
+    TokenizedSample samples[N_SAMPLES];
+    for (int s = 0; s < N_SAMPLES; s++) samples[s] = random_sample(rng, SAMPLE_SHARED_PREFIX, s + 1);
+    EntrySet npass = layout_entries(LAYOUT_NPASS, samples, N_SAMPLES, NULL, NULL);
+    EntrySet shared = layout_entries(LAYOUT_SHARED_PREFIX, samples, N_SAMPLES, NULL, NULL);
+    for (int s = 0; s < N_SAMPLES; s++) {
+        EntrySet ref = sample_slice(npass, s), got = sample_slice(shared, s);
+        CHECK(positions_match(got, ref), "round %d set %d: shared_prefix differs from the "
+              "separate passes", round, s);
+        CHECK(multisets_equal(got, ref), "round %d set %d: shared_prefix multiset", round, s);
+    }
+    free(npass.e);
+    free(shared.e);
+    for (int s = 0; s < N_SAMPLES; s++) tokenized_sample_free(&samples[s]);
+}
+
+// The same on the shipped synthetic data, through the tokenizer and the loader.
+static void test_synthetic_data(void) {
+    const char *tokenizer_path = "datasets/synthetic/tokenizer.model";
+    char err[512];
+    Tokenizer *tok = tokenizer_load(tokenizer_path, err, sizeof err);
+    if (!tok) {
+        printf("skipping the synthetic-data check: %s\n", err);
+        return;
+    }
+    struct {
+        const char *path;
+        LayoutKind layout;
+    } cases[] = {{"datasets/synthetic/train.jsonl", LAYOUT_DUPLICATE},
+                 {"datasets/synthetic/shared_prefix.jsonl", LAYOUT_SHARED_PREFIX}};
+    for (int c = 0; c < 2; c++) {
+        DataOptions opt = {LAYOUT_NPASS, 2048, false, {false, false}, 6};
+        PackedDataset ref_data, data;
+        packed_dataset_load(tok, cases[c].path, opt, &ref_data);
+        opt.layout = cases[c].layout;
+        packed_dataset_load(tok, cases[c].path, opt, &data);
+        EntrySet ref, got;
+        ref.e = trained_entries(&ref_data.rows, &ref_data.docs, ref_data.samples, true, &ref.n);
+        got.e = trained_entries(&data.rows, &data.docs, data.samples, false, &got.n);
+        CHECK(ref.n > 0 && positions_match(got, ref), "%s: %s differs from npass (%d vs %d trained)",
+              cases[c].path, layout_name(cases[c].layout), got.n, ref.n);
+        free(ref.e);
+        free(got.e);
+        packed_dataset_free(&ref_data);
+        packed_dataset_free(&data);
+    }
+    tokenizer_free(tok);
+}
+
+int main(void) {
+    TestRng rng = test_rng_from_env();
+    for (int round = 0; round < 12; round++) {
+        test_conversations(&rng, round);
+        test_shared_prefix(&rng, round);
+    }
+    test_synthetic_data();
+    return test_finish();
+}

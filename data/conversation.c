@@ -114,7 +114,8 @@ static int split_inline_think(const ParseCtx *ctx, const char *field, const char
     if (strstr(answer, TEMPLATE_THINK_CLOSE) || strstr(answer, TEMPLATE_THINK_OPEN)) {
         free(out->reasoning);
         out->reasoning = NULL;
-        return parse_fail(ctx, "%s: think tag inside the answer (only one '%s…%s' block, at the start)",
+        return parse_fail(ctx,
+                          "%s: think tag inside the answer (only one '%s…%s' block, at the start)",
                           field, TEMPLATE_THINK_OPEN, TEMPLATE_THINK_CLOSE);
     }
     out->content = copy_text(answer, strlen(answer));

@@ -241,7 +241,8 @@ static void think_split(StrBuf *b, Op op, long long x, long long y) {
     for (int i = 1; i < n; i++) sb_printf(b, " + %lld", parts[i]);
     sb_printf(b, ".\n");
     if (op == OP_MUL) {
-        for (int i = 0; i < n; i++) sb_printf(b, "%lld × %lld = %lld.\n", parts[i], y, parts[i] * y);
+        for (int i = 0; i < n; i++)
+            sb_printf(b, "%lld × %lld = %lld.\n", parts[i], y, parts[i] * y);
         sb_printf(b, "%lld", parts[0] * y);
         for (int i = 1; i < n; i++) sb_printf(b, " + %lld", parts[i] * y);
         sb_printf(b, " = %lld.\n", x * y);
@@ -460,7 +461,8 @@ void synthetic_write_shared_prefix(FILE *f, uint64_t seed, int n) {
         long long current = 0;
         for (int t = 0; t < n_history; t++) {
             Turn turn = make_turn(&r, current, t == 0);
-            json_array_append_new(prompt, json_message(FORMAT_REASONING_FIELD, "user", turn.question));
+            json_array_append_new(prompt,
+                                  json_message(FORMAT_REASONING_FIELD, "user", turn.question));
             json_array_append_new(prompt,
                                   json_message(FORMAT_REASONING_FIELD, "assistant", turn.answer));
             current = turn.result;

@@ -8,8 +8,8 @@ static void usage(FILE *f) {
     fputs("usage: train [run] --config FILE [--set key=value]...      train a model\n"
           "       train pack --config FILE [--set k=v]... --out rows.jsonl [--skip-bad]\n"
           "       train parity --config FILE [--set k=v]... --json out.json\n"
-          "       train gen-data --out-dir DIR [--seed N]\n"
-          "       train tokenizer --corpus-from DIR --out PREFIX [--vocab-size N]\n",
+          "       train gen-data --out-dir DIR [--seed N] [--train N] [--eval N] [--shared N]\n"
+          "       train tokenizer --corpus-from FILE.jsonl --out PREFIX [--vocab-size N]\n",
           f);
 }
 

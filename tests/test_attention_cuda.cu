@@ -1,0 +1,322 @@
+// CUDA block-sparse attention against the fp32 CPU oracle (attention_cpu.c) on the same
+// bf16-rounded inputs: random Q, K, V, dO (fresh each run), interval masks of every
+// layout family plus random intervals, ragged seq_len, GQA, head_dim 64 and 128.
+// Also: the GPU tile-mask builder equals the CPU one; kernels follow the tile lists
+// (empty lists give zeros although lo/hi see keys); deterministic backward is bitwise
+// reproducible. ATTN_TEST_QUICK=1 runs two small cases (for compute-sanitizer).
+#include "attention/attention_cuda.h"
+
+#include <math.h>
+#include <string.h>
+#include <vector>
+#include "common/cuda_check.h"
+#include "tests/test_util.h"
+
+namespace {
+
+enum MaskKind { CAUSAL, DOCS, SHARED_PREFIX, STRIP_THINKING, DUPLICATE, RANDOM_INTERVALS };
+const char *const MASK_NAMES[] = {"causal", "docs", "shared_prefix", "strip_thinking",
+                                  "duplicate", "random_intervals"};
+
+// Sets hi for keys [k0, k1) (clipped to the document end), lo = own slot (causal).
+void causal_span(int32_t *lo, int32_t *hi, int k0, int k1, int doc_end, int visible_until) {
+    for (int k = k0; k < k1 && k < doc_end; k++) {
+        lo[k] = k;
+        hi[k] = visible_until < doc_end ? visible_until : doc_end;
+    }
+}
+
+// One document [d0, d1) of a layout family (DESIGN.md §3), lo/hi in row slots.
+void fill_doc(MaskKind kind, int d0, int d1, TestRng *rng, int32_t *lo, int32_t *hi) {
+    const int len = d1 - d0;
+    if (kind == DOCS || kind == CAUSAL) {
+        causal_span(lo, hi, d0, d1, d1, d1);
+    } else if (kind == SHARED_PREFIX) {  // prefix sees all; completion i only itself
+        int p = d0 + test_rng_int(rng, 1, len > 2 ? len / 2 : 1);
+        causal_span(lo, hi, d0, p, d1, d1);
+        for (int c0 = p; c0 < d1;) {
+            int c1 = c0 + test_rng_int(rng, 1, 40);
+            causal_span(lo, hi, c0, c1, d1, c1);
+            c0 = c1;
+        }
+    } else {  // turns of prompt, think, answer (duplicate: answer copies aA, aB)
+        for (int t0 = d0; t0 < d1;) {
+            int p1 = t0 + test_rng_int(rng, 1, 12);
+            int th1 = p1 + test_rng_int(rng, 0, 20);
+            int a1 = th1 + test_rng_int(rng, 1, 12);
+            causal_span(lo, hi, t0, p1, d1, d1);
+            if (kind == STRIP_THINKING) {
+                causal_span(lo, hi, p1, th1, d1, a1);  // later turns do not see this thinking
+                causal_span(lo, hi, th1, a1, d1, d1);
+                t0 = a1;
+            } else {
+                int b1 = a1 + (a1 - th1);  // aB repeats aA; past the document end it is the last turn
+                bool last = b1 > d1;
+                causal_span(lo, hi, p1, th1, d1, a1);
+                causal_span(lo, hi, th1, a1, d1, last ? d1 : a1);
+                causal_span(lo, hi, a1, b1, d1, d1);
+                t0 = last ? d1 : b1;
+            }
+        }
+    }
+}
+
+// One row's lo/hi [S]: documents packed back to back, then padding (lo = hi).
+void fill_row(MaskKind kind, int S, TestRng *rng, int32_t *lo, int32_t *hi) {
+    if (kind == RANDOM_INTERVALS) {  // arbitrary intervals; queries 0..3 see nothing
+        for (int k = 0; k < S; k++) {
+            lo[k] = test_rng_int(rng, 4, S);
+            hi[k] = test_rng_int(rng, 0, 7) == 0 ? lo[k] : test_rng_int(rng, lo[k], S);
+        }
+        return;
+    }
+    const int end = kind == CAUSAL ? S : S - test_rng_int(rng, 1, S / 8);
+    for (int k = end; k < S; k++) lo[k] = hi[k] = k;
+    for (int d0 = 0; d0 < end;) {
+        int d1 = kind == CAUSAL ? end : d0 + test_rng_int(rng, 8, S / 2);
+        if (d1 > end) d1 = end;
+        fill_doc(kind, d0, d1, rng, lo, hi);
+        d0 = d1;
+    }
+}
+
+struct Case {
+    int batch, seq_len, n_heads, n_kv_heads, head_dim;
+    MaskKind rows[2];  // per batch row
+};
+
+template <typename T>
+T *host_alloc(size_t n) {
+    return static_cast<T *>(xmalloc(n * sizeof(T)));
+}
+template <typename T>
+T *device_alloc(size_t n) {
+    T *p;
+    cudaCheck(cudaMalloc(&p, n * sizeof(T)));
+    return p;
+}
+
+// Random values in [-amp, amp), rounded to bf16: x keeps the rounded floats for the oracle.
+std::vector<attn_bf16> random_bf16(TestRng *rng, size_t n, float amp, std::vector<float> *x) {
+    std::vector<attn_bf16> h(n);
+    x->resize(n);
+    for (size_t i = 0; i < n; i++) {
+        h[i] = __float2bfloat16(amp * test_rng_uniform(rng));
+        (*x)[i] = __bfloat162float(h[i]);
+    }
+    return h;
+}
+
+attn_bf16 *upload(const std::vector<attn_bf16> &h) {
+    attn_bf16 *d = device_alloc<attn_bf16>(h.size());
+    cudaCheck(cudaMemcpy(d, h.data(), h.size() * sizeof(attn_bf16), cudaMemcpyHostToDevice));
+    return d;
+}
+
+std::vector<float> download_bf16(const attn_bf16 *d, size_t n) {
+    std::vector<attn_bf16> h(n);
+    cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(attn_bf16), cudaMemcpyDeviceToHost));
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; i++) x[i] = __bfloat162float(h[i]);
+    return x;
+}
+
+std::vector<uint16_t> download_bits(const attn_bf16 *d, size_t n) {
+    std::vector<uint16_t> h(n);
+    cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+// ||x - ref|| / ||ref||; NaN if x has a NaN.
+double rel_err(const std::vector<float> &x, const float *ref) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < x.size(); i++) {
+        double d = (double)x[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    return sqrt(num / den);
+}
+
+bool has_nan(const std::vector<float> &x) {
+    for (float f : x)
+        if (isnan(f)) return true;
+    return false;
+}
+
+// Compares a device TileMask built on the GPU with the CPU one: counts and valid entries.
+bool same_tile_mask(const TileMask *cpu, const TileMask *gpu) {
+    if (cpu->n_q_tiles != gpu->n_q_tiles || cpu->n_k_tiles != gpu->n_k_tiles) return false;
+    const int32_t *counts_cpu[4] = {cpu->q_partial_count, cpu->q_full_count, cpu->k_partial_count, cpu->k_full_count};
+    const int32_t *counts_gpu[4] = {gpu->q_partial_count, gpu->q_full_count, gpu->k_partial_count, gpu->k_full_count};
+    const int32_t *idx_cpu[4] = {cpu->q_partial_idx, cpu->q_full_idx, cpu->k_partial_idx, cpu->k_full_idx};
+    const int32_t *idx_gpu[4] = {gpu->q_partial_idx, gpu->q_full_idx, gpu->k_partial_idx, gpu->k_full_idx};
+    for (int a = 0; a < 4; a++) {
+        const size_t lines = (size_t)cpu->n_rows * (a < 2 ? cpu->n_q_tiles : cpu->n_k_tiles);
+        const size_t len = a < 2 ? cpu->n_k_tiles : cpu->n_q_tiles;
+        std::vector<int32_t> counts(lines), idx(lines * len);
+        cudaCheck(cudaMemcpy(counts.data(), counts_gpu[a], lines * 4, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(idx.data(), idx_gpu[a], lines * len * 4, cudaMemcpyDeviceToHost));
+        for (size_t line = 0; line < lines; line++) {
+            if (counts[line] != counts_cpu[a][line]) return false;
+            for (int i = 0; i < counts[line]; i++)
+                if (idx[line * len + i] != idx_cpu[a][line * len + i]) return false;
+        }
+    }
+    return true;
+}
+
+void run_case(const Case &c, TestRng *rng, int deterministic_runs) {
+    const int B = c.batch, S = c.seq_len, H = c.n_heads, KVH = c.n_kv_heads, D = c.head_dim;
+    const AttnShape shape = {B, S, H, KVH, D, 1.0f / sqrtf((float)D)};
+    const size_t n_q = (size_t)B * S * H * D, n_kv = (size_t)B * S * KVH * D, n_lse = (size_t)B * H * S;
+    printf("case B=%d S=%d H=%d KV=%d D=%d masks %s, %s\n", B, S, H, KVH, D, MASK_NAMES[c.rows[0]],
+           MASK_NAMES[c.rows[B > 1 ? 1 : 0]]);
+
+    int32_t *lo = host_alloc<int32_t>((size_t)B * S), *hi = host_alloc<int32_t>((size_t)B * S);
+    for (int b = 0; b < B; b++) fill_row(c.rows[b], S, rng, lo + (size_t)b * S, hi + (size_t)b * S);
+    TileMask host_mask;
+    tile_mask_build(lo, hi, B, S, ATTN_CUDA_BLOCK_M, ATTN_CUDA_BLOCK_N, &host_mask);
+    int32_t *d_lo = device_alloc<int32_t>((size_t)B * S), *d_hi = device_alloc<int32_t>((size_t)B * S);
+    cudaCheck(cudaMemcpy(d_lo, lo, (size_t)B * S * 4, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(d_hi, hi, (size_t)B * S * 4, cudaMemcpyHostToDevice));
+    TileMask mask = tile_mask_upload(&host_mask), gpu_built;
+    tile_mask_build_cuda(d_lo, d_hi, B, S, ATTN_CUDA_BLOCK_M, ATTN_CUDA_BLOCK_N, &gpu_built, 0);
+    cudaCheck(cudaDeviceSynchronize());
+    CHECK(same_tile_mask(&host_mask, &gpu_built), "GPU-built tile mask differs from tile_mask_build");
+
+    std::vector<float> q, k, v, dout;
+    attn_bf16 *d_q = upload(random_bf16(rng, n_q, 3.0f, &q));
+    attn_bf16 *d_k = upload(random_bf16(rng, n_kv, 1.0f, &k));
+    attn_bf16 *d_v = upload(random_bf16(rng, n_kv, 1.0f, &v));
+    attn_bf16 *d_dout = upload(random_bf16(rng, n_q, 1.0f, &dout));
+    attn_bf16 *d_out = device_alloc<attn_bf16>(n_q), *d_dq = device_alloc<attn_bf16>(n_q);
+    attn_bf16 *d_dk = device_alloc<attn_bf16>(n_kv), *d_dv = device_alloc<attn_bf16>(n_kv);
+    float *d_lse = device_alloc<float>(n_lse);
+
+    float *out_ref = host_alloc<float>(n_q), *lse_ref = host_alloc<float>(n_lse);
+    float *dq_ref = host_alloc<float>(n_q), *dk_ref = host_alloc<float>(n_kv), *dv_ref = host_alloc<float>(n_kv);
+    attention_forward_cpu(&shape, &host_mask, lo, hi, q.data(), k.data(), v.data(), out_ref, lse_ref);
+    attention_backward_cpu(&shape, &host_mask, lo, hi, q.data(), k.data(), v.data(), out_ref, lse_ref,
+                           dout.data(), dq_ref, dk_ref, dv_ref);
+
+    // Forward; outputs poisoned with NaN so unwritten elements fail.
+    cudaCheck(cudaMemset(d_out, 0xff, n_q * 2));
+    cudaCheck(cudaMemset(d_lse, 0xff, n_lse * 4));
+    attention_forward_cuda(&shape, &mask, d_lo, d_hi, d_q, d_k, d_v, d_out, d_lse, 0);
+    cudaCheck(cudaDeviceSynchronize());
+    std::vector<float> out = download_bf16(d_out, n_q), lse(n_lse);
+    cudaCheck(cudaMemcpy(lse.data(), d_lse, n_lse * 4, cudaMemcpyDeviceToHost));
+    double e_out = rel_err(out, out_ref);
+    CHECK(!has_nan(out) && e_out <= 1e-2, "O rel err %.3g", e_out);
+    int lse_bad = 0, n_blind = 0, blind_nonzero = 0;
+    for (size_t i = 0; i < n_lse; i++) {
+        if (isinf(lse_ref[i])) {
+            lse_bad += !(isinf(lse[i]) && lse[i] < 0);
+        } else {
+            lse_bad += !(fabsf(lse[i] - lse_ref[i]) <= 1e-2f * fmaxf(1.0f, fabsf(lse_ref[i])));
+        }
+    }
+    CHECK(lse_bad == 0, "%d LSE values differ", lse_bad);
+    // Queries that see no key: output exactly 0 (lse index (b, h, q); out (b, q, h, d)).
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int qi = 0; qi < S; qi++) {
+                if (!isinf(lse_ref[((size_t)b * H + h) * S + qi])) continue;
+                n_blind++;
+                for (int d = 0; d < D; d++)
+                    blind_nonzero += out[(((size_t)b * S + qi) * H + h) * D + d] != 0.0f;
+            }
+    CHECK(blind_nonzero == 0, "%d output values of fully masked queries are not 0", blind_nonzero);
+
+    // Backward, both modes, against the oracle (which used its own fp32 O and LSE).
+    for (int deterministic = 0; deterministic < 2; deterministic++) {
+        cudaCheck(cudaMemset(d_dq, 0xff, n_q * 2));
+        cudaCheck(cudaMemset(d_dk, 0xff, n_kv * 2));
+        cudaCheck(cudaMemset(d_dv, 0xff, n_kv * 2));
+        attention_backward_cuda(&shape, &mask, d_lo, d_hi, d_q, d_k, d_v, d_out, d_lse, d_dout, d_dq,
+                                d_dk, d_dv, 0, deterministic);
+        cudaCheck(cudaDeviceSynchronize());
+        std::vector<float> dq = download_bf16(d_dq, n_q), dk = download_bf16(d_dk, n_kv),
+                           dv = download_bf16(d_dv, n_kv);
+        double e_dq = rel_err(dq, dq_ref), e_dk = rel_err(dk, dk_ref), e_dv = rel_err(dv, dv_ref);
+        printf("  %s: rel err O %.2e  dQ %.2e  dK %.2e  dV %.2e  (%d fully masked query rows)\n",
+               deterministic ? "deterministic" : "atomic dQ", e_out, e_dq, e_dk, e_dv, n_blind);
+        CHECK(!has_nan(dq) && e_dq <= 1e-2, "dQ rel err %.3g (deterministic %d)", e_dq, deterministic);
+        CHECK(!has_nan(dk) && e_dk <= 1e-2, "dK rel err %.3g (deterministic %d)", e_dk, deterministic);
+        CHECK(!has_nan(dv) && e_dv <= 1e-2, "dV rel err %.3g (deterministic %d)", e_dv, deterministic);
+        int blind_grad = 0;
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++)
+                for (int qi = 0; qi < S; qi++)
+                    if (isinf(lse_ref[((size_t)b * H + h) * S + qi]))
+                        for (int d = 0; d < D; d++)
+                            blind_grad += dq[(((size_t)b * S + qi) * H + h) * D + d] != 0.0f;
+        CHECK(blind_grad == 0, "%d dQ values of fully masked queries are not 0", blind_grad);
+    }
+
+    // Deterministic mode: bitwise-identical gradients run after run (the last run above
+    // was deterministic and is the reference).
+    std::vector<uint16_t> dq0 = download_bits(d_dq, n_q), dk0 = download_bits(d_dk, n_kv),
+                          dv0 = download_bits(d_dv, n_kv);
+    int differing_runs = 0;
+    for (int run = 0; run < deterministic_runs; run++) {
+        attention_backward_cuda(&shape, &mask, d_lo, d_hi, d_q, d_k, d_v, d_out, d_lse, d_dout, d_dq,
+                                d_dk, d_dv, 0, true);
+        cudaCheck(cudaDeviceSynchronize());
+        differing_runs += download_bits(d_dq, n_q) != dq0 || download_bits(d_dk, n_kv) != dk0 ||
+                          download_bits(d_dv, n_kv) != dv0;
+    }
+    CHECK(differing_runs == 0, "%d of %d deterministic runs differ bitwise", differing_runs,
+          deterministic_runs);
+
+    // The kernels follow the tile lists, not lo/hi: with every list emptied, nothing is
+    // visited, so O, dQ, dK, dV are 0 although lo/hi make keys visible.
+    cudaCheck(cudaMemset(mask.q_partial_count, 0, (size_t)B * mask.n_q_tiles * 4));
+    cudaCheck(cudaMemset(mask.q_full_count, 0, (size_t)B * mask.n_q_tiles * 4));
+    cudaCheck(cudaMemset(mask.k_partial_count, 0, (size_t)B * mask.n_k_tiles * 4));
+    cudaCheck(cudaMemset(mask.k_full_count, 0, (size_t)B * mask.n_k_tiles * 4));
+    attention_forward_cuda(&shape, &mask, d_lo, d_hi, d_q, d_k, d_v, d_out, d_lse, 0);
+    attention_backward_cuda(&shape, &mask, d_lo, d_hi, d_q, d_k, d_v, d_out, d_lse, d_dout, d_dq,
+                            d_dk, d_dv, 0, false);
+    cudaCheck(cudaDeviceSynchronize());
+    int nonzero = 0;
+    for (const std::vector<float> &x : {download_bf16(d_out, n_q), download_bf16(d_dq, n_q),
+                                        download_bf16(d_dk, n_kv), download_bf16(d_dv, n_kv)})
+        for (float f : x) nonzero += f != 0.0f;
+    CHECK(nonzero == 0, "%d nonzero outputs with empty tile lists", nonzero);
+
+    tile_mask_free_device(&mask);
+    tile_mask_free_device(&gpu_built);
+    tile_mask_free(&host_mask);
+    for (void *p : {(void *)d_q, (void *)d_k, (void *)d_v, (void *)d_dout, (void *)d_out, (void *)d_dq,
+                    (void *)d_dk, (void *)d_dv, (void *)d_lse, (void *)d_lo, (void *)d_hi})
+        cudaCheck(cudaFree(p));
+    for (void *p : {(void *)lo, (void *)hi, (void *)out_ref, (void *)lse_ref, (void *)dq_ref,
+                    (void *)dk_ref, (void *)dv_ref})
+        free(p);
+}
+
+}  // namespace
+
+int main(void) {
+    int n_devices = 0;
+    if (cudaGetDeviceCount(&n_devices) != cudaSuccess || n_devices == 0) {
+        printf("SKIP: no CUDA device\n");
+        return EXIT_SKIP;
+    }
+    TestRng rng = test_rng_from_env();
+    const bool quick = getenv("ATTN_TEST_QUICK") != NULL;
+    const Case cases[] = {
+        {2, 200, 4, 2, 64, {CAUSAL, RANDOM_INTERVALS}},
+        {2, 333, 4, 1, 128, {DOCS, STRIP_THINKING}},
+        {1, 257, 2, 2, 128, {SHARED_PREFIX}},
+        {2, 190, 6, 3, 64, {DUPLICATE, RANDOM_INTERVALS}},
+        {1, 320, 2, 1, 128, {CAUSAL}},
+        {2, 129, 2, 2, 64, {STRIP_THINKING, SHARED_PREFIX}},
+        {1, 500, 4, 4, 128, {DUPLICATE}},
+    };
+    const int n_cases = quick ? 2 : (int)(sizeof(cases) / sizeof(cases[0]));
+    for (int i = 0; i < n_cases; i++) run_case(cases[i], &rng, quick ? 2 : 10);
+    return test_finish();
+}

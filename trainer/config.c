@@ -51,7 +51,14 @@ static const char *const DEFAULTS_JSON =
     "    \"eval_max_conversations\": 64,"
     "    \"checkpoint_every\": 100,"
     "    \"resume\": null,"
-    "    \"deterministic\": true"
+    "    \"deterministic\": true,"
+    "    \"micro_rows\": 4,"
+    "    \"shuffle\": true,"
+    "    \"peak_tflops\": 0.0"
+    "  },"
+    "  \"parity\": {"
+    "    \"conversations\": 16,"
+    "    \"weights\": null"
     "  }"
     "}";
 

@@ -1,0 +1,102 @@
+// Matmuls of the HF Linear layout through cuBLASLt: bf16 A/B, fp32 compute, bf16
+// or fp32 output. cuBLASLt is column-major; a row-major [R, K] matrix is read as
+// a column-major K x R one, so every product below is written for the transposes.
+#include <stdbool.h>
+#include "model/ops_cuda.h"
+#include "model/ops_cuda_internal.cuh"
+
+// Largest power of two (up to 256) dividing the address: tells the heuristic
+// which alignment the algorithm may assume (its default, 256, would reject
+// pointers into the middle of a buffer at launch).
+static uint32_t pointer_alignment(const void *p) {
+    uint32_t alignment = 256;
+    while (alignment > 1 && (uintptr_t)p % alignment != 0) alignment /= 2;
+    return alignment;
+}
+
+// Column-major D[m,n] = op(A)[m,k] @ op(B)[k,n] + beta * D, all matrices tight
+// (leading dimension = stored rows). A and B are bf16; D is bf16 or fp32.
+static void lt_matmul(const char *op, void *d, cudaDataType_t d_type, const bf16 *a,
+                      bool transpose_a, const bf16 *b, bool transpose_b, int m, int n, int k,
+                      float beta, cudaStream_t stream) {
+    const OpsCudaState *s = ops_cuda_state(op);
+    cublasLtMatmulDesc_t desc;
+    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
+                                               sizeof(op_a)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
+                                               sizeof(op_b)));
+
+    cublasLtMatrixLayout_t a_layout, b_layout, d_layout;
+    if (transpose_a) cublasCheck(cublasLtMatrixLayoutCreate(&a_layout, CUDA_R_16BF, k, m, k));
+    else cublasCheck(cublasLtMatrixLayoutCreate(&a_layout, CUDA_R_16BF, m, k, m));
+    if (transpose_b) cublasCheck(cublasLtMatrixLayoutCreate(&b_layout, CUDA_R_16BF, n, k, n));
+    else cublasCheck(cublasLtMatrixLayoutCreate(&b_layout, CUDA_R_16BF, k, n, k));
+    cublasCheck(cublasLtMatrixLayoutCreate(&d_layout, d_type, m, n, m));
+
+    cublasLtMatmulPreference_t preference;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&preference));
+    const uint64_t workspace_bytes = s->cublaslt_workspace_bytes;
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(
+        preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+        sizeof(workspace_bytes)));
+    const uint32_t align_a = pointer_alignment(a), align_b = pointer_alignment(b);
+    const uint32_t align_d = pointer_alignment(d);
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(
+        preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(
+        preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(
+        preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof(align_d)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(
+        preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d)));
+
+    cublasLtMatmulHeuristicResult_t heuristic;
+    int n_results = 0;
+    const cublasStatus_t status =
+        cublasLtMatmulAlgoGetHeuristic(s->cublaslt, desc, a_layout, b_layout, d_layout, d_layout,
+                                       preference, 1, &heuristic, &n_results);
+    if (status != CUBLAS_STATUS_SUCCESS || n_results == 0)
+        fatal("%s: cuBLASLt has no algorithm for m=%d n=%d k=%d (alignments %u/%u/%u): %s", op,
+              m, n, k, align_a, align_b, align_d, cublasLtGetStatusString(status));
+
+    const float alpha = 1.0f;
+    // C and D are the same buffer with the same layout: beta = 1 accumulates in place.
+    cublasCheck(cublasLtMatmul(s->cublaslt, desc, &alpha, a, a_layout, b, b_layout, &beta, d,
+                               d_layout, d, d_layout, &heuristic.algo, s->cublaslt_workspace,
+                               s->cublaslt_workspace_bytes, stream));
+
+    cublasCheck(cublasLtMatmulPreferenceDestroy(preference));
+    cublasCheck(cublasLtMatrixLayoutDestroy(d_layout));
+    cublasCheck(cublasLtMatrixLayoutDestroy(b_layout));
+    cublasCheck(cublasLtMatrixLayoutDestroy(a_layout));
+    cublasCheck(cublasLtMatmulDescDestroy(desc));
+}
+
+static void check_matmul_shape(const char *op, int N, int IC, int OC) {
+    if (N < 0 || IC <= 0 || OC <= 0) fatal("%s: bad shape N=%d IC=%d OC=%d", op, N, IC, OC);
+}
+
+void matmul_forward_cuda(bf16 *out, const bf16 *inp, const bf16 *weight, int N, int IC, int OC,
+                         cudaStream_t stream) {
+    check_matmul_shape("matmul_forward_cuda", N, IC, OC);
+    if (N == 0) return;
+    // out^T[OC,N] = W[OC,IC] @ inp^T[IC,N]; weight's column-major view is W^T.
+    lt_matmul("matmul_forward_cuda", out, CUDA_R_16BF, weight, true, inp, false, OC, N, IC, 0.0f,
+              stream);
+}
+
+void matmul_backward_cuda(bf16 *dinp, float *dweight, const bf16 *dout, const bf16 *inp,
+                          const bf16 *weight, int N, int IC, int OC, cudaStream_t stream) {
+    check_matmul_shape("matmul_backward_cuda", N, IC, OC);
+    if (N == 0) return;
+    // dinp^T[IC,N] += W^T[IC,OC] @ dout^T[OC,N]
+    if (dinp)
+        lt_matmul("matmul_backward_cuda (dinp)", dinp, CUDA_R_16BF, weight, false, dout, false,
+                  IC, N, OC, 1.0f, stream);
+    // dweight^T[IC,OC] += inp^T[IC,N] @ dout[N,OC]
+    lt_matmul("matmul_backward_cuda (dweight)", dweight, CUDA_R_32F, inp, false, dout, true, IC,
+              OC, N, 1.0f, stream);
+}

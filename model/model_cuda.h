@@ -1,0 +1,59 @@
+// The Llama-family model of DESIGN.md §5 on the GPU: the twin of model.h's CpuModel
+// with bf16 weights and activations and fp32 gradients. Same ParamTable, same batch,
+// same loss and loss_scale semantics, so the CPU model is its oracle.
+//
+// Memory: the caller owns the parameters (bf16, [ParamTable.total], the table's
+// offsets) and the gradients (fp32, [ParamTable.total], the same offsets), each one
+// device allocation. The model owns one activation arena sized at creation for
+// max_rows x seq_len; a step allocates nothing on the device (the attention backward
+// takes its scratch from the stream-ordered pool, see attention_cuda.h).
+//
+// Requires ops_cuda_init(max_tokens >= max_rows * seq_len, max_channels >= hidden_size)
+// before cuda_model_create (the ops' scratch is process-wide, see ops_cuda.h).
+// All work runs in order on the model's stream (cuda_model_stream); put optimizer
+// kernels on that stream too. The two step functions return after the stream has
+// finished the step (they read the losses back).
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {  // model.h is a plain C header without guards of its own
+#endif
+#include "model/model.h"
+
+typedef struct CudaModel CudaModel;
+
+// Validates the config (fatal, naming the field, for anything the kernels cannot run:
+// head_dim must be 64 or 128) and allocates the activation arena once.
+CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len);
+void cuda_model_free(CudaModel *m);
+
+// Forward only. params_bf16: device, [ParamTable.total] bf16. b: HOST arrays
+// [n_rows, seq_len] and a host TileMask; the model uploads them into its own device
+// buffers (a TileMask built with block sizes other than ATTN_CUDA_BLOCK_M/N is rebuilt
+// from lo/hi). Writes per-position cross-entropy into losses_host [n_rows, seq_len]
+// (host, 0 where target is -1) when not NULL. Returns the sum over targets.
+double cuda_model_forward(CudaModel *m, const void *params_bf16, const ModelBatch *b,
+                          float *losses_host);
+
+// Forward and backward of sum(CE over targets) * loss_scale; gradients of it are ADDED
+// into grads (device, [ParamTable.total] fp32), so micro-batches accumulate. Returns the
+// unscaled sum of CE over this batch's targets (as cpu_model_forward_backward).
+double cuda_model_forward_backward(CudaModel *m, const void *params_bf16, float *grads,
+                                   const ModelBatch *b, float loss_scale);
+
+// The stream every kernel of the model runs on.
+cudaStream_t cuda_model_stream(const CudaModel *m);
+
+// Attention backward mode: true (the default) makes every gradient bitwise
+// reproducible run to run; false accumulates dQ with atomics (faster).
+void cuda_model_set_deterministic(CudaModel *m, bool deterministic);
+
+// Bytes of the activation arena (for memory reports).
+size_t cuda_model_arena_bytes(const CudaModel *m);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,115 @@
+// Model ops, CUDA backend: the twins of model/ops.h. Each `<op>_cuda` takes the
+// same parameters in the same order as `<op>`, with bf16 activations and weights
+// where the CPU op takes float, fp32 where precision matters (rstd, losses, weight
+// gradients, master weights, optimizer state), DEVICE pointers throughout, plus a
+// trailing stream. All launches are asynchronous on that stream.
+// N = tokens, C = channels, V = vocabulary. "Accumulate" means the op ADDS into
+// the output (micro-batch gradient accumulation), exactly like the CPU op.
+//
+// Ops that use scratch (embedding_backward, rmsnorm_backward, matmul_*,
+// grad_global_norm) share the buffers made by ops_cuda_init, so they must be
+// ordered on one stream (or the streams synchronised) — never run concurrently.
+// Every reduction that feeds a gradient runs in a fixed order: results are
+// bitwise reproducible run to run (no float atomics).
+#pragma once
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_bf16.h>
+#ifndef __cplusplus
+typedef struct __nv_bfloat16 __nv_bfloat16;  // opaque in C: device pointers only
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Creates the process-wide state for the current device: the cuBLASLt handle and
+// its workspace, and scratch for calls of up to max_tokens tokens and max_channels
+// channels (embedding/rmsnorm). Larger calls are a fatal error. Call once, before
+// any op; ops_cuda_destroy frees it all (after the stream work is done).
+void ops_cuda_init(int max_tokens, int max_channels);
+void ops_cuda_destroy(void);
+
+// out[N,C] (bf16) = wte[tokens[n], :]; wte [V,C] bf16. Tokens must be in [0, V):
+// the op has no V to check against (the data pipeline validates token ids).
+void embedding_forward_cuda(__nv_bfloat16 *out, const int32_t *tokens, const __nv_bfloat16 *wte,
+                            int N, int C, cudaStream_t stream);
+// dwte[V,C] (fp32) += scatter of dout[N,C] (bf16) by tokens. Deterministic: the
+// tokens are stably sorted, then each distinct token's rows are summed in order.
+void embedding_backward_cuda(float *dwte, const __nv_bfloat16 *dout, const int32_t *tokens, int N,
+                             int C, cudaStream_t stream);
+
+// out[N,C] (bf16) = inp / rms(inp) * weight[C] (bf16); rstd[N] (fp32) saved.
+void rmsnorm_forward_cuda(__nv_bfloat16 *out, float *rstd, const __nv_bfloat16 *inp,
+                          const __nv_bfloat16 *weight, int N, int C, float eps,
+                          cudaStream_t stream);
+// dinp[N,C] (bf16) += ..., dweight[C] (fp32) += ... (both accumulate). dweight is
+// reduced in two fixed-order stages (per-row-group partials, then over groups).
+void rmsnorm_backward_cuda(__nv_bfloat16 *dinp, float *dweight, const __nv_bfloat16 *dout,
+                           const __nv_bfloat16 *inp, const __nv_bfloat16 *weight,
+                           const float *rstd, int N, int C, cudaStream_t stream);
+
+// Rotate-half RoPE in place on x[N, n_heads, head_dim] (bf16) with positions pos[N];
+// angles in double like the CPU op. backward applies the inverse rotation to dx.
+void rope_forward_cuda(__nv_bfloat16 *x, const int32_t *pos, int N, int n_heads, int head_dim,
+                       float theta, cudaStream_t stream);
+void rope_backward_cuda(__nv_bfloat16 *dx, const int32_t *pos, int N, int n_heads, int head_dim,
+                        float theta, cudaStream_t stream);
+
+// out[n] = silu(gate[n]) * up[n] (all bf16). out may alias gate or up.
+void swiglu_forward_cuda(__nv_bfloat16 *out, const __nv_bfloat16 *gate, const __nv_bfloat16 *up,
+                         int64_t n, cudaStream_t stream);
+// dgate[n], dup[n] overwritten (bf16); they may alias gate and up respectively.
+void swiglu_backward_cuda(__nv_bfloat16 *dgate, __nv_bfloat16 *dup, const __nv_bfloat16 *dout,
+                          const __nv_bfloat16 *gate, const __nv_bfloat16 *up, int64_t n,
+                          cudaStream_t stream);
+
+// cuBLASLt, bf16 inputs, fp32 compute. out[N,OC] (bf16) = inp[N,IC] @ weight[OC,IC]^T.
+void matmul_forward_cuda(__nv_bfloat16 *out, const __nv_bfloat16 *inp,
+                         const __nv_bfloat16 *weight, int N, int IC, int OC, cudaStream_t stream);
+// dinp[N,IC] (bf16) += dout @ weight (skipped when dinp is NULL; beta = 1, so the
+// sum is rounded to bf16 once per call); dweight[OC,IC] (fp32) += dout^T @ inp,
+// accumulated by cuBLASLt directly into the fp32 gradient (beta = 1, fp32 C/D).
+void matmul_backward_cuda(__nv_bfloat16 *dinp, float *dweight, const __nv_bfloat16 *dout,
+                          const __nv_bfloat16 *inp, const __nv_bfloat16 *weight, int N, int IC,
+                          int OC, cudaStream_t stream);
+
+// Cross-entropy over one chunk of rows: logits[N,V] bf16, targets[N] (-1 = none).
+// losses[N] (fp32) = -log softmax[target] (0 where target is -1; NaN where the
+// target is outside [-1, V): kernels cannot fail, the caller validates targets).
+// dlogits[N,V] (bf16) = (softmax - onehot) * loss_scale, 0 on rows without target;
+// dlogits may alias logits (in place). losses or dlogits may be NULL (skipped).
+// Unlike the CPU op this returns nothing: sum `losses` when the total is needed.
+void cross_entropy_forward_backward_cuda(float *losses, __nv_bfloat16 *dlogits,
+                                         const __nv_bfloat16 *logits, const int32_t *targets,
+                                         int N, int V, float loss_scale, cudaStream_t stream);
+
+// out[n] = a[n] + b[n] (bf16, summed in fp32); out may alias a or b.
+void residual_add_cuda(__nv_bfloat16 *out, const __nv_bfloat16 *a, const __nv_bfloat16 *b,
+                       int64_t n, cudaStream_t stream);
+void float_to_bf16_cuda(__nv_bfloat16 *out, const float *in, int64_t n, cudaStream_t stream);
+void bf16_to_float_cuda(float *out, const __nv_bfloat16 *in, int64_t n, cudaStream_t stream);
+
+// ---- optimizer (model/adamw_cuda.cu), twins of trainer/optim.h ----
+
+// norm_out[1] (device fp32) = L2 norm of grads[n]; two fixed-order stages
+// (GRAD_NORM_BLOCKS grid-stride partials, then one block), so deterministic.
+void grad_global_norm_cuda(float *norm_out, const float *grads, size_t n, cudaStream_t stream);
+
+// One AdamW update (PyTorch order, as trainer/optim.c) of one contiguous tensor of
+// n elements: params (fp32 master), m, v (fp32) updated in place; params_bf16[n]
+// receives the bf16 copy of the new params (skipped when NULL). `step` is the
+// update count after incrementing (>= 1) for bias correction; weight_decay = 0
+// for tensors that are not decayed. Gradient clipping: when grad_norm (device
+// scalar from grad_global_norm_cuda) is not NULL and max_grad_norm > 0 and the
+// norm exceeds it, grads are scaled by max_grad_norm / (norm + 1e-6) inside the
+// kernel (grads themselves are not modified).
+void adamw_update_cuda(float *params, __nv_bfloat16 *params_bf16, float *m, float *v,
+                       const float *grads, size_t n, float lr, float beta1, float beta2, float eps,
+                       float weight_decay, long step, const float *grad_norm, float max_grad_norm,
+                       cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif

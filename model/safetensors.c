@@ -1,0 +1,311 @@
+#define _POSIX_C_SOURCE 200809L
+#include "model/safetensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/check.h"
+
+// The data section is written and read as raw host floats: this file assumes a
+// little-endian host (x86-64, aarch64), as the format is little-endian.
+
+__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t err_len, const char *fmt,
+                                                      ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_len, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static size_t numel_of(int ndim, const int64_t *shape) {
+    size_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= (size_t)shape[d];
+    return n;
+}
+
+// fsync of the directory makes the rename itself durable.
+static void fsync_parent_dir(const char *path) {
+    char *copy = strdup(path);
+    int fd = open(dirname(copy), O_RDONLY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    free(copy);
+}
+
+int safetensors_write(const char *path, const SafeTensorOut *tensors, int n_tensors,
+                      const SafeTensorMeta *meta, int n_meta, char *err, size_t err_len) {
+    json_t *header = json_object();
+    if (n_meta > 0) {
+        json_t *m = json_object();
+        for (int i = 0; i < n_meta; i++) json_object_set_new(m, meta[i].key, json_string(meta[i].value));
+        json_object_set_new(header, "__metadata__", m);
+    }
+    size_t offset = 0;
+    for (int i = 0; i < n_tensors; i++) {
+        const SafeTensorOut *t = &tensors[i];
+        json_t *shape = json_array();
+        for (int d = 0; d < t->ndim; d++) json_array_append_new(shape, json_integer(t->shape[d]));
+        size_t bytes = numel_of(t->ndim, t->shape) * sizeof(float);
+        json_t *entry = json_pack("{s:s, s:o, s:[I, I]}", "dtype", "F32", "shape", shape,
+                                  "data_offsets", (json_int_t)offset, (json_int_t)(offset + bytes));
+        if (json_object_get(header, t->name)) {
+            json_decref(header);
+            return fail(err, err_len, "%s: duplicate tensor name '%s'", path, t->name);
+        }
+        json_object_set_new(header, t->name, entry);
+        offset += bytes;
+    }
+    char *text = json_dumps(header, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(header);
+    size_t text_len = strlen(text);
+    size_t padded = (text_len + 7) / 8 * 8;  // data section starts 8-byte aligned
+    uint64_t header_len = padded;
+
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        free(text);
+        return fail(err, err_len, "%s: cannot create: %s", tmp, strerror(errno));
+    }
+    bool ok = fwrite(&header_len, 8, 1, f) == 1 && fwrite(text, 1, text_len, f) == text_len;
+    for (size_t i = text_len; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
+    free(text);
+    for (int i = 0; ok && i < n_tensors; i++) {
+        size_t n = numel_of(tensors[i].ndim, tensors[i].shape);
+        ok = fwrite(tensors[i].data, sizeof(float), n, f) == n;
+    }
+    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    int saved_errno = errno;
+    if (fclose(f) != 0) ok = false;
+    if (!ok) {
+        unlink(tmp);
+        return fail(err, err_len, "%s: write failed: %s", tmp, strerror(saved_errno));
+    }
+    if (rename(tmp, path) != 0) {
+        saved_errno = errno;
+        unlink(tmp);
+        return fail(err, err_len, "%s: cannot rename to %s: %s", tmp, path, strerror(saved_errno));
+    }
+    fsync_parent_dir(path);
+    return 0;
+}
+
+static size_t dtype_size(const char *dtype) {
+    static const struct { const char *name; size_t size; } sizes[] = {
+        {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4},
+        {"I16", 2}, {"I8", 1},  {"U8", 1},  {"BOOL", 1}, {"U16", 2}, {"U32", 4}, {"U64", 8},
+    };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (strcmp(sizes[i].name, dtype) == 0) return sizes[i].size;
+    return 0;
+}
+
+static int compare_begin(const void *a, const void *b) {
+    const SafeTensorInfo *x = a, *y = b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+// Parses one header entry into info; returns 0 or -1 with a message.
+static int parse_entry(const char *path, const char *name, json_t *entry, size_t data_len,
+                       SafeTensorInfo *info, char *err, size_t err_len) {
+    json_t *dtype = json_object_get(entry, "dtype");
+    json_t *shape = json_object_get(entry, "shape");
+    json_t *offsets = json_object_get(entry, "data_offsets");
+    if (!json_is_string(dtype) || !json_is_array(shape) || !json_is_array(offsets) ||
+        json_array_size(offsets) != 2)
+        return fail(err, err_len, "%s: tensor '%s': needs dtype, shape and data_offsets [begin, end]",
+                    path, name);
+    size_t elem = dtype_size(json_string_value(dtype));
+    if (!elem) return fail(err, err_len, "%s: tensor '%s': unknown dtype '%s'", path, name,
+                           json_string_value(dtype));
+    if (json_array_size(shape) > SAFETENSORS_MAX_DIMS)
+        return fail(err, err_len, "%s: tensor '%s': more than %d dimensions", path, name,
+                    SAFETENSORS_MAX_DIMS);
+    info->name = strdup(name);
+    snprintf(info->dtype, sizeof info->dtype, "%s", json_string_value(dtype));
+    info->ndim = (int)json_array_size(shape);
+    for (int d = 0; d < info->ndim; d++) {
+        json_t *dim = json_array_get(shape, (size_t)d);
+        if (!json_is_integer(dim) || json_integer_value(dim) < 0)
+            return fail(err, err_len, "%s: tensor '%s': shape[%d] is not a non-negative integer",
+                        path, name, d);
+        info->shape[d] = json_integer_value(dim);
+    }
+    json_t *b = json_array_get(offsets, 0), *e = json_array_get(offsets, 1);
+    if (!json_is_integer(b) || !json_is_integer(e) || json_integer_value(b) < 0 ||
+        json_integer_value(e) < json_integer_value(b) || (size_t)json_integer_value(e) > data_len)
+        return fail(err, err_len, "%s: tensor '%s': data_offsets out of range (data is %zu bytes)",
+                    path, name, data_len);
+    info->begin = (size_t)json_integer_value(b);
+    info->end = (size_t)json_integer_value(e);
+    if (info->end - info->begin != numel_of(info->ndim, info->shape) * elem)
+        return fail(err, err_len, "%s: tensor '%s': %zu bytes do not match dtype %s and its shape",
+                    path, name, info->end - info->begin, info->dtype);
+    return 0;
+}
+
+int safetensors_read(const char *path, SafeTensorsFile *out, char *err, size_t err_len) {
+    memset(out, 0, sizeof *out);
+    out->path = strdup(path);
+    FILE *f = fopen(path, "rb");
+    if (!f) return fail(err, err_len, "%s: cannot open: %s", path, strerror(errno));
+    fseek(f, 0, SEEK_END);
+    long file_len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint64_t header_len = 0;
+    if (file_len < 8 || fread(&header_len, 8, 1, f) != 1 || header_len > (uint64_t)file_len - 8) {
+        fclose(f);
+        return fail(err, err_len, "%s: not a safetensors file (bad header length)", path);
+    }
+    char *text = xmalloc(header_len + 1);
+    out->data_len = (size_t)file_len - 8 - header_len;
+    out->data = xmalloc(out->data_len);
+    bool ok = fread(text, 1, header_len, f) == header_len &&
+              fread(out->data, 1, out->data_len, f) == out->data_len;
+    fclose(f);
+    text[header_len] = '\0';
+    if (!ok) {
+        free(text);
+        return fail(err, err_len, "%s: short read", path);
+    }
+    json_error_t jerr;
+    json_t *header = json_loads(text, 0, &jerr);
+    free(text);
+    if (!json_is_object(header)) {
+        json_decref(header);
+        return fail(err, err_len, "%s: header is not a JSON object: %s", path, jerr.text);
+    }
+    out->tensors = xcalloc(json_object_size(header), sizeof(SafeTensorInfo));
+    int rc = 0;
+    const char *key;
+    json_t *value;
+    json_object_foreach(header, key, value) {
+        if (strcmp(key, "__metadata__") == 0) {
+            if (!json_is_object(value)) {
+                rc = fail(err, err_len, "%s: __metadata__ is not an object", path);
+                break;
+            }
+            out->meta = xcalloc(json_object_size(value), sizeof(SafeTensorMeta));
+            const char *mk;
+            json_t *mv;
+            json_object_foreach(value, mk, mv) {
+                if (!json_is_string(mv)) {
+                    rc = fail(err, err_len, "%s: __metadata__.%s is not a string", path, mk);
+                    break;
+                }
+                out->meta[out->n_meta].key = strdup(mk);
+                out->meta[out->n_meta].value = strdup(json_string_value(mv));
+                out->n_meta++;
+            }
+            if (rc) break;
+            continue;
+        }
+        if (!json_is_object(value)) {
+            rc = fail(err, err_len, "%s: tensor '%s' is not an object", path, key);
+            break;
+        }
+        rc = parse_entry(path, key, value, out->data_len, &out->tensors[out->n_tensors], err, err_len);
+        if (out->tensors[out->n_tensors].name) out->n_tensors++;
+        if (rc) break;
+    }
+    json_decref(header);
+    if (rc) return rc;
+    // Tensors must not overlap (checked on a sorted copy; the file keeps header order).
+    SafeTensorInfo *sorted = xmalloc((size_t)out->n_tensors * sizeof *sorted);
+    memcpy(sorted, out->tensors, (size_t)out->n_tensors * sizeof *sorted);
+    qsort(sorted, (size_t)out->n_tensors, sizeof *sorted, compare_begin);
+    for (int i = 1; i < out->n_tensors && rc == 0; i++)
+        if (sorted[i].begin < sorted[i - 1].end)
+            rc = fail(err, err_len, "%s: tensors '%s' and '%s' overlap", path, sorted[i - 1].name,
+                      sorted[i].name);
+    free(sorted);
+    return rc;
+}
+
+void safetensors_file_free(SafeTensorsFile *f) {
+    for (int i = 0; i < f->n_tensors; i++) free(f->tensors[i].name);
+    for (int i = 0; i < f->n_meta; i++) {
+        free((char *)f->meta[i].key);
+        free((char *)f->meta[i].value);
+    }
+    free(f->tensors);
+    free(f->meta);
+    free(f->data);
+    free(f->path);
+    memset(f, 0, sizeof *f);
+}
+
+const SafeTensorInfo *safetensors_find(const SafeTensorsFile *f, const char *name) {
+    for (int i = 0; i < f->n_tensors; i++)
+        if (strcmp(f->tensors[i].name, name) == 0) return &f->tensors[i];
+    return NULL;
+}
+
+const char *safetensors_meta(const SafeTensorsFile *f, const char *key) {
+    for (int i = 0; i < f->n_meta; i++)
+        if (strcmp(f->meta[i].key, key) == 0) return f->meta[i].value;
+    return NULL;
+}
+
+int safetensors_copy_f32(const SafeTensorsFile *f, const char *name, int ndim,
+                         const int64_t *shape, float *dst, char *err, size_t err_len) {
+    const SafeTensorInfo *t = safetensors_find(f, name);
+    if (!t) return fail(err, err_len, "%s: tensor '%s' is missing", f->path, name);
+    if (strcmp(t->dtype, "F32") != 0)
+        return fail(err, err_len, "%s: tensor '%s' has dtype %s, expected F32", f->path, name,
+                    t->dtype);
+    bool same = t->ndim == ndim;
+    for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];
+    if (!same) {
+        char want[64] = "", got[64] = "";
+        for (int d = 0; d < ndim; d++)
+            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? "," : "",
+                     (long long)shape[d]);
+        for (int d = 0; d < t->ndim; d++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? "," : "",
+                     (long long)t->shape[d]);
+        return fail(err, err_len, "%s: tensor '%s' has shape [%s], expected [%s]", f->path, name,
+                    got, want);
+    }
+    memcpy(dst, f->data + t->begin, t->end - t->begin);
+    return 0;
+}
+
+void safetensors_table_entries(const ParamTable *table, const char *prefix, const float *buffer,
+                               SafeTensorOut *out) {
+    for (int i = 0; i < table->n_tensors; i++) {
+        const ParamTensor *t = &table->tensors[i];
+        size_t len = strlen(prefix) + strlen(t->name) + 1;
+        char *name = xmalloc(len);
+        snprintf(name, len, "%s%s", prefix, t->name);
+        out[i] = (SafeTensorOut){.name = name, .ndim = t->ndim, .data = buffer + t->offset};
+        for (int d = 0; d < t->ndim; d++) out[i].shape[d] = t->shape[d];
+    }
+}
+
+void safetensors_entries_free(SafeTensorOut *entries, int n) {
+    for (int i = 0; i < n; i++) free((char *)entries[i].name);
+}
+
+int safetensors_load_table(const SafeTensorsFile *f, const ParamTable *table, const char *prefix,
+                           float *buffer, char *err, size_t err_len) {
+    for (int i = 0; i < table->n_tensors; i++) {
+        const ParamTensor *t = &table->tensors[i];
+        char name[256];
+        snprintf(name, sizeof name, "%s%s", prefix, t->name);
+        if (safetensors_copy_f32(f, name, t->ndim, t->shape, buffer + t->offset, err, err_len))
+            return -1;
+    }
+    return 0;
+}

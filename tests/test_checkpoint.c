@@ -1,0 +1,101 @@
+// Checkpoint round trip (weights, both AdamW moments, progress bit-identical), the HF
+// config.json, and refusal of a checkpoint whose two files disagree on the step.
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/check.h"
+#include "model/safetensors.h"
+#include "test_util.h"
+#include "trainer/checkpoint.h"
+
+int main(void) {
+    TestRng rng = test_rng_from_env();
+    char dir[] = "/tmp/test_checkpoint_XXXXXX";
+    if (!mkdtemp(dir)) fatal("mkdtemp failed");
+    ParamTensor tensors[3] = {
+        {.name = "model.embed_tokens.weight", .ndim = 2, .shape = {6, 4}, .offset = 0, .numel = 24, .is_embedding = true},
+        {.name = "model.layers.0.input_layernorm.weight", .ndim = 1, .shape = {4}, .offset = 24, .numel = 4, .is_norm = true},
+        {.name = "model.norm.weight", .ndim = 1, .shape = {4}, .offset = 28, .numel = 4, .is_norm = true},
+    };
+    ParamTable table = {.tensors = tensors, .n_tensors = 3, .total = 32};
+    ModelConfig cfg = {.vocab_size = 6, .hidden_size = 4, .intermediate_size = 8,
+                       .num_hidden_layers = 1, .num_attention_heads = 2, .num_key_value_heads = 1,
+                       .rms_norm_eps = 1e-5f, .rope_theta = 10000.0f, .tie_word_embeddings = true};
+    float params[32], params_back[32];
+    AdamWState opt, opt_back;
+    adamw_init(&opt, 32);
+    adamw_init(&opt_back, 32);
+    for (int i = 0; i < 32; i++) {
+        params[i] = test_rng_uniform(&rng);
+        opt.m[i] = test_rng_uniform(&rng);
+        opt.v[i] = fabsf(test_rng_uniform(&rng));
+    }
+    opt.step = 17;
+    TrainProgress progress = {.step = 17, .data_epoch = 3, .data_cursor = 41,
+                              .seed = 18446744073709551557ULL, .tokens_seen = 123456789012LL,
+                              .trained_tokens_seen = 98765, .elapsed_s = 1.0 / 3.0};
+    char ckpt[300], err[512];
+    snprintf(ckpt, sizeof ckpt, "%s/run/checkpoint-000017", dir);
+    CHECK(checkpoint_save(ckpt, &cfg, &table, params, &opt, &progress, err, sizeof err) == 0, "save: %s", err);
+
+    TrainProgress back = {0};
+    CHECK(checkpoint_load(ckpt, &table, params_back, &opt_back, &back, err, sizeof err) == 0, "load: %s", err);
+    CHECK(memcmp(params, params_back, sizeof params) == 0, "weights bit-identical");
+    CHECK(memcmp(opt.m, opt_back.m, 32 * sizeof(float)) == 0, "exp_avg bit-identical");
+    CHECK(memcmp(opt.v, opt_back.v, 32 * sizeof(float)) == 0, "exp_avg_sq bit-identical");
+    CHECK(opt_back.step == 17, "optimizer step %ld", opt_back.step);
+    CHECK(back.step == progress.step && back.data_epoch == progress.data_epoch &&
+              back.data_cursor == progress.data_cursor && back.seed == progress.seed &&
+              back.tokens_seen == progress.tokens_seen &&
+              back.trained_tokens_seen == progress.trained_tokens_seen &&
+              back.elapsed_s == progress.elapsed_s,
+          "progress round trip");
+
+    // The model file alone is a plain HF-named safetensors file.
+    char path[400];
+    snprintf(path, sizeof path, "%s/model.safetensors", ckpt);
+    SafeTensorsFile f;
+    CHECK(safetensors_read(path, &f, err, sizeof err) == 0 && f.n_tensors == 3 &&
+              safetensors_find(&f, "model.norm.weight") != NULL,
+          "model.safetensors holds the HF names: %s", err);
+    safetensors_file_free(&f);
+    snprintf(path, sizeof path, "%s/config.json", ckpt);
+    json_t *hf = json_load_file(path, 0, NULL);
+    CHECK(hf && json_integer_value(json_object_get(hf, "hidden_size")) == 4 &&
+              json_integer_value(json_object_get(hf, "num_key_value_heads")) == 1 &&
+              json_is_true(json_object_get(hf, "tie_word_embeddings")),
+          "HF config.json");
+    json_decref(hf);
+
+    // A model file from another step (a checkpoint written halfway) is refused.
+    progress.step = 18;
+    char other[300];
+    snprintf(other, sizeof other, "%s/other", dir);
+    CHECK(checkpoint_save(other, &cfg, &table, params, &opt, &progress, err, sizeof err) == 0, "save 2: %s", err);
+    char cmd[1000];
+    snprintf(cmd, sizeof cmd, "cp %s/model.safetensors %s/model.safetensors", other, ckpt);
+    CHECK(system(cmd) == 0, "copy");
+    CHECK(checkpoint_load(ckpt, &table, params_back, &opt_back, &back, err, sizeof err) != 0 &&
+              strstr(err, "incomplete checkpoint"),
+          "mismatched steps refused: %s", err);
+
+    // A table with a tensor the checkpoint lacks: the error names it.
+    ParamTensor more[4];
+    memcpy(more, tensors, sizeof tensors);
+    more[3] = (ParamTensor){.name = "lm_head.weight", .ndim = 2, .shape = {6, 4}, .offset = 32, .numel = 24};
+    ParamTable bigger = {.tensors = more, .n_tensors = 4, .total = 56};
+    float big_params[56];
+    AdamWState big_opt;
+    adamw_init(&big_opt, 56);
+    CHECK(checkpoint_load(other, &bigger, big_params, &big_opt, &back, err, sizeof err) != 0 &&
+              strstr(err, "lm_head.weight"),
+          "missing tensor named: %s", err);
+    adamw_free(&big_opt);
+
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    adamw_free(&opt);
+    adamw_free(&opt_back);
+    return test_finish();
+}

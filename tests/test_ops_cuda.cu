@@ -1,0 +1,566 @@
+// Every CUDA model op (model/ops_cuda.h) against its CPU twin (model/ops.h, and
+// trainer/optim.h for the optimizer). Inputs are random (fresh each run, replay
+// with TEST_SEED) and rounded to bf16, so the CPU op sees exactly the values the
+// GPU op reads; outputs are poisoned with NaN bit patterns first, so an element
+// the op never writes shows up as non-finite. Accumulating outputs start random.
+// Metric: ||gpu - cpu|| / ||cpu||, at most 1e-2 for bf16 outputs.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <string.h>
+extern "C" {
+#include "model/model.h"
+#include "model/ops.h"
+#include "trainer/optim.h"
+}
+#include "common/cuda_check.h"
+#include "model/ops_cuda.h"
+#include "tests/test_util.h"
+
+typedef __nv_bfloat16 bf16;
+
+static const double BF16_TOL = 1e-2;  // outputs stored in bf16
+static const double FP32_TOL = 1e-4;  // fp32 outputs whose summation order differs
+
+static TestRng rng;
+
+// ------------------------------------------------------------------ helpers
+
+// Every device buffer of the test, freed together at the end.
+static void *device_buffers[256];
+static int n_device_buffers;
+
+static void *device_alloc(size_t bytes) {
+    if (n_device_buffers == (int)(sizeof device_buffers / sizeof device_buffers[0]))
+        fatal("test_ops_cuda: too many device buffers");
+    void *p;
+    cudaCheck(cudaMalloc(&p, bytes ? bytes : 1));
+    device_buffers[n_device_buffers++] = p;
+    return p;
+}
+
+static void device_free_all(void) {
+    for (int i = 0; i < n_device_buffers; i++) cudaCheck(cudaFree(device_buffers[i]));
+    n_device_buffers = 0;
+}
+
+static float *host_floats(size_t n) { return (float *)xmalloc(n * sizeof(float)); }
+
+static float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+// n values uniform in [-scale, scale) + offset, rounded to bf16 (exactly representable).
+static float *random_bf16_values(size_t n, float scale, float offset) {
+    float *x = host_floats(n);
+    for (size_t i = 0; i < n; i++) x[i] = round_bf16(offset + scale * test_rng_uniform(&rng));
+    return x;
+}
+
+static float *copy_floats(const float *x, size_t n) {
+    float *c = host_floats(n);
+    memcpy(c, x, n * sizeof(float));
+    return c;
+}
+
+static bf16 *upload_bf16(const float *host, size_t n) {
+    bf16 *staging = (bf16 *)xmalloc(n * sizeof(bf16));
+    for (size_t i = 0; i < n; i++) staging[i] = __float2bfloat16_rn(host[i]);
+    bf16 *dev = (bf16 *)device_alloc(n * sizeof(bf16));
+    cudaCheck(cudaMemcpy(dev, staging, n * sizeof(bf16), cudaMemcpyHostToDevice));
+    free(staging);
+    return dev;
+}
+
+static void upload_bf16_into(bf16 *dev, const float *host, size_t n) {
+    bf16 *staging = (bf16 *)xmalloc(n * sizeof(bf16));
+    for (size_t i = 0; i < n; i++) staging[i] = __float2bfloat16_rn(host[i]);
+    cudaCheck(cudaMemcpy(dev, staging, n * sizeof(bf16), cudaMemcpyHostToDevice));
+    free(staging);
+}
+
+static float *upload_f32(const float *host, size_t n) {
+    float *dev = (float *)device_alloc(n * sizeof(float));
+    cudaCheck(cudaMemcpy(dev, host, n * sizeof(float), cudaMemcpyHostToDevice));
+    return dev;
+}
+
+static int32_t *upload_i32(const int32_t *host, size_t n) {
+    int32_t *dev = (int32_t *)device_alloc(n * sizeof(int32_t));
+    cudaCheck(cudaMemcpy(dev, host, n * sizeof(int32_t), cudaMemcpyHostToDevice));
+    return dev;
+}
+
+// Waits for the GPU (surfacing asynchronous kernel faults here), then copies back.
+static float *download_bf16(const bf16 *dev, size_t n) {
+    cudaCheck(cudaDeviceSynchronize());
+    bf16 *staging = (bf16 *)xmalloc(n * sizeof(bf16));
+    cudaCheck(cudaMemcpy(staging, dev, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+    float *host = host_floats(n);
+    for (size_t i = 0; i < n; i++) host[i] = __bfloat162float(staging[i]);
+    free(staging);
+    return host;
+}
+
+static float *download_f32(const float *dev, size_t n) {
+    cudaCheck(cudaDeviceSynchronize());
+    float *host = host_floats(n);
+    cudaCheck(cudaMemcpy(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return host;
+}
+
+// All-ones bytes: NaN both as bf16 (0xFFFF) and as fp32 (0xFFFFFFFF).
+static void poison(void *dev, size_t bytes) { cudaCheck(cudaMemset(dev, 0xFF, bytes)); }
+
+// Prints one result line and checks: every element finite, relative L2 error <= tol.
+static void expect_close(const char *what, const float *got, const float *ref, size_t n,
+                         double tol) {
+    size_t non_finite = 0;
+    double diff_sq = 0.0, ref_sq = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        ref_sq += (double)ref[i] * ref[i];
+        if (!isfinite(got[i])) non_finite++;
+        else diff_sq += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
+    }
+    const double rel = ref_sq > 0.0 ? sqrt(diff_sq / ref_sq) : sqrt(diff_sq);
+    const bool ok = non_finite == 0 && rel <= tol;
+    printf("  %-44s rel_err %.3e (tol %.0e)  non-finite %zu/%zu  %s\n", what, rel, tol,
+           non_finite, n, ok ? "ok" : "FAIL");
+    CHECK(non_finite == 0, "%s: %zu of %zu elements not finite (unwritten or NaN)", what,
+          non_finite, n);
+    CHECK(rel <= tol, "%s: relative error %.3e > %.0e", what, rel, tol);
+}
+
+static void expect_bitwise(const char *what, bool equal) {
+    printf("  %-44s %s\n", what, equal ? "bitwise equal ok" : "DIFFERS FAIL");
+    CHECK(equal, "%s: results are not bitwise equal", what);
+}
+
+static void expect_bitwise_equal(const char *what, const float *a, const float *b, size_t n) {
+    expect_bitwise(what, memcmp(a, b, n * sizeof(float)) == 0);
+}
+
+// ------------------------------------------------------------------ ops
+
+static void test_embedding(void) {
+    printf("embedding\n");
+    const int N = 4096, C = 768, V = 512;  // small V: most tokens repeat many times
+    int32_t *tokens = (int32_t *)xmalloc(N * sizeof(int32_t));
+    for (int n = 0; n < N; n++)  // a third of the positions share one hot token
+        tokens[n] = n % 3 == 0 ? 7 : test_rng_int(&rng, 0, V - 1);
+    float *wte = random_bf16_values((size_t)V * C, 1.0f, 0.0f);
+    int32_t *d_tokens = upload_i32(tokens, N);
+    bf16 *d_wte = upload_bf16(wte, (size_t)V * C);
+
+    bf16 *d_out = (bf16 *)device_alloc((size_t)N * C * sizeof(bf16));
+    poison(d_out, (size_t)N * C * sizeof(bf16));
+    embedding_forward_cuda(d_out, d_tokens, d_wte, N, C, 0);
+    float *out = download_bf16(d_out, (size_t)N * C);
+    float *out_ref = host_floats((size_t)N * C);
+    embedding_forward(out_ref, tokens, wte, N, C);
+    expect_close("embedding_forward out", out, out_ref, (size_t)N * C, 0.0);
+
+    float *dout = random_bf16_values((size_t)N * C, 1.0f, 0.0f);
+    float *dwte_init = random_bf16_values((size_t)V * C, 1.0f, 0.0f);
+    bf16 *d_dout = upload_bf16(dout, (size_t)N * C);
+    float *d_dwte = (float *)device_alloc((size_t)V * C * sizeof(float));
+    float *dwte_ref = copy_floats(dwte_init, (size_t)V * C);
+    embedding_backward(dwte_ref, dout, tokens, N, C);
+    float *first_dwte = NULL;
+    bool all_equal = true;
+    for (int run = 0; run < 5; run++) {
+        cudaCheck(cudaMemcpy(d_dwte, dwte_init, (size_t)V * C * sizeof(float),
+                             cudaMemcpyHostToDevice));
+        embedding_backward_cuda(d_dwte, d_dout, d_tokens, N, C, 0);
+        float *dwte = download_f32(d_dwte, (size_t)V * C);
+        if (run == 0) {
+            expect_close("embedding_backward dwte (accumulate)", dwte, dwte_ref, (size_t)V * C,
+                         FP32_TOL);
+            first_dwte = dwte;
+            continue;
+        }
+        all_equal = all_equal && memcmp(dwte, first_dwte, (size_t)V * C * sizeof(float)) == 0;
+        free(dwte);
+    }
+    expect_bitwise("embedding_backward dwte, 5 runs", all_equal);
+    free(first_dwte), free(dwte_ref);
+    free(tokens), free(wte), free(out), free(out_ref), free(dout), free(dwte_init);
+}
+
+static void test_rmsnorm(void) {
+    printf("rmsnorm\n");
+    const int N = 4096, C = 768;
+    const float eps = 1e-5f;
+    const size_t NC = (size_t)N * C;
+    float *inp = random_bf16_values(NC, 2.0f, 0.0f);
+    float *weight = random_bf16_values(C, 0.5f, 1.0f);
+    bf16 *d_inp = upload_bf16(inp, NC), *d_weight = upload_bf16(weight, C);
+
+    bf16 *d_out = (bf16 *)device_alloc(NC * sizeof(bf16));
+    float *d_rstd = (float *)device_alloc(N * sizeof(float));
+    poison(d_out, NC * sizeof(bf16));
+    poison(d_rstd, N * sizeof(float));
+    rmsnorm_forward_cuda(d_out, d_rstd, d_inp, d_weight, N, C, eps, 0);
+    float *out = download_bf16(d_out, NC), *rstd = download_f32(d_rstd, N);
+    float *out_ref = host_floats(NC), *rstd_ref = host_floats(N);
+    rmsnorm_forward(out_ref, rstd_ref, inp, weight, N, C, eps);
+    expect_close("rmsnorm_forward out", out, out_ref, NC, BF16_TOL);
+    expect_close("rmsnorm_forward rstd", rstd, rstd_ref, N, FP32_TOL);
+
+    // Backward from the CPU's rstd, so it is tested on its own.
+    float *dout = random_bf16_values(NC, 1.0f, 0.0f);
+    float *dinp_init = random_bf16_values(NC, 0.5f, 0.0f);
+    float *dweight_init = random_bf16_values(C, 1.0f, 0.0f);
+    bf16 *d_dout = upload_bf16(dout, NC), *d_dinp = upload_bf16(dinp_init, NC);
+    float *d_rstd_ref = upload_f32(rstd_ref, N);
+    float *d_dweight = upload_f32(dweight_init, C);
+    float *dinp_ref = copy_floats(dinp_init, NC), *dweight_ref = copy_floats(dweight_init, C);
+    rmsnorm_backward(dinp_ref, dweight_ref, dout, inp, weight, rstd_ref, N, C);
+
+    float *first_dinp = NULL, *first_dweight = NULL;
+    bool all_equal = true;
+    for (int run = 0; run < 5; run++) {
+        upload_bf16_into(d_dinp, dinp_init, NC);
+        cudaCheck(cudaMemcpy(d_dweight, dweight_init, C * sizeof(float),
+                             cudaMemcpyHostToDevice));
+        rmsnorm_backward_cuda(d_dinp, d_dweight, d_dout, d_inp, d_weight, d_rstd_ref, N, C, 0);
+        float *dinp = download_bf16(d_dinp, NC), *dweight = download_f32(d_dweight, C);
+        if (run == 0) {
+            expect_close("rmsnorm_backward dinp (accumulate)", dinp, dinp_ref, NC, BF16_TOL);
+            expect_close("rmsnorm_backward dweight (accumulate)", dweight, dweight_ref, C,
+                         FP32_TOL);
+            first_dinp = dinp, first_dweight = dweight;
+            continue;
+        }
+        all_equal = all_equal && memcmp(dinp, first_dinp, NC * sizeof(float)) == 0 &&
+                    memcmp(dweight, first_dweight, C * sizeof(float)) == 0;
+        free(dinp), free(dweight);
+    }
+    expect_bitwise("rmsnorm_backward dinp+dweight, 5 runs", all_equal);
+    free(first_dinp), free(first_dweight);
+    free(inp), free(weight), free(out), free(rstd), free(out_ref), free(rstd_ref);
+    free(dout), free(dinp_init), free(dweight_init), free(dinp_ref), free(dweight_ref);
+}
+
+static void test_rope(void) {
+    printf("rope\n");
+    const int N = 4096, n_heads = 12, head_dim = 64;
+    const float theta = 10000.0f;
+    const size_t n = (size_t)N * n_heads * head_dim;
+    int32_t *pos = (int32_t *)xmalloc(N * sizeof(int32_t));
+    for (int i = 0; i < N; i++) pos[i] = test_rng_int(&rng, 0, 16383);
+    int32_t *d_pos = upload_i32(pos, N);
+    const struct {
+        const char *name;
+        void (*cpu)(float *, const int32_t *, int, int, int, float);
+        void (*gpu)(bf16 *, const int32_t *, int, int, int, float, cudaStream_t);
+    } directions[2] = {{"rope_forward x (in place)", rope_forward, rope_forward_cuda},
+                       {"rope_backward dx (in place)", rope_backward, rope_backward_cuda}};
+    for (int d = 0; d < 2; d++) {
+        float *x = random_bf16_values(n, 1.0f, 0.0f);
+        bf16 *d_x = upload_bf16(x, n);
+        directions[d].gpu(d_x, d_pos, N, n_heads, head_dim, theta, 0);
+        float *got = download_bf16(d_x, n);
+        directions[d].cpu(x, pos, N, n_heads, head_dim, theta);
+        expect_close(directions[d].name, got, x, n, BF16_TOL);
+        free(x), free(got);
+    }
+    free(pos);
+}
+
+static void test_swiglu(void) {
+    printf("swiglu\n");
+    const int64_t n = (int64_t)4096 * 2048;
+    const size_t bytes = (size_t)n * sizeof(bf16);
+    float *gate = random_bf16_values(n, 4.0f, 0.0f), *up = random_bf16_values(n, 2.0f, 0.0f);
+    float *dout = random_bf16_values(n, 1.0f, 0.0f);
+    bf16 *d_gate = upload_bf16(gate, n), *d_up = upload_bf16(up, n);
+    bf16 *d_dout = upload_bf16(dout, n);
+
+    bf16 *d_out = (bf16 *)device_alloc(bytes);
+    poison(d_out, bytes);
+    swiglu_forward_cuda(d_out, d_gate, d_up, n, 0);
+    float *out = download_bf16(d_out, n), *out_ref = host_floats(n);
+    swiglu_forward(out_ref, gate, up, n);
+    expect_close("swiglu_forward out", out, out_ref, n, BF16_TOL);
+
+    bf16 *d_dgate = (bf16 *)device_alloc(bytes), *d_dup = (bf16 *)device_alloc(bytes);
+    poison(d_dgate, bytes);
+    poison(d_dup, bytes);
+    swiglu_backward_cuda(d_dgate, d_dup, d_dout, d_gate, d_up, n, 0);
+    float *dgate = download_bf16(d_dgate, n), *dup = download_bf16(d_dup, n);
+    float *dgate_ref = host_floats(n), *dup_ref = host_floats(n);
+    swiglu_backward(dgate_ref, dup_ref, dout, gate, up, n);
+    expect_close("swiglu_backward dgate", dgate, dgate_ref, n, BF16_TOL);
+    expect_close("swiglu_backward dup", dup, dup_ref, n, BF16_TOL);
+
+    // In place (dgate over gate, dup over up), as documented: same bits.
+    swiglu_backward_cuda(d_gate, d_up, d_dout, d_gate, d_up, n, 0);
+    float *dgate_inplace = download_bf16(d_gate, n), *dup_inplace = download_bf16(d_up, n);
+    expect_bitwise_equal("swiglu_backward dgate in place", dgate_inplace, dgate, n);
+    expect_bitwise_equal("swiglu_backward dup in place", dup_inplace, dup, n);
+    free(gate), free(up), free(dout), free(out), free(out_ref), free(dgate), free(dup);
+    free(dgate_ref), free(dup_ref), free(dgate_inplace), free(dup_inplace);
+}
+
+// One forward/backward comparison at the given shape. `offset` elements are
+// skipped at the start of every device buffer, to exercise pointers that are
+// not 256-byte aligned (slices of bigger buffers).
+static void check_matmul(int N, int IC, int OC, size_t offset) {
+    char label[96];
+    const size_t n_inp = (size_t)N * IC, n_w = (size_t)OC * IC, n_out = (size_t)N * OC;
+    float *inp = random_bf16_values(n_inp, 1.0f, 0.0f);
+    float *weight = random_bf16_values(n_w, 0.05f, 0.0f);
+    float *dout = random_bf16_values(n_out, 1.0f, 0.0f);
+    float *dinp_init = random_bf16_values(n_inp, 0.5f, 0.0f);
+    float *dweight_init = random_bf16_values(n_w, 10.0f, 0.0f);
+    bf16 *d_inp = (bf16 *)device_alloc((n_inp + offset) * sizeof(bf16)) + offset;
+    bf16 *d_weight = (bf16 *)device_alloc((n_w + offset) * sizeof(bf16)) + offset;
+    bf16 *d_dout = (bf16 *)device_alloc((n_out + offset) * sizeof(bf16)) + offset;
+    bf16 *d_out = (bf16 *)device_alloc((n_out + offset) * sizeof(bf16)) + offset;
+    bf16 *d_dinp = (bf16 *)device_alloc((n_inp + offset) * sizeof(bf16)) + offset;
+    float *d_dweight = (float *)device_alloc((n_w + offset) * sizeof(float)) + offset;
+    upload_bf16_into(d_inp, inp, n_inp);
+    upload_bf16_into(d_weight, weight, n_w);
+    upload_bf16_into(d_dout, dout, n_out);
+    upload_bf16_into(d_dinp, dinp_init, n_inp);
+    cudaCheck(cudaMemcpy(d_dweight, dweight_init, n_w * sizeof(float), cudaMemcpyHostToDevice));
+
+    poison(d_out, n_out * sizeof(bf16));
+    matmul_forward_cuda(d_out, d_inp, d_weight, N, IC, OC, 0);
+    float *out = download_bf16(d_out, n_out), *out_ref = host_floats(n_out);
+    matmul_forward(out_ref, inp, weight, N, IC, OC);
+    snprintf(label, sizeof label, "matmul_forward out [%d,%d]x[%d,%d]^T +%zu", N, IC, OC, IC,
+             offset);
+    expect_close(label, out, out_ref, n_out, BF16_TOL);
+
+    matmul_backward_cuda(d_dinp, d_dweight, d_dout, d_inp, d_weight, N, IC, OC, 0);
+    float *dinp = download_bf16(d_dinp, n_inp), *dweight = download_f32(d_dweight, n_w);
+    float *dinp_ref = copy_floats(dinp_init, n_inp), *dweight_ref = copy_floats(dweight_init, n_w);
+    matmul_backward(dinp_ref, dweight_ref, dout, inp, weight, N, IC, OC);
+    snprintf(label, sizeof label, "matmul_backward dinp (accumulate) +%zu", offset);
+    expect_close(label, dinp, dinp_ref, n_inp, BF16_TOL);
+    snprintf(label, sizeof label, "matmul_backward dweight fp32 (accumulate) +%zu", offset);
+    expect_close(label, dweight, dweight_ref, n_w, 1e-3);
+
+    // dinp == NULL: only dweight, accumulated once more on top.
+    matmul_backward_cuda(NULL, d_dweight, d_dout, d_inp, d_weight, N, IC, OC, 0);
+    float *dweight2 = download_f32(d_dweight, n_w);
+    matmul_backward(NULL, dweight_ref, dout, inp, weight, N, IC, OC);
+    snprintf(label, sizeof label, "matmul_backward dinp=NULL, dweight +%zu", offset);
+    expect_close(label, dweight2, dweight_ref, n_w, 1e-3);
+    free(inp), free(weight), free(dout), free(dinp_init), free(dweight_init), free(out);
+    free(out_ref), free(dinp), free(dweight), free(dinp_ref), free(dweight_ref), free(dweight2);
+}
+
+static void test_matmul(void) {
+    printf("matmul (cuBLASLt)\n");
+    check_matmul(4096, 768, 2304, 0);
+    check_matmul(300, 192, 72, 8);  // ragged sizes, 16-byte-aligned pointers
+}
+
+static void test_cross_entropy(void) {
+    printf("cross_entropy\n");
+    const int N = 1024, V = 32000;
+    const float loss_scale = 1.0f / 777.0f;
+    const size_t NV = (size_t)N * V;
+    float *logits = random_bf16_values(NV, 8.0f, 0.0f);
+    int32_t *targets = (int32_t *)xmalloc(N * sizeof(int32_t));
+    for (int n = 0; n < N; n++) targets[n] = n % 5 == 4 ? -1 : test_rng_int(&rng, 0, V - 1);
+    int32_t *d_targets = upload_i32(targets, N);
+    bf16 *d_logits = upload_bf16(logits, NV);
+
+    // Loss only first (dlogits NULL), then loss and dlogits in place over the logits.
+    float *d_losses_only = (float *)device_alloc(N * sizeof(float));
+    float *d_losses = (float *)device_alloc(N * sizeof(float));
+    poison(d_losses_only, N * sizeof(float));
+    poison(d_losses, N * sizeof(float));
+    cross_entropy_forward_backward_cuda(d_losses_only, NULL, d_logits, d_targets, N, V,
+                                        loss_scale, 0);
+    cross_entropy_forward_backward_cuda(d_losses, d_logits, d_logits, d_targets, N, V,
+                                        loss_scale, 0);
+    float *losses = download_f32(d_losses, N), *losses_only = download_f32(d_losses_only, N);
+    float *dlogits = download_bf16(d_logits, NV);
+
+    float *losses_ref = host_floats(N), *dlogits_ref = host_floats(NV);
+    const double total_ref = cross_entropy_forward_backward(losses_ref, dlogits_ref, logits,
+                                                            targets, N, V, loss_scale);
+    expect_close("cross_entropy losses", losses, losses_ref, N, FP32_TOL);
+    expect_close("cross_entropy dlogits (in place)", dlogits, dlogits_ref, NV, BF16_TOL);
+    expect_bitwise_equal("cross_entropy losses with dlogits=NULL", losses_only, losses, N);
+    double total = 0.0;
+    for (int n = 0; n < N; n++) total += losses[n];
+    const double total_err = fabs(total - total_ref) / fabs(total_ref);
+    printf("  %-44s rel_err %.3e\n", "cross_entropy sum of losses", total_err);
+    CHECK(total_err <= FP32_TOL, "sum of losses %f vs CPU %f", total, total_ref);
+    bool untargeted_zero = true;
+    for (int n = 0; n < N; n++) {
+        if (targets[n] != -1) continue;
+        untargeted_zero = untargeted_zero && losses[n] == 0.0f;
+        for (int v = 0; v < V; v++)
+            untargeted_zero = untargeted_zero && dlogits[(size_t)n * V + v] == 0.0f;
+    }
+    printf("  %-44s %s\n", "cross_entropy rows with target -1 all zero",
+           untargeted_zero ? "ok" : "FAIL");
+    CHECK(untargeted_zero, "rows without target must have loss 0 and dlogits 0");
+    free(logits), free(targets), free(losses), free(losses_only), free(dlogits);
+    free(losses_ref), free(dlogits_ref);
+}
+
+// Helpers without a CPU twin, against host arithmetic: all results exact.
+static void test_elementwise(void) {
+    printf("residual_add, bf16 <-> fp32\n");
+    const int64_t n = (int64_t)4096 * 768 + 3;
+    const size_t bf16_bytes = (size_t)n * sizeof(bf16), f32_bytes = (size_t)n * sizeof(float);
+    float *a = random_bf16_values(n, 4.0f, 0.0f), *b = random_bf16_values(n, 4.0f, 0.0f);
+    bf16 *d_a = upload_bf16(a, n), *d_b = upload_bf16(b, n);
+    bf16 *d_sum = (bf16 *)device_alloc(bf16_bytes);
+    poison(d_sum, bf16_bytes);
+    residual_add_cuda(d_sum, d_a, d_b, n, 0);
+    float *sum = download_bf16(d_sum, n), *sum_ref = host_floats(n);
+    for (int64_t i = 0; i < n; i++) sum_ref[i] = round_bf16(a[i] + b[i]);
+    expect_close("residual_add out", sum, sum_ref, n, 0.0);
+
+    // fp32 values that are not bf16-representable, so rounding is exercised.
+    float *wide = host_floats(n), *wide_rounded = host_floats(n);
+    for (int64_t i = 0; i < n; i++) {
+        wide[i] = 3.0f * test_rng_uniform(&rng);
+        wide_rounded[i] = round_bf16(wide[i]);
+    }
+    float *d_wide = upload_f32(wide, n);
+    bf16 *d_narrow = (bf16 *)device_alloc(bf16_bytes);
+    float *d_back = (float *)device_alloc(f32_bytes);
+    poison(d_narrow, bf16_bytes);
+    poison(d_back, f32_bytes);
+    float_to_bf16_cuda(d_narrow, d_wide, n, 0);
+    bf16_to_float_cuda(d_back, d_narrow, n, 0);
+    float *narrow = download_bf16(d_narrow, n), *back = download_f32(d_back, n);
+    expect_close("float_to_bf16 (round to nearest even)", narrow, wide_rounded, n, 0.0);
+    expect_close("bf16_to_float", back, wide_rounded, n, 0.0);
+    free(a), free(b), free(sum), free(sum_ref), free(wide), free(wide_rounded), free(narrow);
+    free(back);
+}
+
+static void test_grad_norm(void) {
+    printf("grad_global_norm\n");
+    const size_t n = (size_t)10 * 1000 * 1000 + 17;
+    float *grads = random_bf16_values(n, 1.0f, 0.0f);
+    float *d_grads = upload_f32(grads, n);
+    float *d_norm = (float *)device_alloc(2 * sizeof(float));
+    poison(d_norm, 2 * sizeof(float));
+    grad_global_norm_cuda(d_norm, d_grads, n, 0);
+    grad_global_norm_cuda(d_norm + 1, d_grads, n, 0);
+    float *norms = download_f32(d_norm, 2);
+    const float norm_ref = (float)grad_global_norm(grads, n);
+    expect_close("grad_global_norm (10M elements)", norms, &norm_ref, 1, 1e-5);
+    expect_bitwise_equal("grad_global_norm, 2 runs", &norms[0], &norms[1], 1);
+    free(grads), free(norms);
+}
+
+// Three AdamW steps over a small model's parameter table, against adamw_step of
+// trainer/optim.c with grad_clip: step 1 clips, step 2 has clipping off, step 3
+// has a limit above the norm. Decay follows adamw_decays per tensor.
+static void test_adamw(void) {
+    printf("adamw\n");
+    ModelConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.vocab_size = 256, cfg.hidden_size = 64, cfg.intermediate_size = 128;
+    cfg.num_hidden_layers = 2, cfg.num_attention_heads = 4, cfg.num_key_value_heads = 2;
+    cfg.rms_norm_eps = 1e-5f, cfg.rope_theta = 10000.0f, cfg.tie_word_embeddings = false;
+    ParamTable table;
+    param_table_build(&cfg, &table);
+    const size_t n = table.total;
+    AdamWHyper hyper;
+    memset(&hyper, 0, sizeof hyper);
+    hyper.lr = 1e-3f, hyper.beta1 = 0.9f, hyper.beta2 = 0.95f, hyper.eps = 1e-8f;
+    hyper.weight_decay = 0.1f, hyper.decay_norms = false, hyper.decay_embeddings = false;
+    AdamWState state;
+    adamw_init(&state, n);
+
+    float *params = random_bf16_values(n, 0.1f, 0.0f);
+    float *d_params = upload_f32(params, n);
+    float *d_m = (float *)device_alloc(n * sizeof(float));
+    float *d_v = (float *)device_alloc(n * sizeof(float));
+    cudaCheck(cudaMemset(d_m, 0, n * sizeof(float)));  // AdamW's initial state is zero
+    cudaCheck(cudaMemset(d_v, 0, n * sizeof(float)));
+    bf16 *d_params_bf16 = (bf16 *)device_alloc(n * sizeof(bf16));
+    float *d_grads = (float *)device_alloc(n * sizeof(float));
+    float *d_norm = (float *)device_alloc(sizeof(float));
+    const float max_norms[3] = {1.0f, 0.0f, 1e9f};
+
+    for (int step = 1; step <= 3; step++) {
+        char label[96];
+        float *grads = random_bf16_values(n, 1.0f, 0.0f);
+        cudaCheck(cudaMemcpy(d_grads, grads, n * sizeof(float), cudaMemcpyHostToDevice));
+        poison(d_params_bf16, n * sizeof(bf16));
+        float *params_before = copy_floats(params, n);
+
+        const double norm_ref = grad_global_norm(grads, n);
+        grad_clip(grads, n, norm_ref, max_norms[step - 1]);
+        adamw_step(&state, &table, &hyper, params, grads);
+
+        grad_global_norm_cuda(d_norm, d_grads, n, 0);
+        for (int ti = 0; ti < table.n_tensors; ti++) {
+            const ParamTensor *t = &table.tensors[ti];
+            const float decay = adamw_decays(t, &hyper) ? hyper.weight_decay : 0.0f;
+            adamw_update_cuda(d_params + t->offset, d_params_bf16 + t->offset, d_m + t->offset,
+                              d_v + t->offset, d_grads + t->offset, t->numel, hyper.lr,
+                              hyper.beta1, hyper.beta2, hyper.eps, decay, step, d_norm,
+                              max_norms[step - 1], 0);
+        }
+        float *got = download_f32(d_params, n), *m = download_f32(d_m, n);
+        float *v = download_f32(d_v, n), *got_bf16 = download_bf16(d_params_bf16, n);
+        // Compare the update (params - params_before), which is ~1% of the params.
+        float *delta = host_floats(n), *delta_ref = host_floats(n);
+        for (size_t i = 0; i < n; i++) {
+            delta[i] = got[i] - params_before[i];
+            delta_ref[i] = params[i] - params_before[i];
+        }
+        snprintf(label, sizeof label, "step %d (max_norm %g) params update", step,
+                 max_norms[step - 1]);
+        expect_close(label, delta, delta_ref, n, FP32_TOL);
+        snprintf(label, sizeof label, "step %d m", step);
+        expect_close(label, m, state.m, n, 1e-5);
+        snprintf(label, sizeof label, "step %d v", step);
+        expect_close(label, v, state.v, n, 1e-5);
+        snprintf(label, sizeof label, "step %d bf16 params copy", step);
+        expect_close(label, got_bf16, params, n, BF16_TOL);
+        size_t copy_mismatches = 0;
+        for (size_t i = 0; i < n; i++) copy_mismatches += got_bf16[i] != round_bf16(got[i]);
+        CHECK(copy_mismatches == 0, "step %d: %zu bf16 copies are not round(master)", step,
+              copy_mismatches);
+        // Carry the GPU's master weights forward so each step is compared on its own.
+        memcpy(params, got, n * sizeof(float));
+        memcpy(state.m, m, n * sizeof(float));
+        memcpy(state.v, v, n * sizeof(float));
+        free(grads), free(params_before), free(got), free(m), free(v), free(got_bf16);
+        free(delta), free(delta_ref);
+    }
+    adamw_free(&state);
+    param_table_free(&table);
+    free(params);
+}
+
+int main(void) {
+    int n_devices = 0;
+    const cudaError_t err = cudaGetDeviceCount(&n_devices);
+    if (err != cudaSuccess || n_devices == 0) {
+        printf("SKIP: no CUDA device (%s)\n", cudaGetErrorString(err));
+        return EXIT_SKIP;
+    }
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+    rng = test_rng_from_env();
+    ops_cuda_init(4096, 768);
+    test_embedding();
+    test_rmsnorm();
+    test_rope();
+    test_swiglu();
+    test_matmul();
+    test_cross_entropy();
+    test_elementwise();
+    test_grad_norm();
+    test_adamw();
+    ops_cuda_destroy();
+    device_free_all();
+    return test_finish();
+}

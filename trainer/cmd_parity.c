@@ -1,0 +1,163 @@
+// `train parity`: one forward+backward of the same conversations with the same weights
+// under each layout, compared with npass (the reference). duplicate and shared_prefix
+// are exact (differences are fp32 rounding); mask_only is not, and its difference is
+// reported so the comparison visibly can fail.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/check.h"
+#include "data/batch.h"
+#include "trainer/commands.h"
+#include "trainer/loader.h"
+#include "trainer/parity.h"
+#include "trainer/setup.h"
+
+
+typedef struct {
+    LayoutKind layout;
+    double loss;
+    long long tokens, trained;
+    float *grads;  // [table.total]
+} LayoutRun;
+
+static void run_layout(const Config *c, const Tokenizer *tok, const ModelConfig *mc,
+                       const ParamTable *table, const float *params, LayoutKind layout,
+                       int *n_samples, SampleKind *kind, LayoutRun *out) {
+    DataOptions opt = data_options_from_config(c);
+    opt.layout = layout;
+    opt.max_samples = (int)config_int(c, "parity.conversations");
+    if (opt.max_samples <= 0) fatal("config key 'parity.conversations': must be positive");
+    const char *path = config_str(c, "data.train_path");
+    if (!path) fatal("config key 'data.train_path': a JSONL file is required");
+    PackedDataset data;
+    packed_dataset_load(tok, path, opt, &data);
+    if (*n_samples >= 0 && data.n_samples != *n_samples)
+        fatal("parity: layout %s kept %d samples but npass %d (data.skip_bad skipped different "
+              "samples); fix or remove the bad samples", layout_name(layout), data.n_samples,
+              *n_samples);
+    *n_samples = data.n_samples;
+    *kind = data.samples[0].kind;
+    for (int i = 1; i < data.n_samples; i++)
+        if (data.samples[i].kind != *kind)
+            fatal("parity: %s mixes conversations and shared-prefix sets (line %d); use one kind",
+                  path, data.samples[i].line);
+
+    out->layout = layout;
+    packed_rows_count(&data.rows, &out->tokens, &out->trained);
+    if (out->trained == 0) fatal("parity: no trained token under layout %s", layout_name(layout));
+    const int micro_rows = (int)config_int(c, "train.micro_rows");
+    if (micro_rows <= 0) fatal("config key 'train.micro_rows': must be positive");
+    CpuModel *model = cpu_model_create(mc, micro_rows, opt.seq_len);
+    out->grads = xcalloc(table->total, sizeof(float));
+    double sum = rows_forward_backward(model, params, out->grads, &data.rows, micro_rows,
+                                       (float)(1.0 / (double)out->trained));
+    out->loss = sum / (double)out->trained;
+    cpu_model_free(model);
+    packed_dataset_free(&data);
+}
+
+// |a - b| / |b| over one tensor's elements (|a - b| itself when b is all zeros).
+static double rel_diff(const float *a, const float *b, size_t n) {
+    double diff = 0, ref = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - (double)b[i];
+        diff += d * d;
+        ref += (double)b[i] * b[i];
+    }
+    return ref > 0 ? sqrt(diff / ref) : sqrt(diff);
+}
+
+static json_t *layout_json(const LayoutRun *run, const LayoutRun *npass, const ParamTable *table) {
+    json_t *o = json_pack("{s:f, s:I, s:I}", "loss", run->loss, "tokens", (json_int_t)run->tokens,
+                          "trained_tokens", (json_int_t)run->trained);
+    if (run == npass) return o;
+    json_object_set_new(o, "loss_rel_diff", json_real(fabs(run->loss - npass->loss) / fabs(npass->loss)));
+    json_t *per_tensor = json_object();
+    double max = 0;
+    const char *max_name = table->tensors[0].name;
+    for (int t = 0; t < table->n_tensors; t++) {
+        const ParamTensor *pt = &table->tensors[t];
+        double d = rel_diff(run->grads + pt->offset, npass->grads + pt->offset, pt->numel);
+        json_object_set_new(per_tensor, pt->name, json_real(d));
+        if (d > max || t == 0) {
+            max = d;
+            max_name = pt->name;
+        }
+    }
+    json_object_set_new(o, "grad_rel_diff_max", json_real(max));
+    json_object_set_new(o, "grad_rel_diff_max_tensor", json_string(max_name));
+    json_object_set_new(o, "grad_rel_diff", per_tensor);
+    return o;
+}
+
+json_t *parity_report(const Config *c) {
+    ModelConfig mc = model_config_from(c);
+    Tokenizer *tok = tokenizer_from(c, &mc);
+    ParamTable table;
+    param_table_build(&mc, &table);
+    float *params = xmalloc(table.total * sizeof(float));  // [table.total]
+    params_load_or_init(&mc, &table, config_str(c, "parity.weights"), (uint64_t)config_int(c, "seed"),
+                        params);
+
+    LayoutRun runs[3];
+    int n_runs = 0, n_samples = -1;
+    SampleKind kind;
+    run_layout(c, tok, &mc, &table, params, LAYOUT_NPASS, &n_samples, &kind, &runs[n_runs++]);
+    const LayoutKind conversation_layouts[] = {LAYOUT_DUPLICATE, LAYOUT_MASK_ONLY};
+    const LayoutKind shared_layouts[] = {LAYOUT_SHARED_PREFIX};
+    const bool shared = kind == SAMPLE_SHARED_PREFIX;
+    const LayoutKind *others = shared ? shared_layouts : conversation_layouts;
+    const int n_others = shared ? 1 : 2;
+    for (int i = 0; i < n_others; i++) {
+        SampleKind k;
+        run_layout(c, tok, &mc, &table, params, others[i], &n_samples, &k, &runs[n_runs++]);
+    }
+
+    json_t *layouts = json_object();
+    for (int i = 0; i < n_runs; i++)
+        json_object_set_new(layouts, layout_name(runs[i].layout), layout_json(&runs[i], &runs[0], &table));
+    json_t *report = json_pack("{s:i, s:s, s:o}", "samples", n_samples, "kind",
+                               shared ? "shared_prefix" : "conversation", "layouts", layouts);
+    for (int i = 0; i < n_runs; i++) free(runs[i].grads);
+    free(params);
+    param_table_free(&table);
+    tokenizer_free(tok);
+    return report;
+}
+
+void parity_print(const json_t *report, FILE *f) {
+    fprintf(f, "parity over %lld %s samples (npass is the reference)\n",
+            (long long)json_integer_value(json_object_get(report, "samples")),
+            json_string_value(json_object_get(report, "kind")));
+    fprintf(f, "%-14s %9s %9s %12s %14s %14s  %s\n", "layout", "tokens", "trained", "loss",
+            "loss_rel_diff", "grad_rel_max", "worst tensor");
+    const char *name;
+    json_t *l;
+    json_object_foreach((json_t *)json_object_get(report, "layouts"), name, l) {
+        fprintf(f, "%-14s %9lld %9lld %12.8f", name,
+                (long long)json_integer_value(json_object_get(l, "tokens")),
+                (long long)json_integer_value(json_object_get(l, "trained_tokens")),
+                json_real_value(json_object_get(l, "loss")));
+        if (json_object_get(l, "loss_rel_diff"))
+            fprintf(f, " %14.3e %14.3e  %s", json_real_value(json_object_get(l, "loss_rel_diff")),
+                    json_real_value(json_object_get(l, "grad_rel_diff_max")),
+                    json_string_value(json_object_get(l, "grad_rel_diff_max_tensor")));
+        fputc('\n', f);
+    }
+}
+
+int cmd_parity(int argc, char **argv) {
+    const char *json_path = NULL;
+    Config *c = config_from_args(argc, argv, "parity", "--json", &json_path);
+    json_t *report = parity_report(c);
+    parity_print(report, stdout);
+    if (json_path) {
+        if (json_dump_file(report, json_path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0)
+            fatal("--json %s: cannot write", json_path);
+        printf("wrote %s\n", json_path);
+    }
+    json_decref(report);
+    config_free(c);
+    return 0;
+}

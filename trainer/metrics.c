@@ -1,0 +1,99 @@
+#define _POSIX_C_SOURCE 200809L
+#include "trainer/metrics.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/check.h"
+
+// Keeps the lines of `path` whose "step" is <= max_step (a resumed run drops what the
+// interrupted one logged past its checkpoint).
+static void truncate_after_step(const char *path, long max_step) {
+    FILE *in = fopen(path, "r");
+    if (!in) return;
+    char *kept = NULL;
+    size_t kept_len = 0, kept_cap = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    while ((n = getline(&line, &cap, in)) > 0) {
+        json_t *obj = json_loads(line, 0, NULL);
+        long step = obj ? (long)json_integer_value(json_object_get(obj, "step")) : max_step + 1;
+        json_decref(obj);
+        if (step > max_step) continue;
+        if (kept_len + (size_t)n > kept_cap) {
+            kept_cap = 2 * (kept_len + (size_t)n);
+            kept = xrealloc(kept, kept_cap);
+        }
+        memcpy(kept + kept_len, line, (size_t)n);
+        kept_len += (size_t)n;
+    }
+    free(line);
+    fclose(in);
+    FILE *out = fopen(path, "w");
+    if (!out) fatal("%s: cannot rewrite metrics", path);
+    if (kept_len) fwrite(kept, 1, kept_len, out);
+    fclose(out);
+    free(kept);
+}
+
+void metrics_open(MetricsLog *log, const char *out_dir, long resume_step) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", out_dir);
+    if (resume_step > 0) truncate_after_step(path, resume_step);
+    log->f = fopen(path, resume_step > 0 ? "a" : "w");
+    if (!log->f) fatal("%s: cannot open for writing", path);
+}
+
+void metrics_write(MetricsLog *log, const StepMetrics *m) {
+    json_t *o = json_object();
+    json_object_set_new(o, "step", json_integer(m->step));
+    json_object_set_new(o, "loss", json_real(m->loss));
+    json_object_set_new(o, "lr", json_real(m->lr));
+    json_object_set_new(o, "grad_norm", json_real(m->grad_norm));
+    json_object_set_new(o, "tokens", json_integer(m->tokens));
+    json_object_set_new(o, "trained_tokens", json_integer(m->trained_tokens));
+    json_object_set_new(o, "conversations", json_integer(m->conversations));
+    json_object_set_new(o, "tokens_per_s", json_real(m->tokens_per_s));
+    json_object_set_new(o, "elapsed_s", json_real(m->elapsed_s));
+    json_object_set_new(o, "mfu", m->mfu >= 0 ? json_real(m->mfu) : json_null());
+    if (m->has_eval) {
+        json_object_set_new(o, "eval_loss", json_real(m->eval_loss));
+        json_object_set_new(o, "eval_answer_loss", json_real(m->eval_answer_loss));
+    }
+    // jansson prints reals with 17 significant digits: losses round-trip exactly.
+    char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    fprintf(log->f, "%s\n", text);
+    fflush(log->f);
+    free(text);
+    json_decref(o);
+}
+
+void metrics_close(MetricsLog *log) {
+    if (log->f) fclose(log->f);
+    log->f = NULL;
+}
+
+static void format_duration(char *buf, size_t len, double s) {
+    if (s < 0) s = 0;
+    long total = (long)(s + 0.5);
+    if (total >= 3600) snprintf(buf, len, "%ldh%02ldm", total / 3600, total / 60 % 60);
+    else if (total >= 60) snprintf(buf, len, "%ldm%02lds", total / 60, total % 60);
+    else snprintf(buf, len, "%lds", total);
+}
+
+void metrics_print_console(FILE *f, const StepMetrics *m, long total_steps, double eta_s) {
+    char mfu[32], eta[32];
+    if (m->mfu >= 0) snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * m->mfu);
+    else snprintf(mfu, sizeof mfu, "n/a");
+    format_duration(eta, sizeof eta, eta_s);
+    fprintf(f, "step %ld/%ld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | MFU %s | ETA %s",
+            m->step, total_steps, m->loss, m->lr, m->grad_norm, m->tokens_per_s, mfu, eta);
+    if (m->has_eval)
+        fprintf(f, " | eval_loss %.4f | eval_answer_loss %.4f", m->eval_loss, m->eval_answer_loss);
+    fputc('\n', f);
+    fflush(f);
+}
+
+double model_flops_per_token(long long n_matmul_params) { return 6.0 * (double)n_matmul_params; }

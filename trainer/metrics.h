@@ -1,0 +1,38 @@
+// Per-step metrics: one JSON object per line in <out_dir>/metrics.jsonl, and a
+// console line (step, loss, lr, grad norm, tokens/s, MFU, ETA).
+#pragma once
+#include <stdbool.h>
+#include <stdio.h>
+
+typedef struct {
+    long step;                 // 1-based: optimizer steps completed
+    double loss;               // mean CE over the step's trained tokens
+    double lr, grad_norm;      // grad_norm before clipping
+    long long tokens;          // non-padding tokens processed this step
+    long long trained_tokens;  // targets this step
+    int conversations;         // samples this step
+    double tokens_per_s;       // this step
+    double elapsed_s;          // training time since the run started (across resumes)
+    double mfu;                // model FLOPs/s over the configured peak; < 0: no peak given
+    bool has_eval;
+    double eval_loss, eval_answer_loss;
+} StepMetrics;
+
+typedef struct {
+    FILE *f;
+} MetricsLog;
+
+// Opens <out_dir>/metrics.jsonl. On a resume from step `resume_step` > 0 the file keeps
+// only its lines with step <= resume_step, so a resumed run's file reads like an
+// uninterrupted one; otherwise it starts empty.
+void metrics_open(MetricsLog *log, const char *out_dir, long resume_step);
+void metrics_write(MetricsLog *log, const StepMetrics *m);  // one line, flushed
+void metrics_close(MetricsLog *log);
+
+// "step 12/200 | loss 3.1416 | lr 3.00e-03 | gnorm 0.812 | 51234 tok/s | MFU n/a | ETA 1m02s"
+void metrics_print_console(FILE *f, const StepMetrics *m, long total_steps, double eta_s);
+
+// Model FLOPs per trained-or-not token for forward+backward: 6 x (matmul weights),
+// counting the LM head even when tied; attention scores (~12 x layers x hidden x context)
+// are left out, so this undercounts long contexts slightly.
+double model_flops_per_token(long long n_matmul_params);

@@ -1,6 +1,6 @@
-// Benchmark (not a test) of one full CUDA training step: forward + backward
-// (cuda_model_forward_backward), global gradient norm, clipped AdamW on one flat fp32
-// master buffer (adamw_update_cuda), bf16 copy of the weights. The workload is
+// Benchmark (not a test) of one full CUDA training step through the trainer's CUDA
+// backend (trainer/step_cuda.cu, the code `train` runs): forward + backward, global
+// gradient norm, clipped AdamW on the fp32 master weights, bf16 copy of the weights. The workload is
 // shared/anchors/anchor_trainer.py's, so the numbers compare directly with the
 // PyTorch + FlexAttention anchor:
 //   - one packed row of seq_len tokens per step, random tokens and targets at every
@@ -11,12 +11,13 @@
 //   - untied LM head; AdamW lr 1e-4, betas (0.9, 0.999), weight decay 0.01 on every
 //     tensor (torch.optim.AdamW defaults as the anchor uses them), plus clipping.
 // Usage: bench_trainer --config configs/bench_small.json [--set key=value]... [steps]
-// CUDA events around each step; warm-up, then the median of >= 20 steps. MFU uses the
+// Host clock around each step (every phase ends synchronised); warm-up, then the median
+// of >= 20 steps. MFU uses the
 // anchor's FLOP formula 6 (params - vocab d) S + 3.5 * 4 S^2 hd H L density, with
 // density = non-empty fraction of 128x128 tiles (FlexAttention's BlockMask blocks).
 // Memory: device memory taken from the first allocation to the end (cudaMemGetInfo,
 // with the stream-ordered pool told to keep its peak), excluding the CUDA context.
-#include "model/model_cuda.h"
+#include "trainer/step_cuda.h"
 extern "C" {  // plain C headers without guards of their own
 #include "trainer/config.h"
 #include "trainer/setup.h"
@@ -27,27 +28,10 @@ extern "C" {  // plain C headers without guards of their own
 #include <string.h>
 #include <algorithm>
 #include <vector>
-#include "attention/attention_cuda.h"
 #include "common/cuda_check.h"
-#include "model/ops_cuda.h"
 
 enum { WARMUP_STEPS = 3, DEFAULT_STEPS = 20, N_TURNS = 4 };
 static const double GIB = 1024.0 * 1024.0 * 1024.0;
-
-// Uniform init with standard deviation `stddev` (mean `mean`), from a hash of the index:
-// a weight's value does not matter for timing, only that it is realistic.
-__global__ void init_uniform_kernel(float *x, size_t n, uint64_t seed, float mean,
-                                    float stddev) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ULL ^ seed;  // splitmix64 finalizer
-        h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ULL;
-        h = (h ^ (h >> 27)) * 0x94D049BB133111EBULL;
-        h ^= h >> 31;
-        const float u = (float)(h >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;  // [-1, 1)
-        x[i] = mean + stddev * 1.7320508f * u;                                 // sqrt(3) * std
-    }
-}
 
 // anchor_trainer.py's row: tags -> one visible interval per key.
 static void strip_thinking_row(int S, int vocab, std::vector<int32_t> &token,
@@ -109,83 +93,56 @@ int main(int argc, char **argv) {
     double peak_tflops = config_num(config, "train.peak_tflops");
     if (peak_tflops <= 0.0) peak_tflops = 790.0;  // H200 dense bf16
 
-    // Everything from here on counts as the step's memory. The stream-ordered pool
-    // (attention scratch) keeps its peak reservation so cudaMemGetInfo sees it.
-    cudaCheck(cudaFree(nullptr));  // create the context first: it is not ours to count
-    cudaMemPool_t pool;
-    cudaCheck(cudaDeviceGetDefaultMemPool(&pool, 0));
-    uint64_t keep_all = UINT64_MAX;
-    cudaCheck(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
+    // Everything from here on counts as the step's memory (the context is not ours).
+    cudaCheck(cudaFree(nullptr));
     size_t free_start, free_end, total_memory;
     cudaCheck(cudaMemGetInfo(&free_start, &total_memory));
 
-    ops_cuda_init(S, cfg.hidden_size);
     ParamTable table;
     param_table_build(&cfg, &table);
     const size_t P = table.total;
-    // Three allocations: bf16 weights, fp32 gradients, optimizer state
-    // (fp32 master weights | first moment | second moment | gradient norm).
-    __nv_bfloat16 *params;  // [P]
-    float *grads;           // [P]
-    float *optimizer;       // [3 P + 1]
-    cudaCheck(cudaMalloc(&params, P * sizeof(__nv_bfloat16)));
-    cudaCheck(cudaMalloc(&grads, P * sizeof(float)));
-    cudaCheck(cudaMalloc(&optimizer, (3 * P + 1) * sizeof(float)));
-    float *master = optimizer, *moment1 = optimizer + P, *moment2 = optimizer + 2 * P;
-    float *grad_norm = optimizer + 3 * P;
-    for (int i = 0; i < table.n_tensors; i++) {
-        const ParamTensor *p = &table.tensors[i];
-        init_uniform_kernel<<<1024, 256>>>(master + p->offset, p->numel, (uint64_t)i + 1,
-                                           p->is_norm ? 1.0f : 0.0f, p->is_norm ? 0.0f : 0.02f);
-        cudaCheckLaunch();
-    }
-    cudaCheck(cudaMemset(moment1, 0, 2 * P * sizeof(float)));
-    float_to_bf16_cuda(params, master, (int64_t)P, 0);
-    cudaCheck(cudaDeviceSynchronize());
+    std::vector<float> host_params(P);
+    params_init(&cfg, &table, 1, host_params.data());
+    AdamWState opt;
+    adamw_init(&opt, P);
+    const TrainBackendOps *gpu = cuda_train_backend();
+    const BackendSetup setup = {&cfg, &table, 1, S, deterministic};
+    void *trainer = gpu->create(&setup);
+    gpu->set_state(trainer, host_params.data(), &opt);
+    // torch.optim.AdamW as the anchor uses it: weight decay on every tensor.
+    AdamWHyper hyper = {lr, beta1, beta2, eps, weight_decay, true, true};
 
     std::vector<int32_t> token(S), target(S), pos(S), lo(S), hi(S);
     strip_thinking_row(S, cfg.vocab_size, token, target, pos, lo, hi);
-    TileMask mask, mask_128;
-    tile_mask_build(lo.data(), hi.data(), 1, S, ATTN_CUDA_BLOCK_M, ATTN_CUDA_BLOCK_N, &mask);
+    PackedRows rows = {1, S, token.data(), target.data(), pos.data(), lo.data(), hi.data(),
+                       nullptr, nullptr, nullptr};
+    MicroBatches micro;
+    micro_batches_build(&rows, 1, &micro);
+    TileMask mask_128;
     tile_mask_build(lo.data(), hi.data(), 1, S, 128, 128, &mask_128);
     const double density = 1.0 - tile_mask_sparsity(&mask_128);
-    const double density_kernel = 1.0 - tile_mask_sparsity(&mask);
-    const ModelBatch batch = {1, S, token.data(), target.data(), pos.data(), lo.data(), hi.data(),
-                              &mask};
-
-    CudaModel *model = cuda_model_create(&cfg, 1, S);
-    cuda_model_set_deterministic(model, deterministic);
-    const cudaStream_t stream = cuda_model_stream(model);
-    cudaEvent_t start, model_done, end;
-    cudaCheck(cudaEventCreate(&start));
-    cudaCheck(cudaEventCreate(&model_done));
-    cudaCheck(cudaEventCreate(&end));
+    const double density_kernel = 1.0 - tile_mask_sparsity(&micro.masks[0]);
 
     std::vector<double> step_ms, model_ms, optimizer_ms;
     double first_loss = 0.0, last_loss = 0.0;
     for (int step = 0; step < WARMUP_STEPS + steps; step++) {
-        cudaCheck(cudaEventRecord(start, stream));
-        cudaCheck(cudaMemsetAsync(grads, 0, P * sizeof(float), stream));
-        const double loss =
-            cuda_model_forward_backward(model, params, grads, &batch, 1.0f / (float)S) / S;
-        cudaCheck(cudaEventRecord(model_done, stream));
-        grad_global_norm_cuda(grad_norm, grads, P, stream);
-        adamw_update_cuda(master, params, moment1, moment2, grads, P, lr, beta1, beta2, eps,
-                          weight_decay, step + 1, grad_norm, grad_clip, stream);
-        cudaCheck(cudaEventRecord(end, stream));
-        cudaCheck(cudaEventSynchronize(end));
+        const double start = now_seconds();
+        const double loss = gpu->forward_backward(trainer, &micro, 1.0f / (float)S) / S;
+        const double model_done = now_seconds();
+        gpu->optimizer_step(trainer, &hyper, gpu->grad_norm(trainer), grad_clip);
+        cudaCheck(cudaDeviceSynchronize());
+        const double end = now_seconds();
         if (!isfinite(loss)) fatal("bench_trainer: loss is %g at step %d", loss, step);
         if (step == 0) first_loss = loss;
         last_loss = loss;
         if (step < WARMUP_STEPS) continue;
-        float ms, ms_model;
-        cudaCheck(cudaEventElapsedTime(&ms, start, end));
-        cudaCheck(cudaEventElapsedTime(&ms_model, start, model_done));
-        step_ms.push_back(ms);
-        model_ms.push_back(ms_model);
-        optimizer_ms.push_back(ms - ms_model);
+        step_ms.push_back(1e3 * (end - start));
+        model_ms.push_back(1e3 * (model_done - start));
+        optimizer_ms.push_back(1e3 * (end - model_done));
     }
     cudaCheck(cudaMemGetInfo(&free_end, &total_memory));
+    cudaMemPool_t pool;
+    cudaCheck(cudaDeviceGetDefaultMemPool(&pool, 0));
     uint64_t pool_peak = 0;
     cudaCheck(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &pool_peak));
 
@@ -194,31 +151,25 @@ int main(int argc, char **argv) {
     const double head_dim = (double)cfg.hidden_size / H;
     const double flops = 6.0 * ((double)P - (double)cfg.vocab_size * cfg.hidden_size) * S +
                          3.5 * 4.0 * (double)S * S * head_dim * H * L * density;
-    const double state_bytes = P * (sizeof(__nv_bfloat16) + sizeof(float)) +
-                               (3 * P + 1) * sizeof(float);
+    const double state_bytes = P * (2.0 /* bf16 */ + sizeof(float)) + (3 * P + 2) * sizeof(float);
     printf("{\"config\": \"%s\", \"params_M\": %.1f, \"S\": %d, \"deterministic\": %s, "
            "\"step_ms\": %.2f, \"fwd_bwd_ms\": %.2f, \"optimizer_ms\": %.2f, "
            "\"tokens_per_s\": %.0f, \"mem_GiB\": %.2f, \"mfu_vs_%.0f\": %.3f, "
            "\"density_128\": %.4f, \"density_%dx%d\": %.4f, \"weights_grads_adam_GiB\": %.2f, "
-           "\"activations_GiB\": %.2f, \"attention_pool_peak_GiB\": %.2f, "
+           "\"activations_and_ops_GiB\": %.2f, \"attention_pool_peak_GiB\": %.2f, "
            "\"loss_first\": %.4f, \"loss_last\": %.4f, \"steps\": %d}\n",
            config_path, P / 1e6, S, deterministic ? "true" : "false", dt * 1e3,
            median(model_ms), median(optimizer_ms), S / dt,
            (double)(free_start - free_end) / GIB, peak_tflops, flops / dt / (peak_tflops * 1e12),
-           density, ATTN_CUDA_BLOCK_M, ATTN_CUDA_BLOCK_N, density_kernel, state_bytes / GIB,
-           cuda_model_arena_bytes(model) / GIB, pool_peak / GIB, first_loss, last_loss, steps);
+           density, ATTENTION_TILE, ATTENTION_TILE, density_kernel, state_bytes / GIB,
+           ((double)(free_start - free_end) - state_bytes - (double)pool_peak) / GIB,
+           pool_peak / GIB, first_loss, last_loss, steps);
 
-    cuda_model_free(model);
-    cudaCheck(cudaEventDestroy(start));
-    cudaCheck(cudaEventDestroy(model_done));
-    cudaCheck(cudaEventDestroy(end));
-    cudaCheck(cudaFree(params));
-    cudaCheck(cudaFree(grads));
-    cudaCheck(cudaFree(optimizer));
-    tile_mask_free(&mask);
+    gpu->destroy(trainer);
+    micro_batches_free(&micro);
     tile_mask_free(&mask_128);
+    adamw_free(&opt);
     param_table_free(&table);
-    ops_cuda_destroy();
     config_free(config);
     return 0;
 }

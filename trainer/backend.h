@@ -1,11 +1,61 @@
-// Backend choice for the `backend` config key. The core library is plain C: the
-// GPU is detected at run time without linking CUDA.
+// The training backends behind one interface: the CPU fp32 reference (trainer/backend.c)
+// and the CUDA bf16 one (trainer/step_cuda.cu, present when ONEPASS_HAVE_CUDA). The
+// trainer and the parity command call a backend only through TrainBackendOps, so the
+// core library links without CUDA.
+//
+// A backend holds the model's whole training state: weights, gradients and AdamW
+// moments (on the GPU: fp32 master weights, m, v, fp32 gradients and the bf16 weights
+// the model runs on). The host-side fp32 params [table.total] and AdamWState are the
+// exchange format with checkpoints: set_state copies them in, get_state copies back.
 #pragma once
+#include <stdbool.h>
 #include <stddef.h>
+#include "model/model.h"
+#include "trainer/loader.h"
+#include "trainer/optim.h"
 
 typedef enum { BACKEND_CPU = 0, BACKEND_CUDA = 1 } Backend;
 
 // "cpu" | "cuda" | "auto". Writes the one-line reason for the choice into `why`
-// (e.g. "backend: cpu (no CUDA device found)"). Fatal for an unknown name or for a
-// backend that cannot run here.
-Backend backend_choose(const char *name, char *why, size_t why_len);
+// (e.g. "backend: cpu (no CUDA device found)"). "auto" takes cuda when this binary has
+// CUDA, a device is visible and the model's head_dim suits the CUDA kernels. Fatal for an
+// unknown name, or for "cuda" in a binary built without CUDA or with no device.
+Backend backend_choose(const char *name, const ModelConfig *mc, char *why, size_t why_len);
+
+typedef struct {
+    const ModelConfig *mc;
+    const ParamTable *table;
+    int micro_rows, seq_len;  // the largest micro-batch
+    bool deterministic;       // bitwise reproducible gradients (GPU attention backward)
+} BackendSetup;
+
+typedef struct {
+    const char *name;
+    // Allocates everything a step needs (a step then allocates nothing on the device).
+    // The weights are undefined until set_state.
+    void *(*create)(const BackendSetup *setup);
+    void (*destroy)(void *state);
+    // params [table.total] fp32 and opt (n == table.total) in and out.
+    void (*set_state)(void *state, const float *params, const AdamWState *opt);
+    void (*get_state)(void *state, float *params, AdamWState *opt);
+    // Zeroes the gradients, then forward+backward of every micro-batch, accumulating
+    // gradients of sum(CE) * loss_scale. Returns the unscaled CE sum over all targets.
+    double (*forward_backward)(void *state, const MicroBatches *mb, float loss_scale);
+    void (*get_grads)(void *state, float *grads);  // grads [table.total] fp32
+    double (*grad_norm)(void *state);              // L2 norm over all gradients
+    // Clips the gradients to max_grad_norm (grad_norm is grad_norm()'s result) and
+    // applies one AdamW update with h (h->lr is this step's rate).
+    void (*optimizer_step)(void *state, const AdamWHyper *h, double grad_norm,
+                           double max_grad_norm);
+    // The first tensor (table order) whose gradients (grads true) or weights hold a
+    // non-finite value; NULL when all are finite.
+    const char *(*first_nonfinite)(void *state, bool grads);
+    // Forward only: per-position CE into losses [n_rows, seq_len] (host). Returns the sum.
+    double (*forward)(void *state, const MicroBatches *mb, float *losses);
+    // Device memory in use and in total (bytes); false when the backend has no device.
+    bool (*device_memory)(size_t *used, size_t *total);
+    // Host buffers the backend reads batches from fastest (pinned memory on the GPU).
+    HostAllocator host_allocator;
+} TrainBackendOps;
+
+const TrainBackendOps *backend_ops(Backend backend);

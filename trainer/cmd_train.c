@@ -1,7 +1,8 @@
-// `train run`: the training loop (CPU backend). Each step: the loader's conversations
-// laid out and packed, forward+backward in micro-batches with the loss normalised by
-// the step's trained tokens, a finite check, global-norm clipping, AdamW under the
-// schedule; then metrics, periodic eval in the inference view, and checkpoints.
+// `train run`: the training loop on either backend (trainer/backend.h). Each step: the
+// loader's conversations laid out, packed and tiled ahead on a data thread,
+// forward+backward in micro-batches with the loss normalised by the step's trained
+// tokens, a finite check, global-norm clipping, AdamW under the schedule; then metrics,
+// periodic eval in the inference view, and checkpoints (downloaded from the backend).
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <signal.h>
@@ -19,6 +20,9 @@
 #include "trainer/optim.h"
 #include "trainer/setup.h"
 
+// Steps the data thread prepares ahead of the one training.
+enum { PREFETCH_DEPTH = 3 };
+#define H200_DENSE_BF16_TFLOPS 989.5
 
 static volatile sig_atomic_t stop_requested;
 
@@ -39,19 +43,21 @@ static void install_stop_handlers(void) {
     sigaction(SIGTERM, &sa, NULL);
 }
 
-// Held-out conversations in the inference view (npass), packed once.
+// Held-out conversations in the inference view (npass), packed and cut into
+// micro-batches once.
 typedef struct {
     PackedDataset data;
+    MicroBatches micro;
     float *losses;  // [n_rows, seq_len] per-position CE of the last run
 } EvalSet;
 
 // eval_loss: mean CE over every target (think + answer); eval_answer_loss: over targets
 // that are answer tokens, i.e. whose target slot (the next slot of the npass doc) is
 // ROLE_ANSWER.
-static void evaluate(CpuModel *model, const float *params, EvalSet *eval, int micro_rows,
-                     double *eval_loss, double *eval_answer_loss) {
+static void evaluate(const TrainBackendOps *ops, void *trainer, EvalSet *eval, double *eval_loss,
+                     double *eval_answer_loss) {
     const PackedRows *rows = &eval->data.rows;
-    rows_forward(model, params, rows, micro_rows, eval->losses);
+    ops->forward(trainer, &eval->micro, eval->losses);
     double all = 0, answer = 0;
     long long n_all = 0, n_answer = 0;
     for (int r = 0; r < rows->n_rows; r++) {
@@ -68,16 +74,6 @@ static void evaluate(CpuModel *model, const float *params, EvalSet *eval, int mi
     }
     *eval_loss = n_all ? all / (double)n_all : NAN;
     *eval_answer_loss = n_answer ? answer / (double)n_answer : NAN;
-}
-
-// Names the first tensor of `buffer` (params or grads) holding a non-finite value; NULL if none.
-static const char *first_nonfinite_tensor(const ParamTable *table, const float *buffer) {
-    for (int t = 0; t < table->n_tensors; t++) {
-        const ParamTensor *pt = &table->tensors[t];
-        for (size_t i = 0; i < pt->numel; i++)
-            if (!isfinite(buffer[pt->offset + i])) return pt->name;
-    }
-    return NULL;
 }
 
 // Weights that run through a matmul per token: all 2-D tensors but the embedding
@@ -105,14 +101,25 @@ static void save_checkpoint(const char *out_dir, const ModelConfig *mc, const Pa
         fatal("writing checkpoint: %s", err);
 }
 
+// The MFU denominator: train.peak_tflops, or for the GPU backend when it is 0 the H200's
+// dense bf16 datasheet peak (989.5 TFLOP/s; set the key for another GPU). 0: no MFU.
+static double peak_flops_of(const Config *c, Backend backend) {
+    const double tflops = config_num(c, "train.peak_tflops");
+    if (tflops < 0) fatal("config key 'train.peak_tflops': must be >= 0, got %g", tflops);
+    if (tflops == 0 && backend == BACKEND_CUDA) return H200_DENSE_BF16_TFLOPS * 1e12;
+    return tflops * 1e12;
+}
+
 int cmd_train(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);  // progress lines interleave with errors in order
     Config *config = config_from_args(argc, argv, "run", NULL, NULL);
     char *resolved = config_dump(config);
     printf("resolved config:\n%s\n", resolved);
-    char why[256];
-    backend_choose(config_str(config, "backend"), why, sizeof why);
+    ModelConfig mc = model_config_from(config);
+    char why[512];
+    const Backend backend = backend_choose(config_str(config, "backend"), &mc, why, sizeof why);
     printf("%s\n", why);
+    const TrainBackendOps *ops = backend_ops(backend);
 
     const char *out_dir = config_str(config, "out_dir");
     if (!out_dir) fatal("config key 'out_dir': a directory is required");
@@ -130,7 +137,7 @@ int cmd_train(int argc, char **argv) {
     const double base_lr = config_num(config, "train.lr");
     const double min_lr_ratio = config_num(config, "train.min_lr_ratio");
     const double max_grad_norm = config_num(config, "train.grad_clip");
-    const double peak_flops = config_num(config, "train.peak_tflops") * 1e12;
+    const double peak_flops = peak_flops_of(config, backend);
     const uint64_t seed = (uint64_t)config_int(config, "seed");
     AdamWHyper hyper = {
         .beta1 = (float)config_num(config, "train.beta1"),
@@ -140,8 +147,11 @@ int cmd_train(int argc, char **argv) {
         .decay_norms = config_bool(config, "train.decay_norms"),
         .decay_embeddings = config_bool(config, "train.decay_embeddings"),
     };
+    if (peak_flops > 0)
+        printf("MFU against %.1f TFLOP/s%s\n", peak_flops / 1e12,
+               config_num(config, "train.peak_tflops") == 0
+                   ? " (H200 dense bf16 datasheet; set train.peak_tflops for another GPU)" : "");
 
-    ModelConfig mc = model_config_from(config);
     Tokenizer *tok = tokenizer_from(config, &mc);
     DataOptions data_opt = data_options_from_config(config);
     const char *train_path = config_str(config, "data.train_path");
@@ -159,15 +169,16 @@ int cmd_train(int argc, char **argv) {
         eval_opt.layout = LAYOUT_NPASS;
         eval_opt.max_samples = (int)config_int(config, "train.eval_max_conversations");
         packed_dataset_load(tok, eval_path, eval_opt, &eval.data);
+        micro_batches_build(&eval.data.rows, micro_rows, &eval.micro);
         eval.losses = xcalloc((size_t)eval.data.rows.n_rows * (size_t)data_opt.seq_len, sizeof(float));
         printf("eval data: %s: %d samples in the inference view (npass), %d rows\n", eval_path,
                eval.data.n_samples, eval.data.rows.n_rows);
     }
 
+    // Host copies of the state: the checkpoints' format, exchanged with the backend.
     ParamTable table;
     param_table_build(&mc, &table);
     float *params = xmalloc(table.total * sizeof(float));  // [table.total]
-    float *grads = xmalloc(table.total * sizeof(float));   // [table.total]
     params_init(&mc, &table, seed, params);
     AdamWState opt;
     adamw_init(&opt, table.total);
@@ -190,7 +201,12 @@ int cmd_train(int argc, char **argv) {
         printf("resumed from %s at step %ld\n", resume, progress.step);
     }
 
-    CpuModel *model = cpu_model_create(&mc, micro_rows, data_opt.seq_len);
+    const BackendSetup setup = {.mc = &mc, .table = &table, .micro_rows = micro_rows,
+                                .seq_len = data_opt.seq_len,
+                                .deterministic = config_bool(config, "train.deterministic")};
+    void *trainer = ops->create(&setup);
+    ops->set_state(trainer, params, &opt);
+    Prefetcher *prefetcher = prefetcher_start(&loader, micro_rows, PREFETCH_DEPTH, ops->host_allocator);
     MetricsLog metrics;
     metrics_open(&metrics, out_dir, progress.step);
     install_stop_handlers();
@@ -201,51 +217,51 @@ int cmd_train(int argc, char **argv) {
 
     for (long step = first_step; step < total_steps; step++) {
         const double step_start = now_seconds();
-        StepBatch batch;
-        step_loader_next(&loader, &batch);
-        if (batch.trained_tokens == 0)
+        const PreparedStep *batch = prefetcher_next(prefetcher);
+        if (batch->trained_tokens == 0)
             fatal("step %ld: no trained token left after packing (every document longer than "
                   "data.seq_len %d was skipped)", step + 1, data_opt.seq_len);
-        memset(grads, 0, table.total * sizeof(float));
-        const double ce_sum = rows_forward_backward(model, params, grads, &batch.rows, micro_rows,
-                                                    (float)(1.0 / (double)batch.trained_tokens));
-        const double loss = ce_sum / (double)batch.trained_tokens;
+        const double ce_sum = ops->forward_backward(trainer, &batch->micro,
+                                                    (float)(1.0 / (double)batch->trained_tokens));
+        const double loss = ce_sum / (double)batch->trained_tokens;
         if (!isfinite(loss))
             fatal("step %ld: the loss is %g; stopping without saving this state (the last "
                   "checkpoint, if any, is intact)", step + 1, loss);
-        const double grad_norm = grad_global_norm(grads, table.total);
+        const double grad_norm = ops->grad_norm(trainer);
         if (!isfinite(grad_norm)) {
-            const char *bad = first_nonfinite_tensor(&table, grads);
+            const char *bad = ops->first_nonfinite(trainer, true);
             fatal("step %ld: non-finite gradient in tensor %s; stopping without saving this state "
                   "(the last checkpoint, if any, is intact)", step + 1,
                   bad ? bad : "(none: the norm overflowed)");
         }
-        grad_clip(grads, table.total, grad_norm, max_grad_norm);
         const double lr = lr_schedule(step, total_steps, warmup, base_lr, min_lr_ratio);
         hyper.lr = (float)lr;
-        adamw_step(&opt, &table, &hyper, params, grads);
-        const char *bad_weight = first_nonfinite_tensor(&table, params);
+        ops->optimizer_step(trainer, &hyper, grad_norm, max_grad_norm);
+        const char *bad_weight = ops->first_nonfinite(trainer, false);
         if (bad_weight)
             fatal("step %ld: the update made weights of tensor %s non-finite; stopping without "
                   "saving this state (the last checkpoint, if any, is intact)", step + 1, bad_weight);
         const double step_time = now_seconds() - step_start;
 
         progress.step = step + 1;
-        progress.data_epoch = loader.epoch;
-        progress.data_cursor = loader.cursor;
-        progress.tokens_seen += batch.tokens;
-        progress.trained_tokens_seen += batch.trained_tokens;
-        const double tokens_per_s = (double)batch.tokens / step_time;
+        progress.data_epoch = batch->epoch;
+        progress.data_cursor = batch->cursor;
+        progress.tokens_seen += batch->tokens;
+        progress.trained_tokens_seen += batch->trained_tokens;
+        const double tokens_per_s = (double)batch->tokens / step_time;
         StepMetrics m = {
             .step = progress.step, .loss = loss, .lr = lr, .grad_norm = grad_norm,
-            .tokens = batch.tokens, .trained_tokens = batch.trained_tokens,
-            .conversations = batch.n_samples, .tokens_per_s = tokens_per_s,
+            .tokens = batch->tokens, .trained_tokens = batch->trained_tokens,
+            .conversations = batch->n_samples, .tokens_per_s = tokens_per_s,
             .mfu = peak_flops > 0 ? flops_per_token * tokens_per_s / peak_flops : -1.0,
         };
-        step_batch_free(&batch);
+        prefetcher_release(prefetcher, batch);
+        size_t used, total;
+        if (ops->device_memory && ops->device_memory(&used, &total))
+            m.device_memory_gib = (double)used / (1024.0 * 1024.0 * 1024.0);
         const bool last = progress.step == total_steps;
         if (do_eval && (progress.step % eval_every == 0 || last)) {
-            evaluate(model, params, &eval, micro_rows, &m.eval_loss, &m.eval_answer_loss);
+            evaluate(ops, trainer, &eval, &m.eval_loss, &m.eval_answer_loss);
             m.has_eval = true;
         }
         progress.elapsed_s = elapsed_before + (now_seconds() - run_start);
@@ -255,6 +271,7 @@ int cmd_train(int argc, char **argv) {
         metrics_print_console(stdout, &m, total_steps, per_step * (double)(total_steps - progress.step));
 
         if (last || stop_requested || (checkpoint_every > 0 && progress.step % checkpoint_every == 0)) {
+            ops->get_state(trainer, params, &opt);
             save_checkpoint(out_dir, &mc, &table, params, &opt, &progress, checkpoint_dir,
                             sizeof checkpoint_dir);
             printf("checkpoint: %s\n", checkpoint_dir);
@@ -272,14 +289,15 @@ int cmd_train(int argc, char **argv) {
         printf("done: %ld steps in %.1f s; final weights in %s/model.safetensors\n", progress.step,
                progress.elapsed_s, checkpoint_dir);
 
+    prefetcher_stop(prefetcher);
     metrics_close(&metrics);
-    cpu_model_free(model);
+    ops->destroy(trainer);
     step_loader_free(&loader);
     adamw_free(&opt);
     free(params);
-    free(grads);
     param_table_free(&table);
     if (do_eval) {
+        micro_batches_free(&eval.micro);
         packed_dataset_free(&eval.data);
         free(eval.losses);
     }

@@ -1,9 +1,13 @@
+#define _POSIX_C_SOURCE 200809L
 #include "trainer/loader.h"
 
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "attention/mask.h"
 #include "common/check.h"
 
 static uint64_t splitmix64(uint64_t *state) {
@@ -62,10 +66,19 @@ void packed_rows_count(const PackedRows *rows, long long *tokens, long long *tra
     }
 }
 
-void step_loader_next(StepLoader *l, StepBatch *out) {
+__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t err_len, const char *fmt,
+                                                      ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_len, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int step_loader_try_next(StepLoader *l, StepBatch *out, char *err, size_t err_len) {
     memset(out, 0, sizeof *out);
     long long trained = 0;
-    char err[1024];
+    char why[1024];
     while (trained < l->budget) {
         if (l->cursor == l->n_samples) {
             l->epoch++;
@@ -75,18 +88,24 @@ void step_loader_next(StepLoader *l, StepBatch *out) {
         int index = l->order[l->cursor++];
         const TokenizedSample *s = &l->samples[index];
         int first_doc = out->docs.n_docs;
-        if (layout_sample(l->layout, s, index, &out->docs, err, sizeof err) != 0)
-            fatal("sample at line %d: %s", s->line, err);
+        if (layout_sample(l->layout, s, index, &out->docs, why, sizeof why) != 0)
+            return fail(err, err_len, "sample at line %d: %s", s->line, why);
         for (int d = first_doc; d < out->docs.n_docs; d++) trained += doc_trained(&out->docs.docs[d]);
         out->n_samples++;
         if (trained == 0 && out->n_samples >= l->n_samples)
-            fatal("no sample of the data set has a trained token under layout %s",
-                  layout_name(l->layout));
+            return fail(err, err_len, "no sample of the data set has a trained token under layout %s",
+                        layout_name(l->layout));
     }
-    if (pack_docs(&out->docs, l->seq_len, l->pack, &out->rows, &out->n_skipped_too_long, err,
-                  sizeof err) != 0)
-        fatal("%s", err);
+    if (pack_docs(&out->docs, l->seq_len, l->pack, &out->rows, &out->n_skipped_too_long, why,
+                  sizeof why) != 0)
+        return fail(err, err_len, "%s", why);
     packed_rows_count(&out->rows, &out->tokens, &out->trained_tokens);
+    return 0;
+}
+
+void step_loader_next(StepLoader *l, StepBatch *out) {
+    char err[1200];
+    if (step_loader_try_next(l, out, err, sizeof err) != 0) fatal("%s", err);
 }
 
 void step_batch_free(StepBatch *b) {
@@ -100,39 +119,208 @@ void step_loader_free(StepLoader *l) {
     memset(l, 0, sizeof *l);
 }
 
-// Runs one micro-batch of rows [r0, r0+n); losses (may be NULL) is this batch's slice.
-static double run_micro(CpuModel *model, const float *params, float *grads, const PackedRows *rows,
-                        int r0, int n, float loss_scale, float *losses) {
-    size_t off = (size_t)r0 * (size_t)rows->seq_len;
-    TileMask mask;
-    tile_mask_build(rows->lo + off, rows->hi + off, n, rows->seq_len, CPU_ATTENTION_TILE,
-                    CPU_ATTENTION_TILE, &mask);
-    ModelBatch b = {.n_rows = n, .seq_len = rows->seq_len, .token = rows->token + off,
-                    .target = rows->target + off, .pos = rows->pos + off, .lo = rows->lo + off,
-                    .hi = rows->hi + off, .mask = &mask};
-    double sum = grads ? cpu_model_forward_backward(model, params, grads, &b, loss_scale)
-                       : cpu_model_forward(model, params, &b, losses);
-    tile_mask_free(&mask);
-    return sum;
+// ------------------------------------------------------------- micro-batches
+
+static int micro_batch_rows(const MicroBatches *mb, int i) {
+    const int left = mb->rows.n_rows - i * mb->micro_rows;
+    return left < mb->micro_rows ? left : mb->micro_rows;
 }
 
-double rows_forward_backward(CpuModel *model, const float *params, float *grads,
-                             const PackedRows *rows, int micro_rows, float loss_scale) {
-    double sum = 0.0;
-    for (int r = 0; r < rows->n_rows; r += micro_rows) {
-        int n = rows->n_rows - r < micro_rows ? rows->n_rows - r : micro_rows;
-        sum += run_micro(model, params, grads, rows, r, n, loss_scale, NULL);
+void micro_batches_build(const PackedRows *rows, int micro_rows, MicroBatches *out) {
+    if (micro_rows <= 0) fatal("config key 'train.micro_rows': must be positive, got %d", micro_rows);
+    *out = (MicroBatches){.rows = *rows, .micro_rows = micro_rows,
+                          .n_micro = (rows->n_rows + micro_rows - 1) / micro_rows};
+    out->masks = xcalloc((size_t)out->n_micro, sizeof(TileMask));
+    for (int i = 0; i < out->n_micro; i++) {
+        const size_t off = (size_t)i * (size_t)micro_rows * (size_t)rows->seq_len;
+        tile_mask_build(rows->lo + off, rows->hi + off, micro_batch_rows(out, i), rows->seq_len,
+                        ATTENTION_TILE, ATTENTION_TILE, &out->masks[i]);
     }
-    return sum;
 }
 
-double rows_forward(CpuModel *model, const float *params, const PackedRows *rows, int micro_rows,
-                    float *losses) {
-    double sum = 0.0;
-    for (int r = 0; r < rows->n_rows; r += micro_rows) {
-        int n = rows->n_rows - r < micro_rows ? rows->n_rows - r : micro_rows;
-        sum += run_micro(model, params, NULL, rows, r, n, 0.0f,
-                         losses + (size_t)r * (size_t)rows->seq_len);
+void micro_batches_free(MicroBatches *mb) {
+    for (int i = 0; i < mb->n_micro; i++) tile_mask_free(&mb->masks[i]);
+    free(mb->masks);
+    memset(mb, 0, sizeof *mb);
+}
+
+ModelBatch micro_batch(const MicroBatches *mb, int i) {
+    const PackedRows *r = &mb->rows;
+    const size_t off = (size_t)i * (size_t)mb->micro_rows * (size_t)r->seq_len;
+    return (ModelBatch){.n_rows = micro_batch_rows(mb, i), .seq_len = r->seq_len,
+                        .token = r->token + off, .target = r->target + off, .pos = r->pos + off,
+                        .lo = r->lo + off, .hi = r->hi + off, .mask = &mb->masks[i]};
+}
+
+// ---------------------------------------------------------------- prefetcher
+
+// The 8 arrays of a TileMask with their lengths, in a fixed order.
+typedef struct {
+    int32_t **ptr[8];
+    size_t count[8];
+} MaskArrays;
+
+static MaskArrays mask_arrays(TileMask *m) {
+    const size_t rows = (size_t)m->n_rows, nq = (size_t)m->n_q_tiles, nk = (size_t)m->n_k_tiles;
+    return (MaskArrays){
+        .ptr = {&m->q_partial_count, &m->q_full_count, &m->q_partial_idx, &m->q_full_idx,
+                &m->k_partial_count, &m->k_full_count, &m->k_partial_idx, &m->k_full_idx},
+        .count = {rows * nq, rows * nq, rows * nq * nk, rows * nq * nk, rows * nk, rows * nk,
+                  rows * nk * nq, rows * nk * nq}};
+}
+
+enum { ROW_INPUTS = 5 };  // token, target, pos, lo, hi
+
+// One prepared step and the host buffer that holds its arrays.
+typedef struct {
+    PreparedStep step;   // step.micro.masks: [masks_cap] structs, arrays in `arena`
+    int masks_cap;
+    int32_t *arena;      // [arena_cap] from the HostAllocator
+    size_t arena_cap;
+    bool failed;         // the loader failed on this step; `error` says why
+    char error[1200];
+} Slot;
+
+struct Prefetcher {
+    StepLoader *loader;
+    int micro_rows, depth;
+    HostAllocator alloc;
+    Slot *slots;                  // [depth]; step k lives in slots[k % depth]
+    long long produced, consumed;  // steps made ready / handed back
+    bool stop;
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    pthread_t thread;
+};
+
+// Copies a step's model inputs and masks into the slot's host buffer (grown as needed).
+static void fill_slot(Prefetcher *p, Slot *slot, const StepBatch *batch, const MicroBatches *mb) {
+    const size_t slots = (size_t)batch->rows.n_rows * (size_t)batch->rows.seq_len;
+    size_t need = ROW_INPUTS * slots;
+    for (int i = 0; i < mb->n_micro; i++) {
+        MaskArrays a = mask_arrays(&mb->masks[i]);
+        for (int k = 0; k < 8; k++) need += a.count[k];
     }
-    return sum;
+    if (need > slot->arena_cap) {
+        if (slot->arena) p->alloc.free(slot->arena);
+        slot->arena_cap = need + need / 2;
+        slot->arena = p->alloc.alloc(slot->arena_cap * sizeof(int32_t));
+    }
+    if (mb->n_micro > slot->masks_cap) {
+        slot->masks_cap = mb->n_micro;
+        slot->step.micro.masks = xrealloc(slot->step.micro.masks, (size_t)mb->n_micro * sizeof(TileMask));
+    }
+    int32_t *at = slot->arena;
+    PackedRows *rows = &slot->step.micro.rows;
+    *rows = (PackedRows){.n_rows = batch->rows.n_rows, .seq_len = batch->rows.seq_len};
+    int32_t **dst[ROW_INPUTS] = {&rows->token, &rows->target, &rows->pos, &rows->lo, &rows->hi};
+    const int32_t *src[ROW_INPUTS] = {batch->rows.token, batch->rows.target, batch->rows.pos,
+                                      batch->rows.lo, batch->rows.hi};
+    for (int k = 0; k < ROW_INPUTS; k++) {
+        memcpy(at, src[k], slots * sizeof(int32_t));
+        *dst[k] = at;
+        at += slots;
+    }
+    for (int i = 0; i < mb->n_micro; i++) {
+        TileMask *m = &slot->step.micro.masks[i];
+        *m = mb->masks[i];
+        MaskArrays from = mask_arrays(&mb->masks[i]), to = mask_arrays(m);
+        for (int k = 0; k < 8; k++) {
+            memcpy(at, *from.ptr[k], from.count[k] * sizeof(int32_t));
+            *to.ptr[k] = at;
+            at += from.count[k];
+        }
+    }
+    slot->step.micro.micro_rows = mb->micro_rows;
+    slot->step.micro.n_micro = mb->n_micro;
+    slot->step.n_samples = batch->n_samples;
+    slot->step.tokens = batch->tokens;
+    slot->step.trained_tokens = batch->trained_tokens;
+    slot->step.epoch = p->loader->epoch;
+    slot->step.cursor = p->loader->cursor;
+}
+
+static void *prefetch_loop(void *arg) {
+    Prefetcher *p = arg;
+    for (;;) {
+        pthread_mutex_lock(&p->lock);
+        while (!p->stop && p->produced - p->consumed == p->depth)
+            pthread_cond_wait(&p->changed, &p->lock);
+        const bool stop = p->stop;
+        Slot *slot = &p->slots[p->produced % p->depth];
+        pthread_mutex_unlock(&p->lock);
+        if (stop) break;
+
+        // The slot is this thread's until `produced` moves past it.
+        StepBatch batch;
+        slot->failed = step_loader_try_next(p->loader, &batch, slot->error, sizeof slot->error) != 0;
+        if (!slot->failed) {
+            MicroBatches mb;
+            micro_batches_build(&batch.rows, p->micro_rows, &mb);
+            fill_slot(p, slot, &batch, &mb);
+            micro_batches_free(&mb);
+        }
+        step_batch_free(&batch);
+
+        pthread_mutex_lock(&p->lock);
+        p->produced++;
+        pthread_cond_broadcast(&p->changed);
+        pthread_mutex_unlock(&p->lock);
+        if (slot->failed) break;  // the consumer reports it when it reaches this step
+    }
+    return NULL;
+}
+
+Prefetcher *prefetcher_start(StepLoader *loader, int micro_rows, int depth, HostAllocator alloc) {
+    if (depth < 2) fatal("internal: prefetch depth %d must be at least 2", depth);
+    Prefetcher *p = xcalloc(1, sizeof *p);
+    *p = (Prefetcher){.loader = loader, .micro_rows = micro_rows, .depth = depth, .alloc = alloc};
+    p->slots = xcalloc((size_t)depth, sizeof(Slot));
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->changed, NULL);
+    // Stop signals go to the training thread (it checkpoints); the new thread inherits
+    // a mask that blocks them.
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    const int rc = pthread_create(&p->thread, NULL, prefetch_loop, p);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) fatal("prefetcher: cannot start the data thread (error %d)", rc);
+    return p;
+}
+
+const PreparedStep *prefetcher_next(Prefetcher *p) {
+    pthread_mutex_lock(&p->lock);
+    while (p->produced == p->consumed) pthread_cond_wait(&p->changed, &p->lock);
+    Slot *slot = &p->slots[p->consumed % p->depth];
+    pthread_mutex_unlock(&p->lock);
+    if (slot->failed) fatal("%s", slot->error);
+    return &slot->step;
+}
+
+void prefetcher_release(Prefetcher *p, const PreparedStep *step) {
+    pthread_mutex_lock(&p->lock);
+    if (step != &p->slots[p->consumed % p->depth].step)
+        fatal("internal: prefetcher_release of a step other than the current one");
+    p->consumed++;
+    pthread_cond_broadcast(&p->changed);
+    pthread_mutex_unlock(&p->lock);
+}
+
+void prefetcher_stop(Prefetcher *p) {
+    pthread_mutex_lock(&p->lock);
+    p->stop = true;
+    pthread_cond_broadcast(&p->changed);
+    pthread_mutex_unlock(&p->lock);
+    pthread_join(p->thread, NULL);
+    for (int i = 0; i < p->depth; i++) {
+        if (p->slots[i].arena) p->alloc.free(p->slots[i].arena);
+        free(p->slots[i].step.micro.masks);
+    }
+    free(p->slots);
+    pthread_mutex_destroy(&p->lock);
+    pthread_cond_destroy(&p->changed);
+    free(p);
 }

@@ -1,5 +1,6 @@
 // The step loader: which conversations each optimizer step trains on, laid out and
-// packed; and running packed rows through the CPU model in micro-batches.
+// packed; the step's micro-batches with their tile masks; and the prefetcher that
+// prepares upcoming steps on a CPU thread while the current one trains.
 //
 // The step budget counts TRAINED tokens (targets != -1), which are the same under
 // every layout, so npass, mask_only and duplicate runs with one seed see the same
@@ -8,7 +9,9 @@
 // seq_len, and the loss is normalised by the step's trained positions.
 #pragma once
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include "attention/mask.h"
 #include "data/layout.h"
 #include "data/pack.h"
 #include "model/model.h"
@@ -40,8 +43,10 @@ void step_loader_init(StepLoader *l, const TokenizedSample *samples, int n_sampl
                       bool shuffle, uint64_t seed);
 // Moves to a saved position (a resumed run).
 void step_loader_seek(StepLoader *l, long long epoch, long long cursor);
-// The next step's batch. Fatal (naming the sample's line) if a sample cannot be laid
-// out or packed.
+// The next step's batch. Returns 0, or -1 with a message naming the sample's line in
+// err when a sample cannot be laid out or packed (the loader is then unusable).
+int step_loader_try_next(StepLoader *l, StepBatch *out, char *err, size_t err_len);
+// step_loader_try_next, fatal on error.
 void step_loader_next(StepLoader *l, StepBatch *out);
 void step_batch_free(StepBatch *b);
 void step_loader_free(StepLoader *l);
@@ -49,14 +54,49 @@ void step_loader_free(StepLoader *l);
 // Counts over rows: non-padding slots and targets != -1.
 void packed_rows_count(const PackedRows *rows, long long *tokens, long long *trained);
 
-// The CPU attention's tile size (DESIGN.md §4: the consumer of the mask picks it).
-enum { CPU_ATTENTION_TILE = 64 };
+// The attention tile size of both backends (DESIGN.md §4: the consumer of the mask picks
+// it; the CUDA kernels' ATTN_CUDA_BLOCK_M/N are 64 as well, so one mask serves both).
+enum { ATTENTION_TILE = 64 };
 
-// Runs rows [0, rows->n_rows) through forward+backward, micro_rows rows at a time, each
-// with its CPU_ATTENTION_TILE tile mask. Gradients accumulate into grads with
-// loss_scale. Returns the unscaled CE sum over all targets.
-double rows_forward_backward(CpuModel *model, const float *params, float *grads,
-                             const PackedRows *rows, int micro_rows, float loss_scale);
-// Forward only: per-position CE into losses [n_rows, seq_len] (0 where no target).
-double rows_forward(CpuModel *model, const float *params, const PackedRows *rows, int micro_rows,
-                    float *losses);
+// Rows cut into micro-batches of up to micro_rows rows, each with its tile mask.
+// The row arrays are referenced, not owned; the masks are owned.
+typedef struct {
+    PackedRows rows;
+    int micro_rows, n_micro;
+    TileMask *masks;  // [n_micro]: mask i covers rows [i * micro_rows, + micro_batch_rows(i))
+} MicroBatches;
+
+void micro_batches_build(const PackedRows *rows, int micro_rows, MicroBatches *out);
+void micro_batches_free(MicroBatches *mb);
+// Micro-batch i as the model's input.
+ModelBatch micro_batch(const MicroBatches *mb, int i);
+
+// ---- prefetching: the data path of upcoming steps on a CPU thread ----
+
+// How the prefetcher allocates its host buffers (pinned memory for the GPU backend).
+typedef struct {
+    void *(*alloc)(size_t bytes);
+    void (*free)(void *ptr);
+} HostAllocator;
+
+// One prepared step. The rows' model inputs (token, target, pos, lo, hi) and the masks
+// live in the prefetcher's host buffers; the rows' doc/turn/role arrays are NULL.
+typedef struct {
+    MicroBatches micro;
+    int n_samples;
+    long long tokens, trained_tokens;
+    long long epoch, cursor;  // the loader's position after this step (for checkpoints)
+} PreparedStep;
+
+typedef struct Prefetcher Prefetcher;
+
+// Starts a thread that runs `loader` (now owned by the thread until prefetcher_stop)
+// ahead by up to `depth` >= 2 steps. The steps are exactly step_loader_next's, in order.
+Prefetcher *prefetcher_start(StepLoader *loader, int micro_rows, int depth, HostAllocator alloc);
+// The next step, in order; blocks until it is ready. Fatal with the loader's message
+// when the data of this step could not be prepared. Valid until prefetcher_release.
+const PreparedStep *prefetcher_next(Prefetcher *p);
+// Hands the step's buffers back for reuse.
+void prefetcher_release(Prefetcher *p, const PreparedStep *step);
+// Stops the thread (discarding prepared steps) and frees everything.
+void prefetcher_stop(Prefetcher *p);

@@ -14,6 +14,7 @@ typedef struct {
     double tokens_per_s;       // this step
     double elapsed_s;          // training time since the run started (across resumes)
     double mfu;                // model FLOPs/s over the configured peak; < 0: no peak given
+    double device_memory_gib;  // GPU memory in use (cudaMemGetInfo); 0: not on a GPU (omitted)
     bool has_eval;
     double eval_loss, eval_answer_loss;
 } StepMetrics;
@@ -30,6 +31,7 @@ void metrics_write(MetricsLog *log, const StepMetrics *m);  // one line, flushed
 void metrics_close(MetricsLog *log);
 
 // "step 12/200 | loss 3.1416 | lr 3.00e-03 | gnorm 0.812 | 51234 tok/s | MFU n/a | ETA 1m02s"
+// (then " | GPU mem 1.23 GiB" on a GPU, and the eval losses on eval steps)
 void metrics_print_console(FILE *f, const StepMetrics *m, long total_steps, double eta_s);
 
 // Model FLOPs per trained-or-not token for forward+backward: 6 x (matmul weights),

@@ -1,0 +1,229 @@
+// The CUDA training backend (trainer/step_cuda.cu) through the backend interface, on
+// packed rows of the synthetic data set (duplicate layout, 2 micro-batches), a model
+// with head_dim 64, GQA and an untied head. Oracles are independent of the code under
+// test: the CPU backend (fp32, on the same bf16-rounded weights) and trainer/optim.c's
+// AdamW applied on the host to the GPU's own gradients.
+//  - set_state / get_state round-trip bit for bit (weights, m, v, step);
+//  - loss within 1e-2 relative and every gradient tensor at cosine >= 0.99 vs the CPU;
+//  - the gradient norm equals the host norm of the downloaded gradients; the clipped
+//    AdamW update (per-tensor weight decay, bias correction at a random step) matches
+//    the host's to 1e-5 and the bf16 weights the model runs on follow the master;
+//  - deterministic mode: gradients bitwise identical run to run;
+//  - eval forward: per-position losses close to the CPU's, their sum equal to the
+//    forward+backward loss; a NaN planted in one tensor is found and named;
+//  - steps after the first allocate no device memory;
+//  - backend "auto" picks cuda for this model and cpu (with the reason) for head_dim 16.
+#include "trainer/step_cuda.h"
+extern "C" {  // plain C headers without guards of their own
+#include "data/batch.h"
+#include "trainer/setup.h"
+}
+#include <math.h>
+#include <string.h>
+#include <cuda_bf16.h>
+#include "common/cuda_check.h"
+#include "tests/test_util.h"
+
+enum { SEQ_LEN = 1024, MICRO_ROWS = 2, N_CONVERSATIONS = 10 };
+
+static double cosine(const float *a, const float *b, size_t n) {
+    double dot = 0, aa = 0, bb = 0;
+    for (size_t i = 0; i < n; i++) {
+        dot += (double)a[i] * b[i];
+        aa += (double)a[i] * a[i];
+        bb += (double)b[i] * b[i];
+    }
+    return aa == 0 && bb == 0 ? 1.0 : dot / sqrt(aa * bb + 1e-300);
+}
+
+static size_t worst_index(const float *got, const float *want, size_t n, double abs_floor,
+                          double *worst) {
+    size_t at = 0;
+    *worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double e = fabs((double)got[i] - want[i]) / (fabs((double)want[i]) + abs_floor);
+        if (!(e <= *worst)) {  // NaN counts as the worst
+            *worst = isnan(e) ? INFINITY : e;
+            at = i;
+        }
+    }
+    return at;
+}
+
+int main(void) {
+    char device[256];
+    if (cuda_device_count(device, sizeof device) == 0) {
+        printf("SKIP: no CUDA device\n");
+        return EXIT_SKIP;
+    }
+    TestRng rng = test_rng_from_env();
+    const char *overrides[] = {"model.hidden_size=128", "model.num_attention_heads=2",
+                               "model.num_key_value_heads=1", "model.intermediate_size=256",
+                               "model.num_hidden_layers=2", "model.tie_word_embeddings=false"};
+    Config *config = config_load(NULL, 6, (char **)overrides);
+    const ModelConfig mc = model_config_from(config);
+    Tokenizer *tok = tokenizer_from(config, &mc);
+    DataOptions opt_data = data_options_from_config(config);
+    opt_data.layout = LAYOUT_DUPLICATE;
+    opt_data.seq_len = SEQ_LEN;
+    opt_data.max_samples = N_CONVERSATIONS;
+    PackedDataset data;
+    packed_dataset_load(tok, "datasets/synthetic/train.jsonl", opt_data, &data);
+    MicroBatches micro;
+    micro_batches_build(&data.rows, MICRO_ROWS, &micro);
+    long long tokens, trained;
+    packed_rows_count(&data.rows, &tokens, &trained);
+    CHECK(micro.n_micro >= 2, "the batch spans %d micro-batches (want >= 2)", micro.n_micro);
+    const float loss_scale = (float)(1.0 / (double)trained);
+
+    ParamTable table;
+    param_table_build(&mc, &table);
+    const size_t n = table.total;
+    float *params = (float *)xmalloc(n * sizeof(float));
+    params_init(&mc, &table, test_rng_next(&rng), params);
+    AdamWState opt;  // a run in progress: random moments at a random step
+    adamw_init(&opt, n);
+    for (size_t i = 0; i < n; i++) {
+        opt.m[i] = 1e-3f * test_rng_uniform(&rng);
+        opt.v[i] = 1e-6f * (1.0f + test_rng_uniform(&rng));
+    }
+    opt.step = test_rng_int(&rng, 1, 50);
+
+    const TrainBackendOps *gpu = cuda_train_backend(), *cpu = backend_ops(BACKEND_CPU);
+    const BackendSetup setup = {&mc, &table, MICRO_ROWS, SEQ_LEN, true};
+    void *g = gpu->create(&setup), *c = cpu->create(&setup);
+
+    // Round trip.
+    gpu->set_state(g, params, &opt);
+    float *back = (float *)xmalloc(n * sizeof(float));
+    AdamWState opt_back;
+    adamw_init(&opt_back, n);
+    gpu->get_state(g, back, &opt_back);
+    CHECK(!memcmp(back, params, n * sizeof(float)) && !memcmp(opt_back.m, opt.m, n * sizeof(float)) &&
+              !memcmp(opt_back.v, opt.v, n * sizeof(float)) && opt_back.step == opt.step,
+          "set_state / get_state round-trip bit for bit");
+
+    // Forward+backward against the CPU on the bf16-rounded weights.
+    float *rounded = (float *)xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) rounded[i] = __bfloat162float(__float2bfloat16(params[i]));
+    cpu->set_state(c, rounded, &opt);
+    const double loss_gpu = gpu->forward_backward(g, &micro, loss_scale) / (double)trained;
+    const double loss_cpu = cpu->forward_backward(c, &micro, loss_scale) / (double)trained;
+    CHECK(fabs(loss_gpu - loss_cpu) <= 1e-2 * fabs(loss_cpu), "loss %.6f vs CPU %.6f", loss_gpu,
+          loss_cpu);
+    float *grads = (float *)xmalloc(n * sizeof(float)), *grads_cpu = (float *)xmalloc(n * sizeof(float));
+    gpu->get_grads(g, grads);
+    cpu->get_grads(c, grads_cpu);
+    int low_cosine = 0;
+    for (int t = 0; t < table.n_tensors; t++) {
+        const ParamTensor *pt = &table.tensors[t];
+        const double cs = cosine(grads + pt->offset, grads_cpu + pt->offset, pt->numel);
+        if (!(cs >= 0.99)) {
+            low_cosine++;
+            fprintf(stderr, "  %s: gradient cosine %.5f vs CPU\n", pt->name, cs);
+        }
+    }
+    CHECK(low_cosine == 0, "%d gradient tensors below cosine 0.99 vs the CPU", low_cosine);
+
+    // Determinism.
+    float *grads_again = (float *)xmalloc(n * sizeof(float));
+    const double loss_again = gpu->forward_backward(g, &micro, loss_scale) / (double)trained;
+    gpu->get_grads(g, grads_again);
+    CHECK(loss_again == loss_gpu && !memcmp(grads_again, grads, n * sizeof(float)),
+          "deterministic mode: a second forward+backward is bitwise identical");
+
+    // Norm, clipping and AdamW against trainer/optim.c on the same gradients.
+    const double norm = gpu->grad_norm(g), norm_host = grad_global_norm(grads, n);
+    CHECK(fabs(norm - norm_host) <= 1e-5 * norm_host, "grad norm %.8g vs host %.8g", norm, norm_host);
+    CHECK(gpu->first_nonfinite(g, true) == NULL, "finite gradients reported finite");
+    AdamWHyper h = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.5f, false, test_rng_int(&rng, 0, 1) == 1};
+    const double max_norm = 0.5 * norm_host;  // forces clipping
+    gpu->optimizer_step(g, &h, norm, max_norm);
+    grad_clip(grads, n, norm_host, max_norm);
+    adamw_step(&opt, &table, &h, params, grads);
+    gpu->get_state(g, back, &opt_back);
+    double worst_p, worst_m, worst_v;
+    const size_t at_p = worst_index(back, params, n, h.lr, &worst_p);
+    // Floors near the moments' scale (m ~1e-3, v ~1e-6): m = b1 m + (1 - b1) g cancels
+    // to tiny values whose rounding error is relative to the inputs, not the result.
+    worst_index(opt_back.m, opt.m, n, 1e-4, &worst_m);
+    worst_index(opt_back.v, opt.v, n, 1e-7, &worst_v);
+    CHECK(opt_back.step == opt.step, "AdamW step %ld vs host %ld", opt_back.step, opt.step);
+    CHECK(worst_p <= 1e-5, "weights after AdamW: worst relative error %.3g at %zu (%.9g vs %.9g)",
+          worst_p, at_p, back[at_p], params[at_p]);
+    CHECK(worst_m <= 1e-5 && worst_v <= 1e-5, "moments after AdamW: worst errors m %.3g v %.3g",
+          worst_m, worst_v);
+
+    // The bf16 weights follow the master: forward after the step == forward after a
+    // fresh upload of the downloaded state.
+    float *losses = (float *)xmalloc((size_t)data.rows.n_rows * SEQ_LEN * sizeof(float));
+    float *losses_ref = (float *)xmalloc((size_t)data.rows.n_rows * SEQ_LEN * sizeof(float));
+    const double eval_after_step = gpu->forward(g, &micro, losses);
+    gpu->set_state(g, back, &opt_back);
+    const double eval_uploaded = gpu->forward(g, &micro, NULL);
+    CHECK(eval_after_step == eval_uploaded, "bf16 weights updated in the step (%.9g vs %.9g)",
+          eval_after_step, eval_uploaded);
+
+    // Eval forward against the CPU, and against forward+backward's loss.
+    for (size_t i = 0; i < n; i++) rounded[i] = __bfloat162float(__float2bfloat16(back[i]));
+    cpu->set_state(c, rounded, &opt_back);
+    const double eval_cpu = cpu->forward(c, &micro, losses_ref);
+    double diff = 0;
+    for (size_t i = 0; i < (size_t)data.rows.n_rows * SEQ_LEN; i++) diff += fabs(losses[i] - losses_ref[i]);
+    diff /= (double)trained;
+    CHECK(fabs(eval_after_step - eval_cpu) <= 1e-2 * fabs(eval_cpu) && diff <= 3e-2,
+          "eval: CE sum %.4f vs CPU %.4f, mean |per-position diff| %.4f", eval_after_step, eval_cpu,
+          diff);
+    const double fb = gpu->forward_backward(g, &micro, loss_scale);
+    CHECK(fabs(fb - eval_after_step) <= 1e-6 * fabs(fb), "forward %.9g vs forward+backward %.9g",
+          eval_after_step, fb);
+
+    // No device allocation after the first step.
+    size_t used_before, used_after, total;
+    for (int i = 0; i < 2; i++) {
+        gpu->forward_backward(g, &micro, loss_scale);
+        gpu->optimizer_step(g, &h, gpu->grad_norm(g), 1.0);
+    }
+    gpu->device_memory(&used_before, &total);
+    for (int i = 0; i < 3; i++) {
+        gpu->forward_backward(g, &micro, loss_scale);
+        gpu->optimizer_step(g, &h, gpu->grad_norm(g), 1.0);
+        gpu->first_nonfinite(g, false);
+    }
+    cudaCheck(cudaDeviceSynchronize());
+    gpu->device_memory(&used_after, &total);
+    CHECK(used_after == used_before, "device memory in use %zu before 3 steps, %zu after",
+          used_before, used_after);
+
+    // A NaN in one tensor is named.
+    gpu->get_state(g, back, &opt_back);
+    CHECK(gpu->first_nonfinite(g, false) == NULL, "finite weights reported finite");
+    const int bad = test_rng_int(&rng, 0, table.n_tensors - 1);
+    const ParamTensor *bt = &table.tensors[bad];
+    back[bt->offset + (size_t)test_rng_int(&rng, 0, (int)bt->numel - 1)] = NAN;
+    gpu->set_state(g, back, &opt_back);
+    const char *found = gpu->first_nonfinite(g, false);
+    CHECK(found && !strcmp(found, bt->name), "NaN planted in %s, found in %s", bt->name,
+          found ? found : "(none)");
+
+    // Backend choice.
+    char why[512];
+    CHECK(backend_choose("auto", &mc, why, sizeof why) == BACKEND_CUDA, "auto picks cuda: %s", why);
+    ModelConfig narrow = mc;
+    narrow.num_attention_heads = 8;  // head_dim 16
+    CHECK(backend_choose("auto", &narrow, why, sizeof why) == BACKEND_CPU && strstr(why, "head_dim"),
+          "auto picks cpu for head_dim 16 and says why: %s", why);
+
+    gpu->destroy(g);
+    cpu->destroy(c);
+    free(params); free(back); free(rounded); free(grads); free(grads_cpu); free(grads_again);
+    free(losses); free(losses_ref);
+    adamw_free(&opt);
+    adamw_free(&opt_back);
+    param_table_free(&table);
+    micro_batches_free(&micro);
+    packed_dataset_free(&data);
+    tokenizer_free(tok);
+    config_free(config);
+    return test_finish();
+}

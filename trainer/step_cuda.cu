@@ -1,0 +1,237 @@
+// The CUDA training backend: one allocation each for the bf16 weights the model runs on,
+// the fp32 gradients, and the optimizer state (fp32 master weights | AdamW m | AdamW v |
+// two scalars); the model's activation arena is allocated once by cuda_model_create.
+// A step allocates nothing: the attention backward's scratch comes from the
+// stream-ordered pool, which is told to keep its memory.
+#include "trainer/step_cuda.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "common/cuda_check.h"
+#include "model/model_cuda.h"
+#include "model/ops_cuda.h"
+
+struct CudaTrainer {
+    const ParamTable *table;
+    size_t n;                  // table->total
+    CudaModel *model;
+    cudaStream_t stream;       // the model's: every kernel runs on it, in order
+    __nv_bfloat16 *weights;    // [n] bf16 copy of master, what the model runs on
+    float *grads;              // [n] fp32
+    float *optimizer;          // [3n + 2]: master | m | v | grad norm | weight norm
+    float *master, *m, *v, *grad_norm, *weight_norm;
+    float *host_scalar;        // [1] pinned: a norm read back
+    long adam_step;            // updates applied (AdamWState.step)
+};
+
+// ops_cuda_init's process-wide scratch, shared by every live trainer.
+static int g_live_trainers, g_ops_tokens, g_ops_channels;
+
+static void ops_acquire(int tokens, int channels) {
+    if (g_live_trainers > 0 && (tokens > g_ops_tokens || channels > g_ops_channels))
+        fatal("%s:%d: a CUDA trainer for %d tokens x %d channels cannot coexist with one made "
+              "for %d x %d (the ops' scratch is process-wide)",
+              __FILE__, __LINE__, tokens, channels, g_ops_tokens, g_ops_channels);
+    if (g_live_trainers++ > 0) return;
+    ops_cuda_init(tokens, channels);
+    g_ops_tokens = tokens;
+    g_ops_channels = channels;
+}
+
+static void ops_release(void) {
+    if (--g_live_trainers == 0) ops_cuda_destroy();
+}
+
+int cuda_device_count(char *name, size_t name_len) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();  // no driver or no device: not an error here
+        return 0;
+    }
+    cudaDeviceProp prop;
+    if (n > 0 && name_len > 0 && cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
+        snprintf(name, name_len, "%s", prop.name);
+    return n;
+}
+
+static float *read_scalar(CudaTrainer *t, const float *device_scalar) {
+    cudaCheck(cudaMemcpyAsync(t->host_scalar, device_scalar, sizeof(float),
+                              cudaMemcpyDeviceToHost, t->stream));
+    cudaCheck(cudaStreamSynchronize(t->stream));
+    return t->host_scalar;
+}
+
+static void *cuda_create(const BackendSetup *setup) {
+    CudaTrainer *t = (CudaTrainer *)xcalloc(1, sizeof *t);
+    t->table = setup->table;
+    t->n = setup->table->total;
+    // The attention backward's scratch is stream-ordered; keeping the pool's memory makes
+    // every step after the first allocation-free.
+    cudaMemPool_t pool;
+    cudaCheck(cudaDeviceGetDefaultMemPool(&pool, 0));
+    uint64_t keep_all = UINT64_MAX;
+    cudaCheck(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
+    ops_acquire(setup->micro_rows * setup->seq_len, setup->mc->hidden_size);
+    t->model = cuda_model_create(setup->mc, setup->micro_rows, setup->seq_len);
+    cuda_model_set_deterministic(t->model, setup->deterministic);
+    t->stream = cuda_model_stream(t->model);
+    cudaCheck(cudaMalloc(&t->weights, t->n * sizeof(__nv_bfloat16)));
+    cudaCheck(cudaMalloc(&t->grads, t->n * sizeof(float)));
+    cudaCheck(cudaMalloc(&t->optimizer, (3 * t->n + 2) * sizeof(float)));
+    t->master = t->optimizer;
+    t->m = t->optimizer + t->n;
+    t->v = t->optimizer + 2 * t->n;
+    t->grad_norm = t->optimizer + 3 * t->n;
+    t->weight_norm = t->grad_norm + 1;
+    cudaCheck(cudaMallocHost(&t->host_scalar, sizeof(float)));
+    return t;
+}
+
+static void cuda_destroy(void *state) {
+    CudaTrainer *t = (CudaTrainer *)state;
+    cuda_model_free(t->model);  // waits for the stream
+    cudaCheck(cudaFree(t->weights));
+    cudaCheck(cudaFree(t->grads));
+    cudaCheck(cudaFree(t->optimizer));
+    cudaCheck(cudaFreeHost(t->host_scalar));
+    ops_release();
+    free(t);
+}
+
+static void cuda_set_state(void *state, const float *params, const AdamWState *opt) {
+    CudaTrainer *t = (CudaTrainer *)state;
+    if (opt->n != t->n) fatal("internal: optimizer state has %zu elements, model %zu", opt->n, t->n);
+    const size_t bytes = t->n * sizeof(float);
+    cudaCheck(cudaMemcpyAsync(t->master, params, bytes, cudaMemcpyHostToDevice, t->stream));
+    cudaCheck(cudaMemcpyAsync(t->m, opt->m, bytes, cudaMemcpyHostToDevice, t->stream));
+    cudaCheck(cudaMemcpyAsync(t->v, opt->v, bytes, cudaMemcpyHostToDevice, t->stream));
+    float_to_bf16_cuda(t->weights, t->master, (int64_t)t->n, t->stream);
+    cudaCheck(cudaStreamSynchronize(t->stream));
+    t->adam_step = opt->step;
+}
+
+static void cuda_get_state(void *state, float *params, AdamWState *opt) {
+    CudaTrainer *t = (CudaTrainer *)state;
+    const size_t bytes = t->n * sizeof(float);
+    cudaCheck(cudaMemcpyAsync(params, t->master, bytes, cudaMemcpyDeviceToHost, t->stream));
+    cudaCheck(cudaMemcpyAsync(opt->m, t->m, bytes, cudaMemcpyDeviceToHost, t->stream));
+    cudaCheck(cudaMemcpyAsync(opt->v, t->v, bytes, cudaMemcpyDeviceToHost, t->stream));
+    cudaCheck(cudaStreamSynchronize(t->stream));
+    opt->step = t->adam_step;
+}
+
+static double cuda_forward_backward(void *state, const MicroBatches *mb, float loss_scale) {
+    CudaTrainer *t = (CudaTrainer *)state;
+    cudaCheck(cudaMemsetAsync(t->grads, 0, t->n * sizeof(float), t->stream));
+    double sum = 0.0;
+    for (int i = 0; i < mb->n_micro; i++) {
+        const ModelBatch b = micro_batch(mb, i);
+        sum += cuda_model_forward_backward(t->model, t->weights, t->grads, &b, loss_scale);
+    }
+    return sum;
+}
+
+static void cuda_get_grads(void *state, float *grads) {
+    CudaTrainer *t = (CudaTrainer *)state;
+    cudaCheck(cudaMemcpyAsync(grads, t->grads, t->n * sizeof(float), cudaMemcpyDeviceToHost,
+                              t->stream));
+    cudaCheck(cudaStreamSynchronize(t->stream));
+}
+
+static double cuda_grad_norm(void *state) {
+    CudaTrainer *t = (CudaTrainer *)state;
+    grad_global_norm_cuda(t->grad_norm, t->grads, t->n, t->stream);
+    return *read_scalar(t, t->grad_norm);
+}
+
+// One launch per run of consecutive tensors that share the weight decay; clipping uses
+// the device norm that grad_norm left in t->grad_norm.
+static void cuda_optimizer_step(void *state, const AdamWHyper *h, double grad_norm,
+                                double max_grad_norm) {
+    (void)grad_norm;
+    CudaTrainer *t = (CudaTrainer *)state;
+    t->adam_step++;
+    const ParamTable *table = t->table;
+    for (int first = 0, last; first < table->n_tensors; first = last) {
+        const bool decays = adamw_decays(&table->tensors[first], h);
+        for (last = first + 1; last < table->n_tensors; last++)
+            if (adamw_decays(&table->tensors[last], h) != decays ||
+                table->tensors[last].offset !=
+                    table->tensors[last - 1].offset + table->tensors[last - 1].numel)
+                break;
+        const size_t off = table->tensors[first].offset;
+        const size_t n = table->tensors[last - 1].offset + table->tensors[last - 1].numel - off;
+        adamw_update_cuda(t->master + off, t->weights + off, t->m + off, t->v + off,
+                          t->grads + off, n, h->lr, h->beta1, h->beta2, h->eps,
+                          decays ? h->weight_decay : 0.0f, t->adam_step, t->grad_norm,
+                          (float)max_grad_norm, t->stream);
+    }
+}
+
+// A finite norm means every element is finite; only then is the buffer left on the GPU.
+static const char *cuda_first_nonfinite(void *state, bool grads) {
+    CudaTrainer *t = (CudaTrainer *)state;
+    const float *buffer = grads ? t->grads : t->master;
+    grad_global_norm_cuda(t->weight_norm, buffer, t->n, t->stream);
+    if (isfinite(*read_scalar(t, t->weight_norm))) return NULL;
+    float *host = (float *)xmalloc(t->n * sizeof(float));
+    cudaCheck(cudaMemcpy(host, buffer, t->n * sizeof(float), cudaMemcpyDeviceToHost));
+    const char *name = NULL;
+    for (int i = 0; i < t->table->n_tensors && !name; i++) {
+        const ParamTensor *pt = &t->table->tensors[i];
+        for (size_t k = 0; k < pt->numel; k++)
+            if (!isfinite(host[pt->offset + k])) {
+                name = pt->name;
+                break;
+            }
+    }
+    free(host);
+    return name;
+}
+
+static double cuda_forward(void *state, const MicroBatches *mb, float *losses) {
+    CudaTrainer *t = (CudaTrainer *)state;
+    double sum = 0.0;
+    for (int i = 0; i < mb->n_micro; i++) {
+        const ModelBatch b = micro_batch(mb, i);
+        const size_t off = (size_t)i * (size_t)mb->micro_rows * (size_t)mb->rows.seq_len;
+        sum += cuda_model_forward(t->model, t->weights, &b, losses ? losses + off : nullptr);
+    }
+    return sum;
+}
+
+static bool cuda_device_memory(size_t *used, size_t *total) {
+    size_t free_bytes;
+    cudaCheck(cudaMemGetInfo(&free_bytes, total));
+    *used = *total - free_bytes;
+    return true;
+}
+
+static void *pinned_alloc(size_t bytes) {
+    void *p = nullptr;
+    cudaCheck(cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault));
+    return p;
+}
+
+static void pinned_free(void *p) { cudaCheck(cudaFreeHost(p)); }
+
+const TrainBackendOps *cuda_train_backend(void) {
+    static TrainBackendOps ops;  // C++17 has no designated initializers
+    ops.name = "cuda";
+    ops.create = cuda_create;
+    ops.destroy = cuda_destroy;
+    ops.set_state = cuda_set_state;
+    ops.get_state = cuda_get_state;
+    ops.forward_backward = cuda_forward_backward;
+    ops.get_grads = cuda_get_grads;
+    ops.grad_norm = cuda_grad_norm;
+    ops.optimizer_step = cuda_optimizer_step;
+    ops.first_nonfinite = cuda_first_nonfinite;
+    ops.forward = cuda_forward;
+    ops.device_memory = cuda_device_memory;
+    ops.host_allocator.alloc = pinned_alloc;
+    ops.host_allocator.free = pinned_free;
+    return &ops;
+}

@@ -469,17 +469,22 @@ constexpr size_t dkdv_smem_bytes() {
            (ATOMIC_DQ ? sizeof(bf16) * BN * (BM + PAD) : 0);
 }
 
-// One block per (key tile, KV head, batch): K and V stay resident while the block walks
-// every query head of the GQA group over the key-major list, so dK/dV of the KV head
-// are summed in registers. Warp w owns keys w*16..w*16+15 and computes the transposed
-// products S^T = K Q^T and dP^T = V dO^T. ATOMIC_DQ: also dQ += dS K into an fp32
-// accumulator with atomics (dS^T staged in shared memory).
+// One block per (key tile, KV head, head split, batch): K and V stay resident while the
+// block walks its query heads of the GQA group (group / splits of them) over the
+// key-major list, so their dK/dV are summed in registers. With splits == 1 the block
+// writes dK/dV (bf16); otherwise it writes its fp32 partial sums into
+// dkv_part[split][dK|dV][batch, seq_len, n_kv_heads, head_dim] and dkv_reduce_kernel
+// adds the splits. Splitting trades that small pass for parallelism: with GQA groups of
+// 8 and a few KV heads, one block per KV head leaves too few, too unequal blocks.
+// Warp w owns keys w*16..w*16+15 and computes the transposed products S^T = K Q^T and
+// dP^T = V dO^T. ATOMIC_DQ: also dQ += dS K into an fp32 accumulator with atomics (dS^T
+// staged in shared memory).
 template <int D, bool ATOMIC_DQ>
 __global__ void __launch_bounds__(NUM_THREADS)
     attn_bwd_dkdv_kernel(const AttnShape shape, const TileMask mask, const int32_t *lo,
                          const int32_t *hi, const bf16 *q, const bf16 *k, const bf16 *v,
                          const bf16 *dout, const float *lse2, const float *dsum, int s_pad,
-                         float *dq_accum, bf16 *dk, bf16 *dv) {
+                         float *dq_accum, bf16 *dk, bf16 *dv, int splits, float *dkv_part) {
     constexpr int LD = D + PAD, LD_DS = BM + PAD;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *s_k = reinterpret_cast<bf16 *>(smem);  // [BN][LD]
@@ -490,16 +495,18 @@ __global__ void __launch_bounds__(NUM_THREADS)
     float *s_dsum = s_lse2 + 2 * BM;                                 // [2][BM]
     bf16 *s_ds = reinterpret_cast<bf16 *>(s_dsum + 2 * BM);          // [BN][LD_DS] dS^T
 
-    const int kv_head = blockIdx.x, k_tile = blockIdx.y, b = blockIdx.z;
-    const int S = shape.seq_len, H = shape.n_heads, KVH = shape.n_kv_heads, group = H / KVH;
+    const int kv_head = blockIdx.x / splits, split = blockIdx.x % splits;
+    const int k_tile = blockIdx.y, b = blockIdx.z;
+    const int S = shape.seq_len, H = shape.n_heads, KVH = shape.n_kv_heads;
+    const int heads = H / KVH / splits, first_head = kv_head * (H / KVH) + split * heads;
     const int warp = threadIdx.x / 32, l = lane_id();
     const int k0 = k_tile * BN;
     const float scale_log2 = shape.scale * LOG2E;
     const TileList list = key_major_list(mask, b, k_tile);
-    const int n_steps = group * list.n_total;  // (head of the group, query tile) pairs
+    const int n_steps = heads * list.n_total;  // (head of the block, query tile) pairs
 
     auto load_step = [&](int i, int stage) {
-        const int h = kv_head * group + i / list.n_total;
+        const int h = first_head + i / list.n_total;
         const int q0 = list.tile(i % list.n_total) * BM;
         const int64_t head_off = (int64_t)b * S * H * D + h * D;
         load_tile<BM, D>(s_q + stage * BM * LD, q + head_off, H * D, q0, S);
@@ -595,7 +602,7 @@ __global__ void __launch_bounds__(NUM_THREADS)
 #pragma unroll
             for (int kk = 0; kk < BN / 16; kk++)
                 load_a_trans(dsq_frag[kk], s_ds, LD_DS, warp * WARP_ROWS, kk * 16);
-            const int h = kv_head * group + i / list.n_total;
+            const int h = first_head + i / list.n_total;
             constexpr int CHUNK = 32;  // dQ columns per pass, to bound registers
 #pragma unroll
             for (int c = 0; c < D / CHUNK; c++) {
@@ -621,6 +628,18 @@ __global__ void __launch_bounds__(NUM_THREADS)
         const int key = key_row + 8 * r;
         if (key >= S) continue;
         const int64_t off = ((int64_t)(b * S + key) * KVH + kv_head) * D + 2 * (l % 4);
+        if (splits > 1) {
+            const int64_t n_kv = (int64_t)shape.batch * S * KVH * D;
+            float *part_k = dkv_part + 2 * split * n_kv + off, *part_v = part_k + n_kv;
+#pragma unroll
+            for (int n = 0; n < D / 8; n++) {
+                *reinterpret_cast<float2 *>(part_k + 8 * n) =
+                    make_float2(dk_acc[n][2 * r], dk_acc[n][2 * r + 1]);
+                *reinterpret_cast<float2 *>(part_v + 8 * n) =
+                    make_float2(dv_acc[n][2 * r], dv_acc[n][2 * r + 1]);
+            }
+            continue;
+        }
 #pragma unroll
         for (int n = 0; n < D / 8; n++) {
             *reinterpret_cast<__nv_bfloat162 *>(dk + off + 8 * n) = __floats2bfloat162_rn(
@@ -737,6 +756,25 @@ __global__ void dq_convert_kernel(const float4 *dq_accum, __nv_bfloat162 *dq, in
     }
 }
 
+// dk = bf16(scale * sum of the splits' dK partials), dv = bf16(sum of dV partials), the
+// splits added in ascending order (deterministic); 4 elements per thread.
+__global__ void dkv_reduce_kernel(const float4 *dkv_part, int splits, __nv_bfloat162 *dk,
+                                  __nv_bfloat162 *dv, int64_t n4, float scale) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float4 k = dkv_part[i], v = dkv_part[n4 + i];
+        for (int s = 1; s < splits; s++) {
+            const float4 pk = dkv_part[2 * s * n4 + i], pv = dkv_part[(2 * s + 1) * n4 + i];
+            k.x += pk.x, k.y += pk.y, k.z += pk.z, k.w += pk.w;
+            v.x += pv.x, v.y += pv.y, v.z += pv.z, v.w += pv.w;
+        }
+        dk[2 * i] = __floats2bfloat162_rn(k.x * scale, k.y * scale);
+        dk[2 * i + 1] = __floats2bfloat162_rn(k.z * scale, k.w * scale);
+        dv[2 * i] = __floats2bfloat162_rn(v.x, v.y);
+        dv[2 * i + 1] = __floats2bfloat162_rn(v.z, v.w);
+    }
+}
+
 // ---------------------------------------------------------------- host side
 
 void check_args(const AttnShape *s, const TileMask *m) {
@@ -789,21 +827,36 @@ void backward(const AttnShape *s, const TileMask *m, const int32_t *lo, const in
     attn_bwd_prep_kernel<D><<<(unsigned)((n_pad + NUM_WARPS - 1) / NUM_WARPS), NUM_THREADS, 0, stream>>>(
         *s, s_pad, out, dout, lse, dsum, lse2);
     cudaCheckLaunch();
-    const dim3 kv_grid(s->n_kv_heads, m->n_k_tiles, s->batch);
+    // One query head per dK/dV block (splits = the GQA group): see attn_bwd_dkdv_kernel.
+    const int splits = s->n_heads / s->n_kv_heads;
+    const int64_t n_kv = (int64_t)s->batch * s->seq_len * s->n_kv_heads * D;
+    float *dkv_part = nullptr;  // [splits][2][batch, seq_len, n_kv_heads, D] when splits > 1
+    if (splits > 1) cudaCheck(cudaMallocAsync(&dkv_part, 2 * splits * n_kv * sizeof(float), stream));
+    const dim3 kv_grid(s->n_kv_heads * splits, m->n_k_tiles, s->batch);
     if (deterministic) {
         launch(attn_bwd_dkdv_kernel<D, false>, kv_grid, dkdv_smem_bytes<D, false>(), stream, *s, *m,
-               lo, hi, q, k, v, dout, (const float *)lse2, (const float *)dsum, s_pad, dq_accum, dk, dv);
+               lo, hi, q, k, v, dout, (const float *)lse2, (const float *)dsum, s_pad, dq_accum, dk, dv,
+               splits, dkv_part);
         launch(attn_bwd_dq_kernel<D>, dim3(s->n_heads, m->n_q_tiles, s->batch), dq_smem_bytes<D>(),
                stream, *s, *m, lo, hi, q, k, v, dout, (const float *)lse2, (const float *)dsum, s_pad, dq);
     } else {
         cudaCheck(cudaMallocAsync(&dq_accum, n_dq * sizeof(float), stream));
         cudaCheck(cudaMemsetAsync(dq_accum, 0, n_dq * sizeof(float), stream));
         launch(attn_bwd_dkdv_kernel<D, true>, kv_grid, dkdv_smem_bytes<D, true>(), stream, *s, *m,
-               lo, hi, q, k, v, dout, (const float *)lse2, (const float *)dsum, s_pad, dq_accum, dk, dv);
+               lo, hi, q, k, v, dout, (const float *)lse2, (const float *)dsum, s_pad, dq_accum, dk, dv,
+               splits, dkv_part);
         dq_convert_kernel<<<1024, 256, 0, stream>>>(reinterpret_cast<const float4 *>(dq_accum),
                                                     reinterpret_cast<__nv_bfloat162 *>(dq), n_dq / 4, s->scale);
         cudaCheckLaunch();
         cudaCheck(cudaFreeAsync(dq_accum, stream));
+    }
+    if (splits > 1) {
+        dkv_reduce_kernel<<<1024, 256, 0, stream>>>(reinterpret_cast<const float4 *>(dkv_part), splits,
+                                                    reinterpret_cast<__nv_bfloat162 *>(dk),
+                                                    reinterpret_cast<__nv_bfloat162 *>(dv), n_kv / 4,
+                                                    s->scale);
+        cudaCheckLaunch();
+        cudaCheck(cudaFreeAsync(dkv_part, stream));
     }
     cudaCheck(cudaFreeAsync(dsum, stream));
     cudaCheck(cudaFreeAsync(lse2, stream));

@@ -6,12 +6,22 @@
 
 enum { GRAD_NORM_THREADS = 256, GRAD_NORM_FINISH_THREADS = 1024 };
 
-// Stage 1: a fixed grid strides over the buffer; partials[block] = its sum of squares.
+// Stage 1: a fixed grid strides over the buffer, 4 floats per 16-byte load where the
+// address allows (a scalar head first); partials[block] = its sum of squares.
 __global__ void sum_squares_partials_kernel(float *partials, const float *x, size_t n) {
+    const size_t to_aligned = ((16 - (uintptr_t)x % 16) % 16) / sizeof(float);
+    const size_t head = to_aligned < n ? to_aligned : n;
+    const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
     float sum = 0.0f;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        sum += x[i] * x[i];
+    if (tid < head) sum += x[tid] * x[tid];
+    const float4 *x4 = reinterpret_cast<const float4 *>(x + head);
+    const size_t n4 = (n - head) / 4;
+    for (size_t i = tid; i < n4; i += stride) {
+        const float4 v = x4[i];
+        sum += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    for (size_t i = head + 4 * n4 + tid; i < n; i += stride) sum += x[i] * x[i];
     sum = block_reduce_sum(sum);
     if (threadIdx.x == 0) partials[blockIdx.x] = sum;
 }
@@ -34,27 +44,50 @@ void grad_global_norm_cuda(float *norm_out, const float *grads, size_t n, cudaSt
     cudaCheckLaunch();
 }
 
+struct AdamwHyper {
+    float step_size, inv_sqrt_bias2, beta1, beta2, eps, decay;
+};
+
 // Same arithmetic, in the same order, as adamw_step in trainer/optim.c.
+__device__ inline void adamw_element(float &p, float &m, float &v, float g, const AdamwHyper &h) {
+    m = h.beta1 * m + (1.0f - h.beta1) * g;
+    v = h.beta2 * v + (1.0f - h.beta2) * g * g;
+    const float denom = sqrtf(v) * h.inv_sqrt_bias2 + h.eps;
+    p = p * h.decay - h.step_size * m / denom;
+}
+
+// VEC = 4: 16-byte loads and stores of params, m, v, grads (8-byte bf16 stores); the
+// caller checks the alignment. The last n % VEC elements go one by one.
+template <int VEC>
 __global__ void adamw_kernel(float *params, bf16 *params_bf16, float *m, float *v,
-                             const float *grads, size_t n, float step_size, float inv_sqrt_bias2,
-                             float beta1, float beta2, float eps, float decay,
-                             const float *grad_norm, float max_grad_norm) {
+                             const float *grads, size_t n, AdamwHyper h, const float *grad_norm,
+                             float max_grad_norm) {
     float clip_scale = 1.0f;
     if (grad_norm && max_grad_norm > 0.0f) {
         const float norm = *grad_norm;
         if (norm > max_grad_norm) clip_scale = (float)((double)max_grad_norm / (norm + 1e-6));
     }
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const float g = grads[i] * clip_scale;
-        const float m_i = beta1 * m[i] + (1.0f - beta1) * g;
-        const float v_i = beta2 * v[i] + (1.0f - beta2) * g * g;
-        const float denom = sqrtf(v_i) * inv_sqrt_bias2 + eps;
-        const float p = params[i] * decay - step_size * m_i / denom;
-        m[i] = m_i;
-        v[i] = v_i;
-        params[i] = p;
-        if (params_bf16) params_bf16[i] = __float2bfloat16_rn(p);
+    const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x, n_packs = n / VEC;
+    for (size_t i = tid; i < n_packs; i += stride) {
+        Pack<float, VEC> p = reinterpret_cast<const Pack<float, VEC> *>(params)[i];
+        Pack<float, VEC> m_i = reinterpret_cast<const Pack<float, VEC> *>(m)[i];
+        Pack<float, VEC> v_i = reinterpret_cast<const Pack<float, VEC> *>(v)[i];
+        const Pack<float, VEC> g = reinterpret_cast<const Pack<float, VEC> *>(grads)[i];
+        Pack<bf16, VEC> p_bf16;
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            adamw_element(p.x[j], m_i.x[j], v_i.x[j], g.x[j] * clip_scale, h);
+            p_bf16.x[j] = __float2bfloat16_rn(p.x[j]);
+        }
+        reinterpret_cast<Pack<float, VEC> *>(params)[i] = p;
+        reinterpret_cast<Pack<float, VEC> *>(m)[i] = m_i;
+        reinterpret_cast<Pack<float, VEC> *>(v)[i] = v_i;
+        if (params_bf16) reinterpret_cast<Pack<bf16, VEC> *>(params_bf16)[i] = p_bf16;
+    }
+    for (size_t i = n_packs * VEC + tid; i < n; i += stride) {
+        adamw_element(params[i], m[i], v[i], grads[i] * clip_scale, h);
+        if (params_bf16) params_bf16[i] = __float2bfloat16_rn(params[i]);
     }
 }
 
@@ -70,8 +103,16 @@ void adamw_update_cuda(float *params, bf16 *params_bf16, float *m, float *v, con
     const float step_size = (float)(lr / bias1);
     const float inv_sqrt_bias2 = (float)(1.0 / sqrt(bias2));
     const float decay = 1.0f - lr * weight_decay;
-    adamw_kernel<<<grid_for((int64_t)n, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0, stream>>>(
-        params, params_bf16, m, v, grads, n, step_size, inv_sqrt_bias2, beta1, beta2, eps, decay,
-        grad_norm, max_grad_norm);
+    const AdamwHyper h = {step_size, inv_sqrt_bias2, beta1, beta2, eps, decay};
+    const bool packed = pack_aligned(params, 16) && pack_aligned(m, 16) && pack_aligned(v, 16) &&
+                        pack_aligned(grads, 16) && (!params_bf16 || pack_aligned(params_bf16, 8));
+    if (packed)
+        adamw_kernel<4><<<grid_for((int64_t)(n / 4 + 1), ELEMENTWISE_THREADS),
+                          ELEMENTWISE_THREADS, 0, stream>>>(params, params_bf16, m, v, grads, n,
+                                                            h, grad_norm, max_grad_norm);
+    else
+        adamw_kernel<1><<<grid_for((int64_t)n, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0,
+                          stream>>>(params, params_bf16, m, v, grads, n, h, grad_norm,
+                                    max_grad_norm);
     cudaCheckLaunch();
 }

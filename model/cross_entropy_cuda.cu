@@ -38,6 +38,9 @@ __device__ inline MaxSum max_sum_block_reduce(MaxSum x) {
     return max_sum_warp_reduce(x);
 }
 
+// One block per row; each thread walks packs of VEC logits (16-byte loads when the
+// rows allow it).
+template <int VEC>
 __global__ void cross_entropy_kernel(float *losses, bf16 *dlogits, const bf16 *logits,
                                      const int32_t *targets, int V, float loss_scale) {
     const int64_t row = blockIdx.x;
@@ -55,22 +58,31 @@ __global__ void cross_entropy_kernel(float *losses, bf16 *dlogits, const bf16 *l
     // Read before the reduction's barrier, so before any thread overwrites the row.
     const float target_logit = __bfloat162float(z[target]);
     MaxSum local = {-INFINITY, 0.0f};
-    for (int v = threadIdx.x; v < V; v += blockDim.x) {
-        const float x = __bfloat162float(z[v]);
-        if (x > local.max) {
-            local.sum = local.sum * expf(local.max - x) + 1.0f;
-            local.max = x;
-        } else {
-            local.sum += expf(x - local.max);
+    for (int v = threadIdx.x * VEC; v < V; v += blockDim.x * VEC) {
+        const Pack<bf16, VEC> pack = load_bf16s<VEC>(z + v);
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            const float x = __bfloat162float(pack.x[j]);
+            if (x > local.max) {
+                local.sum = local.sum * expf(local.max - x) + 1.0f;
+                local.max = x;
+            } else {
+                local.sum += expf(x - local.max);
+            }
         }
     }
     const MaxSum total = max_sum_block_reduce(local);
     const float log_sum_exp = total.max + logf(total.sum);
     if (losses && threadIdx.x == 0) losses[row] = log_sum_exp - target_logit;
     if (!dz) return;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) {
-        const float p = expf(__bfloat162float(z[v]) - log_sum_exp);
-        dz[v] = __float2bfloat16_rn((p - (v == target ? 1.0f : 0.0f)) * loss_scale);
+    for (int v = threadIdx.x * VEC; v < V; v += blockDim.x * VEC) {
+        Pack<bf16, VEC> pack = load_bf16s<VEC>(z + v);
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            const float p = expf(__bfloat162float(pack.x[j]) - log_sum_exp);
+            pack.x[j] = __float2bfloat16_rn((p - (v + j == target ? 1.0f : 0.0f)) * loss_scale);
+        }
+        store_bf16s<VEC>(dz + v, pack);
     }
 }
 
@@ -79,7 +91,13 @@ void cross_entropy_forward_backward_cuda(float *losses, bf16 *dlogits, const bf1
                                          cudaStream_t stream) {
     if (N < 0 || V <= 0) fatal("cross_entropy_forward_backward_cuda: bad shape N=%d V=%d", N, V);
     if (N == 0) return;
-    cross_entropy_kernel<<<N, CROSS_ENTROPY_THREADS, 0, stream>>>(losses, dlogits, logits,
-                                                                  targets, V, loss_scale);
+    const bool packed = V % 8 == 0 && pack_aligned(logits, 16) &&
+                        (!dlogits || pack_aligned(dlogits, 16));
+    if (packed)
+        cross_entropy_kernel<8><<<N, CROSS_ENTROPY_THREADS, 0, stream>>>(
+            losses, dlogits, logits, targets, V, loss_scale);
+    else
+        cross_entropy_kernel<1><<<N, CROSS_ENTROPY_THREADS, 0, stream>>>(
+            losses, dlogits, logits, targets, V, loss_scale);
     cudaCheckLaunch();
 }

@@ -14,27 +14,64 @@ static uint32_t pointer_alignment(const void *p) {
     return alignment;
 }
 
-// Column-major D[m,n] = op(A)[m,k] @ op(B)[k,n] + beta * D, all matrices tight
-// (leading dimension = stored rows). A and B are bf16; D is bf16 or fp32.
-static void lt_matmul(const char *op, void *d, cudaDataType_t d_type, const bf16 *a,
-                      bool transpose_a, const bf16 *b, bool transpose_b, int m, int n, int k,
-                      float beta, cudaStream_t stream) {
-    const OpsCudaState *s = ops_cuda_state(op);
+// Everything cuBLASLt needs for one product shape: the descriptors and the algorithm
+// its heuristic picked. Building these costs tens of microseconds of host time per
+// call (more than a small product takes on the GPU), so each shape is planned once.
+typedef struct {
+    int m, n, k;
+    bool transpose_a, transpose_b;
+    cudaDataType_t d_type;
+    uint32_t align_a, align_b, align_d;
     cublasLtMatmulDesc_t desc;
-    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasLtMatrixLayout_t a_layout, b_layout, d_layout;
+    cublasLtMatmulAlgo_t algo;
+} MatmulPlan;
+
+// A model uses a handful of shapes; when a caller cycles through more than this,
+// the cache is simply emptied and refilled.
+enum { MATMUL_PLAN_CAPACITY = 128 };
+static MatmulPlan g_plans[MATMUL_PLAN_CAPACITY];
+static int g_n_plans;
+
+void matmul_plans_clear(void) {
+    for (int i = 0; i < g_n_plans; i++) {
+        MatmulPlan *p = &g_plans[i];
+        cublasCheck(cublasLtMatrixLayoutDestroy(p->d_layout));
+        cublasCheck(cublasLtMatrixLayoutDestroy(p->b_layout));
+        cublasCheck(cublasLtMatrixLayoutDestroy(p->a_layout));
+        cublasCheck(cublasLtMatmulDescDestroy(p->desc));
+    }
+    g_n_plans = 0;
+}
+
+static const MatmulPlan *plan_for(const char *op, const OpsCudaState *s, cudaDataType_t d_type,
+                                  bool transpose_a, bool transpose_b, int m, int n, int k,
+                                  uint32_t align_a, uint32_t align_b, uint32_t align_d) {
+    for (int i = 0; i < g_n_plans; i++) {
+        const MatmulPlan *p = &g_plans[i];
+        if (p->m == m && p->n == n && p->k == k && p->transpose_a == transpose_a &&
+            p->transpose_b == transpose_b && p->d_type == d_type && p->align_a == align_a &&
+            p->align_b == align_b && p->align_d == align_d)
+            return p;
+    }
+    if (g_n_plans == MATMUL_PLAN_CAPACITY) matmul_plans_clear();
+    MatmulPlan *p = &g_plans[g_n_plans];
+    *p = MatmulPlan{};
+    p->m = m, p->n = n, p->k = k, p->transpose_a = transpose_a, p->transpose_b = transpose_b;
+    p->d_type = d_type, p->align_a = align_a, p->align_b = align_b, p->align_d = align_d;
+
+    cublasCheck(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
                                                sizeof(op_a)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
                                                sizeof(op_b)));
-
-    cublasLtMatrixLayout_t a_layout, b_layout, d_layout;
-    if (transpose_a) cublasCheck(cublasLtMatrixLayoutCreate(&a_layout, CUDA_R_16BF, k, m, k));
-    else cublasCheck(cublasLtMatrixLayoutCreate(&a_layout, CUDA_R_16BF, m, k, m));
-    if (transpose_b) cublasCheck(cublasLtMatrixLayoutCreate(&b_layout, CUDA_R_16BF, n, k, n));
-    else cublasCheck(cublasLtMatrixLayoutCreate(&b_layout, CUDA_R_16BF, k, n, k));
-    cublasCheck(cublasLtMatrixLayoutCreate(&d_layout, d_type, m, n, m));
+    if (transpose_a) cublasCheck(cublasLtMatrixLayoutCreate(&p->a_layout, CUDA_R_16BF, k, m, k));
+    else cublasCheck(cublasLtMatrixLayoutCreate(&p->a_layout, CUDA_R_16BF, m, k, m));
+    if (transpose_b) cublasCheck(cublasLtMatrixLayoutCreate(&p->b_layout, CUDA_R_16BF, n, k, n));
+    else cublasCheck(cublasLtMatrixLayoutCreate(&p->b_layout, CUDA_R_16BF, k, n, k));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->d_layout, d_type, m, n, m));
 
     cublasLtMatmulPreference_t preference;
     cublasCheck(cublasLtMatmulPreferenceCreate(&preference));
@@ -42,8 +79,6 @@ static void lt_matmul(const char *op, void *d, cudaDataType_t d_type, const bf16
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(
         preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
         sizeof(workspace_bytes)));
-    const uint32_t align_a = pointer_alignment(a), align_b = pointer_alignment(b);
-    const uint32_t align_d = pointer_alignment(d);
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(
         preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(
@@ -52,27 +87,35 @@ static void lt_matmul(const char *op, void *d, cudaDataType_t d_type, const bf16
         preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof(align_d)));
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(
         preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d)));
-
     cublasLtMatmulHeuristicResult_t heuristic;
     int n_results = 0;
     const cublasStatus_t status =
-        cublasLtMatmulAlgoGetHeuristic(s->cublaslt, desc, a_layout, b_layout, d_layout, d_layout,
-                                       preference, 1, &heuristic, &n_results);
+        cublasLtMatmulAlgoGetHeuristic(s->cublaslt, p->desc, p->a_layout, p->b_layout,
+                                       p->d_layout, p->d_layout, preference, 1, &heuristic,
+                                       &n_results);
+    cublasCheck(cublasLtMatmulPreferenceDestroy(preference));
     if (status != CUBLAS_STATUS_SUCCESS || n_results == 0)
         fatal("%s: cuBLASLt has no algorithm for m=%d n=%d k=%d (alignments %u/%u/%u): %s", op,
               m, n, k, align_a, align_b, align_d, cublasLtGetStatusString(status));
+    p->algo = heuristic.algo;
+    g_n_plans++;
+    return p;
+}
 
+// Column-major D[m,n] = op(A)[m,k] @ op(B)[k,n] + beta * D, all matrices tight
+// (leading dimension = stored rows). A and B are bf16; D is bf16 or fp32.
+static void lt_matmul(const char *op, void *d, cudaDataType_t d_type, const bf16 *a,
+                      bool transpose_a, const bf16 *b, bool transpose_b, int m, int n, int k,
+                      float beta, cudaStream_t stream) {
+    const OpsCudaState *s = ops_cuda_state(op);
+    const MatmulPlan *p = plan_for(op, s, d_type, transpose_a, transpose_b, m, n, k,
+                                   pointer_alignment(a), pointer_alignment(b),
+                                   pointer_alignment(d));
     const float alpha = 1.0f;
     // C and D are the same buffer with the same layout: beta = 1 accumulates in place.
-    cublasCheck(cublasLtMatmul(s->cublaslt, desc, &alpha, a, a_layout, b, b_layout, &beta, d,
-                               d_layout, d, d_layout, &heuristic.algo, s->cublaslt_workspace,
-                               s->cublaslt_workspace_bytes, stream));
-
-    cublasCheck(cublasLtMatmulPreferenceDestroy(preference));
-    cublasCheck(cublasLtMatrixLayoutDestroy(d_layout));
-    cublasCheck(cublasLtMatrixLayoutDestroy(b_layout));
-    cublasCheck(cublasLtMatrixLayoutDestroy(a_layout));
-    cublasCheck(cublasLtMatmulDescDestroy(desc));
+    cublasCheck(cublasLtMatmul(s->cublaslt, p->desc, &alpha, a, p->a_layout, b, p->b_layout,
+                               &beta, d, p->d_layout, d, p->d_layout, &p->algo,
+                               s->cublaslt_workspace, s->cublaslt_workspace_bytes, stream));
 }
 
 static void check_matmul_shape(const char *op, int N, int IC, int OC) {
@@ -88,15 +131,28 @@ void matmul_forward_cuda(bf16 *out, const bf16 *inp, const bf16 *weight, int N, 
               stream);
 }
 
+// dinp is accumulated (beta 1) or overwritten (beta 0); dweight always accumulated.
+static void matmul_backward(const char *op, bf16 *dinp, float dinp_beta, float *dweight,
+                            const bf16 *dout, const bf16 *inp, const bf16 *weight, int N, int IC,
+                            int OC, cudaStream_t stream) {
+    check_matmul_shape(op, N, IC, OC);
+    if (N == 0) return;
+    // dinp^T[IC,N] (+)= W^T[IC,OC] @ dout^T[OC,N]
+    if (dinp) lt_matmul(op, dinp, CUDA_R_16BF, weight, false, dout, false, IC, N, OC, dinp_beta,
+                        stream);
+    // dweight^T[IC,OC] += inp^T[IC,N] @ dout[N,OC]
+    lt_matmul(op, dweight, CUDA_R_32F, inp, false, dout, true, IC, OC, N, 1.0f, stream);
+}
+
 void matmul_backward_cuda(bf16 *dinp, float *dweight, const bf16 *dout, const bf16 *inp,
                           const bf16 *weight, int N, int IC, int OC, cudaStream_t stream) {
-    check_matmul_shape("matmul_backward_cuda", N, IC, OC);
-    if (N == 0) return;
-    // dinp^T[IC,N] += W^T[IC,OC] @ dout^T[OC,N]
-    if (dinp)
-        lt_matmul("matmul_backward_cuda (dinp)", dinp, CUDA_R_16BF, weight, false, dout, false,
-                  IC, N, OC, 1.0f, stream);
-    // dweight^T[IC,OC] += inp^T[IC,N] @ dout[N,OC]
-    lt_matmul("matmul_backward_cuda (dweight)", dweight, CUDA_R_32F, inp, false, dout, true, IC,
-              OC, N, 1.0f, stream);
+    matmul_backward("matmul_backward_cuda", dinp, 1.0f, dweight, dout, inp, weight, N, IC, OC,
+                    stream);
+}
+
+void matmul_backward_overwrite_cuda(bf16 *dinp, float *dweight, const bf16 *dout,
+                                    const bf16 *inp, const bf16 *weight, int N, int IC, int OC,
+                                    cudaStream_t stream) {
+    matmul_backward("matmul_backward_overwrite_cuda", dinp, 0.0f, dweight, dout, inp, weight, N,
+                    IC, OC, stream);
 }

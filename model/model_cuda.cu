@@ -1,11 +1,17 @@
 // CUDA bf16 twin of model_cpu.c (same structure, same order of operations): forward
 // saves what the backward needs, the loss head runs over chunks of target rows only,
 // backward walks the layers in reverse ADDING fp32 parameter gradients.
+// Memory: per layer the forward keeps only the residual stream (input and mid),
+// rstd, q/k/v, the attention output and lse. The backward recomputes the two norm
+// outputs (bitwise the forward's: same kernel, same input) and the stacked gate|up
+// product; that costs one MLP matmul per layer (~8% of the step) and saves ~55% of the
+// activations (docs/KERNEL_NOTES.md, "Training step").
 // T = n_rows * seq_len tokens, C hidden, F intermediate, V vocab, H query heads,
 // KV key/value heads, D head dim (C / H). Activations bf16, rstd/lse/losses fp32.
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "attention/attention_cuda.h"
 #include "common/cuda_check.h"
@@ -28,20 +34,30 @@ static const char *const LAYER_TENSOR_NAMES[LAYER_TENSORS] = {
     "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
 };
 
+// Optional per-stage timing (environment ONEPASS_STAGE_TIMES=1, for profiling): an
+// event on the model's stream after each stage; after each step's synchronisation the
+// gaps are summed per stage name, and cuda_model_free prints the per-step means as one
+// JSON line. Events do not block the stream, so the step runs as without them. The
+// first steps (plan creation, module loading) are left out.
+enum { STAGE_MAX_MARKS = 4096, STAGE_MAX_NAMES = 48, STAGE_WARMUP_STEPS = 2 };
+typedef struct {
+    int n_marks, n_names, steps, steps_seen;
+    cudaEvent_t events[STAGE_MAX_MARKS];
+    const char *mark_names[STAGE_MAX_MARKS];  // the stage that ends at each event
+    const char *names[STAGE_MAX_NAMES];
+    double total_ms[STAGE_MAX_NAMES];
+} StageTimer;
+
 // Activations of one layer saved by the forward for the backward.
 typedef struct {
-    bf16 *ln1;        // [T, C] input_layernorm output
-    float *ln1_rstd;  // [T]
-    bf16 *q;          // [T, H, D] after RoPE
+    float *ln1_rstd;  // [T] input_layernorm
+    bf16 *q;          // [T, H, D] after RoPE (split out of the stacked q|k|v product)
     bf16 *k;          // [T, KV, D] after RoPE
     bf16 *v;          // [T, KV, D]
     bf16 *attn;       // [T, H, D] attention output (o_proj input)
     float *lse;       // [n_rows, H, seq_len] attention log-sum-exp
     bf16 *mid;        // [T, C] residual after attention
-    bf16 *ln2;        // [T, C] post_attention_layernorm output
-    float *ln2_rstd;  // [T]
-    bf16 *gate;       // [T, F] gate_proj output; the backward overwrites it with d gate
-    bf16 *up;         // [T, F] up_proj output; the backward overwrites it with d up
+    float *ln2_rstd;  // [T] post_attention_layernorm
 } LayerActivations;
 
 struct CudaModel {
@@ -52,11 +68,13 @@ struct CudaModel {
     size_t embed_offset, final_norm_offset, lm_head_offset;  // lm_head = embed when tied
     size_t *layer_offsets;  // [L, LAYER_TENSORS]
     cudaStream_t stream;
+    StageTimer *timer;      // NULL unless ONEPASS_STAGE_TIMES=1
     void *arena;            // the one device allocation holding every buffer below
     size_t arena_bytes;
 
     // the batch, uploaded
     int32_t *token, *pos, *lo, *hi;  // [T]
+    float2 *rope_cos_sin;   // [T, D / 2] RoPE angles of the batch's positions
     int32_t *target_slots;  // [T] slots (row * seq_len + position) with a target, ascending
     int32_t *slot_targets;  // [T] the target of each of those slots
     float *target_losses;   // [T] cross-entropy of each of those slots
@@ -64,6 +82,13 @@ struct CudaModel {
     // forward
     bf16 **residual;           // [L + 1] each [T, C]: residual[l] enters layer l
     LayerActivations *layers;  // [L]
+    // One buffer of each serves every layer, in the forward and in the recomputation:
+    bf16 *ln;                  // [T, C] input or post-attention norm output
+    bf16 *gate_up;             // [T, 2F] rows [gate_proj | up_proj] (one product with the
+                               // stacked weights); the backward overwrites it with
+                               // [d gate | d up]
+    bf16 *qkv;                 // [T, QD + 2 KVD] stacked q|k|v product before RoPE; in
+                               // the backward, the stacked gradient [dq | dk | dv]
     bf16 *act;                 // [T, F] silu(gate) * up, the down_proj input (recomputed
                                // by the backward, so one buffer serves every layer)
     bf16 *proj_out;            // [T, C] o_proj / down_proj output before the residual add
@@ -136,6 +161,7 @@ static void carve(CudaModel *m, Arena *a) {
     m->pos = take<int32_t>(a, T);
     m->lo = take<int32_t>(a, T);
     m->hi = take<int32_t>(a, T);
+    m->rope_cos_sin = take<float2>(a, T * (m->head_dim / 2));
     m->target_slots = take<int32_t>(a, T);
     m->slot_targets = take<int32_t>(a, T);
     m->target_losses = take<float>(a, T);
@@ -145,7 +171,6 @@ static void carve(CudaModel *m, Arena *a) {
     for (int l = 0; l <= L; l++) m->residual[l] = take<bf16>(a, T * C);
     for (int l = 0; l < L; l++) {
         LayerActivations *la = &m->layers[l];
-        la->ln1 = take<bf16>(a, T * C);
         la->ln1_rstd = take<float>(a, T);
         la->q = take<bf16>(a, T * QD);
         la->k = take<bf16>(a, T * KVD);
@@ -153,11 +178,11 @@ static void carve(CudaModel *m, Arena *a) {
         la->attn = take<bf16>(a, T * QD);
         la->lse = take<float>(a, T * H);
         la->mid = take<bf16>(a, T * C);
-        la->ln2 = take<bf16>(a, T * C);
         la->ln2_rstd = take<float>(a, T);
-        la->gate = take<bf16>(a, T * F);
-        la->up = take<bf16>(a, T * F);
     }
+    m->ln = take<bf16>(a, T * C);
+    m->gate_up = take<bf16>(a, T * 2 * F);
+    m->qkv = take<bf16>(a, T * (QD + 2 * KVD));
     m->act = take<bf16>(a, T * F);
     m->proj_out = take<bf16>(a, T * C);
     m->final_norm = take<bf16>(a, T * C);
@@ -215,6 +240,17 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len) 
             snprintf(name, sizeof(name), "model.layers.%d.%s", l, LAYER_TENSOR_NAMES[w]);
             m->layer_offsets[l * LAYER_TENSORS + w] = offset_of(&m->table, name);
         }
+    // q|k|v and gate|up run as one product each over the stacked weights, which the
+    // ParamTable lays out back to back (model/params.c).
+    const size_t C = cfg->hidden_size, F = cfg->intermediate_size;
+    for (int l = 0; l < L; l++) {
+        const size_t *w = m->layer_offsets + (size_t)l * LAYER_TENSORS;
+        if (w[W_K] != w[W_Q] + m->q_dim * C || w[W_V] != w[W_K] + m->kv_dim * C ||
+            w[W_UP] != w[W_GATE] + F * C)
+            fatal("%s:%d: layer %d: q/k/v or gate/up weights are not consecutive in the "
+                  "parameter table",
+                  __FILE__, __LINE__, l);
+    }
 
     // Chunks of whole 64-row tiles (better GEMM shapes) when the vocabulary allows.
     int chunk = LOGIT_CHUNK_ELEMENTS / cfg->vocab_size;
@@ -239,15 +275,21 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len) 
     carve(m, &arena);
 
     cudaCheck(cudaStreamCreate(&m->stream));  // blocking: ordered after default-stream work
+    const char *stage_times = getenv("ONEPASS_STAGE_TIMES");
+    if (stage_times && strcmp(stage_times, "1") == 0)
+        m->timer = (StageTimer *)xcalloc(1, sizeof(StageTimer));
     m->host_slots = (int32_t *)xmalloc((size_t)T * sizeof(int32_t));
     m->host_targets = (int32_t *)xmalloc((size_t)T * sizeof(int32_t));
     cudaCheck(cudaMallocHost(&m->host_losses, (size_t)T * sizeof(float)));
     return m;
 }
 
+static void stage_timer_print_and_free(StageTimer *t);
+
 void cuda_model_free(CudaModel *m) {
     if (!m) return;
     cudaCheck(cudaStreamSynchronize(m->stream));
+    if (m->timer) stage_timer_print_and_free(m->timer);
     cudaCheck(cudaStreamDestroy(m->stream));
     cudaCheck(cudaFree(m->arena));
     cudaCheck(cudaFreeHost(m->host_losses));
@@ -268,6 +310,62 @@ void cuda_model_set_deterministic(CudaModel *m, bool deterministic) {
 }
 
 size_t cuda_model_arena_bytes(const CudaModel *m) { return m->arena_bytes; }
+
+// ------------------------------------------------------------- stage timing
+
+// Starts a step's list of marks.
+static void stage_begin(CudaModel *m) {
+    StageTimer *t = m->timer;
+    if (!t) return;
+    if (!t->events[0]) cudaCheck(cudaEventCreate(&t->events[0]));
+    cudaCheck(cudaEventRecord(t->events[0], m->stream));
+    t->n_marks = 1;
+}
+
+// Ends stage `name` (a string literal): the time since the previous mark is its.
+static void stage(CudaModel *m, const char *name) {
+    StageTimer *t = m->timer;
+    if (!t || t->n_marks == 0 || t->n_marks == STAGE_MAX_MARKS) return;
+    cudaEvent_t *event = &t->events[t->n_marks];
+    if (!*event) cudaCheck(cudaEventCreate(event));
+    cudaCheck(cudaEventRecord(*event, m->stream));
+    t->mark_names[t->n_marks++] = name;
+}
+
+// After the stream has synchronised: adds the step's gaps to the per-name totals.
+static void stage_collect(CudaModel *m) {
+    StageTimer *t = m->timer;
+    if (!t || t->n_marks == 0) return;
+    if (t->steps_seen++ < STAGE_WARMUP_STEPS) {
+        t->n_marks = 0;
+        return;
+    }
+    for (int i = 1; i < t->n_marks; i++) {
+        float ms;
+        cudaCheck(cudaEventElapsedTime(&ms, t->events[i - 1], t->events[i]));
+        int k = 0;
+        while (k < t->n_names && strcmp(t->names[k], t->mark_names[i]) != 0) k++;
+        if (k == STAGE_MAX_NAMES) continue;
+        if (k == t->n_names) t->names[t->n_names++] = t->mark_names[i];
+        t->total_ms[k] += ms;
+    }
+    t->steps++;
+    t->n_marks = 0;
+}
+
+static void stage_timer_print_and_free(StageTimer *t) {
+    double sum = 0.0;
+    printf("{\"stage_ms_per_step\": {");
+    for (int k = 0; k < t->n_names; k++) {
+        const double ms = t->total_ms[k] / (t->steps ? t->steps : 1);
+        sum += ms;
+        printf("%s\"%s\": %.3f", k ? ", " : "", t->names[k], ms);
+    }
+    printf("}, \"sum_ms\": %.3f, \"steps\": %d}\n", sum, t->steps);
+    for (int i = 0; i < STAGE_MAX_MARKS; i++)
+        if (t->events[i]) cudaCheck(cudaEventDestroy(t->events[i]));
+    free(t);
+}
 
 // ---------------------------------------------------------------- the batch
 
@@ -369,41 +467,53 @@ static AttnShape attention_shape(const CudaModel *m, const ModelBatch *b) {
                      m->cfg.num_key_value_heads, m->head_dim, 1.0f / sqrtf((float)m->head_dim)};
 }
 
-// Embedding and all layers up to the final norm; fills every saved activation.
+// Embedding and all layers up to the final norm; fills every saved activation. Each
+// residual add is fused into the norm that follows it (the next layer's input norm,
+// or the final norm after the last layer).
 static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) {
     const ModelConfig *cfg = &m->cfg;
     const int T = b->n_rows * b->seq_len, C = cfg->hidden_size, F = cfg->intermediate_size;
     const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->head_dim;
+    const int L = cfg->num_hidden_layers, QKV = m->q_dim + 2 * m->kv_dim;
     const AttnShape shape = attention_shape(m, b);
     const cudaStream_t s = m->stream;
 
+    stage_begin(m);
+    rope_angles_cuda(m->rope_cos_sin, m->pos, T, D, cfg->rope_theta, s);
     embedding_forward_cuda(m->residual[0], m->token, params + m->embed_offset, T, C, s);
-    for (int l = 0; l < cfg->num_hidden_layers; l++) {
+    rmsnorm_forward_cuda(m->ln, m->layers[0].ln1_rstd, m->residual[0],
+                         params + m->layer_offsets[W_INPUT_NORM], T, C, cfg->rms_norm_eps, s);
+    stage(m, "fwd embedding+norm");
+    for (int l = 0; l < L; l++) {
         const size_t *w = m->layer_offsets + (size_t)l * LAYER_TENSORS;
         LayerActivations *a = &m->layers[l];
-        const bf16 *x = m->residual[l];
-        rmsnorm_forward_cuda(a->ln1, a->ln1_rstd, x, params + w[W_INPUT_NORM], T, C,
-                             cfg->rms_norm_eps, s);
-        matmul_forward_cuda(a->q, a->ln1, params + w[W_Q], T, C, m->q_dim, s);
-        matmul_forward_cuda(a->k, a->ln1, params + w[W_K], T, C, m->kv_dim, s);
-        matmul_forward_cuda(a->v, a->ln1, params + w[W_V], T, C, m->kv_dim, s);
-        rope_forward_cuda(a->q, m->pos, T, H, D, cfg->rope_theta, s);
-        rope_forward_cuda(a->k, m->pos, T, KV, D, cfg->rope_theta, s);
+        matmul_forward_cuda(m->qkv, m->ln, params + w[W_Q], T, C, QKV, s);
+        stage(m, "fwd qkv matmul");
+        rope_split_qkv_cuda(a->q, a->k, a->v, m->qkv, m->rope_cos_sin, T, H, KV, D, s);
+        stage(m, "fwd rope");
         attention_forward_cuda(&shape, &m->mask, m->lo, m->hi, a->q, a->k, a->v, a->attn, a->lse,
                                s);
+        stage(m, "fwd attention");
         matmul_forward_cuda(m->proj_out, a->attn, params + w[W_O], T, m->q_dim, C, s);
-        residual_add_cuda(a->mid, x, m->proj_out, (int64_t)T * C, s);
-
-        rmsnorm_forward_cuda(a->ln2, a->ln2_rstd, a->mid, params + w[W_POST_NORM], T, C,
-                             cfg->rms_norm_eps, s);
-        matmul_forward_cuda(a->gate, a->ln2, params + w[W_GATE], T, C, F, s);
-        matmul_forward_cuda(a->up, a->ln2, params + w[W_UP], T, C, F, s);
-        swiglu_forward_cuda(m->act, a->gate, a->up, (int64_t)T * F, s);
+        stage(m, "fwd o matmul");
+        add_rmsnorm_forward_cuda(a->mid, m->ln, a->ln2_rstd, m->residual[l], m->proj_out,
+                                 params + w[W_POST_NORM], T, C, cfg->rms_norm_eps, s);
+        stage(m, "fwd add+norm");
+        matmul_forward_cuda(m->gate_up, m->ln, params + w[W_GATE], T, C, 2 * F, s);
+        stage(m, "fwd gate_up matmul");
+        swiglu_stacked_forward_cuda(m->act, m->gate_up, T, F, s);
+        stage(m, "fwd swiglu");
         matmul_forward_cuda(m->proj_out, m->act, params + w[W_DOWN], T, F, C, s);
-        residual_add_cuda(m->residual[l + 1], a->mid, m->proj_out, (int64_t)T * C, s);
+        stage(m, "fwd down matmul");
+        const bool last = l + 1 == L;
+        bf16 *next_norm = last ? m->final_norm : m->ln;
+        float *next_rstd = last ? m->final_rstd : m->layers[l + 1].ln1_rstd;
+        const bf16 *next_weight =
+            params + (last ? m->final_norm_offset : w[LAYER_TENSORS + W_INPUT_NORM]);
+        add_rmsnorm_forward_cuda(m->residual[l + 1], next_norm, next_rstd, a->mid, m->proj_out,
+                                 next_weight, T, C, cfg->rms_norm_eps, s);
+        stage(m, "fwd add+norm");
     }
-    rmsnorm_forward_cuda(m->final_norm, m->final_rstd, m->residual[cfg->num_hidden_layers],
-                         params + m->final_norm_offset, T, C, cfg->rms_norm_eps, s);
 }
 
 // LM head and cross-entropy over the n_targets uploaded target slots, a chunk of rows
@@ -423,16 +533,19 @@ static void loss_head(CudaModel *m, const bf16 *params, float *grads, const Mode
                                                              C);
         cudaCheckLaunch();
         matmul_forward_cuda(m->chunk_logits, m->chunk_input, lm_head, rows, C, V, s);
+        stage(m, "head matmul fwd");
         cross_entropy_forward_backward_cuda(m->target_losses + start,
                                             grads ? m->chunk_logits : nullptr, m->chunk_logits,
                                             m->slot_targets + start, rows, V, loss_scale, s);
+        stage(m, "head cross-entropy");
         if (grads) {
-            zero_async(m, m->chunk_dinput, (size_t)rows * C * sizeof(bf16));
-            matmul_backward_cuda(m->chunk_dinput, grads + m->lm_head_offset, m->chunk_logits,
-                                 m->chunk_input, lm_head, rows, C, V, s);
+            matmul_backward_overwrite_cuda(m->chunk_dinput, grads + m->lm_head_offset,
+                                           m->chunk_logits, m->chunk_input, lm_head, rows, C, V,
+                                           s);
             scatter_rows_kernel<<<rows, ROW_COPY_THREADS, 0, s>>>(m->d_normed, m->chunk_dinput,
                                                                   slots, C);
             cudaCheckLaunch();
+            stage(m, "head matmul bwd");
         }
     }
 }
@@ -445,6 +558,7 @@ static double read_losses(CudaModel *m, const ModelBatch *b, int n_targets, floa
                                   (size_t)n_targets * sizeof(float), cudaMemcpyDeviceToHost,
                                   m->stream));
     cudaCheck(cudaStreamSynchronize(m->stream));
+    stage_collect(m);
     if (losses) memset(losses, 0, (size_t)b->n_rows * b->seq_len * sizeof(float));
     double total = 0.0;
     for (int i = 0; i < n_targets; i++) {
@@ -464,56 +578,68 @@ double cuda_model_forward(CudaModel *m, const void *params_bf16, const ModelBatc
 }
 
 // Walks the layers in reverse from d_normed (set by loss_head), adding into grads.
+// Every d-input of a matmul is overwritten (beta 0), so only d_residual, which the
+// norms' backwards accumulate into, needs zeroing.
 static void backward(CudaModel *m, const bf16 *params, float *grads, const ModelBatch *b) {
     const ModelConfig *cfg = &m->cfg;
     const int T = b->n_rows * b->seq_len, C = cfg->hidden_size, F = cfg->intermediate_size;
     const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->head_dim;
-    const int L = cfg->num_hidden_layers;
+    const int L = cfg->num_hidden_layers, QKV = m->q_dim + 2 * m->kv_dim;
     const AttnShape shape = attention_shape(m, b);
     const cudaStream_t s = m->stream;
-    const size_t hidden_bytes = (size_t)T * C * sizeof(bf16);
 
-    zero_async(m, m->d_residual, hidden_bytes);
+    zero_async(m, m->d_residual, (size_t)T * C * sizeof(bf16));
     rmsnorm_backward_cuda(m->d_residual, grads + m->final_norm_offset, m->d_normed,
                           m->residual[L], params + m->final_norm_offset, m->final_rstd, T, C, s);
+    stage(m, "bwd norm");
     for (int l = L - 1; l >= 0; l--) {
         const size_t *w = m->layer_offsets + (size_t)l * LAYER_TENSORS;
         LayerActivations *a = &m->layers[l];
         // MLP block: residual[l+1] = mid + down(swiglu(gate(ln2), up(ln2))).
         // d_residual holds d residual[l+1], which is also the residual path's d mid.
-        swiglu_forward_cuda(m->act, a->gate, a->up, (int64_t)T * F, s);  // recompute
-        zero_async(m, m->d_act, (size_t)T * F * sizeof(bf16));
-        matmul_backward_cuda(m->d_act, grads + w[W_DOWN], m->d_residual, m->act,
-                             params + w[W_DOWN], T, F, C, s);
-        bf16 *d_gate = a->gate, *d_up = a->up;  // in place: gate and up are not needed again
-        swiglu_backward_cuda(d_gate, d_up, m->d_act, a->gate, a->up, (int64_t)T * F, s);
-        zero_async(m, m->d_normed, hidden_bytes);
-        matmul_backward_cuda(m->d_normed, grads + w[W_GATE], d_gate, a->ln2, params + w[W_GATE],
-                             T, C, F, s);
-        matmul_backward_cuda(m->d_normed, grads + w[W_UP], d_up, a->ln2, params + w[W_UP], T, C,
-                             F, s);
+        // Recompute ln2, gate|up and the down_proj input.
+        rmsnorm_forward_cuda(m->ln, a->ln2_rstd, a->mid, params + w[W_POST_NORM], T, C,
+                             cfg->rms_norm_eps, s);
+        stage(m, "bwd norm recompute");
+        matmul_forward_cuda(m->gate_up, m->ln, params + w[W_GATE], T, C, 2 * F, s);
+        stage(m, "bwd gate_up recompute");
+        swiglu_stacked_forward_cuda(m->act, m->gate_up, T, F, s);
+        stage(m, "bwd swiglu recompute");
+        matmul_backward_overwrite_cuda(m->d_act, grads + w[W_DOWN], m->d_residual, m->act,
+                                       params + w[W_DOWN], T, F, C, s);
+        stage(m, "bwd down matmul");
+        // In place: gate and up are not needed again.
+        swiglu_stacked_backward_cuda(m->gate_up, m->d_act, m->gate_up, T, F, s);
+        stage(m, "bwd swiglu");
+        matmul_backward_overwrite_cuda(m->d_normed, grads + w[W_GATE], m->gate_up, m->ln,
+                                       params + w[W_GATE], T, C, 2 * F, s);
+        stage(m, "bwd gate_up matmul");
         rmsnorm_backward_cuda(m->d_residual, grads + w[W_POST_NORM], m->d_normed, a->mid,
                               params + w[W_POST_NORM], a->ln2_rstd, T, C, s);
+        stage(m, "bwd norm");
 
         // Attention block: mid = residual[l] + o_proj(attention(rope(q), rope(k), v)).
-        zero_async(m, m->d_attn, (size_t)T * m->q_dim * sizeof(bf16));
-        matmul_backward_cuda(m->d_attn, grads + w[W_O], m->d_residual, a->attn, params + w[W_O],
-                             T, m->q_dim, C, s);
+        matmul_backward_overwrite_cuda(m->d_attn, grads + w[W_O], m->d_residual, a->attn,
+                                       params + w[W_O], T, m->q_dim, C, s);
+        stage(m, "bwd o matmul");
         attention_backward_cuda(&shape, &m->mask, m->lo, m->hi, a->q, a->k, a->v, a->attn,
                                 a->lse, m->d_attn, m->d_q, m->d_k, m->d_v, s, m->deterministic);
-        rope_backward_cuda(m->d_q, m->pos, T, H, D, cfg->rope_theta, s);
-        rope_backward_cuda(m->d_k, m->pos, T, KV, D, cfg->rope_theta, s);
-        zero_async(m, m->d_normed, hidden_bytes);
-        matmul_backward_cuda(m->d_normed, grads + w[W_Q], m->d_q, a->ln1, params + w[W_Q], T, C,
-                             m->q_dim, s);
-        matmul_backward_cuda(m->d_normed, grads + w[W_K], m->d_k, a->ln1, params + w[W_K], T, C,
-                             m->kv_dim, s);
-        matmul_backward_cuda(m->d_normed, grads + w[W_V], m->d_v, a->ln1, params + w[W_V], T, C,
-                             m->kv_dim, s);
+        stage(m, "bwd attention");
+        rope_merge_qkv_backward_cuda(m->qkv, m->d_q, m->d_k, m->d_v, m->rope_cos_sin, T, H, KV, D,
+                                     s);
+        stage(m, "bwd rope");
+        rmsnorm_forward_cuda(m->ln, a->ln1_rstd, m->residual[l], params + w[W_INPUT_NORM], T, C,
+                             cfg->rms_norm_eps, s);  // recompute ln1
+        stage(m, "bwd norm recompute");
+        matmul_backward_overwrite_cuda(m->d_normed, grads + w[W_Q], m->qkv, m->ln,
+                                       params + w[W_Q], T, C, QKV, s);
+        stage(m, "bwd qkv matmul");
         rmsnorm_backward_cuda(m->d_residual, grads + w[W_INPUT_NORM], m->d_normed,
                               m->residual[l], params + w[W_INPUT_NORM], a->ln1_rstd, T, C, s);
+        stage(m, "bwd norm");
     }
     embedding_backward_cuda(grads + m->embed_offset, m->d_residual, m->token, T, C, s);
+    stage(m, "bwd embedding");
 }
 
 double cuda_model_forward_backward(CudaModel *m, const void *params_bf16, float *grads,

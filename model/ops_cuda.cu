@@ -65,6 +65,7 @@ void ops_cuda_destroy(void) {
     if (!g_state_ready) return;
     OpsCudaState *s = &g_state;
     cudaCheck(cudaDeviceSynchronize());
+    matmul_plans_clear();
     cublasCheck(cublasLtDestroy(s->cublaslt));
     cudaCheck(cudaFree(s->cublaslt_workspace));
     cudaCheck(cudaFree(s->sort_keys_out));
@@ -201,27 +202,59 @@ void embedding_backward_cuda(float *dwte, const bf16 *dout, const int32_t *token
 
 enum { RMSNORM_THREADS = 256, RMSNORM_ROWS_PER_BLOCK = RMSNORM_THREADS / 32 };
 
-// One warp per row; the warp exits as a whole, so no block-wide barrier is needed.
-__global__ void rmsnorm_forward_kernel(bf16 *out, float *rstd, const bf16 *inp,
-                                       const bf16 *weight, int N, int C, float eps) {
+// 16-byte packs when every row starts 16-byte aligned, else single elements.
+static bool rows_take_packs_of_8(int C, const void *const *pointers, int n_pointers) {
+    if (C % 8 != 0) return false;
+    for (int i = 0; i < n_pointers; i++)
+        if (pointers[i] && !pack_aligned(pointers[i], 16)) return false;
+    return true;
+}
+
+// One warp per row, lane handling packs of VEC channels. With b, the row is first
+// summed: sum = bf16(a + b) is stored and normalised (the value the unfused pair
+// residual_add + rmsnorm would normalise); without b, a is normalised. Each lane
+// re-reads only what it wrote itself, so sum may alias a or b. The warp exits as a
+// whole, so no block-wide barrier is needed.
+template <int VEC>
+__global__ void add_rmsnorm_forward_kernel(bf16 *sum, bf16 *out, float *rstd, const bf16 *a,
+                                           const bf16 *b, const bf16 *weight, int N, int C,
+                                           float eps) {
     const int64_t row = (int64_t)blockIdx.x * RMSNORM_ROWS_PER_BLOCK + threadIdx.x / 32;
     if (row >= N) return;
     const int lane = threadIdx.x % 32;
-    const bf16 *x = inp + row * C;
-    bf16 *y = out + row * C;
+    const bf16 *x = a + row * C;
     float sum_sq = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        const float v = __bfloat162float(x[c]);
-        sum_sq += v * v;
+    for (int c = lane * VEC; c < C; c += 32 * VEC) {
+        Pack<bf16, VEC> v = load_bf16s<VEC>(x + c);
+        if (b) {
+            const Pack<bf16, VEC> w = load_bf16s<VEC>(b + row * C + c);
+#pragma unroll
+            for (int j = 0; j < VEC; j++)
+                v.x[j] = __float2bfloat16_rn(__bfloat162float(v.x[j]) + __bfloat162float(w.x[j]));
+            store_bf16s<VEC>(sum + row * C + c, v);
+        }
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            const float f = __bfloat162float(v.x[j]);
+            sum_sq += f * f;
+        }
     }
     sum_sq = warp_reduce_sum(sum_sq);
     const float r = rsqrtf(sum_sq / C + eps);
-    for (int c = lane; c < C; c += 32)
-        y[c] = __float2bfloat16_rn(__bfloat162float(x[c]) * r * __bfloat162float(weight[c]));
+    if (b) x = sum + row * C;
+    for (int c = lane * VEC; c < C; c += 32 * VEC) {
+        const Pack<bf16, VEC> v = load_bf16s<VEC>(x + c), w = load_bf16s<VEC>(weight + c);
+        Pack<bf16, VEC> y;
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+            y.x[j] = __float2bfloat16_rn(__bfloat162float(v.x[j]) * r * __bfloat162float(w.x[j]));
+        store_bf16s<VEC>(out + row * C + c, y);
+    }
     if (lane == 0) rstd[row] = r;
 }
 
 // dx_j += r * (w_j dy_j - x_j * r^2 * mean_i(w_i dy_i x_i)); one warp per row.
+template <int VEC>
 __global__ void rmsnorm_backward_dinp_kernel(bf16 *dinp, const bf16 *dout, const bf16 *inp,
                                              const bf16 *weight, const float *rstd, int N,
                                              int C) {
@@ -232,14 +265,26 @@ __global__ void rmsnorm_backward_dinp_kernel(bf16 *dinp, const bf16 *dout, const
     bf16 *dx = dinp + row * C;
     const float r = rstd[row];
     float dot = 0.0f;
-    for (int c = lane; c < C; c += 32)
-        dot += __bfloat162float(weight[c]) * __bfloat162float(dy[c]) * __bfloat162float(x[c]);
+    for (int c = lane * VEC; c < C; c += 32 * VEC) {
+        const Pack<bf16, VEC> w = load_bf16s<VEC>(weight + c), g = load_bf16s<VEC>(dy + c),
+                              v = load_bf16s<VEC>(x + c);
+#pragma unroll
+        for (int j = 0; j < VEC; j++)
+            dot += __bfloat162float(w.x[j]) * __bfloat162float(g.x[j]) * __bfloat162float(v.x[j]);
+    }
     dot = warp_reduce_sum(dot);
     const float correction = dot / C * r * r;
-    for (int c = lane; c < C; c += 32) {
-        const float grad = r * (__bfloat162float(weight[c]) * __bfloat162float(dy[c]) -
-                                __bfloat162float(x[c]) * correction);
-        dx[c] = __float2bfloat16_rn(__bfloat162float(dx[c]) + grad);
+    for (int c = lane * VEC; c < C; c += 32 * VEC) {
+        const Pack<bf16, VEC> w = load_bf16s<VEC>(weight + c), g = load_bf16s<VEC>(dy + c),
+                              v = load_bf16s<VEC>(x + c);
+        Pack<bf16, VEC> d = load_bf16s<VEC>(dx + c);
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            const float grad = r * (__bfloat162float(w.x[j]) * __bfloat162float(g.x[j]) -
+                                    __bfloat162float(v.x[j]) * correction);
+            d.x[j] = __float2bfloat16_rn(__bfloat162float(d.x[j]) + grad);
+        }
+        store_bf16s<VEC>(dx + c, d);
     }
 }
 
@@ -269,14 +314,33 @@ __global__ void rmsnorm_dweight_finish_kernel(float *dweight, const float *parti
     dweight[c] += sum;
 }
 
-void rmsnorm_forward_cuda(bf16 *out, float *rstd, const bf16 *inp, const bf16 *weight, int N,
-                          int C, float eps, cudaStream_t stream) {
-    if (N < 0 || C <= 0) fatal("rmsnorm_forward_cuda: bad shape N=%d C=%d", N, C);
+static void add_rmsnorm_launch(const char *op, bf16 *sum, bf16 *out, float *rstd, const bf16 *a,
+                               const bf16 *b, const bf16 *weight, int N, int C, float eps,
+                               cudaStream_t stream) {
+    if (N < 0 || C <= 0) fatal("%s: bad shape N=%d C=%d", op, N, C);
     if (N == 0) return;
     const int blocks = (N + RMSNORM_ROWS_PER_BLOCK - 1) / RMSNORM_ROWS_PER_BLOCK;
-    rmsnorm_forward_kernel<<<blocks, RMSNORM_THREADS, 0, stream>>>(out, rstd, inp, weight, N, C,
-                                                                   eps);
+    const void *rows[] = {sum, out, a, b, weight};
+    if (rows_take_packs_of_8(C, rows, 5))
+        add_rmsnorm_forward_kernel<8><<<blocks, RMSNORM_THREADS, 0, stream>>>(
+            sum, out, rstd, a, b, weight, N, C, eps);
+    else
+        add_rmsnorm_forward_kernel<1><<<blocks, RMSNORM_THREADS, 0, stream>>>(
+            sum, out, rstd, a, b, weight, N, C, eps);
     cudaCheckLaunch();
+}
+
+void rmsnorm_forward_cuda(bf16 *out, float *rstd, const bf16 *inp, const bf16 *weight, int N,
+                          int C, float eps, cudaStream_t stream) {
+    add_rmsnorm_launch("rmsnorm_forward_cuda", nullptr, out, rstd, inp, nullptr, weight, N, C,
+                       eps, stream);
+}
+
+void add_rmsnorm_forward_cuda(bf16 *sum, bf16 *out, float *rstd, const bf16 *a, const bf16 *b,
+                              const bf16 *weight, int N, int C, float eps, cudaStream_t stream) {
+    if (!sum || !b) fatal("add_rmsnorm_forward_cuda: sum and b must not be NULL");
+    add_rmsnorm_launch("add_rmsnorm_forward_cuda", sum, out, rstd, a, b, weight, N, C, eps,
+                       stream);
 }
 
 void rmsnorm_backward_cuda(bf16 *dinp, float *dweight, const bf16 *dout, const bf16 *inp,
@@ -285,8 +349,13 @@ void rmsnorm_backward_cuda(bf16 *dinp, float *dweight, const bf16 *dout, const b
     const OpsCudaState *s = state_for_tokens("rmsnorm_backward_cuda", N, C);
     if (N == 0) return;
     const int row_blocks = (N + RMSNORM_ROWS_PER_BLOCK - 1) / RMSNORM_ROWS_PER_BLOCK;
-    rmsnorm_backward_dinp_kernel<<<row_blocks, RMSNORM_THREADS, 0, stream>>>(dinp, dout, inp,
-                                                                            weight, rstd, N, C);
+    const void *rows[] = {dinp, dout, inp, weight};
+    if (rows_take_packs_of_8(C, rows, 4))
+        rmsnorm_backward_dinp_kernel<8><<<row_blocks, RMSNORM_THREADS, 0, stream>>>(
+            dinp, dout, inp, weight, rstd, N, C);
+    else
+        rmsnorm_backward_dinp_kernel<1><<<row_blocks, RMSNORM_THREADS, 0, stream>>>(
+            dinp, dout, inp, weight, rstd, N, C);
     cudaCheckLaunch();
 
     // Groups depend only on N (not on the device), so the order of sums is fixed.
@@ -305,88 +374,273 @@ void rmsnorm_backward_cuda(bf16 *dinp, float *dweight, const bf16 *dout, const b
 
 // ----------------------------------------------------------------------- rope
 
-// One thread per (token, frequency i); it rotates pair (i, i + half) of every
-// head of that token. direction = +1 forward, -1 inverse (the backward).
-__global__ void rope_kernel(bf16 *x, const int32_t *pos, int N, int n_heads, int head_dim,
-                            double theta, float direction) {
+// Up to three groups of heads of one token row, each read from src + n * src_ld and
+// written to dst + n * dst_ld (dst may equal src: in place). Rotated groups get RoPE,
+// the others are copied (v beside q and k in a stacked q|k|v row).
+enum { ROPE_MAX_GROUPS = 3 };
+typedef struct {
+    const bf16 *src[ROPE_MAX_GROUPS];
+    bf16 *dst[ROPE_MAX_GROUPS];
+    int64_t src_ld[ROPE_MAX_GROUPS], dst_ld[ROPE_MAX_GROUPS];
+    int heads[ROPE_MAX_GROUPS];
+    bool rotate[ROPE_MAX_GROUPS];
+} RopeGroups;
+
+// cos and sin of angle pos * theta^(-2i / head_dim), in double like the CPU op, then
+// rounded to float (what the rotation multiplies by).
+__device__ inline float2 rope_cos_sin(int32_t pos, int i, int head_dim, double theta) {
+    const double angle = pos * pow(theta, -2.0 * i / head_dim);
+    double sin_d, cos_d;
+    sincos(angle, &sin_d, &cos_d);
+    return make_float2((float)cos_d, (float)sin_d);
+}
+
+__global__ void rope_angles_kernel(float2 *cos_sin, const int32_t *pos, int N, int head_dim,
+                                   double theta) {
     const int half = head_dim / 2;
     const int64_t total = (int64_t)N * half;
     for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+         idx += (int64_t)gridDim.x * blockDim.x)
+        cos_sin[idx] = rope_cos_sin(pos[idx / half], (int)(idx % half), head_dim, theta);
+}
+
+// One thread per (token, head of any group, pack of VEC frequencies i): it takes those
+// angles (from the table cos_sin [N, half] when given, else computed) and rotates pairs
+// (i, i + half) of its head, or copies them. direction = +1 forward, -1 inverse (the
+// backward). A thread per head (not per token) keeps enough loads in flight.
+template <int VEC>
+__global__ void rope_kernel(RopeGroups g, const float2 *cos_sin, const int32_t *pos, int N,
+                            int head_dim, double theta, float direction) {
+    const int half = head_dim / 2, packs = half / VEC;
+    const int heads = g.heads[0] + g.heads[1] + g.heads[2];
+    const int64_t total = (int64_t)N * heads * packs;
+    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t n = idx / half;
-        const int i = (int)(idx % half);
-        const double angle = pos[n] * pow(theta, -2.0 * i / head_dim);
-        double sin_d, cos_d;
-        sincos(angle, &sin_d, &cos_d);
-        const float cos_f = (float)cos_d, sin_f = direction * (float)sin_d;
-        for (int h = 0; h < n_heads; h++) {
-            bf16 *x1 = x + (n * n_heads + h) * head_dim + i, *x2 = x1 + half;
-            const float a = __bfloat162float(*x1), b = __bfloat162float(*x2);
-            *x1 = __float2bfloat16_rn(a * cos_f - b * sin_f);
-            *x2 = __float2bfloat16_rn(b * cos_f + a * sin_f);
+        const int64_t n = idx / ((int64_t)heads * packs);
+        int h = (int)(idx / packs % heads);
+        const int i0 = (int)(idx % packs) * VEC;
+        int group = 0;
+        while (h >= g.heads[group]) h -= g.heads[group++];
+        const bf16 *src = g.src[group] + n * g.src_ld[group] + h * head_dim + i0;
+        bf16 *dst = g.dst[group] + n * g.dst_ld[group] + h * head_dim + i0;
+        Pack<bf16, VEC> x1 = load_bf16s<VEC>(src), x2 = load_bf16s<VEC>(src + half);
+        if (g.rotate[group]) {
+#pragma unroll
+            for (int j = 0; j < VEC; j++) {
+                const float2 cs = cos_sin ? cos_sin[n * half + i0 + j]
+                                          : rope_cos_sin(pos[n], i0 + j, head_dim, theta);
+                const float cos_f = cs.x, sin_f = direction * cs.y;
+                const float a = __bfloat162float(x1.x[j]), b = __bfloat162float(x2.x[j]);
+                x1.x[j] = __float2bfloat16_rn(a * cos_f - b * sin_f);
+                x2.x[j] = __float2bfloat16_rn(b * cos_f + a * sin_f);
+            }
         }
+        store_bf16s<VEC>(dst, x1);
+        store_bf16s<VEC>(dst + half, x2);
     }
 }
 
-static void rope_launch(const char *op, bf16 *x, const int32_t *pos, int N, int n_heads,
-                        int head_dim, float theta, float direction, cudaStream_t stream) {
-    if (N < 0 || n_heads <= 0 || head_dim <= 0 || head_dim % 2 != 0)
-        fatal("%s: bad shape N=%d n_heads=%d head_dim=%d (head_dim must be even)", op, N, n_heads,
-              head_dim);
+// Unused groups have zero heads (their pointers are never dereferenced).
+static void rope_launch(const char *op, RopeGroups g, const float2 *cos_sin, const int32_t *pos,
+                        int N, int head_dim, float theta, float direction, cudaStream_t stream) {
+    if (N < 0 || head_dim <= 0 || head_dim % 2 != 0)
+        fatal("%s: bad shape N=%d head_dim=%d (head_dim must be even)", op, N, head_dim);
+    for (int i = 0; i < ROPE_MAX_GROUPS; i++)
+        if (g.heads[i] < 0) fatal("%s: negative head count %d", op, g.heads[i]);
     if (N == 0) return;
-    const int64_t total = (int64_t)N * (head_dim / 2);
-    rope_kernel<<<grid_for(total, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0, stream>>>(
-        x, pos, N, n_heads, head_dim, (double)theta, direction);
+    bool packed = (head_dim / 2) % 8 == 0;
+    for (int i = 0; i < ROPE_MAX_GROUPS; i++)
+        if (g.heads[i] > 0)
+            packed = packed && pack_aligned(g.src[i], 16) && pack_aligned(g.dst[i], 16) &&
+                     g.src_ld[i] % 8 == 0 && g.dst_ld[i] % 8 == 0;
+    const int vec = packed ? 8 : 1;
+    const int64_t total = (int64_t)N * (g.heads[0] + g.heads[1] + g.heads[2]) * (head_dim / 2 / vec);
+    const unsigned blocks = grid_for(total, ELEMENTWISE_THREADS);
+    if (packed)
+        rope_kernel<8><<<blocks, ELEMENTWISE_THREADS, 0, stream>>>(g, cos_sin, pos, N, head_dim,
+                                                                   (double)theta, direction);
+    else
+        rope_kernel<1><<<blocks, ELEMENTWISE_THREADS, 0, stream>>>(g, cos_sin, pos, N, head_dim,
+                                                                   (double)theta, direction);
     cudaCheckLaunch();
+}
+
+// One group x [N, n_heads, head_dim], in place.
+static RopeGroups rope_in_place(bf16 *x, int n_heads, int head_dim) {
+    const int64_t ld = (int64_t)n_heads * head_dim;
+    return RopeGroups{{x, x, x}, {x, x, x}, {ld, ld, ld}, {ld, ld, ld}, {n_heads, 0, 0},
+                      {true, false, false}};
 }
 
 void rope_forward_cuda(bf16 *x, const int32_t *pos, int N, int n_heads, int head_dim,
                        float theta, cudaStream_t stream) {
-    rope_launch("rope_forward_cuda", x, pos, N, n_heads, head_dim, theta, 1.0f, stream);
+    rope_launch("rope_forward_cuda", rope_in_place(x, n_heads, head_dim), nullptr, pos, N, head_dim,
+                theta, 1.0f, stream);
 }
 
 void rope_backward_cuda(bf16 *dx, const int32_t *pos, int N, int n_heads, int head_dim,
                         float theta, cudaStream_t stream) {
-    rope_launch("rope_backward_cuda", dx, pos, N, n_heads, head_dim, theta, -1.0f, stream);
+    rope_launch("rope_backward_cuda", rope_in_place(dx, n_heads, head_dim), nullptr, pos, N,
+                head_dim, theta, -1.0f, stream);
+}
+
+// The stacked row [q (H heads) | k (KV heads) | v (KV heads)] against the three
+// separate tensors [N, H, D], [N, KV, D], [N, KV, D].
+static RopeGroups rope_qkv_groups(const bf16 *src_q, const bf16 *src_k, const bf16 *src_v,
+                                  bool src_stacked, bf16 *dst_q, bf16 *dst_k, bf16 *dst_v,
+                                  int n_heads, int n_kv_heads, int head_dim) {
+    const int64_t stacked = (int64_t)(n_heads + 2 * n_kv_heads) * head_dim;
+    const int64_t q_ld = (int64_t)n_heads * head_dim, kv_ld = (int64_t)n_kv_heads * head_dim;
+    const int64_t src_q_ld = src_stacked ? stacked : q_ld, src_kv_ld = src_stacked ? stacked : kv_ld;
+    const int64_t dst_q_ld = src_stacked ? q_ld : stacked, dst_kv_ld = src_stacked ? kv_ld : stacked;
+    return RopeGroups{{src_q, src_k, src_v},
+                      {dst_q, dst_k, dst_v},
+                      {src_q_ld, src_kv_ld, src_kv_ld},
+                      {dst_q_ld, dst_kv_ld, dst_kv_ld},
+                      {n_heads, n_kv_heads, n_kv_heads},
+                      {true, true, false}};
+}
+
+void rope_angles_cuda(float2 *cos_sin, const int32_t *pos, int N, int head_dim, float theta,
+                      cudaStream_t stream) {
+    if (N < 0 || head_dim <= 0 || head_dim % 2 != 0)
+        fatal("rope_angles_cuda: bad shape N=%d head_dim=%d (head_dim must be even)", N, head_dim);
+    if (N == 0) return;
+    const int64_t total = (int64_t)N * (head_dim / 2);
+    rope_angles_kernel<<<grid_for(total, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0, stream>>>(
+        cos_sin, pos, N, head_dim, (double)theta);
+    cudaCheckLaunch();
+}
+
+void rope_split_qkv_cuda(bf16 *q, bf16 *k, bf16 *v, const bf16 *qkv, const float2 *cos_sin, int N,
+                         int n_heads, int n_kv_heads, int head_dim, cudaStream_t stream) {
+    const int64_t q_dim = (int64_t)n_heads * head_dim, kv_dim = (int64_t)n_kv_heads * head_dim;
+    rope_launch("rope_split_qkv_cuda",
+                rope_qkv_groups(qkv, qkv + q_dim, qkv + q_dim + kv_dim, true, q, k, v, n_heads,
+                                n_kv_heads, head_dim),
+                cos_sin, nullptr, N, head_dim, 0.0f, 1.0f, stream);
+}
+
+void rope_merge_qkv_backward_cuda(bf16 *dqkv, const bf16 *dq, const bf16 *dk, const bf16 *dv,
+                                  const float2 *cos_sin, int N, int n_heads, int n_kv_heads,
+                                  int head_dim, cudaStream_t stream) {
+    const int64_t q_dim = (int64_t)n_heads * head_dim, kv_dim = (int64_t)n_kv_heads * head_dim;
+    rope_launch("rope_merge_qkv_backward_cuda",
+                rope_qkv_groups(dq, dk, dv, false, dqkv, dqkv + q_dim, dqkv + q_dim + kv_dim,
+                                n_heads, n_kv_heads, head_dim),
+                cos_sin, nullptr, N, head_dim, 0.0f, -1.0f, stream);
 }
 
 // --------------------------------------------------------------------- swiglu
 
 __device__ inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-__global__ void swiglu_forward_kernel(bf16 *out, const bf16 *gate, const bf16 *up, int64_t n) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        const float g = __bfloat162float(gate[i]);
-        out[i] = __float2bfloat16_rn(g * sigmoid(g) * __bfloat162float(up[i]));
+// rows x width elements; gate and up rows are ld apart (ld = width for separate
+// tensors, 2 * width for a stacked gate|up row with up = gate + width); out and the
+// gradients of the backward use the same ld as their inputs, out is tight.
+// One thread per pack of VEC elements of one row.
+template <int VEC>
+__global__ void swiglu_forward_kernel(bf16 *out, const bf16 *gate, const bf16 *up, int64_t rows,
+                                      int64_t width, int64_t ld) {
+    const int64_t packs = width / VEC, total = rows * packs;
+    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+         idx += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = idx / packs, col = (idx % packs) * VEC;
+        const Pack<bf16, VEC> g = load_bf16s<VEC>(gate + row * ld + col),
+                              u = load_bf16s<VEC>(up + row * ld + col);
+        Pack<bf16, VEC> y;
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            const float gf = __bfloat162float(g.x[j]);
+            y.x[j] = __float2bfloat16_rn(gf * sigmoid(gf) * __bfloat162float(u.x[j]));
+        }
+        store_bf16s<VEC>(out + row * width + col, y);
     }
 }
 
-// d silu(g)/dg = s * (1 + g * (1 - s)), s = sigmoid(g). Reads all inputs of
-// element i before writing it, which makes the documented aliasing safe.
+// d silu(g)/dg = s * (1 + g * (1 - s)), s = sigmoid(g). Reads all inputs of a pack
+// before writing it, which makes the documented aliasing safe. dout is tight.
+template <int VEC>
 __global__ void swiglu_backward_kernel(bf16 *dgate, bf16 *dup, const bf16 *dout,
-                                       const bf16 *gate, const bf16 *up, int64_t n) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        const float g = __bfloat162float(gate[i]), u = __bfloat162float(up[i]);
-        const float d = __bfloat162float(dout[i]), s = sigmoid(g);
-        dgate[i] = __float2bfloat16_rn(d * u * s * (1.0f + g * (1.0f - s)));
-        dup[i] = __float2bfloat16_rn(d * g * s);
+                                       const bf16 *gate, const bf16 *up, int64_t rows,
+                                       int64_t width, int64_t ld) {
+    const int64_t packs = width / VEC, total = rows * packs;
+    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+         idx += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = idx / packs, col = (idx % packs) * VEC, at = row * ld + col;
+        const Pack<bf16, VEC> g = load_bf16s<VEC>(gate + at), u = load_bf16s<VEC>(up + at),
+                              d = load_bf16s<VEC>(dout + row * width + col);
+        Pack<bf16, VEC> dg, du;
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            const float gf = __bfloat162float(g.x[j]), uf = __bfloat162float(u.x[j]);
+            const float df = __bfloat162float(d.x[j]), s = sigmoid(gf);
+            dg.x[j] = __float2bfloat16_rn(df * uf * s * (1.0f + gf * (1.0f - s)));
+            du.x[j] = __float2bfloat16_rn(df * gf * s);
+        }
+        store_bf16s<VEC>(dgate + at, dg);
+        store_bf16s<VEC>(dup + at, du);
     }
+}
+
+// Packs of 8 when widths, strides and addresses allow it.
+static bool swiglu_packed(int64_t width, int64_t ld, const void *const *pointers, int n) {
+    if (width % 8 != 0 || ld % 8 != 0) return false;
+    for (int i = 0; i < n; i++)
+        if (!pack_aligned(pointers[i], 16)) return false;
+    return true;
+}
+
+static void swiglu_forward_launch(bf16 *out, const bf16 *gate, const bf16 *up, int64_t rows,
+                                  int64_t width, int64_t ld, cudaStream_t stream) {
+    if (rows <= 0 || width <= 0) return;
+    const void *pointers[] = {out, gate, up};
+    if (swiglu_packed(width, ld, pointers, 3))
+        swiglu_forward_kernel<8><<<grid_for(rows * width / 8, ELEMENTWISE_THREADS),
+                                   ELEMENTWISE_THREADS, 0, stream>>>(out, gate, up, rows, width,
+                                                                     ld);
+    else
+        swiglu_forward_kernel<1><<<grid_for(rows * width, ELEMENTWISE_THREADS),
+                                   ELEMENTWISE_THREADS, 0, stream>>>(out, gate, up, rows, width,
+                                                                     ld);
+    cudaCheckLaunch();
+}
+
+static void swiglu_backward_launch(bf16 *dgate, bf16 *dup, const bf16 *dout, const bf16 *gate,
+                                   const bf16 *up, int64_t rows, int64_t width, int64_t ld,
+                                   cudaStream_t stream) {
+    if (rows <= 0 || width <= 0) return;
+    const void *pointers[] = {dgate, dup, dout, gate, up};
+    if (swiglu_packed(width, ld, pointers, 5))
+        swiglu_backward_kernel<8><<<grid_for(rows * width / 8, ELEMENTWISE_THREADS),
+                                    ELEMENTWISE_THREADS, 0, stream>>>(dgate, dup, dout, gate, up,
+                                                                      rows, width, ld);
+    else
+        swiglu_backward_kernel<1><<<grid_for(rows * width, ELEMENTWISE_THREADS),
+                                    ELEMENTWISE_THREADS, 0, stream>>>(dgate, dup, dout, gate, up,
+                                                                      rows, width, ld);
+    cudaCheckLaunch();
 }
 
 void swiglu_forward_cuda(bf16 *out, const bf16 *gate, const bf16 *up, int64_t n,
                          cudaStream_t stream) {
-    if (n <= 0) return;
-    swiglu_forward_kernel<<<grid_for(n, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0, stream>>>(
-        out, gate, up, n);
-    cudaCheckLaunch();
+    swiglu_forward_launch(out, gate, up, 1, n, n, stream);
 }
 
 void swiglu_backward_cuda(bf16 *dgate, bf16 *dup, const bf16 *dout, const bf16 *gate,
                           const bf16 *up, int64_t n, cudaStream_t stream) {
-    if (n <= 0) return;
-    swiglu_backward_kernel<<<grid_for(n, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0, stream>>>(
-        dgate, dup, dout, gate, up, n);
-    cudaCheckLaunch();
+    swiglu_backward_launch(dgate, dup, dout, gate, up, 1, n, n, stream);
+}
+
+void swiglu_stacked_forward_cuda(bf16 *out, const bf16 *gate_up, int N, int F,
+                                 cudaStream_t stream) {
+    if (N < 0 || F <= 0) fatal("swiglu_stacked_forward_cuda: bad shape N=%d F=%d", N, F);
+    swiglu_forward_launch(out, gate_up, gate_up + F, N, F, 2 * (int64_t)F, stream);
+}
+
+void swiglu_stacked_backward_cuda(bf16 *d_gate_up, const bf16 *dout, const bf16 *gate_up, int N,
+                                  int F, cudaStream_t stream) {
+    if (N < 0 || F <= 0) fatal("swiglu_stacked_backward_cuda: bad shape N=%d F=%d", N, F);
+    swiglu_backward_launch(d_gate_up, d_gate_up + F, dout, gate_up, gate_up + F, N, F,
+                           2 * (int64_t)F, stream);
 }

@@ -50,6 +50,14 @@ void rmsnorm_backward_cuda(__nv_bfloat16 *dinp, float *dweight, const __nv_bfloa
                            const __nv_bfloat16 *inp, const __nv_bfloat16 *weight,
                            const float *rstd, int N, int C, cudaStream_t stream);
 
+// Residual add fused into the norm that follows it: sum[N,C] (bf16) = a + b, rounded
+// to bf16 (exactly residual_add_cuda), then out/rstd = rmsnorm_forward_cuda of that
+// rounded sum. sum may alias a or b.
+void add_rmsnorm_forward_cuda(__nv_bfloat16 *sum, __nv_bfloat16 *out, float *rstd,
+                              const __nv_bfloat16 *a, const __nv_bfloat16 *b,
+                              const __nv_bfloat16 *weight, int N, int C, float eps,
+                              cudaStream_t stream);
+
 // Rotate-half RoPE in place on x[N, n_heads, head_dim] (bf16) with positions pos[N];
 // angles in double like the CPU op. backward applies the inverse rotation to dx.
 void rope_forward_cuda(__nv_bfloat16 *x, const int32_t *pos, int N, int n_heads, int head_dim,
@@ -65,6 +73,34 @@ void swiglu_backward_cuda(__nv_bfloat16 *dgate, __nv_bfloat16 *dup, const __nv_b
                           const __nv_bfloat16 *gate, const __nv_bfloat16 *up, int64_t n,
                           cudaStream_t stream);
 
+// RoPE angles of N positions, computed once per batch and reused by every layer:
+// cos_sin[N, head_dim / 2] = (cos, sin) of pos * theta^(-2i / head_dim), in double and
+// rounded to float, exactly the factors rope_forward_cuda multiplies by.
+void rope_angles_cuda(float2 *cos_sin, const int32_t *pos, int N, int head_dim, float theta,
+                      cudaStream_t stream);
+
+// The stacked projections: one matmul with the weights [q; k; v] (consecutive in the
+// ParamTable) gives rows qkv[N, (H + 2 KV) D] = [q | k | v]. split: q[N,H,D] and
+// k[N,KV,D] get RoPE with the angles of rope_angles_cuda (the same values as
+// rope_forward_cuda), v[N,KV,D] is copied. merge (the backward): dqkv =
+// [rope_backward(dq) | rope_backward(dk) | dv], overwritten.
+void rope_split_qkv_cuda(__nv_bfloat16 *q, __nv_bfloat16 *k, __nv_bfloat16 *v,
+                         const __nv_bfloat16 *qkv, const float2 *cos_sin, int N, int n_heads,
+                         int n_kv_heads, int head_dim, cudaStream_t stream);
+void rope_merge_qkv_backward_cuda(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dq,
+                                  const __nv_bfloat16 *dk, const __nv_bfloat16 *dv,
+                                  const float2 *cos_sin, int N, int n_heads, int n_kv_heads,
+                                  int head_dim, cudaStream_t stream);
+
+// SwiGLU over stacked rows gate_up[N, 2F] = [gate | up] (one matmul with the weights
+// [gate; up]): out[N,F] = silu(gate) * up; the backward overwrites d_gate_up[N, 2F]
+// = [d gate | d up] and may alias gate_up. Same arithmetic as swiglu_*_cuda.
+void swiglu_stacked_forward_cuda(__nv_bfloat16 *out, const __nv_bfloat16 *gate_up, int N, int F,
+                                 cudaStream_t stream);
+void swiglu_stacked_backward_cuda(__nv_bfloat16 *d_gate_up, const __nv_bfloat16 *dout,
+                                  const __nv_bfloat16 *gate_up, int N, int F,
+                                  cudaStream_t stream);
+
 // cuBLASLt, bf16 inputs, fp32 compute. out[N,OC] (bf16) = inp[N,IC] @ weight[OC,IC]^T.
 void matmul_forward_cuda(__nv_bfloat16 *out, const __nv_bfloat16 *inp,
                          const __nv_bfloat16 *weight, int N, int IC, int OC, cudaStream_t stream);
@@ -74,6 +110,13 @@ void matmul_forward_cuda(__nv_bfloat16 *out, const __nv_bfloat16 *inp,
 void matmul_backward_cuda(__nv_bfloat16 *dinp, float *dweight, const __nv_bfloat16 *dout,
                           const __nv_bfloat16 *inp, const __nv_bfloat16 *weight, int N, int IC,
                           int OC, cudaStream_t stream);
+
+// As matmul_backward_cuda, but dinp (when not NULL) is OVERWRITTEN with dout @ weight
+// (beta = 0: no zeroing pass, no read of the old values); dweight still accumulates.
+void matmul_backward_overwrite_cuda(__nv_bfloat16 *dinp, float *dweight,
+                                    const __nv_bfloat16 *dout, const __nv_bfloat16 *inp,
+                                    const __nv_bfloat16 *weight, int N, int IC, int OC,
+                                    cudaStream_t stream);
 
 // Cross-entropy over one chunk of rows: logits[N,V] bf16, targets[N] (-1 = none).
 // losses[N] (fp32) = -log softmax[target] (0 where target is -1; NaN where the

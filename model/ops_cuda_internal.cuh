@@ -71,3 +71,27 @@ const OpsCudaState *ops_cuda_state(const char *op);
 // Row groups of rmsnorm's dweight reduction and blocks of the grad-norm reduction;
 // fixed (not device-dependent) so results are identical on any GPU.
 enum { RMSNORM_MAX_GROUPS = 256, GRAD_NORM_BLOCKS = 1024 };
+
+// Empties matmul_cuda.cu's cache of cuBLASLt plans (ops_cuda_destroy calls it).
+void matmul_plans_clear(void);
+
+// VEC consecutive values moved as one access: 16 bytes for 8 bf16 or 4 floats (the
+// widest load a thread can issue), down to one element for the unaligned fallback.
+template <typename T, int VEC>
+struct alignas(sizeof(T) * VEC) Pack {
+    T x[VEC];
+};
+
+template <int VEC>
+__device__ inline Pack<bf16, VEC> load_bf16s(const bf16 *p) {
+    return *reinterpret_cast<const Pack<bf16, VEC> *>(p);
+}
+template <int VEC>
+__device__ inline void store_bf16s(bf16 *p, const Pack<bf16, VEC> &v) {
+    *reinterpret_cast<Pack<bf16, VEC> *>(p) = v;
+}
+
+// True when p may be read as Pack<T, VEC> (its address a multiple of the pack size).
+static inline bool pack_aligned(const void *p, size_t pack_bytes) {
+    return (uintptr_t)p % pack_bytes == 0;
+}

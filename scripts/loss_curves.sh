@@ -109,7 +109,7 @@ Eval loss is measured in the inference view (npass layout) on held-out conversat
 Wall time includes data loading and evaluation; tokens processed counts the
 non-padding tokens each layout needs for the same trained tokens.
 
-![loss curves](loss_curves.png)
+![loss curves]($(basename "$png"))
 
 $table
 EOF

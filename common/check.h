@@ -46,3 +46,23 @@ static inline void *xrealloc(void *p, size_t n) {
 
 // Test exit code that CTest reports as "Skipped" (SKIP_RETURN_CODE 77).
 #define EXIT_SKIP 77
+
+// For functions that report errors to their caller: writes the message into err
+// and returns -1, so `return fail(err, err_len, "...", ...);` reads naturally.
+__attribute__((format(printf, 3, 4))) static inline int fail(char *err, size_t err_len,
+                                                             const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_len, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+// splitmix64: our own well-mixed generator, so seeded data, initialisation and
+// shuffles are the same bytes on every platform and library version.
+static inline uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}

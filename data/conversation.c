@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/check.h"
+#include "common/json_names.h"
 #include "data/template.h"
 
 // Where the current line came from and where its error message goes.
@@ -52,19 +53,6 @@ static int role_from_name(const char *name) {
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (strcmp(name, names[i].name) == 0) return (int)names[i].role;
     return -1;
-}
-
-static const char *json_type_name(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
 }
 
 static char *copy_text(const char *s, size_t n) {

@@ -24,12 +24,7 @@ typedef struct {
     uint64_t state;
 } SynthRng;
 
-static uint64_t rng_next(SynthRng *r) {
-    uint64_t z = (r->state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
+static uint64_t rng_next(SynthRng *r) { return splitmix64(&r->state); }
 
 static long long rng_range(SynthRng *r, long long lo, long long hi_inclusive) {
     return lo + (long long)(rng_next(r) % (uint64_t)(hi_inclusive - lo + 1));

@@ -47,6 +47,11 @@ typedef struct {
     const TileMask *mask;
 } ModelBatch;
 
+// Validates a batch for a model of max_rows x seq_len (row count, sequence length,
+// tile mask shape, token/target/position ranges); fatal with the slot on error.
+// Both backends call it before touching the batch.
+void model_batch_check(const ModelBatch *b, const ModelConfig *cfg, int max_rows, int seq_len);
+
 typedef struct CpuModel CpuModel;
 
 // Allocates activations once for up to max_rows x seq_len.

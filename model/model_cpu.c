@@ -179,30 +179,6 @@ void cpu_model_set_logit_chunk_rows(CpuModel *m, int rows) {
     m->chunk_rows = rows < 1 ? 1 : rows < m->chunk_capacity ? rows : m->chunk_capacity;
 }
 
-static void check_batch(const CpuModel *m, const ModelBatch *b) {
-    if (b->n_rows <= 0 || b->n_rows > m->max_rows)
-        fatal("%s:%d: batch n_rows %d outside [1, %d] (the model's max_rows)", __FILE__, __LINE__,
-              b->n_rows, m->max_rows);
-    if (b->seq_len != m->seq_len)
-        fatal("%s:%d: batch seq_len %d differs from the model's %d", __FILE__, __LINE__,
-              b->seq_len, m->seq_len);
-    if (!b->mask || b->mask->n_rows != b->n_rows || b->mask->seq_len != b->seq_len)
-        fatal("%s:%d: batch tile mask missing or not built for %d rows x %d", __FILE__, __LINE__,
-              b->n_rows, b->seq_len);
-    const int T = b->n_rows * b->seq_len, V = m->cfg.vocab_size;
-    for (int n = 0; n < T; n++) {
-        if (b->token[n] < 0 || b->token[n] >= V)
-            fatal("%s:%d: batch token %d at slot %d outside [0, %d)", __FILE__, __LINE__,
-                  b->token[n], n, V);
-        if (b->target[n] < -1 || b->target[n] >= V)
-            fatal("%s:%d: batch target %d at slot %d outside [-1, %d)", __FILE__, __LINE__,
-                  b->target[n], n, V);
-        if (b->pos[n] < 0)
-            fatal("%s:%d: batch position %d at slot %d is negative", __FILE__, __LINE__, b->pos[n],
-                  n);
-    }
-}
-
 static void add_arrays(float *out, const float *a, const float *b, size_t n) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
@@ -291,14 +267,14 @@ static double loss_head(CpuModel *m, const float *params, float *grads, const Mo
 }
 
 double cpu_model_forward(CpuModel *m, const float *params, const ModelBatch *b, float *losses) {
-    check_batch(m, b);
+    model_batch_check(b, &m->cfg, m->max_rows, m->seq_len);
     forward_body(m, params, b);
     return loss_head(m, params, NULL, b, 1.0f, losses);
 }
 
 double cpu_model_forward_backward(CpuModel *m, const float *params, float *grads,
                                   const ModelBatch *b, float loss_scale) {
-    check_batch(m, b);
+    model_batch_check(b, &m->cfg, m->max_rows, m->seq_len);
     forward_body(m, params, b);
     const double total = loss_head(m, params, grads, b, loss_scale, NULL);
 

@@ -372,27 +372,10 @@ static void stage_timer_print_and_free(StageTimer *t) {
 // Checks the batch and lists its target slots into host_slots / host_targets.
 // Returns the number of targets.
 static int collect_targets(CudaModel *m, const ModelBatch *b) {
-    if (b->n_rows <= 0 || b->n_rows > m->max_rows)
-        fatal("%s:%d: batch n_rows %d outside [1, %d] (the model's max_rows)", __FILE__, __LINE__,
-              b->n_rows, m->max_rows);
-    if (b->seq_len != m->seq_len)
-        fatal("%s:%d: batch seq_len %d differs from the model's %d", __FILE__, __LINE__,
-              b->seq_len, m->seq_len);
-    if (!b->mask || b->mask->n_rows != b->n_rows || b->mask->seq_len != b->seq_len)
-        fatal("%s:%d: batch tile mask missing or not built for %d rows x %d", __FILE__, __LINE__,
-              b->n_rows, b->seq_len);
-    const int T = b->n_rows * b->seq_len, V = m->cfg.vocab_size;
+    model_batch_check(b, &m->cfg, m->max_rows, m->seq_len);
+    const int T = b->n_rows * b->seq_len;
     int n_targets = 0;
     for (int n = 0; n < T; n++) {
-        if (b->token[n] < 0 || b->token[n] >= V)
-            fatal("%s:%d: batch token %d at slot %d outside [0, %d)", __FILE__, __LINE__,
-                  b->token[n], n, V);
-        if (b->target[n] < -1 || b->target[n] >= V)
-            fatal("%s:%d: batch target %d at slot %d outside [-1, %d)", __FILE__, __LINE__,
-                  b->target[n], n, V);
-        if (b->pos[n] < 0)
-            fatal("%s:%d: batch position %d at slot %d is negative", __FILE__, __LINE__, b->pos[n],
-                  n);
         if (b->target[n] >= 0) {
             m->host_slots[n_targets] = n;
             m->host_targets[n_targets++] = b->target[n];

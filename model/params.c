@@ -91,15 +91,6 @@ const ParamTensor *param_table_find(const ParamTable *t, const char *name) {
     return NULL;
 }
 
-// splitmix64: a tiny generator with well-mixed output, so the init is the same
-// bytes on every platform and library version.
-static uint64_t splitmix64(uint64_t *state) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
 // Uniform in (0, 1]: 53 random bits, never 0 (Box-Muller takes its log).
 static double uniform_open0(uint64_t *state) {
     return ((double)(splitmix64(state) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
@@ -124,5 +115,29 @@ void params_init(const ModelConfig *cfg, const ParamTable *t, uint64_t seed, flo
             w[j] = (float)(stddev * radius * cos(angle));
             if (j + 1 < p->numel) w[j + 1] = (float)(stddev * radius * sin(angle));
         }
+    }
+}
+
+void model_batch_check(const ModelBatch *b, const ModelConfig *cfg, int max_rows, int seq_len) {
+    if (b->n_rows <= 0 || b->n_rows > max_rows)
+        fatal("%s:%d: batch n_rows %d outside [1, %d] (the model's max_rows)", __FILE__, __LINE__,
+              b->n_rows, max_rows);
+    if (b->seq_len != seq_len)
+        fatal("%s:%d: batch seq_len %d differs from the model's %d", __FILE__, __LINE__,
+              b->seq_len, seq_len);
+    if (!b->mask || b->mask->n_rows != b->n_rows || b->mask->seq_len != b->seq_len)
+        fatal("%s:%d: batch tile mask missing or not built for %d rows x %d", __FILE__, __LINE__,
+              b->n_rows, b->seq_len);
+    const int T = b->n_rows * b->seq_len, V = cfg->vocab_size;
+    for (int n = 0; n < T; n++) {
+        if (b->token[n] < 0 || b->token[n] >= V)
+            fatal("%s:%d: batch token %d at slot %d outside [0, %d)", __FILE__, __LINE__,
+                  b->token[n], n, V);
+        if (b->target[n] < -1 || b->target[n] >= V)
+            fatal("%s:%d: batch target %d at slot %d outside [-1, %d)", __FILE__, __LINE__,
+                  b->target[n], n, V);
+        if (b->pos[n] < 0)
+            fatal("%s:%d: batch position %d at slot %d is negative", __FILE__, __LINE__, b->pos[n],
+                  n);
     }
 }

@@ -16,15 +16,6 @@
 // The data section is written and read as raw host floats: this file assumes a
 // little-endian host (x86-64, aarch64), as the format is little-endian.
 
-__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t err_len, const char *fmt,
-                                                      ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 static size_t numel_of(int ndim, const int64_t *shape) {
     size_t n = 1;
     for (int d = 0; d < ndim; d++) n *= (size_t)shape[d];

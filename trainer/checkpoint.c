@@ -16,15 +16,6 @@
 
 #define CHECKPOINT_FORMAT "onepass-checkpoint-1"
 
-__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t err_len, const char *fmt,
-                                                      ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 int make_dirs(const char *path, char *err, size_t err_len) {
     char buf[4096];
     snprintf(buf, sizeof buf, "%s", path);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "common/check.h"
+#include "common/json_names.h"
 
 // The defaults define the schema: every accepted key and its type. A null
 // default accepts a string or null.
@@ -66,19 +67,6 @@ struct Config {
     json_t *root;
 };
 
-static const char *type_name(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
-
 // Whether `value` may replace `def` (the default fixes the type).
 static bool type_compatible(const json_t *def, const json_t *value) {
     if (json_is_null(def)) return json_is_null(value) || json_is_string(value);
@@ -98,13 +86,13 @@ static void merge_checked(json_t *dst, json_t *src, const char *where, const cha
         if (!def) fatal("%s: unknown config key '%s'", where, dotted);
         if (json_is_object(def)) {
             if (!json_is_object(value))
-                fatal("%s: config key '%s' must be an object, got %s", where, dotted, type_name(value));
+                fatal("%s: config key '%s' must be an object, got %s", where, dotted, json_type_name(value));
             merge_checked(def, value, where, dotted);
             continue;
         }
         if (!type_compatible(def, value))
-            fatal("%s: config key '%s' must be %s, got %s", where, dotted, type_name(def),
-                  type_name(value));
+            fatal("%s: config key '%s' must be %s, got %s", where, dotted, json_type_name(def),
+                  json_type_name(value));
         // Keep reals real so later getters see one type per key.
         json_t *stored = json_is_real(def) && json_is_integer(value)
                              ? json_real((double)json_integer_value(value))

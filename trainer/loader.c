@@ -10,13 +10,6 @@
 
 #include "common/check.h"
 
-static uint64_t splitmix64(uint64_t *state) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
 // The epoch's order is a pure function of (seed, epoch): resuming needs no RNG state.
 static void make_order(StepLoader *l) {
     for (int i = 0; i < l->n_samples; i++) l->order[i] = i;
@@ -64,15 +57,6 @@ void packed_rows_count(const PackedRows *rows, long long *tokens, long long *tra
         *tokens += rows->doc[i] != -1;
         *trained += rows->target[i] != -1;
     }
-}
-
-__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t err_len, const char *fmt,
-                                                      ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-    return -1;
 }
 
 int step_loader_try_next(StepLoader *l, StepBatch *out, char *err, size_t err_len) {

@@ -37,6 +37,20 @@ typedef struct {
 void param_table_build(const ModelConfig *cfg, ParamTable *out);
 void param_table_free(ParamTable *t);
 const ParamTensor *param_table_find(const ParamTable *t, const char *name);  // NULL if absent
+// Per-layer tensors, in ParamTable order, by HF name suffix after "model.layers.{i}.".
+typedef enum {
+    W_INPUT_NORM, W_Q, W_K, W_V, W_O, W_POST_NORM, W_GATE, W_UP, W_DOWN, LAYER_TENSORS
+} LayerTensor;
+
+// Where each tensor sits in the flat buffer (element offsets), resolved once by name
+// for both model backends.
+typedef struct {
+    size_t embed, final_norm, lm_head;  // lm_head == embed when tied
+    size_t *layer;                      // [num_hidden_layers, LAYER_TENSORS]
+} ParamOffsets;
+void param_offsets_resolve(const ModelConfig *cfg, const ParamTable *t, ParamOffsets *out);
+void param_offsets_free(ParamOffsets *o);
+
 // Deterministic init from a seed: N(0, 0.02) for matrices, 1 for norm weights.
 void params_init(const ModelConfig *cfg, const ParamTable *t, uint64_t seed, float *params);
 

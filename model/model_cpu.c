@@ -14,16 +14,6 @@
 // The logits of at most this many elements exist at once (64 MiB of floats).
 enum { LOGIT_CHUNK_ELEMENTS = 1 << 24 };
 
-// Per-layer tensors, by the HF name suffix after "model.layers.{i}.".
-enum {
-    W_INPUT_NORM, W_Q, W_K, W_V, W_O, W_POST_NORM, W_GATE, W_UP, W_DOWN, LAYER_TENSORS
-};
-static const char *const LAYER_TENSOR_NAMES[LAYER_TENSORS] = {
-    "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
-    "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
-    "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
-};
-
 // Activations of one layer saved by the forward for the backward.
 typedef struct {
     float *ln1;       // [T, C] input_layernorm output
@@ -46,8 +36,7 @@ struct CpuModel {
     ParamTable table;
     int max_rows, seq_len, head_dim, q_dim, kv_dim;
     int chunk_capacity, chunk_rows;  // logit rows allocated / used per chunk
-    size_t embed_offset, final_norm_offset, lm_head_offset;  // lm_head = embed when tied
-    size_t *layer_offsets;  // [L, LAYER_TENSORS]
+    ParamOffsets off;  // tensor offsets in the flat parameter/gradient buffers
     float **allocations;    // every buffer below, for cpu_model_free
     int n_allocations, allocations_cap;
 
@@ -81,12 +70,6 @@ static float *alloc_floats(CpuModel *m, size_t n) {
     return p;
 }
 
-static size_t offset_of(const ParamTable *t, const char *name) {
-    const ParamTensor *p = param_table_find(t, name);
-    if (!p) fatal("%s:%d: parameter %s missing from the table", __FILE__, __LINE__, name);
-    return p->offset;
-}
-
 CpuModel *cpu_model_create(const ModelConfig *cfg, int max_rows, int seq_len) {
     if (max_rows <= 0 || seq_len <= 0)
         fatal("%s:%d: cpu_model_create: max_rows %d and seq_len %d must be positive", __FILE__,
@@ -101,17 +84,7 @@ CpuModel *cpu_model_create(const ModelConfig *cfg, int max_rows, int seq_len) {
     m->kv_dim = cfg->num_key_value_heads * m->head_dim;
 
     const int L = cfg->num_hidden_layers;
-    m->embed_offset = offset_of(&m->table, "model.embed_tokens.weight");
-    m->final_norm_offset = offset_of(&m->table, "model.norm.weight");
-    m->lm_head_offset = cfg->tie_word_embeddings ? m->embed_offset
-                                                 : offset_of(&m->table, "lm_head.weight");
-    m->layer_offsets = xmalloc((size_t)L * LAYER_TENSORS * sizeof(size_t));
-    for (int l = 0; l < L; l++)
-        for (int w = 0; w < LAYER_TENSORS; w++) {
-            char name[96];
-            snprintf(name, sizeof(name), "model.layers.%d.%s", l, LAYER_TENSOR_NAMES[w]);
-            m->layer_offsets[l * LAYER_TENSORS + w] = offset_of(&m->table, name);
-        }
+    param_offsets_resolve(cfg, &m->table, &m->off);
 
     const size_t T = (size_t)max_rows * seq_len, C = cfg->hidden_size,
                  F = cfg->intermediate_size, V = cfg->vocab_size;
@@ -168,7 +141,7 @@ void cpu_model_free(CpuModel *m) {
     free(m->allocations);
     free(m->residual);
     free(m->layers);
-    free(m->layer_offsets);
+    param_offsets_free(&m->off);
     free(m->target_slots);
     free(m->chunk_targets);
     param_table_free(&m->table);
@@ -198,9 +171,9 @@ static void forward_body(CpuModel *m, const float *params, const ModelBatch *b) 
     const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->head_dim;
     const AttnShape shape = attention_shape(m, b);
 
-    embedding_forward(m->residual[0], b->token, params + m->embed_offset, T, C);
+    embedding_forward(m->residual[0], b->token, params + m->off.embed, T, C);
     for (int l = 0; l < cfg->num_hidden_layers; l++) {
-        const size_t *w = m->layer_offsets + (size_t)l * LAYER_TENSORS;
+        const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
         LayerActivations *a = &m->layers[l];
         const float *x = m->residual[l];
         rmsnorm_forward(a->ln1, a->ln1_rstd, x, params + w[W_INPUT_NORM], T, C, cfg->rms_norm_eps);
@@ -222,7 +195,7 @@ static void forward_body(CpuModel *m, const float *params, const ModelBatch *b) 
         add_arrays(m->residual[l + 1], a->mid, m->proj_out, (size_t)T * C);
     }
     rmsnorm_forward(m->final_norm, m->final_rstd, m->residual[cfg->num_hidden_layers],
-                    params + m->final_norm_offset, T, C, cfg->rms_norm_eps);
+                    params + m->off.final_norm, T, C, cfg->rms_norm_eps);
 }
 
 // LM head and cross-entropy over the slots that have a target, a chunk of rows
@@ -232,7 +205,7 @@ static void forward_body(CpuModel *m, const float *params, const ModelBatch *b) 
 static double loss_head(CpuModel *m, const float *params, float *grads, const ModelBatch *b,
                         float loss_scale, float *losses) {
     const int T = b->n_rows * b->seq_len, C = m->cfg.hidden_size, V = m->cfg.vocab_size;
-    const float *lm_head = params + m->lm_head_offset;
+    const float *lm_head = params + m->off.lm_head;
     int n_targets = 0;
     for (int n = 0; n < T; n++)
         if (b->target[n] >= 0) m->target_slots[n_targets++] = n;
@@ -256,7 +229,7 @@ static double loss_head(CpuModel *m, const float *params, float *grads, const Mo
             for (int r = 0; r < rows; r++) losses[slots[r]] = m->chunk_losses[r];
         if (grads) {
             zero_floats(m->chunk_dinput, (size_t)rows * C);
-            matmul_backward(m->chunk_dinput, grads + m->lm_head_offset, m->chunk_logits,
+            matmul_backward(m->chunk_dinput, grads + m->off.lm_head, m->chunk_logits,
                             m->chunk_input, lm_head, rows, C, V);
             for (int r = 0; r < rows; r++)
                 memcpy(m->d_normed + (size_t)slots[r] * C, m->chunk_dinput + (size_t)r * C,
@@ -285,10 +258,10 @@ double cpu_model_forward_backward(CpuModel *m, const float *params, float *grads
     const AttnShape shape = attention_shape(m, b);
 
     zero_floats(m->d_residual, (size_t)T * C);
-    rmsnorm_backward(m->d_residual, grads + m->final_norm_offset, m->d_normed, m->residual[L],
-                     params + m->final_norm_offset, m->final_rstd, T, C);
+    rmsnorm_backward(m->d_residual, grads + m->off.final_norm, m->d_normed, m->residual[L],
+                     params + m->off.final_norm, m->final_rstd, T, C);
     for (int l = L - 1; l >= 0; l--) {
-        const size_t *w = m->layer_offsets + (size_t)l * LAYER_TENSORS;
+        const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
         const LayerActivations *a = &m->layers[l];
         // MLP block: residual[l+1] = mid + down(swiglu(gate(ln2), up(ln2))).
         // d_residual holds d residual[l+1], which is also the residual path's d mid.
@@ -321,6 +294,6 @@ double cpu_model_forward_backward(CpuModel *m, const float *params, float *grads
         rmsnorm_backward(m->d_residual, grads + w[W_INPUT_NORM], m->d_normed, m->residual[l],
                          params + w[W_INPUT_NORM], a->ln1_rstd, T, C);
     }
-    embedding_backward(grads + m->embed_offset, m->d_residual, b->token, T, C);
+    embedding_backward(grads + m->off.embed, m->d_residual, b->token, T, C);
     return total;
 }

@@ -24,16 +24,6 @@ enum { LOGIT_CHUNK_ELEMENTS = 1 << 26 };
 // Every buffer of the arena starts on this boundary (what cuBLASLt prefers).
 enum { ARENA_ALIGNMENT = 256 };
 
-// Per-layer tensors, by the HF name suffix after "model.layers.{i}." (as model_cpu.c).
-enum {
-    W_INPUT_NORM, W_Q, W_K, W_V, W_O, W_POST_NORM, W_GATE, W_UP, W_DOWN, LAYER_TENSORS
-};
-static const char *const LAYER_TENSOR_NAMES[LAYER_TENSORS] = {
-    "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
-    "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
-    "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
-};
-
 // Optional per-stage timing (environment ONEPASS_STAGE_TIMES=1, for profiling): an
 // event on the model's stream after each stage; after each step's synchronisation the
 // gaps are summed per stage name, and cuda_model_free prints the per-step means as one
@@ -65,8 +55,7 @@ struct CudaModel {
     ParamTable table;
     int max_rows, seq_len, head_dim, q_dim, kv_dim, chunk_rows;
     bool deterministic;
-    size_t embed_offset, final_norm_offset, lm_head_offset;  // lm_head = embed when tied
-    size_t *layer_offsets;  // [L, LAYER_TENSORS]
+    ParamOffsets off;  // tensor offsets in the flat parameter/gradient buffers
     cudaStream_t stream;
     StageTimer *timer;      // NULL unless ONEPASS_STAGE_TIMES=1
     void *arena;            // the one device allocation holding every buffer below
@@ -112,12 +101,6 @@ struct CudaModel {
     TileMask rebuilt;     // the batch's mask rebuilt with the kernels' block sizes
     bool have_rebuilt;
 };
-
-static size_t offset_of(const ParamTable *t, const char *name) {
-    const ParamTensor *p = param_table_find(t, name);
-    if (!p) fatal("%s:%d: parameter %s missing from the table", __FILE__, __LINE__, name);
-    return p->offset;
-}
 
 // Bump allocation inside the arena. With base == NULL it only counts bytes, so the
 // same carve function sizes the arena and then hands out its pointers.
@@ -229,22 +212,12 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len) 
               __FILE__, __LINE__, ops->max_tokens, ops->max_channels, T, cfg->hidden_size);
 
     const int L = cfg->num_hidden_layers;
-    m->embed_offset = offset_of(&m->table, "model.embed_tokens.weight");
-    m->final_norm_offset = offset_of(&m->table, "model.norm.weight");
-    m->lm_head_offset = cfg->tie_word_embeddings ? m->embed_offset
-                                                 : offset_of(&m->table, "lm_head.weight");
-    m->layer_offsets = (size_t *)xmalloc((size_t)L * LAYER_TENSORS * sizeof(size_t));
-    for (int l = 0; l < L; l++)
-        for (int w = 0; w < LAYER_TENSORS; w++) {
-            char name[96];
-            snprintf(name, sizeof(name), "model.layers.%d.%s", l, LAYER_TENSOR_NAMES[w]);
-            m->layer_offsets[l * LAYER_TENSORS + w] = offset_of(&m->table, name);
-        }
+    param_offsets_resolve(cfg, &m->table, &m->off);
     // q|k|v and gate|up run as one product each over the stacked weights, which the
     // ParamTable lays out back to back (model/params.c).
     const size_t C = cfg->hidden_size, F = cfg->intermediate_size;
     for (int l = 0; l < L; l++) {
-        const size_t *w = m->layer_offsets + (size_t)l * LAYER_TENSORS;
+        const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
         if (w[W_K] != w[W_Q] + m->q_dim * C || w[W_V] != w[W_K] + m->kv_dim * C ||
             w[W_UP] != w[W_GATE] + F * C)
             fatal("%s:%d: layer %d: q/k/v or gate/up weights are not consecutive in the "
@@ -298,7 +271,7 @@ void cuda_model_free(CudaModel *m) {
     free(m->host_targets);
     free(m->residual);
     free(m->layers);
-    free(m->layer_offsets);
+    param_offsets_free(&m->off);
     param_table_free(&m->table);
     free(m);
 }
@@ -463,12 +436,12 @@ static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) 
 
     stage_begin(m);
     rope_angles_cuda(m->rope_cos_sin, m->pos, T, D, cfg->rope_theta, s);
-    embedding_forward_cuda(m->residual[0], m->token, params + m->embed_offset, T, C, s);
+    embedding_forward_cuda(m->residual[0], m->token, params + m->off.embed, T, C, s);
     rmsnorm_forward_cuda(m->ln, m->layers[0].ln1_rstd, m->residual[0],
-                         params + m->layer_offsets[W_INPUT_NORM], T, C, cfg->rms_norm_eps, s);
+                         params + m->off.layer[W_INPUT_NORM], T, C, cfg->rms_norm_eps, s);
     stage(m, "fwd embedding+norm");
     for (int l = 0; l < L; l++) {
-        const size_t *w = m->layer_offsets + (size_t)l * LAYER_TENSORS;
+        const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
         LayerActivations *a = &m->layers[l];
         matmul_forward_cuda(m->qkv, m->ln, params + w[W_Q], T, C, QKV, s);
         stage(m, "fwd qkv matmul");
@@ -492,7 +465,7 @@ static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) 
         bf16 *next_norm = last ? m->final_norm : m->ln;
         float *next_rstd = last ? m->final_rstd : m->layers[l + 1].ln1_rstd;
         const bf16 *next_weight =
-            params + (last ? m->final_norm_offset : w[LAYER_TENSORS + W_INPUT_NORM]);
+            params + (last ? m->off.final_norm : w[LAYER_TENSORS + W_INPUT_NORM]);
         add_rmsnorm_forward_cuda(m->residual[l + 1], next_norm, next_rstd, a->mid, m->proj_out,
                                  next_weight, T, C, cfg->rms_norm_eps, s);
         stage(m, "fwd add+norm");
@@ -506,7 +479,7 @@ static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) 
 static void loss_head(CudaModel *m, const bf16 *params, float *grads, const ModelBatch *b,
                       int n_targets, float loss_scale) {
     const int T = b->n_rows * b->seq_len, C = m->cfg.hidden_size, V = m->cfg.vocab_size;
-    const bf16 *lm_head = params + m->lm_head_offset;
+    const bf16 *lm_head = params + m->off.lm_head;
     const cudaStream_t s = m->stream;
     if (grads) zero_async(m, m->d_normed, (size_t)T * C * sizeof(bf16));
     for (int start = 0; start < n_targets; start += m->chunk_rows) {
@@ -522,7 +495,7 @@ static void loss_head(CudaModel *m, const bf16 *params, float *grads, const Mode
                                             m->slot_targets + start, rows, V, loss_scale, s);
         stage(m, "head cross-entropy");
         if (grads) {
-            matmul_backward_overwrite_cuda(m->chunk_dinput, grads + m->lm_head_offset,
+            matmul_backward_overwrite_cuda(m->chunk_dinput, grads + m->off.lm_head,
                                            m->chunk_logits, m->chunk_input, lm_head, rows, C, V,
                                            s);
             scatter_rows_kernel<<<rows, ROW_COPY_THREADS, 0, s>>>(m->d_normed, m->chunk_dinput,
@@ -572,11 +545,11 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
     const cudaStream_t s = m->stream;
 
     zero_async(m, m->d_residual, (size_t)T * C * sizeof(bf16));
-    rmsnorm_backward_cuda(m->d_residual, grads + m->final_norm_offset, m->d_normed,
-                          m->residual[L], params + m->final_norm_offset, m->final_rstd, T, C, s);
+    rmsnorm_backward_cuda(m->d_residual, grads + m->off.final_norm, m->d_normed,
+                          m->residual[L], params + m->off.final_norm, m->final_rstd, T, C, s);
     stage(m, "bwd norm");
     for (int l = L - 1; l >= 0; l--) {
-        const size_t *w = m->layer_offsets + (size_t)l * LAYER_TENSORS;
+        const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
         LayerActivations *a = &m->layers[l];
         // MLP block: residual[l+1] = mid + down(swiglu(gate(ln2), up(ln2))).
         // d_residual holds d residual[l+1], which is also the residual path's d mid.
@@ -621,7 +594,7 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
                               m->residual[l], params + w[W_INPUT_NORM], a->ln1_rstd, T, C, s);
         stage(m, "bwd norm");
     }
-    embedding_backward_cuda(grads + m->embed_offset, m->d_residual, m->token, T, C, s);
+    embedding_backward_cuda(grads + m->off.embed, m->d_residual, m->token, T, C, s);
     stage(m, "bwd embedding");
 }
 

@@ -141,3 +141,34 @@ void model_batch_check(const ModelBatch *b, const ModelConfig *cfg, int max_rows
                   n);
     }
 }
+
+static const char *const LAYER_TENSOR_NAMES[LAYER_TENSORS] = {
+    "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+    "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+};
+
+static size_t offset_of(const ParamTable *t, const char *name) {
+    const ParamTensor *p = param_table_find(t, name);
+    if (!p) fatal("%s:%d: parameter %s missing from the table", __FILE__, __LINE__, name);
+    return p->offset;
+}
+
+void param_offsets_resolve(const ModelConfig *cfg, const ParamTable *t, ParamOffsets *out) {
+    const int L = cfg->num_hidden_layers;
+    out->embed = offset_of(t, "model.embed_tokens.weight");
+    out->final_norm = offset_of(t, "model.norm.weight");
+    out->lm_head = cfg->tie_word_embeddings ? out->embed : offset_of(t, "lm_head.weight");
+    out->layer = xmalloc((size_t)L * LAYER_TENSORS * sizeof(size_t));
+    for (int l = 0; l < L; l++)
+        for (int w = 0; w < LAYER_TENSORS; w++) {
+            char name[96];
+            snprintf(name, sizeof(name), "model.layers.%d.%s", l, LAYER_TENSOR_NAMES[w]);
+            out->layer[l * LAYER_TENSORS + w] = offset_of(t, name);
+        }
+}
+
+void param_offsets_free(ParamOffsets *o) {
+    free(o->layer);
+    o->layer = NULL;
+}

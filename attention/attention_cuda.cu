@@ -12,6 +12,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include "attention/wgmma.cuh"
 #include "common/cuda_check.h"
 
 typedef __nv_bfloat16 bf16;
@@ -463,37 +464,54 @@ __global__ void attn_bwd_prep_kernel(const AttnShape shape, int s_pad, const bf1
     }
 }
 
-template <int D, bool ATOMIC_DQ>
-constexpr size_t dkdv_smem_bytes() {
-    return sizeof(bf16) * (2 * BN + 4 * BM) * (D + PAD) + sizeof(float) * 4 * BM +
-           (ATOMIC_DQ ? sizeof(bf16) * BN * (BM + PAD) : 0);
+// Rows [row0, row0 + ROWS) of one head of a [seq_len, row_stride] bf16 matrix into a
+// 128-byte-swizzled shared tile (wgmma.cuh); rows past seq_len become zeros.
+template <int ROWS, int D>
+__device__ __forceinline__ void load_tile_swizzled(bf16 *tile, const bf16 *head_base, int row_stride,
+                                                   int row0, int seq_len) {
+    constexpr int CHUNKS = D / 8;  // 16-byte pieces per row
+#pragma unroll
+    for (int i = threadIdx.x; i < ROWS * CHUNKS; i += NUM_THREADS) {
+        int r = i / CHUNKS, c = (i % CHUNKS) * 8;
+        bool valid = row0 + r < seq_len;
+        const bf16 *src = head_base + (valid ? (int64_t)(row0 + r) * row_stride + c : 0);
+        cp_async16(tile + wgmma::swizzled_offset(r, c, ROWS), src, valid);
+    }
 }
 
-// One block per (key tile, KV head, head split, batch): K and V stay resident while the
-// block walks its query heads of the GQA group (group / splits of them) over the
-// key-major list, so their dK/dV are summed in registers. With splits == 1 the block
-// writes dK/dV (bf16); otherwise it writes its fp32 partial sums into
-// dkv_part[split][dK|dV][batch, seq_len, n_kv_heads, head_dim] and dkv_reduce_kernel
+// Shared memory of the dK/dV kernel: swizzled bf16 tiles (1024-byte aligned), then the
+// per-query fp32 rows; 1024 bytes of slack to align the dynamic base.
+template <int D, bool ATOMIC_DQ>
+constexpr size_t dkdv_smem_bytes() {
+    return 1024 + sizeof(bf16) * (2 * BN * D + 4 * BM * D + (ATOMIC_DQ ? BN * BM : 0)) +
+           sizeof(float) * 4 * BM;
+}
+
+// One block (one warpgroup, wgmma on sm_90a) per (key tile, KV head, head split, batch):
+// K and V stay resident while the block walks its query heads of the GQA group (group /
+// splits of them) over the key-major list, so their dK/dV are summed in registers. With
+// splits == 1 the block writes dK/dV (bf16); otherwise it writes its fp32 partial sums
+// into dkv_part[split][dK|dV][batch, seq_len, n_kv_heads, head_dim] and dkv_reduce_kernel
 // adds the splits. Splitting trades that small pass for parallelism: with GQA groups of
 // 8 and a few KV heads, one block per KV head leaves too few, too unequal blocks.
-// Warp w owns keys w*16..w*16+15 and computes the transposed products S^T = K Q^T and
-// dP^T = V dO^T. ATOMIC_DQ: also dQ += dS K into an fp32 accumulator with atomics (dS^T
-// staged in shared memory).
+// Per query tile: S^T = K Q^T and dP^T = V dO^T (keys are the 64 accumulator rows, warp w
+// keys 16w..16w+15), then dV += P^T dO and dK += dS^T Q with P^T, dS^T as register A
+// operands. ATOMIC_DQ: also dQ += dS K (dS^T staged in shared memory) added into an fp32
+// accumulator with atomics.
 template <int D, bool ATOMIC_DQ>
-__global__ void __launch_bounds__(NUM_THREADS)
+__global__ void __launch_bounds__(NUM_THREADS, 2)
     attn_bwd_dkdv_kernel(const AttnShape shape, const TileMask mask, const int32_t *lo,
                          const int32_t *hi, const bf16 *q, const bf16 *k, const bf16 *v,
                          const bf16 *dout, const float *lse2, const float *dsum, int s_pad,
                          float *dq_accum, bf16 *dk, bf16 *dv, int splits, float *dkv_part) {
-    constexpr int LD = D + PAD, LD_DS = BM + PAD;
-    extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *s_k = reinterpret_cast<bf16 *>(smem);  // [BN][LD]
-    bf16 *s_v = s_k + BN * LD;                    // [BN][LD]
-    bf16 *s_q = s_v + BN * LD;                    // [2][BM][LD]
-    bf16 *s_do = s_q + 2 * BM * LD;               // [2][BM][LD]
-    float *s_lse2 = reinterpret_cast<float *>(s_do + 2 * BM * LD);  // [2][BM]
-    float *s_dsum = s_lse2 + 2 * BM;                                 // [2][BM]
-    bf16 *s_ds = reinterpret_cast<bf16 *>(s_dsum + 2 * BM);          // [BN][LD_DS] dS^T
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16 *s_k = reinterpret_cast<bf16 *>(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);  // [BN][D] swizzled
+    bf16 *s_v = s_k + BN * D;      // [BN][D] swizzled
+    bf16 *s_q = s_v + BN * D;      // [2][BM][D] swizzled
+    bf16 *s_do = s_q + 2 * BM * D;  // [2][BM][D] swizzled
+    bf16 *s_ds = s_do + 2 * BM * D;  // [BN][BM] dS^T swizzled (ATOMIC_DQ)
+    float *s_lse2 = reinterpret_cast<float *>(s_ds + (ATOMIC_DQ ? BN * BM : 0));  // [2][BM]
+    float *s_dsum = s_lse2 + 2 * BM;                                              // [2][BM]
 
     const int kv_head = blockIdx.x / splits, split = blockIdx.x % splits;
     const int k_tile = blockIdx.y, b = blockIdx.z;
@@ -509,14 +527,14 @@ __global__ void __launch_bounds__(NUM_THREADS)
         const int h = first_head + i / list.n_total;
         const int q0 = list.tile(i % list.n_total) * BM;
         const int64_t head_off = (int64_t)b * S * H * D + h * D;
-        load_tile<BM, D>(s_q + stage * BM * LD, q + head_off, H * D, q0, S);
-        load_tile<BM, D>(s_do + stage * BM * LD, dout + head_off, H * D, q0, S);
+        load_tile_swizzled<BM, D>(s_q + stage * BM * D, q + head_off, H * D, q0, S);
+        load_tile_swizzled<BM, D>(s_do + stage * BM * D, dout + head_off, H * D, q0, S);
         const int64_t pad_off = ((int64_t)b * H + h) * s_pad;
         load_pair64(s_lse2 + stage * BM, s_dsum + stage * BM, lse2 + pad_off, dsum + pad_off, q0, s_pad);
     };
     if (n_steps > 0) {  // keys nobody sees skip all loads and store zero gradients
-        load_tile<BN, D>(s_k, k + (int64_t)b * S * KVH * D + kv_head * D, KVH * D, k0, S);
-        load_tile<BN, D>(s_v, v + (int64_t)b * S * KVH * D + kv_head * D, KVH * D, k0, S);
+        load_tile_swizzled<BN, D>(s_k, k + (int64_t)b * S * KVH * D + kv_head * D, KVH * D, k0, S);
+        load_tile_swizzled<BN, D>(s_v, v + (int64_t)b * S * KVH * D + kv_head * D, KVH * D, k0, S);
         load_step(0, 0);
     }
     cp_async_commit();
@@ -532,25 +550,37 @@ __global__ void __launch_bounds__(NUM_THREADS)
     }
     const bool ragged = k0 + BN > S;
 
-    float dk_acc[D / 8][4], dv_acc[D / 8][4];  // [16 keys x D] each
+    float dk_acc[D / 8][4], dv_acc[D / 8][4];  // [64 keys x D] over the warpgroup
     zero(dk_acc);
     zero(dv_acc);
 
     for (int i = 0; i < n_steps; i++) {
         const int stage = i & 1;
         cp_async_wait_all();
-        __syncthreads();  // step i landed; everyone is done with step i-1's buffers
+        wgmma::fence_async_shared();
+        __syncthreads();  // step i landed; every wgmma of step i-1 has completed
         if (i + 1 < n_steps) load_step(i + 1, stage ^ 1);
         cp_async_commit();
-        const bf16 *t_q = s_q + stage * BM * LD, *t_do = s_do + stage * BM * LD;
+        const bf16 *t_q = s_q + stage * BM * D, *t_do = s_do + stage * BM * D;
         const float *t_lse2 = s_lse2 + stage * BM, *t_dsum = s_dsum + stage * BM;
         const int list_i = i % list.n_total;
         const int q0 = list.tile(list_i) * BM;
         const bool masked = list.is_partial(list_i) || ragged;
 
-        float pt[BM / 8][4];  // P^T [16 keys x BM queries]
-        zero(pt);
-        gemm_smem_a<BM, D, false, false>(pt, s_k, LD, warp * WARP_ROWS, t_q, LD);
+        float pt[BM / 8][4], dpt[BM / 8][4];  // S^T then P^T then dS^T; dP^T [64 keys x BM queries]
+        wgmma::fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++)
+            wgmma::mma_ss_n64<0, 0>(pt, wgmma::desc_k_major(s_k, BN, 16 * kk),
+                                    wgmma::desc_k_major(t_q, BM, 16 * kk), kk > 0);
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++)
+            wgmma::mma_ss_n64<0, 0>(dpt, wgmma::desc_k_major(s_v, BN, 16 * kk),
+                                    wgmma::desc_k_major(t_do, BM, 16 * kk), kk > 0);
+        wgmma::commit();
+        wgmma::wait<0>();
+        wgmma::pin(pt);
+        wgmma::pin(dpt);
 #pragma unroll
         for (int j = 0; j < BM / 8; j++) {
 #pragma unroll
@@ -565,14 +595,8 @@ __global__ void __launch_bounds__(NUM_THREADS)
                 }
             }
         }
-        float dpt[BM / 8][4];  // dP^T [16 keys x BM queries]
-        zero(dpt);
-        gemm_smem_a<BM, D, false, false>(dpt, s_v, LD, warp * WARP_ROWS, t_do, LD);
-
-        uint32_t p_frag[BM / 16][4];
+        uint32_t p_frag[BM / 16][4];  // P^T as A fragments (k = queries)
         acc_to_a<BM>(p_frag, pt);
-        gemm_reg_a<D, BM, true>(dv_acc, p_frag, t_do, LD);  // dV += P^T dO
-
 #pragma unroll
         for (int j = 0; j < BM / 8; j++) {  // dS^T = P^T * (dP^T - dsum), unscaled
 #pragma unroll
@@ -584,43 +608,61 @@ __global__ void __launch_bounds__(NUM_THREADS)
         }
         uint32_t ds_frag[BM / 16][4];
         acc_to_a<BM>(ds_frag, pt);
-        gemm_reg_a<D, BM, true>(dk_acc, ds_frag, t_q, LD);  // dK += dS^T Q
+
+        wgmma::fence();
+        wgmma::pin(dv_acc);
+        wgmma::pin(dk_acc);
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; kk++)  // dV += P^T dO
+            wgmma::mma_rs<D, 1>(dv_acc, p_frag[kk], wgmma::desc_mn_major(t_do, BM, 16 * kk, 0), true);
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; kk++)  // dK += dS^T Q
+            wgmma::mma_rs<D, 1>(dk_acc, ds_frag[kk], wgmma::desc_mn_major(t_q, BM, 16 * kk, 0), true);
+        wgmma::commit();
 
         if (ATOMIC_DQ) {
-            // dS^T to shared memory so every warp can take 16 query rows of dQ = dS K.
+            // dS^T [keys][queries] to shared memory, the MN-major A operand of dQ = dS K.
             const int ds_row = warp * WARP_ROWS + l / 4;
 #pragma unroll
             for (int j = 0; j < BM / 16; j++) {
                 const int col = 16 * j + 2 * (l % 4);
-                *reinterpret_cast<uint32_t *>(s_ds + ds_row * LD_DS + col) = ds_frag[j][0];
-                *reinterpret_cast<uint32_t *>(s_ds + (ds_row + 8) * LD_DS + col) = ds_frag[j][1];
-                *reinterpret_cast<uint32_t *>(s_ds + ds_row * LD_DS + col + 8) = ds_frag[j][2];
-                *reinterpret_cast<uint32_t *>(s_ds + (ds_row + 8) * LD_DS + col + 8) = ds_frag[j][3];
+                *reinterpret_cast<uint32_t *>(s_ds + wgmma::swizzled_offset(ds_row, col, BN)) = ds_frag[j][0];
+                *reinterpret_cast<uint32_t *>(s_ds + wgmma::swizzled_offset(ds_row + 8, col, BN)) = ds_frag[j][1];
+                *reinterpret_cast<uint32_t *>(s_ds + wgmma::swizzled_offset(ds_row, col + 8, BN)) = ds_frag[j][2];
+                *reinterpret_cast<uint32_t *>(s_ds + wgmma::swizzled_offset(ds_row + 8, col + 8, BN)) = ds_frag[j][3];
             }
+            wgmma::fence_async_shared();
             __syncthreads();
-            uint32_t dsq_frag[BN / 16][4];  // dS [16 queries x BN keys]
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++)
-                load_a_trans(dsq_frag[kk], s_ds, LD_DS, warp * WARP_ROWS, kk * 16);
             const int h = first_head + i / list.n_total;
-            constexpr int CHUNK = 32;  // dQ columns per pass, to bound registers
+            // Accumulator rows are queries: warp w rows 16w + lane/4 (+ 8).
 #pragma unroll
-            for (int c = 0; c < D / CHUNK; c++) {
-                float dq_part[CHUNK / 8][4];
-                zero(dq_part);
-                gemm_reg_a<CHUNK, BN, true>(dq_part, dsq_frag, s_k + c * CHUNK, LD);
+            for (int c = 0; c < D / 64; c++) {  // 64 dQ columns per pass, to bound registers
+                float dq_part[8][4];
+                wgmma::fence();
+#pragma unroll
+                for (int kk = 0; kk < BN / 16; kk++)
+                    wgmma::mma_ss_n64<1, 1>(dq_part, wgmma::desc_mn_major(s_ds, BN, 16 * kk, 0),
+                                            wgmma::desc_mn_major(s_k, BN, 16 * kk, 64 * c), kk > 0);
+                wgmma::commit();
+                wgmma::wait<0>();
+                wgmma::pin(dq_part);
 #pragma unroll
                 for (int r = 0; r < 2; r++) {
                     const int qi = q0 + warp * WARP_ROWS + l / 4 + 8 * r;
                     if (qi >= S) continue;
-                    float *dst = dq_accum + ((int64_t)(b * S + qi) * H + h) * D + c * CHUNK + 2 * (l % 4);
+                    float *dst = dq_accum + ((int64_t)(b * S + qi) * H + h) * D + 64 * c + 2 * (l % 4);
 #pragma unroll
-                    for (int n = 0; n < CHUNK / 8; n++)
+                    for (int n = 0; n < 8; n++)
                         atomicAdd(reinterpret_cast<float2 *>(dst + 8 * n),
                                   make_float2(dq_part[n][2 * r], dq_part[n][2 * r + 1]));
                 }
             }
         }
+        wgmma::wait<0>();
+        wgmma::pin(dv_acc);
+        wgmma::pin(dk_acc);
+        wgmma::pin(p_frag);
+        wgmma::pin(ds_frag);
     }
 
 #pragma unroll

@@ -1,0 +1,439 @@
+// Block-sparse flash-attention backward: the D = rowsum(dO*O) pre-pass, dK/dV over the
+// key-major tile lists (wgmma, sm_90a) with dQ by fp32 atomics, or a query-major dQ pass
+// for bitwise-reproducible gradients (see attention_kernels.cuh and docs/KERNEL_NOTES.md).
+#include "attention/attention_kernels.cuh"
+
+namespace {
+
+// ---------------------------------------------------------------- backward
+
+// Per (batch, head, query) padded to whole query tiles: dsum = rowsum(dO * O) and
+// lse2 = lse * log2(e), +inf for a query that sees nothing or lies past seq_len (its
+// probabilities come out exactly 0). One warp per query row.
+template <int D>
+__global__ void attn_bwd_prep_kernel(const AttnShape shape, int s_pad, const bf16 *out,
+                                     const bf16 *dout, const float *lse, float *dsum, float *lse2) {
+    const int S = shape.seq_len, H = shape.n_heads;
+    const int64_t row = (int64_t)blockIdx.x * NUM_WARPS + threadIdx.x / 32;  // (b, h, q) padded
+    if (row >= (int64_t)shape.batch * H * s_pad) return;
+    const int qi = (int)(row % s_pad), h = (int)(row / s_pad % H), b = (int)(row / s_pad / H);
+    float acc = 0.0f, l2 = INFINITY;
+    if (qi < S) {
+        const int64_t off = ((int64_t)(b * S + qi) * H + h) * D;
+        for (int d = 2 * lane_id(); d < D; d += 64) {
+            float2 o = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(out + off + d));
+            float2 g = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(dout + off + d));
+            acc += o.x * g.x + o.y * g.y;
+        }
+        const float ls = lse[((int64_t)b * H + h) * S + qi];
+        if (ls != -INFINITY) l2 = ls * LOG2E;
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffff, acc, off);
+    if (lane_id() == 0) {
+        dsum[row] = acc;
+        lse2[row] = l2;
+    }
+}
+
+// Shared memory of the dK/dV kernel: swizzled bf16 tiles (1024-byte aligned), then the
+// per-query fp32 rows; 1024 bytes of slack to align the dynamic base.
+template <int D, bool ATOMIC_DQ>
+constexpr size_t dkdv_smem_bytes() {
+    return 1024 + sizeof(bf16) * (2 * BN * D + 4 * BM * D + (ATOMIC_DQ ? BN * BM : 0)) +
+           sizeof(float) * 4 * BM;
+}
+
+// One block (one warpgroup, wgmma on sm_90a) per (key tile, KV head, head split, batch):
+// K and V stay resident while the block walks its query heads of the GQA group (group /
+// splits of them) over the key-major list, so their dK/dV are summed in registers. With
+// splits == 1 the block writes dK/dV (bf16); otherwise it writes its fp32 partial sums
+// into dkv_part[split][dK|dV][batch, seq_len, n_kv_heads, head_dim] and dkv_reduce_kernel
+// adds the splits. Splitting trades that small pass for parallelism: with GQA groups of
+// 8 and a few KV heads, one block per KV head leaves too few, too unequal blocks.
+// Per query tile: S^T = K Q^T and dP^T = V dO^T (keys are the 64 accumulator rows, warp w
+// keys 16w..16w+15), then dV += P^T dO and dK += dS^T Q with P^T, dS^T as register A
+// operands. ATOMIC_DQ: also dQ += dS K (dS^T staged in shared memory) added into an fp32
+// accumulator with atomics.
+template <int D, bool ATOMIC_DQ>
+__global__ void __launch_bounds__(NUM_THREADS, 2)
+    attn_bwd_dkdv_kernel(const AttnShape shape, const TileMask mask, const int32_t *lo,
+                         const int32_t *hi, const bf16 *q, const bf16 *k, const bf16 *v,
+                         const bf16 *dout, const float *lse2, const float *dsum, int s_pad,
+                         float *dq_accum, bf16 *dk, bf16 *dv, int splits, float *dkv_part) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16 *s_k = reinterpret_cast<bf16 *>(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);  // [BN][D] swizzled
+    bf16 *s_v = s_k + BN * D;      // [BN][D] swizzled
+    bf16 *s_q = s_v + BN * D;      // [2][BM][D] swizzled
+    bf16 *s_do = s_q + 2 * BM * D;  // [2][BM][D] swizzled
+    bf16 *s_ds = s_do + 2 * BM * D;  // [BN][BM] dS^T swizzled (ATOMIC_DQ)
+    float *s_lse2 = reinterpret_cast<float *>(s_ds + (ATOMIC_DQ ? BN * BM : 0));  // [2][BM]
+    float *s_dsum = s_lse2 + 2 * BM;                                              // [2][BM]
+
+    const int kv_head = blockIdx.x / splits, split = blockIdx.x % splits;
+    const int k_tile = blockIdx.y, b = blockIdx.z;
+    const int S = shape.seq_len, H = shape.n_heads, KVH = shape.n_kv_heads;
+    const int heads = H / KVH / splits, first_head = kv_head * (H / KVH) + split * heads;
+    const int warp = threadIdx.x / 32, l = lane_id();
+    const int k0 = k_tile * BN;
+    const float scale_log2 = shape.scale * LOG2E;
+    const TileList list = key_major_list(mask, b, k_tile);
+    const int n_steps = heads * list.n_total;  // (head of the block, query tile) pairs
+
+    auto load_step = [&](int i, int stage) {
+        const int h = first_head + i / list.n_total;
+        const int q0 = list.tile(i % list.n_total) * BM;
+        const int64_t head_off = (int64_t)b * S * H * D + h * D;
+        load_tile_swizzled<BM, D>(s_q + stage * BM * D, q + head_off, H * D, q0, S);
+        load_tile_swizzled<BM, D>(s_do + stage * BM * D, dout + head_off, H * D, q0, S);
+        const int64_t pad_off = ((int64_t)b * H + h) * s_pad;
+        load_pair64(s_lse2 + stage * BM, s_dsum + stage * BM, lse2 + pad_off, dsum + pad_off, q0, s_pad);
+    };
+    if (n_steps > 0) {  // keys nobody sees skip all loads and store zero gradients
+        load_tile_swizzled<BN, D>(s_k, k + (int64_t)b * S * KVH * D + kv_head * D, KVH * D, k0, S);
+        load_tile_swizzled<BN, D>(s_v, v + (int64_t)b * S * KVH * D + kv_head * D, KVH * D, k0, S);
+        load_step(0, 0);
+    }
+    cp_async_commit();
+
+    // This thread's two keys (accumulator rows); keys past seq_len are visible to nobody.
+    const int key_row = k0 + warp * WARP_ROWS + l / 4;
+    int key_lo[2], key_hi[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = key_row + 8 * r;
+        key_lo[r] = key < S ? lo[(int64_t)b * S + key] : 0;
+        key_hi[r] = key < S ? hi[(int64_t)b * S + key] : 0;
+    }
+    const bool ragged = k0 + BN > S;
+
+    float dk_acc[D / 8][4], dv_acc[D / 8][4];  // [64 keys x D] over the warpgroup
+    zero(dk_acc);
+    zero(dv_acc);
+
+    for (int i = 0; i < n_steps; i++) {
+        const int stage = i & 1;
+        cp_async_wait_all();
+        wgmma::fence_async_shared();
+        __syncthreads();  // step i landed; every wgmma of step i-1 has completed
+        if (i + 1 < n_steps) load_step(i + 1, stage ^ 1);
+        cp_async_commit();
+        const bf16 *t_q = s_q + stage * BM * D, *t_do = s_do + stage * BM * D;
+        const float *t_lse2 = s_lse2 + stage * BM, *t_dsum = s_dsum + stage * BM;
+        const int list_i = i % list.n_total;
+        const int q0 = list.tile(list_i) * BM;
+        const bool masked = list.is_partial(list_i) || ragged;
+
+        float pt[BM / 8][4], dpt[BM / 8][4];  // S^T then P^T then dS^T; dP^T [64 keys x BM queries]
+        wgmma::fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++)
+            wgmma::mma_ss_n64<0, 0>(pt, wgmma::desc_k_major(s_k, BN, 16 * kk),
+                                    wgmma::desc_k_major(t_q, BM, 16 * kk), kk > 0);
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++)
+            wgmma::mma_ss_n64<0, 0>(dpt, wgmma::desc_k_major(s_v, BN, 16 * kk),
+                                    wgmma::desc_k_major(t_do, BM, 16 * kk), kk > 0);
+        wgmma::commit();
+        wgmma::wait<0>();
+        wgmma::pin(pt);
+        wgmma::pin(dpt);
+#pragma unroll
+        for (int j = 0; j < BM / 8; j++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int col = 8 * j + 2 * (l % 4) + e;
+                const float l2 = t_lse2[col];
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    float p = fast_exp2(fmaf(pt[j][2 * r + e], scale_log2, -l2));
+                    if (masked && !(key_lo[r] <= q0 + col && q0 + col < key_hi[r])) p = 0.0f;
+                    pt[j][2 * r + e] = p;
+                }
+            }
+        }
+        uint32_t p_frag[BM / 16][4];  // P^T as A fragments (k = queries)
+        acc_to_a<BM>(p_frag, pt);
+#pragma unroll
+        for (int j = 0; j < BM / 8; j++) {  // dS^T = P^T * (dP^T - dsum), unscaled
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float ds = t_dsum[8 * j + 2 * (l % 4) + e];
+                pt[j][e] *= dpt[j][e] - ds;
+                pt[j][2 + e] *= dpt[j][2 + e] - ds;
+            }
+        }
+        uint32_t ds_frag[BM / 16][4];
+        acc_to_a<BM>(ds_frag, pt);
+
+        wgmma::fence();
+        wgmma::pin(dv_acc);
+        wgmma::pin(dk_acc);
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; kk++)  // dV += P^T dO
+            wgmma::mma_rs<D, 1>(dv_acc, p_frag[kk], wgmma::desc_mn_major(t_do, BM, 16 * kk, 0), true);
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; kk++)  // dK += dS^T Q
+            wgmma::mma_rs<D, 1>(dk_acc, ds_frag[kk], wgmma::desc_mn_major(t_q, BM, 16 * kk, 0), true);
+        wgmma::commit();
+
+        if (ATOMIC_DQ) {
+            // dS^T [keys][queries] to shared memory, the MN-major A operand of dQ = dS K.
+            const int ds_row = warp * WARP_ROWS + l / 4;
+#pragma unroll
+            for (int j = 0; j < BM / 16; j++) {
+                const int col = 16 * j + 2 * (l % 4);
+                *reinterpret_cast<uint32_t *>(s_ds + wgmma::swizzled_offset(ds_row, col, BN)) = ds_frag[j][0];
+                *reinterpret_cast<uint32_t *>(s_ds + wgmma::swizzled_offset(ds_row + 8, col, BN)) = ds_frag[j][1];
+                *reinterpret_cast<uint32_t *>(s_ds + wgmma::swizzled_offset(ds_row, col + 8, BN)) = ds_frag[j][2];
+                *reinterpret_cast<uint32_t *>(s_ds + wgmma::swizzled_offset(ds_row + 8, col + 8, BN)) = ds_frag[j][3];
+            }
+            wgmma::fence_async_shared();
+            __syncthreads();
+            const int h = first_head + i / list.n_total;
+            // Accumulator rows are queries: warp w rows 16w + lane/4 (+ 8).
+#pragma unroll
+            for (int c = 0; c < D / 64; c++) {  // 64 dQ columns per pass, to bound registers
+                float dq_part[8][4];
+                wgmma::fence();
+#pragma unroll
+                for (int kk = 0; kk < BN / 16; kk++)
+                    wgmma::mma_ss_n64<1, 1>(dq_part, wgmma::desc_mn_major(s_ds, BN, 16 * kk, 0),
+                                            wgmma::desc_mn_major(s_k, BN, 16 * kk, 64 * c), kk > 0);
+                wgmma::commit();
+                wgmma::wait<0>();
+                wgmma::pin(dq_part);
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int qi = q0 + warp * WARP_ROWS + l / 4 + 8 * r;
+                    if (qi >= S) continue;
+                    float *dst = dq_accum + ((int64_t)(b * S + qi) * H + h) * D + 64 * c + 2 * (l % 4);
+#pragma unroll
+                    for (int n = 0; n < 8; n++)
+                        atomicAdd(reinterpret_cast<float2 *>(dst + 8 * n),
+                                  make_float2(dq_part[n][2 * r], dq_part[n][2 * r + 1]));
+                }
+            }
+        }
+        wgmma::wait<0>();
+        wgmma::pin(dv_acc);
+        wgmma::pin(dk_acc);
+        wgmma::pin(p_frag);
+        wgmma::pin(ds_frag);
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = key_row + 8 * r;
+        if (key >= S) continue;
+        const int64_t off = ((int64_t)(b * S + key) * KVH + kv_head) * D + 2 * (l % 4);
+        if (splits > 1) {
+            const int64_t n_kv = (int64_t)shape.batch * S * KVH * D;
+            float *part_k = dkv_part + 2 * split * n_kv + off, *part_v = part_k + n_kv;
+#pragma unroll
+            for (int n = 0; n < D / 8; n++) {
+                *reinterpret_cast<float2 *>(part_k + 8 * n) =
+                    make_float2(dk_acc[n][2 * r], dk_acc[n][2 * r + 1]);
+                *reinterpret_cast<float2 *>(part_v + 8 * n) =
+                    make_float2(dv_acc[n][2 * r], dv_acc[n][2 * r + 1]);
+            }
+            continue;
+        }
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            *reinterpret_cast<__nv_bfloat162 *>(dk + off + 8 * n) = __floats2bfloat162_rn(
+                dk_acc[n][2 * r] * shape.scale, dk_acc[n][2 * r + 1] * shape.scale);
+            *reinterpret_cast<__nv_bfloat162 *>(dv + off + 8 * n) =
+                __floats2bfloat162_rn(dv_acc[n][2 * r], dv_acc[n][2 * r + 1]);
+        }
+    }
+}
+
+template <int D>
+constexpr size_t dq_smem_bytes() {
+    return sizeof(bf16) * (2 * BM + 4 * BN) * (D + PAD) + sizeof(int32_t) * 4 * BN;
+}
+
+// Deterministic dQ: one block per (head, query tile, batch) over the query-major list,
+// recomputing P and dP (three products per tile, no atomics).
+template <int D>
+__global__ void __launch_bounds__(NUM_THREADS)
+    attn_bwd_dq_kernel(const AttnShape shape, const TileMask mask, const int32_t *lo,
+                       const int32_t *hi, const bf16 *q, const bf16 *k, const bf16 *v,
+                       const bf16 *dout, const float *lse2, const float *dsum, int s_pad, bf16 *dq) {
+    constexpr int LD = D + PAD;
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16 *s_q = reinterpret_cast<bf16 *>(smem);  // [BM][LD]
+    bf16 *s_do = s_q + BM * LD;                   // [BM][LD]
+    bf16 *s_k = s_do + BM * LD;                   // [2][BN][LD]
+    bf16 *s_v = s_k + 2 * BN * LD;                // [2][BN][LD]
+    int32_t *s_lo = reinterpret_cast<int32_t *>(s_v + 2 * BN * LD);  // [2][BN]
+    int32_t *s_hi = s_lo + 2 * BN;                                   // [2][BN]
+
+    const int h = blockIdx.x, q_tile = gridDim.y - 1 - blockIdx.y, b = blockIdx.z;
+    const int S = shape.seq_len, H = shape.n_heads, KVH = shape.n_kv_heads;
+    const int kv_head = h / (H / KVH);
+    const int warp = threadIdx.x / 32, l = lane_id();
+    const int q0 = q_tile * BM;
+    const float scale_log2 = shape.scale * LOG2E;
+    const int64_t q_off = (int64_t)b * S * H * D + h * D, kv_off = (int64_t)b * S * KVH * D + kv_head * D;
+    const int32_t *row_lo = lo + (int64_t)b * S, *row_hi = hi + (int64_t)b * S;
+    const TileList list = query_major_list(mask, b, q_tile);
+
+    auto load_kv = [&](int i, int stage) {
+        int k0 = list.tile(i) * BN;
+        load_tile<BN, D>(s_k + stage * BN * LD, k + kv_off, KVH * D, k0, S);
+        load_tile<BN, D>(s_v + stage * BN * LD, v + kv_off, KVH * D, k0, S);
+        load_pair64(s_lo + stage * BN, s_hi + stage * BN, row_lo, row_hi, k0, S);
+    };
+    if (list.n_total > 0) {  // a query tile that sees nothing gets dQ = 0 without loads
+        load_tile<BM, D>(s_q, q + q_off, H * D, q0, S);
+        load_tile<BM, D>(s_do, dout + q_off, H * D, q0, S);
+        load_kv(0, 0);
+    }
+    cp_async_commit();
+
+    const int q_row = q0 + warp * WARP_ROWS + l / 4;
+    float row_lse2[2], row_dsum[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int64_t at = ((int64_t)b * H + h) * s_pad + q_row + 8 * r;  // padded: always in range
+        row_lse2[r] = lse2[at];
+        row_dsum[r] = dsum[at];
+    }
+    float dq_acc[D / 8][4];  // [16 queries x D]
+    zero(dq_acc);
+
+    for (int i = 0; i < list.n_total; i++) {
+        const int stage = i & 1;
+        cp_async_wait_all();
+        __syncthreads();
+        if (i + 1 < list.n_total) load_kv(i + 1, stage ^ 1);
+        cp_async_commit();
+        const bf16 *t_k = s_k + stage * BN * LD, *t_v = s_v + stage * BN * LD;
+
+        float p[BN / 8][4];  // P [16 x BN]
+        zero(p);
+        gemm_smem_a<BN, D, false, false>(p, s_q, LD, warp * WARP_ROWS, t_k, LD);
+        const bool ragged = (list.tile(i) + 1) * BN > S;
+        if (list.is_partial(i) || ragged) mask_scores(p, s_lo + stage * BN, s_hi + stage * BN, q_row);
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) p[j][c] = fast_exp2(fmaf(p[j][c], scale_log2, -row_lse2[c / 2]));
+        float dp[BN / 8][4];  // dP [16 x BN]
+        zero(dp);
+        gemm_smem_a<BN, D, false, false>(dp, s_do, LD, warp * WARP_ROWS, t_v, LD);
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) p[j][c] *= dp[j][c] - row_dsum[c / 2];
+        uint32_t ds_frag[BN / 16][4];
+        acc_to_a<BN>(ds_frag, p);
+        gemm_reg_a<D, BN, true>(dq_acc, ds_frag, t_k, LD);  // dQ += dS K
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int qi = q_row + 8 * r;
+        if (qi >= S) continue;
+        bf16 *dst = dq + ((int64_t)(b * S + qi) * H + h) * D + 2 * (l % 4);
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+            *reinterpret_cast<__nv_bfloat162 *>(dst + 8 * n) = __floats2bfloat162_rn(
+                dq_acc[n][2 * r] * shape.scale, dq_acc[n][2 * r + 1] * shape.scale);
+    }
+}
+
+// dq = bf16(dq_accum * scale), 4 elements per thread (n is a multiple of 4: head_dim is).
+__global__ void dq_convert_kernel(const float4 *dq_accum, __nv_bfloat162 *dq, int64_t n4, float scale) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float4 a = dq_accum[i];
+        dq[2 * i] = __floats2bfloat162_rn(a.x * scale, a.y * scale);
+        dq[2 * i + 1] = __floats2bfloat162_rn(a.z * scale, a.w * scale);
+    }
+}
+
+// dk = bf16(scale * sum of the splits' dK partials), dv = bf16(sum of dV partials), the
+// splits added in ascending order (deterministic); 4 elements per thread.
+__global__ void dkv_reduce_kernel(const float4 *dkv_part, int splits, __nv_bfloat162 *dk,
+                                  __nv_bfloat162 *dv, int64_t n4, float scale) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float4 k = dkv_part[i], v = dkv_part[n4 + i];
+        for (int s = 1; s < splits; s++) {
+            const float4 pk = dkv_part[2 * s * n4 + i], pv = dkv_part[(2 * s + 1) * n4 + i];
+            k.x += pk.x, k.y += pk.y, k.z += pk.z, k.w += pk.w;
+            v.x += pv.x, v.y += pv.y, v.z += pv.z, v.w += pv.w;
+        }
+        dk[2 * i] = __floats2bfloat162_rn(k.x * scale, k.y * scale);
+        dk[2 * i + 1] = __floats2bfloat162_rn(k.z * scale, k.w * scale);
+        dv[2 * i] = __floats2bfloat162_rn(v.x, v.y);
+        dv[2 * i + 1] = __floats2bfloat162_rn(v.z, v.w);
+    }
+}
+
+template <int D>
+void backward(const AttnShape *s, const TileMask *m, const int32_t *lo, const int32_t *hi,
+              const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *out, const float *lse,
+              const bf16 *dout, bf16 *dq, bf16 *dk, bf16 *dv, cudaStream_t stream,
+              bool deterministic) {
+    const int s_pad = m->n_q_tiles * BM;
+    const int64_t n_pad = (int64_t)s->batch * s->n_heads * s_pad;
+    const int64_t n_dq = (int64_t)s->batch * s->seq_len * s->n_heads * D;
+    float *dsum, *lse2, *dq_accum = nullptr;  // [batch, n_heads, s_pad] x2, [batch, seq_len, n_heads, D]
+    cudaCheck(cudaMallocAsync(&dsum, n_pad * sizeof(float), stream));
+    cudaCheck(cudaMallocAsync(&lse2, n_pad * sizeof(float), stream));
+    attn_bwd_prep_kernel<D><<<(unsigned)((n_pad + NUM_WARPS - 1) / NUM_WARPS), NUM_THREADS, 0, stream>>>(
+        *s, s_pad, out, dout, lse, dsum, lse2);
+    cudaCheckLaunch();
+    // One query head per dK/dV block (splits = the GQA group): see attn_bwd_dkdv_kernel.
+    const int splits = s->n_heads / s->n_kv_heads;
+    const int64_t n_kv = (int64_t)s->batch * s->seq_len * s->n_kv_heads * D;
+    float *dkv_part = nullptr;  // [splits][2][batch, seq_len, n_kv_heads, D] when splits > 1
+    if (splits > 1) cudaCheck(cudaMallocAsync(&dkv_part, 2 * splits * n_kv * sizeof(float), stream));
+    const dim3 kv_grid(s->n_kv_heads * splits, m->n_k_tiles, s->batch);
+    if (deterministic) {
+        launch(attn_bwd_dkdv_kernel<D, false>, kv_grid, NUM_THREADS, dkdv_smem_bytes<D, false>(), stream, *s, *m,
+               lo, hi, q, k, v, dout, (const float *)lse2, (const float *)dsum, s_pad, dq_accum, dk, dv,
+               splits, dkv_part);
+        launch(attn_bwd_dq_kernel<D>, dim3(s->n_heads, m->n_q_tiles, s->batch), NUM_THREADS, dq_smem_bytes<D>(),
+               stream, *s, *m, lo, hi, q, k, v, dout, (const float *)lse2, (const float *)dsum, s_pad, dq);
+    } else {
+        cudaCheck(cudaMallocAsync(&dq_accum, n_dq * sizeof(float), stream));
+        cudaCheck(cudaMemsetAsync(dq_accum, 0, n_dq * sizeof(float), stream));
+        launch(attn_bwd_dkdv_kernel<D, true>, kv_grid, NUM_THREADS, dkdv_smem_bytes<D, true>(), stream, *s, *m,
+               lo, hi, q, k, v, dout, (const float *)lse2, (const float *)dsum, s_pad, dq_accum, dk, dv,
+               splits, dkv_part);
+        dq_convert_kernel<<<1024, 256, 0, stream>>>(reinterpret_cast<const float4 *>(dq_accum),
+                                                    reinterpret_cast<__nv_bfloat162 *>(dq), n_dq / 4, s->scale);
+        cudaCheckLaunch();
+        cudaCheck(cudaFreeAsync(dq_accum, stream));
+    }
+    if (splits > 1) {
+        dkv_reduce_kernel<<<1024, 256, 0, stream>>>(reinterpret_cast<const float4 *>(dkv_part), splits,
+                                                    reinterpret_cast<__nv_bfloat162 *>(dk),
+                                                    reinterpret_cast<__nv_bfloat162 *>(dv), n_kv / 4,
+                                                    s->scale);
+        cudaCheckLaunch();
+        cudaCheck(cudaFreeAsync(dkv_part, stream));
+    }
+    cudaCheck(cudaFreeAsync(dsum, stream));
+    cudaCheck(cudaFreeAsync(lse2, stream));
+}
+
+}  // namespace
+
+extern "C" void attention_backward_cuda(const AttnShape *shape, const TileMask *mask,
+                                        const int32_t *lo, const int32_t *hi, const attn_bf16 *q,
+                                        const attn_bf16 *k, const attn_bf16 *v,
+                                        const attn_bf16 *out, const float *lse,
+                                        const attn_bf16 *dout, attn_bf16 *dq, attn_bf16 *dk,
+                                        attn_bf16 *dv, cudaStream_t stream, bool deterministic) {
+    check_args(shape, mask);
+    if (shape->head_dim == 64)
+        backward<64>(shape, mask, lo, hi, q, k, v, out, lse, dout, dq, dk, dv, stream, deterministic);
+    else
+        backward<128>(shape, mask, lo, hi, q, k, v, out, lse, dout, dq, dk, dv, stream, deterministic);
+}

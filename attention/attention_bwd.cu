@@ -36,65 +36,100 @@ __global__ void attn_bwd_prep_kernel(const AttnShape shape, int s_pad, const bf1
     }
 }
 
+// The dK/dV block: two warpgroups, warpgroup g owning key tile 2j + g of the block's pair
+// (128 keys), both walking the merged key-major lists of the pair. Sharing the query
+// tiles halves their loads per key, and dQ = dS K is summed over all 128 keys before its
+// atomics, which halves the fp32 atomic traffic that bounds the fast backward.
+constexpr int DKDV_KEY_TILES = 2;
+constexpr int DKDV_THREADS = DKDV_KEY_TILES * NUM_THREADS;
+
 // Shared memory of the dK/dV kernel: swizzled bf16 tiles (1024-byte aligned), then the
 // per-query fp32 rows; 1024 bytes of slack to align the dynamic base.
 template <int D, bool ATOMIC_DQ>
 constexpr size_t dkdv_smem_bytes() {
-    return 1024 + sizeof(bf16) * (2 * BN * D + 4 * BM * D + (ATOMIC_DQ ? BN * BM : 0)) +
+    return 1024 +
+           sizeof(bf16) * (2 * DKDV_KEY_TILES * BN * D + 4 * BM * D + (ATOMIC_DQ ? DKDV_KEY_TILES * BN * BM : 0)) +
            sizeof(float) * 4 * BM;
 }
 
-// One block (one warpgroup, wgmma on sm_90a) per (key tile, KV head, head split, batch):
-// K and V stay resident while the block walks its query heads of the GQA group (group /
-// splits of them) over the key-major list, so their dK/dV are summed in registers. With
-// splits == 1 the block writes dK/dV (bf16); otherwise it writes its fp32 partial sums
-// into dkv_part[split][dK|dV][batch, seq_len, n_kv_heads, head_dim] and dkv_reduce_kernel
+// One block per (key-tile pair, KV head, head split, batch): K and V stay resident while
+// the block walks its query heads of the GQA group (group / splits of them) over the
+// merged key-major lists, so their dK/dV are summed in registers. With splits == 1 the
+// block writes dK/dV (bf16); otherwise it writes its fp32 partial sums into
+// dkv_part[split][dK|dV][batch, seq_len, n_kv_heads, head_dim] and dkv_reduce_kernel
 // adds the splits. Splitting trades that small pass for parallelism: with GQA groups of
 // 8 and a few KV heads, one block per KV head leaves too few, too unequal blocks.
-// Per query tile: S^T = K Q^T and dP^T = V dO^T (keys are the 64 accumulator rows, warp w
-// keys 16w..16w+15), then dV += P^T dO and dK += dS^T Q with P^T, dS^T as register A
-// operands. ATOMIC_DQ: also dQ += dS K (dS^T staged in shared memory) added into an fp32
-// accumulator with atomics.
+// Per query tile, warpgroup g (keys k0 + 64g..): S^T = K Q^T and dP^T = V dO^T (keys are
+// the 64 accumulator rows, warp w keys 16w..16w+15), then dV += P^T dO and dK += dS^T Q
+// with P^T, dS^T as register A operands. ATOMIC_DQ: dS^T of both warpgroups staged in
+// shared memory, warpgroup g computes dQ columns [g*D/2, (g+1)*D/2) over all 128 keys
+// and adds them into an fp32 accumulator with atomics.
 template <int D, bool ATOMIC_DQ>
-__global__ void __launch_bounds__(NUM_THREADS, 2)
+__global__ void __launch_bounds__(DKDV_THREADS, 1)
     attn_bwd_dkdv_kernel(const AttnShape shape, const TileMask mask, const int32_t *lo,
                          const int32_t *hi, const bf16 *q, const bf16 *k, const bf16 *v,
                          const bf16 *dout, const float *lse2, const float *dsum, int s_pad,
                          float *dq_accum, bf16 *dk, bf16 *dv, int splits, float *dkv_part) {
+    constexpr int KT = DKDV_KEY_TILES, DQ_N = D / KT;  // dQ columns per warpgroup
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    bf16 *s_k = reinterpret_cast<bf16 *>(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);  // [BN][D] swizzled
-    bf16 *s_v = s_k + BN * D;      // [BN][D] swizzled
-    bf16 *s_q = s_v + BN * D;      // [2][BM][D] swizzled
-    bf16 *s_do = s_q + 2 * BM * D;  // [2][BM][D] swizzled
-    bf16 *s_ds = s_do + 2 * BM * D;  // [BN][BM] dS^T swizzled (ATOMIC_DQ)
-    float *s_lse2 = reinterpret_cast<float *>(s_ds + (ATOMIC_DQ ? BN * BM : 0));  // [2][BM]
-    float *s_dsum = s_lse2 + 2 * BM;                                              // [2][BM]
+    bf16 *s_k = reinterpret_cast<bf16 *>(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);  // [KT][BN][D] swizzled
+    bf16 *s_v = s_k + KT * BN * D;   // [KT][BN][D] swizzled
+    bf16 *s_q = s_v + KT * BN * D;   // [2][BM][D] swizzled
+    bf16 *s_do = s_q + 2 * BM * D;   // [2][BM][D] swizzled
+    bf16 *s_ds = s_do + 2 * BM * D;  // [KT][BN][BM] dS^T swizzled (ATOMIC_DQ)
+    float *s_lse2 = reinterpret_cast<float *>(s_ds + (ATOMIC_DQ ? KT * BN * BM : 0));  // [2][BM]
+    float *s_dsum = s_lse2 + 2 * BM;                                                   // [2][BM]
 
-    const int kv_head = blockIdx.x / splits, split = blockIdx.x % splits;
-    const int k_tile = blockIdx.y, b = blockIdx.z;
+    const int kv_head = blockIdx.x / splits, split = blockIdx.x % splits, b = blockIdx.z;
     const int S = shape.seq_len, H = shape.n_heads, KVH = shape.n_kv_heads;
     const int heads = H / KVH / splits, first_head = kv_head * (H / KVH) + split * heads;
-    const int warp = threadIdx.x / 32, l = lane_id();
-    const int k0 = k_tile * BN;
+    const int wg = threadIdx.x / NUM_THREADS, warp = (threadIdx.x / 32) % NUM_WARPS, l = lane_id();
+    const int block_k0 = blockIdx.y * KT * BN, k0 = block_k0 + wg * BN;  // block's and warpgroup's first key
     const float scale_log2 = shape.scale * LOG2E;
-    const TileList list = key_major_list(mask, b, k_tile);
-    const int n_steps = heads * list.n_total;  // (head of the block, query tile) pairs
-
-    auto load_step = [&](int i, int stage) {
-        const int h = first_head + i / list.n_total;
-        const int q0 = list.tile(i % list.n_total) * BM;
-        const int64_t head_off = (int64_t)b * S * H * D + h * D;
-        load_tile_swizzled<BM, D>(s_q + stage * BM * D, q + head_off, H * D, q0, S);
-        load_tile_swizzled<BM, D>(s_do + stage * BM * D, dout + head_off, H * D, q0, S);
-        const int64_t pad_off = ((int64_t)b * H + h) * s_pad;
-        load_pair64(s_lse2 + stage * BM, s_dsum + stage * BM, lse2 + pad_off, dsum + pad_off, q0, s_pad);
+    const TileList empty_line = {nullptr, nullptr, 0, 0};
+    TileList lines[KT];
+#pragma unroll
+    for (int t = 0; t < KT; t++) {
+        const int k_tile = blockIdx.y * KT + t;  // an odd last tile has no partner
+        lines[t] = k_tile < mask.n_k_tiles ? key_major_list(mask, b, k_tile) : empty_line;
+    }
+    // Steps are (head, query tile) pairs: each head of the block over the merged lines.
+    MergedLines<KT> cursor(lines);
+    auto next_step = [&](int &head, bool (&full)[KT]) {
+        int q_tile = cursor.next(full);
+        if (q_tile == INT_MAX && head + 1 < first_head + heads) {
+            head++;
+            cursor.restart();
+            q_tile = cursor.next(full);
+        }
+        return q_tile;
     };
-    if (n_steps > 0) {  // keys nobody sees skip all loads and store zero gradients
-        load_tile_swizzled<BN, D>(s_k, k + (int64_t)b * S * KVH * D + kv_head * D, KVH * D, k0, S);
-        load_tile_swizzled<BN, D>(s_v, v + (int64_t)b * S * KVH * D + kv_head * D, KVH * D, k0, S);
-        load_step(0, 0);
+    auto load_step = [&](int h, int q_tile, int stage) {
+        const int q0 = q_tile * BM;
+        const int64_t head_off = (int64_t)b * S * H * D + h * D;
+        load_tile_swizzled<BM, D, DKDV_THREADS>(s_q + stage * BM * D, q + head_off, H * D, q0, S);
+        load_tile_swizzled<BM, D, DKDV_THREADS>(s_do + stage * BM * D, dout + head_off, H * D, q0, S);
+        const int64_t pad_off = ((int64_t)b * H + h) * s_pad;
+        if (threadIdx.x < NUM_THREADS)
+            load_pair64(s_lse2 + stage * BM, s_dsum + stage * BM, lse2 + pad_off, dsum + pad_off, q0, s_pad);
+    };
+
+    int head = first_head;
+    bool full[KT];
+    int q_tile = cursor.next(full);
+    if (q_tile != INT_MAX) {  // keys nobody sees skip all loads and store zero gradients
+        const int64_t kv_off = (int64_t)b * S * KVH * D + kv_head * D;
+#pragma unroll
+        for (int t = 0; t < KT; t++) {
+            load_tile_swizzled<BN, D, DKDV_THREADS>(s_k + t * BN * D, k + kv_off, KVH * D, block_k0 + t * BN, S);
+            load_tile_swizzled<BN, D, DKDV_THREADS>(s_v + t * BN * D, v + kv_off, KVH * D, block_k0 + t * BN, S);
+        }
+        load_step(head, q_tile, 0);
     }
     cp_async_commit();
+    int next_head = head;
+    bool next_full[KT];
+    int next_q_tile = next_step(next_head, next_full);
 
     // This thread's two keys (accumulator rows); keys past seq_len are visible to nobody.
     const int key_row = k0 + warp * WARP_ROWS + l / 4;
@@ -106,33 +141,35 @@ __global__ void __launch_bounds__(NUM_THREADS, 2)
         key_hi[r] = key < S ? hi[(int64_t)b * S + key] : 0;
     }
     const bool ragged = k0 + BN > S;
+    const bf16 *wg_k = s_k + wg * BN * D, *wg_v = s_v + wg * BN * D;
 
     float dk_acc[D / 8][4], dv_acc[D / 8][4];  // [64 keys x D] over the warpgroup
     zero(dk_acc);
     zero(dv_acc);
 
-    for (int i = 0; i < n_steps; i++) {
-        const int stage = i & 1;
+    for (int stage = 0; q_tile != INT_MAX; stage ^= 1) {
         cp_async_wait_all();
         wgmma::fence_async_shared();
-        __syncthreads();  // step i landed; every wgmma of step i-1 has completed
-        if (i + 1 < n_steps) load_step(i + 1, stage ^ 1);
+        __syncthreads();  // this step landed; every wgmma of the last step has completed
+        if (next_q_tile != INT_MAX) load_step(next_head, next_q_tile, stage ^ 1);
         cp_async_commit();
         const bf16 *t_q = s_q + stage * BM * D, *t_do = s_do + stage * BM * D;
         const float *t_lse2 = s_lse2 + stage * BM, *t_dsum = s_dsum + stage * BM;
-        const int list_i = i % list.n_total;
-        const int q0 = list.tile(list_i) * BM;
-        const bool masked = list.is_partial(list_i) || ragged;
+        const int q0 = q_tile * BM;
+        bool wg_full = false;  // selected by unrolled compares: a run-time index would spill full[]
+#pragma unroll
+        for (int t = 0; t < KT; t++) wg_full |= t == wg && full[t];
+        const bool masked = !wg_full || ragged;
 
         float pt[BM / 8][4], dpt[BM / 8][4];  // S^T then P^T then dS^T; dP^T [64 keys x BM queries]
         wgmma::fence();
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++)
-            wgmma::mma_ss_n64<0, 0>(pt, wgmma::desc_k_major(s_k, BN, 16 * kk),
+            wgmma::mma_ss_n64<0, 0>(pt, wgmma::desc_k_major(wg_k, BN, 16 * kk),
                                     wgmma::desc_k_major(t_q, BM, 16 * kk), kk > 0);
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++)
-            wgmma::mma_ss_n64<0, 0>(dpt, wgmma::desc_k_major(s_v, BN, 16 * kk),
+            wgmma::mma_ss_n64<0, 0>(dpt, wgmma::desc_k_major(wg_v, BN, 16 * kk),
                                     wgmma::desc_k_major(t_do, BM, 16 * kk), kk > 0);
         wgmma::commit();
         wgmma::wait<0>();
@@ -179,40 +216,41 @@ __global__ void __launch_bounds__(NUM_THREADS, 2)
 
         if (ATOMIC_DQ) {
             // dS^T [keys][queries] to shared memory, the MN-major A operand of dQ = dS K.
+            bf16 *wg_ds = s_ds + wg * BN * BM;
             const int ds_row = warp * WARP_ROWS + l / 4;
 #pragma unroll
             for (int j = 0; j < BM / 16; j++) {
                 const int col = 16 * j + 2 * (l % 4);
-                *reinterpret_cast<uint32_t *>(s_ds + wgmma::swizzled_offset(ds_row, col, BN)) = ds_frag[j][0];
-                *reinterpret_cast<uint32_t *>(s_ds + wgmma::swizzled_offset(ds_row + 8, col, BN)) = ds_frag[j][1];
-                *reinterpret_cast<uint32_t *>(s_ds + wgmma::swizzled_offset(ds_row, col + 8, BN)) = ds_frag[j][2];
-                *reinterpret_cast<uint32_t *>(s_ds + wgmma::swizzled_offset(ds_row + 8, col + 8, BN)) = ds_frag[j][3];
+                *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(ds_row, col, BN)) = ds_frag[j][0];
+                *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(ds_row + 8, col, BN)) = ds_frag[j][1];
+                *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(ds_row, col + 8, BN)) = ds_frag[j][2];
+                *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(ds_row + 8, col + 8, BN)) = ds_frag[j][3];
             }
             wgmma::fence_async_shared();
-            __syncthreads();
-            const int h = first_head + i / list.n_total;
-            // Accumulator rows are queries: warp w rows 16w + lane/4 (+ 8).
+            __syncthreads();  // both warpgroups' dS^T are in place
+            // dQ [64 queries x DQ_N] = dS [64 x 128 keys] K [128 keys x DQ_N]; each 16-key
+            // slice lies in one key tile. Accumulator rows are queries (warp w rows 16w..).
+            float dq_part[DQ_N / 8][4];
+            wgmma::fence();
 #pragma unroll
-            for (int c = 0; c < D / 64; c++) {  // 64 dQ columns per pass, to bound registers
-                float dq_part[8][4];
-                wgmma::fence();
+            for (int kk = 0; kk < KT * BN / 16; kk++) {
+                const int t = kk / (BN / 16), k_in = 16 * (kk % (BN / 16));
+                wgmma::mma_ss<DQ_N, 1, 1>(dq_part, wgmma::desc_mn_major(s_ds + t * BN * BM, BN, k_in, 0),
+                                          wgmma::desc_mn_major(s_k + t * BN * D, BN, k_in, wg * DQ_N),
+                                          kk > 0);
+            }
+            wgmma::commit();
+            wgmma::wait<0>();
+            wgmma::pin(dq_part);
 #pragma unroll
-                for (int kk = 0; kk < BN / 16; kk++)
-                    wgmma::mma_ss_n64<1, 1>(dq_part, wgmma::desc_mn_major(s_ds, BN, 16 * kk, 0),
-                                            wgmma::desc_mn_major(s_k, BN, 16 * kk, 64 * c), kk > 0);
-                wgmma::commit();
-                wgmma::wait<0>();
-                wgmma::pin(dq_part);
+            for (int r = 0; r < 2; r++) {
+                const int qi = q0 + warp * WARP_ROWS + l / 4 + 8 * r;
+                if (qi >= S) continue;
+                float *dst = dq_accum + ((int64_t)(b * S + qi) * H + head) * D + wg * DQ_N + 2 * (l % 4);
 #pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    const int qi = q0 + warp * WARP_ROWS + l / 4 + 8 * r;
-                    if (qi >= S) continue;
-                    float *dst = dq_accum + ((int64_t)(b * S + qi) * H + h) * D + 64 * c + 2 * (l % 4);
-#pragma unroll
-                    for (int n = 0; n < 8; n++)
-                        atomicAdd(reinterpret_cast<float2 *>(dst + 8 * n),
-                                  make_float2(dq_part[n][2 * r], dq_part[n][2 * r + 1]));
-                }
+                for (int n = 0; n < DQ_N / 8; n++)
+                    atomicAdd(reinterpret_cast<float2 *>(dst + 8 * n),
+                              make_float2(dq_part[n][2 * r], dq_part[n][2 * r + 1]));
             }
         }
         wgmma::wait<0>();
@@ -220,6 +258,11 @@ __global__ void __launch_bounds__(NUM_THREADS, 2)
         wgmma::pin(dk_acc);
         wgmma::pin(p_frag);
         wgmma::pin(ds_frag);
+        q_tile = next_q_tile;
+        head = next_head;
+#pragma unroll
+        for (int t = 0; t < KT; t++) full[t] = next_full[t];
+        next_q_tile = next_step(next_head, next_full);
     }
 
 #pragma unroll
@@ -393,9 +436,9 @@ void backward(const AttnShape *s, const TileMask *m, const int32_t *lo, const in
     const int64_t n_kv = (int64_t)s->batch * s->seq_len * s->n_kv_heads * D;
     float *dkv_part = nullptr;  // [splits][2][batch, seq_len, n_kv_heads, D] when splits > 1
     if (splits > 1) cudaCheck(cudaMallocAsync(&dkv_part, 2 * splits * n_kv * sizeof(float), stream));
-    const dim3 kv_grid(s->n_kv_heads * splits, m->n_k_tiles, s->batch);
+    const dim3 kv_grid(s->n_kv_heads * splits, (m->n_k_tiles + DKDV_KEY_TILES - 1) / DKDV_KEY_TILES, s->batch);
     if (deterministic) {
-        launch(attn_bwd_dkdv_kernel<D, false>, kv_grid, NUM_THREADS, dkdv_smem_bytes<D, false>(), stream, *s, *m,
+        launch(attn_bwd_dkdv_kernel<D, false>, kv_grid, DKDV_THREADS, dkdv_smem_bytes<D, false>(), stream, *s, *m,
                lo, hi, q, k, v, dout, (const float *)lse2, (const float *)dsum, s_pad, dq_accum, dk, dv,
                splits, dkv_part);
         launch(attn_bwd_dq_kernel<D>, dim3(s->n_heads, m->n_q_tiles, s->batch), NUM_THREADS, dq_smem_bytes<D>(),
@@ -403,7 +446,7 @@ void backward(const AttnShape *s, const TileMask *m, const int32_t *lo, const in
     } else {
         cudaCheck(cudaMallocAsync(&dq_accum, n_dq * sizeof(float), stream));
         cudaCheck(cudaMemsetAsync(dq_accum, 0, n_dq * sizeof(float), stream));
-        launch(attn_bwd_dkdv_kernel<D, true>, kv_grid, NUM_THREADS, dkdv_smem_bytes<D, true>(), stream, *s, *m,
+        launch(attn_bwd_dkdv_kernel<D, true>, kv_grid, DKDV_THREADS, dkdv_smem_bytes<D, true>(), stream, *s, *m,
                lo, hi, q, k, v, dout, (const float *)lse2, (const float *)dsum, s_pad, dq_accum, dk, dv,
                splits, dkv_part);
         dq_convert_kernel<<<1024, 256, 0, stream>>>(reinterpret_cast<const float4 *>(dq_accum),

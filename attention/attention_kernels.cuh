@@ -241,6 +241,44 @@ __device__ TileList key_major_list(const TileMask &m, int row, int k_tile) {
             n_full + m.k_partial_count[slot]};
 }
 
+// The union of N tile lines (each a full and a partial list, both ascending), visited in
+// ascending order; per tile, which lines see it whole. A line that does not list the tile
+// at all (empty for it) reports "not whole": its per-element test hides every pair.
+template <int N>
+struct MergedLines {
+    TileList line[N];
+    int pos_full[N], pos_partial[N];
+
+    __device__ explicit MergedLines(const TileList (&lines)[N]) {
+#pragma unroll
+        for (int i = 0; i < N; i++) line[i] = lines[i];
+        restart();
+    }
+    __device__ void restart() {
+#pragma unroll
+        for (int i = 0; i < N; i++) pos_full[i] = pos_partial[i] = 0;
+    }
+    __device__ int head_full(int i) const {
+        return pos_full[i] < line[i].n_full ? line[i].full[pos_full[i]] : INT_MAX;
+    }
+    __device__ int head_partial(int i) const {
+        return pos_partial[i] < line[i].n_total - line[i].n_full ? line[i].partial[pos_partial[i]] : INT_MAX;
+    }
+    // The next tile (INT_MAX when done); full[i]: line i sees all of it.
+    __device__ int next(bool (&full)[N]) {
+        int t = INT_MAX;
+#pragma unroll
+        for (int i = 0; i < N; i++) t = min(t, min(head_full(i), head_partial(i)));
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            full[i] = t != INT_MAX && head_full(i) == t;
+            pos_full[i] += full[i];
+            pos_partial[i] += t != INT_MAX && head_partial(i) == t;
+        }
+        return t;
+    }
+};
+
 // Scores [16 x BN] of one warp: -inf where key k (columns, lo/hi from shared memory)
 // is hidden from query q_row (accumulator row lane/4) or q_row + 8.
 __device__ __forceinline__ void mask_scores(float (&s)[BN / 8][4], const int32_t *tile_lo,
@@ -260,12 +298,13 @@ __device__ __forceinline__ void mask_scores(float (&s)[BN / 8][4], const int32_t
 
 // Rows [row0, row0 + ROWS) of one head of a [seq_len, row_stride] bf16 matrix into a
 // 128-byte-swizzled shared tile (wgmma.cuh); rows past seq_len become zeros.
-template <int ROWS, int D>
+// THREADS: the block size (every thread takes part).
+template <int ROWS, int D, int THREADS = NUM_THREADS>
 __device__ __forceinline__ void load_tile_swizzled(bf16 *tile, const bf16 *head_base, int row_stride,
                                                    int row0, int seq_len) {
     constexpr int CHUNKS = D / 8;  // 16-byte pieces per row
 #pragma unroll
-    for (int i = threadIdx.x; i < ROWS * CHUNKS; i += NUM_THREADS) {
+    for (int i = threadIdx.x; i < ROWS * CHUNKS; i += THREADS) {
         int r = i / CHUNKS, c = (i % CHUNKS) * 8;
         bool valid = row0 + r < seq_len;
         const bf16 *src = head_base + (valid ? (int64_t)(row0 + r) * row_stride + c : 0);

@@ -36,10 +36,12 @@ __device__ __forceinline__ uint64_t desc_k_major(const __nv_bfloat16 *tile, int 
 }
 
 // Operand whose reduction runs along the tile's rows (MN-major: a row-major [K][M or N]
-// matrix), reduction rows [k0, k0 + 16), columns from col0 (a multiple of 64): 64-column
-// blocks rows*128 bytes apart (leading), 8-row groups 1024 bytes apart (stride).
+// matrix), reduction rows [k0, k0 + 16), columns from col0: 64-column blocks rows*128
+// bytes apart (leading), 8-row groups 1024 bytes apart (stride). A col0 inside a block (a
+// multiple of 8, for N < 64) moves the start within the swizzled row, as k0 does for
+// K-major operands.
 __device__ __forceinline__ uint64_t desc_mn_major(const __nv_bfloat16 *tile, int rows, int k0, int col0) {
-    return make_desc(tile + (col0 / 64) * rows * 64 + k0 * 64, rows * 128, 1024);
+    return make_desc(tile + (col0 / 64) * rows * 64 + k0 * 64 + col0 % 64, rows * 128, 1024);
 }
 
 // Orders this thread's earlier register and shared-memory writes before the next wgmma.
@@ -94,6 +96,20 @@ __device__ __forceinline__ void mma_ss_n64(float (&d)[8][4], uint64_t desc_a, ui
         : "l"(desc_a), "l"(desc_b), "r"((int)accumulate), "n"(TRANS_A), "n"(TRANS_B));
 }
 
+// d[64 x 32] (+)= A[64 x 16] * B[16 x 32], both from shared memory by descriptor.
+template <int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void mma_ss_n32(float (&d)[4][4], uint64_t desc_a, uint64_t desc_b,
+                                          bool accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %19, %20;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+        : "l"(desc_a), "l"(desc_b), "r"((int)accumulate), "n"(TRANS_A), "n"(TRANS_B));
+}
+
 // d[64 x 64] (+)= A[64 x 16] * B[16 x 64], A from registers (each warp its 16 rows, the
 // mma.sync A-fragment layout), B from shared memory by descriptor.
 template <int TRANS_B>
@@ -138,6 +154,14 @@ __device__ __forceinline__ void mma_rs_n128(float (&d)[16][4], const uint32_t (&
           "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
           "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"((int)accumulate), "n"(TRANS_B));
+}
+
+// d[64 x N] (+)= A * B over one 16-wide slice, both from shared memory, N = 32 or 64.
+template <int N, int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void mma_ss(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+    static_assert(N == 32 || N == 64, "instruction shapes m64n32k16 and m64n64k16");
+    if constexpr (N == 32) mma_ss_n32<TRANS_A, TRANS_B>(d, desc_a, desc_b, accumulate);
+    else mma_ss_n64<TRANS_A, TRANS_B>(d, desc_a, desc_b, accumulate);
 }
 
 // d[64 x N] (+)= A * B over one 16-wide slice, A from registers, N = 64 or 128.

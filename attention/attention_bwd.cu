@@ -38,18 +38,23 @@ __global__ void attn_bwd_prep_kernel(const AttnShape shape, int s_pad, const bf1
 
 // The dK/dV block: two warpgroups, warpgroup g owning key tile 2j + g of the block's pair
 // (128 keys), both walking the merged key-major lists of the pair. Sharing the query
-// tiles halves their loads per key, and dQ = dS K is summed over all 128 keys before its
-// atomics, which halves the fp32 atomic traffic that bounds the fast backward.
+// tiles halves their loads per key, and dQ = dS K is summed over all 128 keys before it
+// is added into the fp32 accumulator, which halves that traffic.
 constexpr int DKDV_KEY_TILES = 2;
 constexpr int DKDV_THREADS = DKDV_KEY_TILES * NUM_THREADS;
+// Row pitch (floats) of the staged dQ tile: 32 bytes past the row, so the float2 stores
+// of a warp's 8 rows spread over all banks (two wavefronts, the minimum).
+template <int D>
+constexpr int dq_stage_pitch() { return D + 8; }
 
-// Shared memory of the dK/dV kernel: swizzled bf16 tiles (1024-byte aligned), then the
-// per-query fp32 rows; 1024 bytes of slack to align the dynamic base.
+// Shared memory of the dK/dV kernel: swizzled bf16 tiles (1024-byte aligned), the staged
+// fp32 dQ tile (ATOMIC_DQ), the per-query fp32 rows; 1024 bytes of slack to align the
+// dynamic base.
 template <int D, bool ATOMIC_DQ>
 constexpr size_t dkdv_smem_bytes() {
     return 1024 +
            sizeof(bf16) * (2 * DKDV_KEY_TILES * BN * D + 4 * BM * D + (ATOMIC_DQ ? DKDV_KEY_TILES * BN * BM : 0)) +
-           sizeof(float) * 4 * BM;
+           sizeof(float) * ((ATOMIC_DQ ? BM * dq_stage_pitch<D>() : 0) + 4 * BM);
 }
 
 // One block per (key-tile pair, KV head, head split, batch): K and V stay resident while
@@ -62,8 +67,10 @@ constexpr size_t dkdv_smem_bytes() {
 // Per query tile, warpgroup g (keys k0 + 64g..): S^T = K Q^T and dP^T = V dO^T (keys are
 // the 64 accumulator rows, warp w keys 16w..16w+15), then dV += P^T dO and dK += dS^T Q
 // with P^T, dS^T as register A operands. ATOMIC_DQ: dS^T of both warpgroups staged in
-// shared memory, warpgroup g computes dQ columns [g*D/2, (g+1)*D/2) over all 128 keys
-// and adds them into an fp32 accumulator with atomics.
+// shared memory, warpgroup g computes dQ columns [g*D/2, (g+1)*D/2) over all 128 keys,
+// stages them in shared memory, and the copy engine adds them row by row into
+// dq_accum [batch, n_heads, s_pad, head_dim] fp32 (bulk asynchronous reductions: the
+// warps go on while the adds run; rows past seq_len add zeros into the padding).
 template <int D, bool ATOMIC_DQ>
 __global__ void __launch_bounds__(DKDV_THREADS, 1)
     attn_bwd_dkdv_kernel(const AttnShape shape, const TileMask mask, const int32_t *lo,
@@ -71,13 +78,15 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1)
                          const bf16 *dout, const float *lse2, const float *dsum, int s_pad,
                          float *dq_accum, bf16 *dk, bf16 *dv, int splits, float *dkv_part) {
     constexpr int KT = DKDV_KEY_TILES, DQ_N = D / KT;  // dQ columns per warpgroup
+    constexpr int DQ_PITCH = dq_stage_pitch<D>();
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *s_k = reinterpret_cast<bf16 *>(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);  // [KT][BN][D] swizzled
     bf16 *s_v = s_k + KT * BN * D;   // [KT][BN][D] swizzled
     bf16 *s_q = s_v + KT * BN * D;   // [2][BM][D] swizzled
     bf16 *s_do = s_q + 2 * BM * D;   // [2][BM][D] swizzled
     bf16 *s_ds = s_do + 2 * BM * D;  // [KT][BN][BM] dS^T swizzled (ATOMIC_DQ)
-    float *s_lse2 = reinterpret_cast<float *>(s_ds + (ATOMIC_DQ ? KT * BN * BM : 0));  // [2][BM]
+    float *s_dq = reinterpret_cast<float *>(s_ds + (ATOMIC_DQ ? KT * BN * BM : 0));  // [BM][DQ_PITCH] (ATOMIC_DQ)
+    float *s_lse2 = s_dq + (ATOMIC_DQ ? BM * DQ_PITCH : 0);                          // [2][BM]
     float *s_dsum = s_lse2 + 2 * BM;                                                   // [2][BM]
 
     const int kv_head = blockIdx.x / splits, split = blockIdx.x % splits, b = blockIdx.z;
@@ -226,8 +235,10 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1)
                 *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(ds_row, col + 8, BN)) = ds_frag[j][2];
                 *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(ds_row + 8, col + 8, BN)) = ds_frag[j][3];
             }
+            const int stage_row = threadIdx.x % NUM_THREADS;  // < BM: issues that dQ row's reduction
+            if (stage_row < BM) bulk_wait_read_all();      // the last step's rows have left s_dq
             wgmma::fence_async_shared();
-            __syncthreads();  // both warpgroups' dS^T are in place
+            __syncthreads();  // both warpgroups' dS^T are in place; s_dq is free
             // dQ [64 queries x DQ_N] = dS [64 x 128 keys] K [128 keys x DQ_N]; each 16-key
             // slice lies in one key tile. Accumulator rows are queries (warp w rows 16w..).
             float dq_part[DQ_N / 8][4];
@@ -242,15 +253,20 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1)
             wgmma::commit();
             wgmma::wait<0>();
             wgmma::pin(dq_part);
+            float *wg_dq = s_dq + wg * DQ_N;
 #pragma unroll
             for (int r = 0; r < 2; r++) {
-                const int qi = q0 + warp * WARP_ROWS + l / 4 + 8 * r;
-                if (qi >= S) continue;
-                float *dst = dq_accum + ((int64_t)(b * S + qi) * H + head) * D + wg * DQ_N + 2 * (l % 4);
+                float *dst = wg_dq + (warp * WARP_ROWS + l / 4 + 8 * r) * DQ_PITCH + 2 * (l % 4);
 #pragma unroll
                 for (int n = 0; n < DQ_N / 8; n++)
-                    atomicAdd(reinterpret_cast<float2 *>(dst + 8 * n),
-                              make_float2(dq_part[n][2 * r], dq_part[n][2 * r + 1]));
+                    *reinterpret_cast<float2 *>(dst + 8 * n) = make_float2(dq_part[n][2 * r], dq_part[n][2 * r + 1]);
+            }
+            wgmma::fence_async_shared();
+            named_barrier_sync(1 + wg, NUM_THREADS);  // this warpgroup's dQ columns are staged
+            if (stage_row < BM) {
+                bulk_reduce_add_f32(dq_accum + (((int64_t)b * H + head) * s_pad + q0 + stage_row) * D + wg * DQ_N,
+                                    wg_dq + stage_row * DQ_PITCH, DQ_N * (int)sizeof(float));
+                bulk_commit();
             }
         }
         wgmma::wait<0>();
@@ -264,6 +280,8 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1)
         for (int t = 0; t < KT; t++) full[t] = next_full[t];
         next_q_tile = next_step(next_head, next_full);
     }
+
+    if (ATOMIC_DQ) bulk_wait_all();  // shared memory must outlive the reductions reading it
 
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -388,11 +406,17 @@ __global__ void __launch_bounds__(NUM_THREADS)
     }
 }
 
-// dq = bf16(dq_accum * scale), 4 elements per thread (n is a multiple of 4: head_dim is).
-__global__ void dq_convert_kernel(const float4 *dq_accum, __nv_bfloat162 *dq, int64_t n4, float scale) {
+// dq[b, s, h, :] = bf16(scale * dq_accum[b, h, s, :]) (dq_accum has s_pad rows per head),
+// 4 elements per thread (head_dim is a multiple of 4).
+__global__ void dq_convert_kernel(const float4 *dq_accum, __nv_bfloat162 *dq, const AttnShape shape, int s_pad) {
+    const int D4 = shape.head_dim / 4, H = shape.n_heads, S = shape.seq_len;
+    const int64_t n4 = (int64_t)shape.batch * S * H * D4;
+    const float scale = shape.scale;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4;
          i += (int64_t)gridDim.x * blockDim.x) {
-        float4 a = dq_accum[i];
+        const int64_t row = i / D4;  // (b, s, h)
+        const int h = (int)(row % H), si = (int)(row / H % S), b = (int)(row / H / S);
+        float4 a = dq_accum[(((int64_t)b * H + h) * s_pad + si) * D4 + i % D4];
         dq[2 * i] = __floats2bfloat162_rn(a.x * scale, a.y * scale);
         dq[2 * i + 1] = __floats2bfloat162_rn(a.z * scale, a.w * scale);
     }
@@ -424,8 +448,8 @@ void backward(const AttnShape *s, const TileMask *m, const int32_t *lo, const in
               bool deterministic) {
     const int s_pad = m->n_q_tiles * BM;
     const int64_t n_pad = (int64_t)s->batch * s->n_heads * s_pad;
-    const int64_t n_dq = (int64_t)s->batch * s->seq_len * s->n_heads * D;
-    float *dsum, *lse2, *dq_accum = nullptr;  // [batch, n_heads, s_pad] x2, [batch, seq_len, n_heads, D]
+    const int64_t n_dq = n_pad * D;
+    float *dsum, *lse2, *dq_accum = nullptr;  // [batch, n_heads, s_pad] x2, [batch, n_heads, s_pad, D]
     cudaCheck(cudaMallocAsync(&dsum, n_pad * sizeof(float), stream));
     cudaCheck(cudaMallocAsync(&lse2, n_pad * sizeof(float), stream));
     attn_bwd_prep_kernel<D><<<(unsigned)((n_pad + NUM_WARPS - 1) / NUM_WARPS), NUM_THREADS, 0, stream>>>(
@@ -450,7 +474,7 @@ void backward(const AttnShape *s, const TileMask *m, const int32_t *lo, const in
                lo, hi, q, k, v, dout, (const float *)lse2, (const float *)dsum, s_pad, dq_accum, dk, dv,
                splits, dkv_part);
         dq_convert_kernel<<<1024, 256, 0, stream>>>(reinterpret_cast<const float4 *>(dq_accum),
-                                                    reinterpret_cast<__nv_bfloat162 *>(dq), n_dq / 4, s->scale);
+                                                    reinterpret_cast<__nv_bfloat162 *>(dq), *s, s_pad);
         cudaCheckLaunch();
         cudaCheck(cudaFreeAsync(dq_accum, stream));
     }

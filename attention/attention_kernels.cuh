@@ -77,6 +77,25 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads, e.g. one warpgroup.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// dst[0 .. bytes/4) += src[...] in fp32, done by the copy engine from shared memory
+// (asynchronous; 16-byte aligned, bytes a multiple of 16). Groups as cp.async's: commit,
+// then wait until the source may be overwritten (read) or the adds are done.
+__device__ __forceinline__ void bulk_reduce_add_f32(float *dst, const float *src, int bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+                 "r"(smem_addr(src)), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read_all() {
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
 // 2^x by the special-function unit (ex2.approx; 2^-inf = 0), one instruction.
 __device__ __forceinline__ float fast_exp2(float x) {
     float y;
@@ -298,15 +317,18 @@ __device__ __forceinline__ void mask_scores(float (&s)[BN / 8][4], const int32_t
 
 // Rows [row0, row0 + ROWS) of one head of a [seq_len, row_stride] bf16 matrix into a
 // 128-byte-swizzled shared tile (wgmma.cuh); rows past seq_len become zeros.
-// THREADS: the block size (every thread takes part).
+// THREADS: the block size (every thread takes part). The trip count is a compile-time
+// constant so the loop unrolls and each thread's offsets fold into constants.
 template <int ROWS, int D, int THREADS = NUM_THREADS>
 __device__ __forceinline__ void load_tile_swizzled(bf16 *tile, const bf16 *head_base, int row_stride,
                                                    int row0, int seq_len) {
     constexpr int CHUNKS = D / 8;  // 16-byte pieces per row
+    static_assert(ROWS * CHUNKS % THREADS == 0, "every thread loads the same number of pieces");
 #pragma unroll
-    for (int i = threadIdx.x; i < ROWS * CHUNKS; i += THREADS) {
-        int r = i / CHUNKS, c = (i % CHUNKS) * 8;
-        bool valid = row0 + r < seq_len;
+    for (int it = 0; it < ROWS * CHUNKS / THREADS; it++) {
+        const int i = threadIdx.x + it * THREADS;
+        const int r = i / CHUNKS, c = (i % CHUNKS) * 8;
+        const bool valid = row0 + r < seq_len;
         const bf16 *src = head_base + (valid ? (int64_t)(row0 + r) * row_stride + c : 0);
         cp_async16(tile + wgmma::swizzled_offset(r, c, ROWS), src, valid);
     }

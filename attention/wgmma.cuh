@@ -31,8 +31,10 @@ __device__ __forceinline__ uint64_t make_desc(const void *smem, uint32_t lbo_byt
 // Operand whose 16-wide reduction slice [k0, k0 + 16) runs along the tile's columns
 // (K-major: a row-major [M or N][K] matrix), tile of `rows` rows: 8-row groups 1024 bytes
 // apart; the slice is an address offset inside one 64-column block.
+// The offset is added to the address field of the tile's own descriptor, so with constant
+// rows and k0 (unrolled loops) each slice costs one add.
 __device__ __forceinline__ uint64_t desc_k_major(const __nv_bfloat16 *tile, int rows, int k0) {
-    return make_desc(tile + (k0 / 64) * rows * 64 + k0 % 64, 16, 1024);
+    return make_desc(tile, 16, 1024) + (uint64_t)((((k0 / 64) * rows * 64 + k0 % 64) * 2) >> 4);
 }
 
 // Operand whose reduction runs along the tile's rows (MN-major: a row-major [K][M or N]
@@ -41,7 +43,8 @@ __device__ __forceinline__ uint64_t desc_k_major(const __nv_bfloat16 *tile, int 
 // multiple of 8, for N < 64) moves the start within the swizzled row, as k0 does for
 // K-major operands.
 __device__ __forceinline__ uint64_t desc_mn_major(const __nv_bfloat16 *tile, int rows, int k0, int col0) {
-    return make_desc(tile + (col0 / 64) * rows * 64 + k0 * 64 + col0 % 64, rows * 128, 1024);
+    return make_desc(tile, rows * 128, 1024) +
+           (uint64_t)((((col0 / 64) * rows * 64 + k0 * 64 + col0 % 64) * 2) >> 4);
 }
 
 // Orders this thread's earlier register and shared-memory writes before the next wgmma.

@@ -80,7 +80,9 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1)
     constexpr int KT = DKDV_KEY_TILES, DQ_N = D / KT;  // dQ columns per warpgroup
     constexpr int DQ_PITCH = dq_stage_pitch<D>();
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    bf16 *s_k = reinterpret_cast<bf16 *>(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);  // [KT][BN][D] swizzled
+    // Aligned by offsetting smem_raw itself, so the compiler still sees shared memory
+    // (LDS/STS rather than generic loads and stores).
+    bf16 *s_k = reinterpret_cast<bf16 *>(smem_raw + (1024 - smem_addr(smem_raw) % 1024) % 1024);  // [KT][BN][D] swizzled
     bf16 *s_v = s_k + KT * BN * D;   // [KT][BN][D] swizzled
     bf16 *s_q = s_v + KT * BN * D;   // [2][BM][D] swizzled
     bf16 *s_do = s_q + 2 * BM * D;   // [2][BM][D] swizzled
@@ -188,15 +190,19 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1)
         for (int j = 0; j < BM / 8; j++) {
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const int col = 8 * j + 2 * (l % 4) + e;
-                const float l2 = t_lse2[col];
-#pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    float p = fast_exp2(fmaf(pt[j][2 * r + e], scale_log2, -l2));
-                    if (masked && !(key_lo[r] <= q0 + col && q0 + col < key_hi[r])) p = 0.0f;
-                    pt[j][2 * r + e] = p;
-                }
+                const float l2 = t_lse2[8 * j + 2 * (l % 4) + e];
+                pt[j][e] = fast_exp2(fmaf(pt[j][e], scale_log2, -l2));
+                pt[j][2 + e] = fast_exp2(fmaf(pt[j][2 + e], scale_log2, -l2));
             }
+        }
+        if (masked) {  // a branch, not predication: full tiles must not pay for the test
+#pragma unroll
+            for (int j = 0; j < BM / 8; j++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    const int query = q0 + 8 * j + 2 * (l % 4) + c % 2, r = c / 2;
+                    if (!(key_lo[r] <= query && query < key_hi[r])) pt[j][c] = 0.0f;
+                }
         }
         uint32_t p_frag[BM / 16][4];  // P^T as A fragments (k = queries)
         acc_to_a<BM>(p_frag, pt);

@@ -316,25 +316,29 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1)
     }
 }
 
+// Shared memory of the dQ kernel: swizzled bf16 tiles (1024-byte aligned), the key
+// intervals; 1024 bytes of slack to align the dynamic base.
 template <int D>
 constexpr size_t dq_smem_bytes() {
-    return sizeof(bf16) * (2 * BM + 4 * BN) * (D + PAD) + sizeof(int32_t) * 4 * BN;
+    return 1024 + sizeof(bf16) * (2 * BM + 4 * BN) * D + sizeof(int32_t) * 4 * BN;
 }
 
-// Deterministic dQ: one block per (head, query tile, batch) over the query-major list,
-// recomputing P and dP (three products per tile, no atomics).
+// Deterministic dQ: one block (one warpgroup, wgmma) per (head, query tile, batch) over
+// the query-major list, Q and dO resident, K/V double-buffered; per key tile S = Q K^T and
+// dP = dO V^T from shared memory, then dQ += dS K with dS as the register A operand (three
+// products per tile, no atomics). Accumulator rows are queries: warp w rows 16w..16w+15.
 template <int D>
-__global__ void __launch_bounds__(NUM_THREADS)
+__global__ void __launch_bounds__(NUM_THREADS, 2)
     attn_bwd_dq_kernel(const AttnShape shape, const TileMask mask, const int32_t *lo,
                        const int32_t *hi, const bf16 *q, const bf16 *k, const bf16 *v,
                        const bf16 *dout, const float *lse2, const float *dsum, int s_pad, bf16 *dq) {
-    constexpr int LD = D + PAD;
-    extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *s_q = reinterpret_cast<bf16 *>(smem);  // [BM][LD]
-    bf16 *s_do = s_q + BM * LD;                   // [BM][LD]
-    bf16 *s_k = s_do + BM * LD;                   // [2][BN][LD]
-    bf16 *s_v = s_k + 2 * BN * LD;                // [2][BN][LD]
-    int32_t *s_lo = reinterpret_cast<int32_t *>(s_v + 2 * BN * LD);  // [2][BN]
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    // Aligned by offsetting smem_raw itself, so the compiler still sees shared memory.
+    bf16 *s_q = reinterpret_cast<bf16 *>(smem_raw + (1024 - smem_addr(smem_raw) % 1024) % 1024);  // [BM][D] swizzled
+    bf16 *s_do = s_q + BM * D;     // [BM][D] swizzled
+    bf16 *s_k = s_do + BM * D;     // [2][BN][D] swizzled
+    bf16 *s_v = s_k + 2 * BN * D;  // [2][BN][D] swizzled
+    int32_t *s_lo = reinterpret_cast<int32_t *>(s_v + 2 * BN * D);  // [2][BN]
     int32_t *s_hi = s_lo + 2 * BN;                                   // [2][BN]
 
     const int h = blockIdx.x, q_tile = gridDim.y - 1 - blockIdx.y, b = blockIdx.z;
@@ -349,13 +353,13 @@ __global__ void __launch_bounds__(NUM_THREADS)
 
     auto load_kv = [&](int i, int stage) {
         int k0 = list.tile(i) * BN;
-        load_tile<BN, D>(s_k + stage * BN * LD, k + kv_off, KVH * D, k0, S);
-        load_tile<BN, D>(s_v + stage * BN * LD, v + kv_off, KVH * D, k0, S);
+        load_tile_swizzled<BN, D>(s_k + stage * BN * D, k + kv_off, KVH * D, k0, S);
+        load_tile_swizzled<BN, D>(s_v + stage * BN * D, v + kv_off, KVH * D, k0, S);
         load_pair64(s_lo + stage * BN, s_hi + stage * BN, row_lo, row_hi, k0, S);
     };
     if (list.n_total > 0) {  // a query tile that sees nothing gets dQ = 0 without loads
-        load_tile<BM, D>(s_q, q + q_off, H * D, q0, S);
-        load_tile<BM, D>(s_do, dout + q_off, H * D, q0, S);
+        load_tile_swizzled<BM, D>(s_q, q + q_off, H * D, q0, S);
+        load_tile_swizzled<BM, D>(s_do, dout + q_off, H * D, q0, S);
         load_kv(0, 0);
     }
     cp_async_commit();
@@ -368,36 +372,52 @@ __global__ void __launch_bounds__(NUM_THREADS)
         row_lse2[r] = lse2[at];
         row_dsum[r] = dsum[at];
     }
-    float dq_acc[D / 8][4];  // [16 queries x D]
+    float dq_acc[D / 8][4];  // [64 queries x D] over the warpgroup
     zero(dq_acc);
 
     for (int i = 0; i < list.n_total; i++) {
         const int stage = i & 1;
         cp_async_wait_all();
-        __syncthreads();
+        wgmma::fence_async_shared();
+        __syncthreads();  // tile i landed; the last tile's products have completed
         if (i + 1 < list.n_total) load_kv(i + 1, stage ^ 1);
         cp_async_commit();
-        const bf16 *t_k = s_k + stage * BN * LD, *t_v = s_v + stage * BN * LD;
+        const bf16 *t_k = s_k + stage * BN * D, *t_v = s_v + stage * BN * D;
 
-        float p[BN / 8][4];  // P [16 x BN]
-        zero(p);
-        gemm_smem_a<BN, D, false, false>(p, s_q, LD, warp * WARP_ROWS, t_k, LD);
+        float p[BN / 8][4], dp[BN / 8][4];  // S then P then dS; dP [64 queries x BN keys]
+        wgmma::fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++)
+            wgmma::mma_ss_n64<0, 0>(p, wgmma::desc_k_major(s_q, BM, 16 * kk),
+                                    wgmma::desc_k_major(t_k, BN, 16 * kk), kk > 0);
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++)
+            wgmma::mma_ss_n64<0, 0>(dp, wgmma::desc_k_major(s_do, BM, 16 * kk),
+                                    wgmma::desc_k_major(t_v, BN, 16 * kk), kk > 0);
+        wgmma::commit();
+        wgmma::wait<0>();
+        wgmma::pin(p);
+        wgmma::pin(dp);
         const bool ragged = (list.tile(i) + 1) * BN > S;
         if (list.is_partial(i) || ragged) mask_scores(p, s_lo + stage * BN, s_hi + stage * BN, q_row);
 #pragma unroll
         for (int j = 0; j < BN / 8; j++)
 #pragma unroll
-            for (int c = 0; c < 4; c++) p[j][c] = fast_exp2(fmaf(p[j][c], scale_log2, -row_lse2[c / 2]));
-        float dp[BN / 8][4];  // dP [16 x BN]
-        zero(dp);
-        gemm_smem_a<BN, D, false, false>(dp, s_do, LD, warp * WARP_ROWS, t_v, LD);
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-            for (int c = 0; c < 4; c++) p[j][c] *= dp[j][c] - row_dsum[c / 2];
+            for (int c = 0; c < 4; c++) {
+                p[j][c] = fast_exp2(fmaf(p[j][c], scale_log2, -row_lse2[c / 2]));
+                p[j][c] *= dp[j][c] - row_dsum[c / 2];
+            }
         uint32_t ds_frag[BN / 16][4];
         acc_to_a<BN>(ds_frag, p);
-        gemm_reg_a<D, BN, true>(dq_acc, ds_frag, t_k, LD);  // dQ += dS K
+        wgmma::fence();
+        wgmma::pin(dq_acc);
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++)  // dQ += dS K
+            wgmma::mma_rs<D, 1>(dq_acc, ds_frag[kk], wgmma::desc_mn_major(t_k, BN, 16 * kk, 0), true);
+        wgmma::commit();
+        wgmma::wait<0>();
+        wgmma::pin(dq_acc);
+        wgmma::pin(ds_frag);
     }
 
 #pragma unroll

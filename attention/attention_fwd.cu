@@ -1,183 +1,271 @@
-// Block-sparse flash-attention forward over the query-major tile lists (see
-// attention_kernels.cuh for the shared pieces and docs/KERNEL_NOTES.md for measurements).
+// Block-sparse flash-attention forward over the query-major tile lists, on Hopper wgmma
+// (sm_90a; see attention_kernels.cuh for the shared pieces, wgmma.cuh for the instruction
+// layer and docs/KERNEL_NOTES.md for measurements).
 #include "attention/attention_kernels.cuh"
 
 namespace {
 
 // ---------------------------------------------------------------- forward
 
-// The forward block takes two adjacent query tiles (2j, 2j+1): each warp owns 16 rows of
-// each, so every K/V fragment read from shared memory feeds two products.
+// The forward block takes two adjacent query tiles (2j, 2j+1), one per warpgroup; the two
+// warpgroups share every K/V tile loaded into shared memory.
 constexpr int FWD_Q_TILES = 2;
+constexpr int FWD_THREADS = FWD_Q_TILES * NUM_THREADS;  // one warpgroup (128) per query tile
 
-// Key tiles of the block's query tiles, merged in ascending order: the union of the
-// full and partial lists of both; per key tile, whether each query tile sees it whole.
-struct MergedKeyTiles {
-    const int32_t *list[2 * FWD_Q_TILES];  // per query tile: full, partial
-    int count[2 * FWD_Q_TILES], pos[2 * FWD_Q_TILES];
+// The block's key tiles: the union of the full and partial lists of its two query tiles,
+// merged in ascending order. The walk's state lives in shared memory and only thread 0
+// advances it (per-thread state would hold 16 registers across the main loop). A step
+// is packed into one int: -1 when done, else k_tile << 4 | flags, per query tile t: bit
+// 2t set when it sees the key tile at all (in one of its lists), bit 2t + 1 when it sees
+// it whole (no mask work).
+struct TileWalk {
+    int pos[2 * FWD_Q_TILES], count[2 * FWD_Q_TILES];  // per query tile: full, partial
 
-    __device__ MergedKeyTiles(const TileMask &m, int row, int first_q_tile) {
+    __device__ void init(const TileMask &m, int row, int first_q_tile) {
 #pragma unroll
         for (int t = 0; t < FWD_Q_TILES; t++) {
             const int q_tile = first_q_tile + t;
             const bool exists = q_tile < m.n_q_tiles;  // an odd last tile has no partner
             const int64_t slot = (int64_t)row * m.n_q_tiles + q_tile;
-            list[2 * t] = m.q_full_idx + slot * m.n_k_tiles;
-            list[2 * t + 1] = m.q_partial_idx + slot * m.n_k_tiles;
             count[2 * t] = exists ? m.q_full_count[slot] : 0;
             count[2 * t + 1] = exists ? m.q_partial_count[slot] : 0;
             pos[2 * t] = pos[2 * t + 1] = 0;
         }
     }
-    __device__ int head(int i) const { return pos[i] < count[i] ? list[i][pos[i]] : INT_MAX; }
-    // The next key tile (INT_MAX when done); full[t]: query tile t sees all of it.
-    __device__ int next(bool (&full)[FWD_Q_TILES]) {
-        int k_tile = INT_MAX;
+    __device__ int next(const TileMask &m, int row, int first_q_tile) {
+        int head[2 * FWD_Q_TILES], k_tile = INT_MAX;
 #pragma unroll
-        for (int i = 0; i < 2 * FWD_Q_TILES; i++) k_tile = min(k_tile, head(i));
+        for (int i = 0; i < 2 * FWD_Q_TILES; i++) {
+            const int64_t slot = (int64_t)row * m.n_q_tiles + first_q_tile + i / 2;
+            const int32_t *list = (i % 2 ? m.q_partial_idx : m.q_full_idx) + slot * m.n_k_tiles;
+            head[i] = pos[i] < count[i] ? list[pos[i]] : INT_MAX;
+            k_tile = min(k_tile, head[i]);
+        }
+        if (k_tile == INT_MAX) return -1;
+        int flags = 0;
 #pragma unroll
-        for (int t = 0; t < FWD_Q_TILES; t++) full[t] = head(2 * t) == k_tile;
+        for (int t = 0; t < FWD_Q_TILES; t++) {
+            const bool full = head[2 * t] == k_tile, partial = head[2 * t + 1] == k_tile;
+            flags |= ((full || partial) | full << 1) << (2 * t);
+        }
 #pragma unroll
-        for (int i = 0; i < 2 * FWD_Q_TILES; i++) pos[i] += head(i) == k_tile;
-        return k_tile;
+        for (int i = 0; i < 2 * FWD_Q_TILES; i++) pos[i] += head[i] == k_tile;
+        return k_tile << 4 | flags;
     }
 };
 
+// K/V ring depth: tile j + 1 must be resident while tile j's P V runs, and tile
+// j + FWD_STAGES - 1 is loaded meanwhile (two tiles of lead for the copies).
+constexpr int FWD_STAGES = 4;
+
+// cp.async.wait_group N: all but the N most recent groups of this thread have landed.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Shared memory: the K/V ring of swizzled bf16 tiles (1024-byte aligned) then the key
+// intervals; 1024 bytes of slack to align the dynamic base. 131 KB at D = 128.
 template <int D>
 constexpr size_t fwd_smem_bytes() {
-    return sizeof(bf16) * (FWD_Q_TILES * BM + 4 * BN) * (D + PAD) + sizeof(int32_t) * 4 * BN;
+    return 1024 + sizeof(bf16) * 2 * FWD_STAGES * BN * D + sizeof(int32_t) * 2 * FWD_STAGES * BN;
 }
 
 // Grid (n_heads, ceil(n_q_tiles / 2), batch); query tiles in reverse so the longest
-// (causal) start first. Query tiles the merged list does not show in a key tile (empty
-// for them) take the per-element test like partial ones: lo/hi hide every pair.
+// (causal) start first. Warpgroup w owns query tile first_q_tile + w (warp w' of it rows
+// 16w'..16w'+15, wgmma.cuh's accumulator layout); both walk the merged key tiles and
+// share each K/V tile of the ring. Q stays in registers as the A operand of S = Q K^T:
+// m64n64k16 with both operands in shared memory needs 128 bytes per clock, all of its
+// bandwidth (measured: the same time as Q in shared memory, 2.86 ms at S = 16384 causal,
+// so that was not the limit; registers are free here and it saves 32 KB and half the
+// shared-memory reads of S). Per key tile j, software-pipelined inside the warpgroup
+// (FA3's intra-warpgroup overlap): issue S(j+1) = Q K(j+1)^T and O += P(j) V(j), then
+// mask and softmax S(j+1) while P(j) V(j) still runs on the tensor cores, then rescale O
+// once it has landed. Registers: Q 32 + O 64 + S 32 + P 16 per thread at
+// D = 128, so one block of 256 threads per SM (no register cap below 255).
 template <int D>
-__global__ void __launch_bounds__(NUM_THREADS)
+__global__ void __launch_bounds__(FWD_THREADS, 1)
     attn_fwd_kernel(const AttnShape shape, const TileMask mask, const int32_t *lo, const int32_t *hi,
                     const bf16 *q, const bf16 *k, const bf16 *v, bf16 *out, float *lse) {
-    constexpr int LD = D + PAD, MB = FWD_Q_TILES;
-    extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *s_q = reinterpret_cast<bf16 *>(smem);   // [MB * BM][LD]
-    bf16 *s_k = s_q + MB * BM * LD;                // [2][BN][LD]
-    bf16 *s_v = s_k + 2 * BN * LD;                 // [2][BN][LD]
-    int32_t *s_lo = reinterpret_cast<int32_t *>(s_v + 2 * BN * LD);  // [2][BN]
-    int32_t *s_hi = s_lo + 2 * BN;                                   // [2][BN]
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    // Aligned by offsetting smem_raw itself, so the compiler still sees shared memory.
+    bf16 *s_k = reinterpret_cast<bf16 *>(smem_raw + (1024 - smem_addr(smem_raw) % 1024) % 1024);  // [FWD_STAGES][BN][D] swizzled
+    bf16 *s_v = s_k + FWD_STAGES * BN * D;                                    // [FWD_STAGES][BN][D] swizzled
+    int32_t *s_lo = reinterpret_cast<int32_t *>(s_v + FWD_STAGES * BN * D);  // [FWD_STAGES][BN]
+    int32_t *s_hi = s_lo + FWD_STAGES * BN;                                   // [FWD_STAGES][BN]
+    __shared__ TileWalk walk;
+    __shared__ int s_step[FWD_STAGES];  // packed steps (TileWalk::next) j.. j + FWD_STAGES - 1, by j % FWD_STAGES
 
-    const int h = blockIdx.x, first_q_tile = (gridDim.y - 1 - blockIdx.y) * MB, b = blockIdx.z;
+    const int h = blockIdx.x, first_q_tile = (gridDim.y - 1 - blockIdx.y) * FWD_Q_TILES, b = blockIdx.z;
     const int S = shape.seq_len, H = shape.n_heads, KVH = shape.n_kv_heads;
     const int kv_head = h / (H / KVH);
-    const int warp = threadIdx.x / 32, l = lane_id();
-    const int q0 = first_q_tile * BM;
+    const int wg = threadIdx.x / NUM_THREADS, warp = (threadIdx.x / 32) % NUM_WARPS, l = lane_id();
     const float scale_log2 = shape.scale * LOG2E;
     const bf16 *q_head = q + (int64_t)b * S * H * D + h * D;
     const bf16 *k_head = k + (int64_t)b * S * KVH * D + kv_head * D;
     const bf16 *v_head = v + (int64_t)b * S * KVH * D + kv_head * D;
     const int32_t *row_lo = lo + (int64_t)b * S, *row_hi = hi + (int64_t)b * S;
-    MergedKeyTiles tiles(mask, b, first_q_tile);
+    const int q_row = (first_q_tile + wg) * BM + warp * WARP_ROWS + l / 4;  // accumulator row lane/4
 
-    auto load_kv = [&](int k_tile, int stage) {
-        const int k0 = k_tile * BN;
-        load_tile<BN, D>(s_k + stage * BN * LD, k_head, KVH * D, k0, S);
-        load_tile<BN, D>(s_v + stage * BN * LD, v_head, KVH * D, k0, S);
-        load_pair64(s_lo + stage * BN, s_hi + stage * BN, row_lo, row_hi, k0, S);
-    };
-    bool full[MB];
-    int k_tile = tiles.next(full);
-    load_tile<MB * BM, D>(s_q, q_head, H * D, q0, S);
-    if (k_tile != INT_MAX) load_kv(k_tile, 0);
-    cp_async_commit();
-    cp_async_wait_all();
-    __syncthreads();
-
-    float o[MB][D / 8][4];  // [16 x D] unnormalised output per query tile
-    float row_max[MB][2], row_sum[MB][2];  // scaled base-2 units, rows lane/4 and +8; partial sums
-#pragma unroll
-    for (int mb = 0; mb < MB; mb++) {
-        zero(o[mb]);
-        row_max[mb][0] = row_max[mb][1] = -INFINITY;
-        row_sum[mb][0] = row_sum[mb][1] = 0.0f;
-    }
-    // Accumulator row lane/4 of block mb is query q0 + mb*BM + warp*16 + lane/4.
-    const int q_row = q0 + warp * WARP_ROWS + l / 4;
-
-    for (int stage = 0; k_tile != INT_MAX; stage ^= 1) {
-        bool next_full[MB];
-        const int next_tile = tiles.next(next_full);
-        if (next_tile != INT_MAX) load_kv(next_tile, stage ^ 1);
-        cp_async_commit();
-
-        float s[MB][BN / 8][4];  // [16 x BN] scores per query tile
-#pragma unroll
-        for (int mb = 0; mb < MB; mb++) zero(s[mb]);
-        gemm_smem_a_mb<MB, BN, D, false, false>(s, s_q, LD, warp * WARP_ROWS, BM, s_k + stage * BN * LD, LD);
-        const bool ragged = (k_tile + 1) * BN > S;  // keys past seq_len: lo = hi = 0
-#pragma unroll
-        for (int mb = 0; mb < MB; mb++)
-            if (!full[mb] || ragged) mask_scores(s[mb], s_lo + stage * BN, s_hi + stage * BN, q_row + mb * BM);
-
-#pragma unroll
-        for (int mb = 0; mb < MB; mb++) {
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                float tile_max = -INFINITY;
-#pragma unroll
-                for (int j = 0; j < BN / 8; j++)
-                    tile_max = fmaxf(tile_max, fmaxf(s[mb][j][2 * r], s[mb][j][2 * r + 1]));
-                tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 1));
-                tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 2));
-                const float new_max = fmaxf(row_max[mb][r], tile_max * scale_log2);
-                const float base = new_max == -INFINITY ? 0.0f : new_max;  // all hidden so far: p = 0
-                const float rescale = fast_exp2(row_max[mb][r] - base);
-                row_max[mb][r] = new_max;
-                float sum = 0.0f;
-#pragma unroll
-                for (int j = 0; j < BN / 8; j++) {
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        float p = fast_exp2(fmaf(s[mb][j][2 * r + e], scale_log2, -base));
-                        s[mb][j][2 * r + e] = p;
-                        sum += p;
-                    }
-                }
-                row_sum[mb][r] = row_sum[mb][r] * rescale + sum;
-#pragma unroll
-                for (int n = 0; n < D / 8; n++) {
-                    o[mb][n][2 * r] *= rescale;
-                    o[mb][n][2 * r + 1] *= rescale;
-                }
-            }
+    auto load_kv = [&](int step, int stage) {  // one cp.async group per step, empty past the end
+        if (step >= 0) {
+            const int k0 = (step >> 4) * BN;
+            load_tile_swizzled<BN, D, FWD_THREADS>(s_k + stage * BN * D, k_head, KVH * D, k0, S);
+            load_tile_swizzled<BN, D, FWD_THREADS>(s_v + stage * BN * D, v_head, KVH * D, k0, S);
+            if (threadIdx.x < NUM_THREADS) load_pair64(s_lo + stage * BN, s_hi + stage * BN, row_lo, row_hi, k0, S);
         }
-        uint32_t p_frag[MB][BN / 16][4];
+        cp_async_commit();
+    };
+    if (threadIdx.x == 0) {
+        walk.init(mask, b, first_q_tile);
 #pragma unroll
-        for (int mb = 0; mb < MB; mb++) acc_to_a<BN>(p_frag[mb], s[mb]);
-        gemm_reg_a_mb<MB, D, BN, true>(o, p_frag, s_v + stage * BN * LD, LD);
-
-        k_tile = next_tile;
+        for (int i = 0; i < FWD_STAGES; i++) s_step[i] = walk.next(mask, b, first_q_tile);
+    }
+    __syncthreads();  // s_step
+    int step = s_step[0];
 #pragma unroll
-        for (int mb = 0; mb < MB; mb++) full[mb] = next_full[mb];
-        cp_async_wait_all();
-        __syncthreads();  // the next tile landed; everyone is done with this one's buffers
+    for (int i = 0; i < FWD_STAGES - 1; i++) load_kv(s_step[i], i);
+    // This warp's 16 query rows as A fragments (the mma.sync layout wgmma takes from
+    // registers), straight from global memory; rows past seq_len are zeros.
+    uint32_t q_frag[D / 16][4];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int qi = q_row + 8 * r;
+        const uint32_t *src = reinterpret_cast<const uint32_t *>(q_head + (int64_t)qi * H * D + 2 * (l % 4));
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            q_frag[kk][r] = qi < S && step >= 0 ? src[8 * kk] : 0u;
+            q_frag[kk][2 + r] = qi < S && step >= 0 ? src[8 * kk + 4] : 0u;
+        }
     }
 
+    float o[D / 8][4];  // [64 x D] unnormalised output over the warpgroup
+    float s[BN / 8][4];  // [64 x BN] scores of the next key tile
+    uint32_t p_frag[BN / 16][4];  // P of this key tile as A fragments (k = keys)
+    float row_max[2], row_sum[2], rescale[2];  // scaled base-2 units, rows lane/4 and +8; partial sums
+    zero(o);
+    row_max[0] = row_max[1] = -INFINITY;
+    row_sum[0] = row_sum[1] = 0.0f;
+
+    auto issue_scores = [&](int stage) {  // S = Q K^T, K from the ring's stage (K-major)
+        const bf16 *t_k = s_k + stage * BN * D;
 #pragma unroll
-    for (int mb = 0; mb < MB; mb++) {
+        for (int kk = 0; kk < D / 16; kk++)
+            wgmma::mma_rs_n64<0>(s, q_frag[kk], wgmma::desc_k_major(t_k, BN, 16 * kk), kk > 0);
+        wgmma::commit();
+    };
+    // Mask (partial or ragged tiles; all of a tile this query tile's lists do not show,
+    // the other's merged in), then s becomes P in base 2 against the new row maximum;
+    // row_sum is updated, rescale[r] is what O must be multiplied by.
+    auto softmax = [&](int step, int stage) {
+        const int flags = step >> (2 * wg);
+        const bool ragged = ((step >> 4) + 1) * BN > S;  // keys past seq_len: lo = hi = 0
+        if (!(flags & 2) || ragged) {
+            if (flags & 1) mask_scores(s, s_lo + stage * BN, s_hi + stage * BN, q_row);
+            else
+#pragma unroll
+                for (int j = 0; j < BN / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = -INFINITY;
+        }
 #pragma unroll
         for (int r = 0; r < 2; r++) {
-            float sum = row_sum[mb][r];
-            sum += __shfl_xor_sync(0xffffffff, sum, 1);
-            sum += __shfl_xor_sync(0xffffffff, sum, 2);
-            const int qi = q_row + mb * BM + 8 * r;
-            if (qi >= S) continue;
-            const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // a query that sees nothing outputs 0
-            bf16 *dst = out + ((int64_t)(b * S + qi) * H + h) * D + 2 * (l % 4);
+            float tile_max = -INFINITY;
 #pragma unroll
-            for (int n = 0; n < D / 8; n++)
-                *reinterpret_cast<__nv_bfloat162 *>(dst + 8 * n) =
-                    __floats2bfloat162_rn(o[mb][n][2 * r] * inv, o[mb][n][2 * r + 1] * inv);
-            if (l % 4 == 0)
-                lse[((int64_t)b * H + h) * S + qi] =
-                    sum > 0.0f ? (row_max[mb][r] + log2f(sum)) * LN2 : -INFINITY;
+            for (int j = 0; j < BN / 8; j++) tile_max = fmaxf(tile_max, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+            tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 1));
+            tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 2));
+            const float new_max = fmaxf(row_max[r], tile_max * scale_log2);
+            const float base = new_max == -INFINITY ? 0.0f : new_max;  // all hidden so far: p = 0
+            rescale[r] = fast_exp2(row_max[r] - base);
+            row_max[r] = new_max;
+            float sum = 0.0f;
+#pragma unroll
+            for (int j = 0; j < BN / 8; j++) {
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const float p = fast_exp2(fmaf(s[j][2 * r + e], scale_log2, -base));
+                    s[j][2 * r + e] = p;
+                    sum += p;
+                }
+            }
+            row_sum[r] = row_sum[r] * rescale[r] + sum;
         }
+    };
+
+    if (step >= 0) {  // step 0: scores and P before the pipelined loop
+        cp_async_wait<FWD_STAGES - 2>();
+        wgmma::fence_async_shared();
+        __syncthreads();  // step 0 landed
+        wgmma::fence();
+        issue_scores(0);
+        wgmma::wait<0>();
+        wgmma::pin(s);
+        softmax(step, 0);
+        acc_to_a<BN>(p_frag, s);  // O is still 0: no rescale
+    }
+    // Step j's P is in p_frag. The wgmma sequences carry no branch between issue and
+    // wait (ptxas serializes them otherwise), so the last step's P V is peeled off.
+    for (int j = 0; step >= 0; j++) {
+        const int stage = j % FWD_STAGES, next_stage = (j + 1) % FWD_STAGES;
+        const int next_step = s_step[next_stage];
+        const bf16 *t_v = s_v + stage * BN * D;
+        if (next_step < 0) {
+            wgmma::fence();
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++)
+                wgmma::mma_rs<D, 1>(o, p_frag[kk], wgmma::desc_mn_major(t_v, BN, 16 * kk, 0), true);
+            wgmma::commit();
+            wgmma::wait<0>();
+            wgmma::pin(o);
+            wgmma::pin(p_frag);
+            break;
+        }
+        cp_async_wait<FWD_STAGES - 3>();
+        wgmma::fence_async_shared();
+        // Step j + 1 landed; every warpgroup has finished step j - 1, so its stage
+        // (the slot of step j + FWD_STAGES - 1) is free, and s_step's slot of step j + 1
+        // is read by everyone before thread 0 reuses the slot of step j.
+        __syncthreads();
+        load_kv(s_step[(j + FWD_STAGES - 1) % FWD_STAGES], (j + FWD_STAGES - 1) % FWD_STAGES);
+        if (threadIdx.x == 0) s_step[stage] = walk.next(mask, b, first_q_tile);  // step j + FWD_STAGES
+
+        wgmma::fence();
+        issue_scores(next_stage);
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++)  // O += P V, V MN-major
+            wgmma::mma_rs<D, 1>(o, p_frag[kk], wgmma::desc_mn_major(t_v, BN, 16 * kk, 0), true);
+        wgmma::commit();
+        wgmma::wait<1>();  // the scores; P V may still run
+        wgmma::pin(s);
+        softmax(next_step, next_stage);
+        wgmma::wait<0>();
+        wgmma::pin(o);
+        wgmma::pin(p_frag);
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            o[n][0] *= rescale[0];
+            o[n][1] *= rescale[0];
+            o[n][2] *= rescale[1];
+            o[n][3] *= rescale[1];
+        }
+        acc_to_a<BN>(p_frag, s);
+        step = next_step;
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float sum = row_sum[r];
+        sum += __shfl_xor_sync(0xffffffff, sum, 1);
+        sum += __shfl_xor_sync(0xffffffff, sum, 2);
+        const int qi = q_row + 8 * r;
+        if (qi >= S) continue;
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // a query that sees nothing outputs 0
+        bf16 *dst = out + ((int64_t)(b * S + qi) * H + h) * D + 2 * (l % 4);
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+            *reinterpret_cast<__nv_bfloat162 *>(dst + 8 * n) =
+                __floats2bfloat162_rn(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+        if (l % 4 == 0)
+            lse[((int64_t)b * H + h) * S + qi] = sum > 0.0f ? (row_max[r] + log2f(sum)) * LN2 : -INFINITY;
     }
 }
 
@@ -185,7 +273,7 @@ template <int D>
 void forward(const AttnShape *s, const TileMask *m, const int32_t *lo, const int32_t *hi,
              const bf16 *q, const bf16 *k, const bf16 *v, bf16 *out, float *lse, cudaStream_t stream) {
     const int n_blocks_q = (m->n_q_tiles + FWD_Q_TILES - 1) / FWD_Q_TILES;
-    launch(attn_fwd_kernel<D>, dim3(s->n_heads, n_blocks_q, s->batch), NUM_THREADS, fwd_smem_bytes<D>(), stream,
+    launch(attn_fwd_kernel<D>, dim3(s->n_heads, n_blocks_q, s->batch), FWD_THREADS, fwd_smem_bytes<D>(), stream,
            *s, *m, lo, hi, q, k, v, out, lse);
 }
 

@@ -1,14 +1,14 @@
 // Shared pieces of the attention kernels (attention_fwd.cu, attention_bwd.cu): tile sizes,
-// mma.sync/ldmatrix/cp.async primitives, register-fragment products, tile loaders, the
-// tile-list views of a TileMask, and the host-side argument check. Internal to attention/.
-// FlashAttention-2 structure (KERNELS.md): bf16 m16n8k16 tensor-core products with fp32
-// accumulators, ldmatrix from row-padded shared memory, cp.async double buffering, online
-// softmax in base 2, P kept in registers as the A operand of the next product; the
-// Hopper kernels use wgmma.cuh on 128-byte-swizzled tiles instead of ldmatrix.
+// cp.async and bulk-copy primitives, register-fragment helpers, the swizzled tile loader,
+// the tile-list views of a TileMask, and the host-side argument check. Internal to
+// attention/. FlashAttention-2/3 structure (KERNELS.md) on Hopper wgmma (wgmma.cuh):
+// 128-byte-swizzled shared tiles filled by cp.async, bf16 products with fp32 accumulators,
+// online softmax in base 2, P and dS kept in registers as the A operand of the next product.
 //
-// Every kernel uses warps of 16 rows of each 64-row tile (queries in the forward and the
-// dQ pass, keys in the dK/dV pass), so row reductions need only a 4-lane shuffle.
-// Measurements and the reasons for these choices: docs/KERNEL_NOTES.md.
+// Every kernel works in warpgroups whose warp w holds rows 16w..16w+15 of each 64-row tile
+// (queries in the forward and the dQ pass, keys in the dK/dV pass), so row reductions
+// need only a 4-lane shuffle. Measurements and the reasons for these choices:
+// docs/KERNEL_NOTES.md.
 #pragma once
 #include "attention/attention_cuda.h"
 
@@ -25,12 +25,9 @@ constexpr int BM = ATTN_CUDA_BLOCK_M;  // query rows per tile
 constexpr int BN = ATTN_CUDA_BLOCK_N;  // key rows per tile
 constexpr int NUM_WARPS = 4;
 constexpr int NUM_THREADS = 32 * NUM_WARPS;
-constexpr int WARP_ROWS = 16;  // rows of one m16n8k16 product
+constexpr int WARP_ROWS = 16;  // accumulator rows per warp
 static_assert(BM == NUM_WARPS * WARP_ROWS && BN == NUM_WARPS * WARP_ROWS,
               "each warp owns 16 rows of a 64-row tile");
-// bf16 elements of padding per shared-memory row: a row pitch of 16 bytes past a
-// multiple of 128 puts the 8 rows of one ldmatrix in 8 different bank groups.
-constexpr int PAD = 8;
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
 
@@ -54,27 +51,6 @@ __device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() {
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
-
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16 *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const bf16 *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-
-// c[16x8] += a[16x16] * b[16x8], bf16 inputs, fp32 accumulators.
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads, e.g. one warpgroup.
@@ -108,90 +84,9 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
-// Fragment loads. Accumulator layout of a 16x8 tile: c[0], c[1] at row lane/4, columns
-// 2*(lane%4) + {0,1}; c[2], c[3] the same columns at row lane/4 + 8.
-
-// A fragment (16 rows m0.. x 16 k k0..) of a row-major shared matrix A[m][k].
-__device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16 *A, int lda, int m0, int k0) {
-    int l = lane_id();
-    ldsm_x4(a, A + (m0 + l % 16) * lda + k0 + (l / 16) * 8);
-}
-// The same fragment of A stored transposed, At[k][m].
-__device__ __forceinline__ void load_a_trans(uint32_t (&a)[4], const bf16 *At, int lda, int m0,
-                                             int k0) {
-    int l = lane_id();
-    ldsm_x4_trans(a, At + (k0 + l % 8 + (l / 16) * 8) * lda + m0 + ((l / 8) % 2) * 8);
-}
-// B fragments of two 16x8 blocks (columns n0.. and n0+8..): b[0], b[1] for n0; b[2],
-// b[3] for n0+8. B_KN: B stored k-major, B[k][n]; otherwise n-major, Bt[n][k].
-template <bool B_KN>
-__device__ __forceinline__ void load_b(uint32_t (&b)[4], const bf16 *B, int ldb, int n0, int k0) {
-    int l = lane_id();
-    if (B_KN)
-        ldsm_x4_trans(b, B + (k0 + l % 8 + ((l / 8) % 2) * 8) * ldb + n0 + (l / 16) * 8);
-    else
-        ldsm_x4(b, B + (n0 + l % 8 + (l / 16) * 8) * ldb + k0 + ((l / 8) % 2) * 8);
-}
-
-// Warp products over MB row blocks of 16, acc[mb][16 x N] += A_mb[16 x K] * B[K x N]:
-// each B fragment loaded from shared memory feeds MB products (MB = 2 halves the
-// shared-memory traffic per flop). A given as register fragments (K/16 per block):
-template <int MB, int N, int K, bool B_KN>
-__device__ __forceinline__ void gemm_reg_a_mb(float (&acc)[MB][N / 8][4],
-                                           const uint32_t (&a)[MB][K / 16][4], const bf16 *B, int ldb) {
-#pragma unroll
-    for (int kk = 0; kk < K / 16; kk++) {
-#pragma unroll
-        for (int nn = 0; nn < N / 16; nn++) {
-            uint32_t b[4];
-            load_b<B_KN>(b, B, ldb, nn * 16, kk * 16);
-#pragma unroll
-            for (int mb = 0; mb < MB; mb++) {
-                mma16816(acc[mb][2 * nn], a[mb][kk], b[0], b[1]);
-                mma16816(acc[mb][2 * nn + 1], a[mb][kk], b[2], b[3]);
-            }
-        }
-    }
-}
-// A read from shared memory, block mb at rows m0 + mb * m_step (A_TRANS: stored At[k][m]):
-template <int MB, int N, int K, bool A_TRANS, bool B_KN>
-__device__ __forceinline__ void gemm_smem_a_mb(float (&acc)[MB][N / 8][4], const bf16 *A, int lda,
-                                            int m0, int m_step, const bf16 *B, int ldb) {
-#pragma unroll
-    for (int kk = 0; kk < K / 16; kk++) {
-        uint32_t a[MB][4];
-#pragma unroll
-        for (int mb = 0; mb < MB; mb++) {
-            if (A_TRANS) load_a_trans(a[mb], A, lda, m0 + mb * m_step, kk * 16);
-            else load_a(a[mb], A, lda, m0 + mb * m_step, kk * 16);
-        }
-#pragma unroll
-        for (int nn = 0; nn < N / 16; nn++) {
-            uint32_t b[4];
-            load_b<B_KN>(b, B, ldb, nn * 16, kk * 16);
-#pragma unroll
-            for (int mb = 0; mb < MB; mb++) {
-                mma16816(acc[mb][2 * nn], a[mb], b[0], b[1]);
-                mma16816(acc[mb][2 * nn + 1], a[mb], b[2], b[3]);
-            }
-        }
-    }
-}
-// One-block forms (the backward kernels).
-template <int N, int K, bool B_KN>
-__device__ __forceinline__ void gemm_reg_a(float (&acc)[N / 8][4], const uint32_t (&a)[K / 16][4],
-                                           const bf16 *B, int ldb) {
-    gemm_reg_a_mb<1, N, K, B_KN>(reinterpret_cast<float(&)[1][N / 8][4]>(acc),
-                              reinterpret_cast<const uint32_t(&)[1][K / 16][4]>(a), B, ldb);
-}
-template <int N, int K, bool A_TRANS, bool B_KN>
-__device__ __forceinline__ void gemm_smem_a(float (&acc)[N / 8][4], const bf16 *A, int lda, int m0,
-                                            const bf16 *B, int ldb) {
-    gemm_smem_a_mb<1, N, K, A_TRANS, B_KN>(reinterpret_cast<float(&)[1][N / 8][4]>(acc), A, lda, m0, 0,
-                                        B, ldb);
-}
-
-// An accumulator [16 x N] as bf16 A fragments of the next product (k = its columns).
+// A warp's accumulator rows [16 x N] (wgmma.cuh's layout: d[j][0..1] at row lane/4,
+// columns 8j + 2*(lane%4) + {0,1}; d[j][2..3] at row lane/4 + 8) as bf16 A fragments of
+// the next product (k = its columns).
 template <int N>
 __device__ __forceinline__ void acc_to_a(uint32_t (&a)[N / 16][4], const float (&acc)[N / 8][4]) {
 #pragma unroll
@@ -207,21 +102,6 @@ template <int N>
 __device__ __forceinline__ void zero(float (&acc)[N][4]) {
 #pragma unroll
     for (int i = 0; i < N; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-}
-
-// Rows [row0, row0 + ROWS) of one head of a [seq_len, row_stride] bf16 matrix into a
-// shared tile [ROWS][D + PAD]; rows past seq_len become zeros.
-template <int ROWS, int D>
-__device__ __forceinline__ void load_tile(bf16 *tile, const bf16 *head_base, int row_stride,
-                                          int row0, int seq_len) {
-    constexpr int CHUNKS = D / 8;  // 16-byte pieces per row
-#pragma unroll
-    for (int i = threadIdx.x; i < ROWS * CHUNKS; i += NUM_THREADS) {
-        int r = i / CHUNKS, c = (i % CHUNKS) * 8;
-        bool valid = row0 + r < seq_len;
-        const bf16 *src = head_base + (valid ? (int64_t)(row0 + r) * row_stride + c : 0);
-        cp_async16(tile + r * (D + PAD) + c, src, valid);
-    }
 }
 
 // 64 entries [i0, i0 + 64) of two int/float arrays into shared memory, zero past `end`.
@@ -316,21 +196,23 @@ __device__ __forceinline__ void mask_scores(float (&s)[BN / 8][4], const int32_t
 }
 
 // Rows [row0, row0 + ROWS) of one head of a [seq_len, row_stride] bf16 matrix into a
-// 128-byte-swizzled shared tile (wgmma.cuh); rows past seq_len become zeros.
-// THREADS: the block size (every thread takes part). The trip count is a compile-time
-// constant so the loop unrolls and each thread's offsets fold into constants.
+// 128-byte-swizzled shared tile (wgmma.cuh) by all THREADS threads of the block; rows past
+// seq_len become zeros. A thread copies the same 16-byte column chunk of rows r0,
+// r0 + PASS_ROWS, ...: PASS_ROWS is a multiple of 8, so the swizzle pattern is the same
+// for each and one shared offset and one source pointer serve every pass (few registers
+// held across the main loops).
 template <int ROWS, int D, int THREADS = NUM_THREADS>
 __device__ __forceinline__ void load_tile_swizzled(bf16 *tile, const bf16 *head_base, int row_stride,
                                                    int row0, int seq_len) {
-    constexpr int CHUNKS = D / 8;  // 16-byte pieces per row
-    static_assert(ROWS * CHUNKS % THREADS == 0, "every thread loads the same number of pieces");
+    constexpr int CHUNKS = D / 8, PASS_ROWS = THREADS / CHUNKS;  // 16-byte pieces per row
+    static_assert(PASS_ROWS % 8 == 0 && ROWS % PASS_ROWS == 0, "whole swizzle periods per pass");
+    const int r0 = threadIdx.x / CHUNKS, c = (threadIdx.x % CHUNKS) * 8;
+    bf16 *dst = tile + wgmma::swizzled_offset(r0, c, ROWS);
+    const bf16 *src = head_base + (int64_t)(row0 + r0) * row_stride + c;
 #pragma unroll
-    for (int it = 0; it < ROWS * CHUNKS / THREADS; it++) {
-        const int i = threadIdx.x + it * THREADS;
-        const int r = i / CHUNKS, c = (i % CHUNKS) * 8;
-        const bool valid = row0 + r < seq_len;
-        const bf16 *src = head_base + (valid ? (int64_t)(row0 + r) * row_stride + c : 0);
-        cp_async16(tile + wgmma::swizzled_offset(r, c, ROWS), src, valid);
+    for (int n = 0; n < ROWS / PASS_ROWS; n++) {
+        const bool valid = row0 + r0 + n * PASS_ROWS < seq_len;
+        cp_async16(dst + n * PASS_ROWS * 64, valid ? src + (int64_t)n * PASS_ROWS * row_stride : head_base, valid);
     }
 }
 

@@ -36,6 +36,29 @@ __global__ void attn_bwd_prep_kernel(const AttnShape shape, int s_pad, const bf1
     }
 }
 
+// Both recomputed products of a backward step, in flight together: s = A_s B_s^T and
+// dp = A_dp B_dp^T over head_dim, every operand a 64-row swizzled tile read K-major
+// (the dK/dV pass: S^T = K Q^T, dP^T = V dO^T; the dQ pass: S = Q K^T, dP = dO V^T).
+// Returns with both landed in registers.
+template <int D>
+__device__ __forceinline__ void recompute_s_dp(float (&s)[BN / 8][4], float (&dp)[BN / 8][4], const bf16 *a_s,
+                                               const bf16 *b_s, const bf16 *a_dp, const bf16 *b_dp) {
+    static_assert(BM == BN, "the four tiles share one row count");
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+        wgmma::mma_ss_n64<0, 0>(s, wgmma::desc_k_major(a_s, BM, 16 * kk), wgmma::desc_k_major(b_s, BM, 16 * kk),
+                                kk > 0);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+        wgmma::mma_ss_n64<0, 0>(dp, wgmma::desc_k_major(a_dp, BM, 16 * kk), wgmma::desc_k_major(b_dp, BM, 16 * kk),
+                                kk > 0);
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::pin(s);
+    wgmma::pin(dp);
+}
+
 // The dK/dV block: two warpgroups, warpgroup g owning key tile 2j + g of the block's pair
 // (128 keys), both walking the merged key-major lists of the pair. Sharing the query
 // tiles halves their loads per key, and dQ = dS K is summed over all 128 keys before it
@@ -173,19 +196,7 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1)
         const bool masked = !wg_full || ragged;
 
         float pt[BM / 8][4], dpt[BM / 8][4];  // S^T then P^T then dS^T; dP^T [64 keys x BM queries]
-        wgmma::fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++)
-            wgmma::mma_ss_n64<0, 0>(pt, wgmma::desc_k_major(wg_k, BN, 16 * kk),
-                                    wgmma::desc_k_major(t_q, BM, 16 * kk), kk > 0);
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++)
-            wgmma::mma_ss_n64<0, 0>(dpt, wgmma::desc_k_major(wg_v, BN, 16 * kk),
-                                    wgmma::desc_k_major(t_do, BM, 16 * kk), kk > 0);
-        wgmma::commit();
-        wgmma::wait<0>();
-        wgmma::pin(pt);
-        wgmma::pin(dpt);
+        recompute_s_dp<D>(pt, dpt, wg_k, t_q, wg_v, t_do);
 #pragma unroll
         for (int j = 0; j < BM / 8; j++) {
 #pragma unroll
@@ -385,19 +396,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 2)
         const bf16 *t_k = s_k + stage * BN * D, *t_v = s_v + stage * BN * D;
 
         float p[BN / 8][4], dp[BN / 8][4];  // S then P then dS; dP [64 queries x BN keys]
-        wgmma::fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++)
-            wgmma::mma_ss_n64<0, 0>(p, wgmma::desc_k_major(s_q, BM, 16 * kk),
-                                    wgmma::desc_k_major(t_k, BN, 16 * kk), kk > 0);
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++)
-            wgmma::mma_ss_n64<0, 0>(dp, wgmma::desc_k_major(s_do, BM, 16 * kk),
-                                    wgmma::desc_k_major(t_v, BN, 16 * kk), kk > 0);
-        wgmma::commit();
-        wgmma::wait<0>();
-        wgmma::pin(p);
-        wgmma::pin(dp);
+        recompute_s_dp<D>(p, dp, s_q, t_k, s_do, t_v);
         const bool ragged = (list.tile(i) + 1) * BN > S;
         if (list.is_partial(i) || ragged) mask_scores(p, s_lo + stage * BN, s_hi + stage * BN, q_row);
 #pragma unroll

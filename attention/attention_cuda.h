@@ -12,7 +12,8 @@
 //                      tile_mask_build_cuda), built for this lo/hi with block_m ==
 //                      ATTN_CUDA_BLOCK_M and block_n == ATTN_CUDA_BLOCK_N; the struct
 //                      itself is read on the host.
-// head_dim must be 64 or 128. Every call is asynchronous on `stream`.
+// head_dim must be 64 or 128. Every call is asynchronous on `stream`. The kernels use
+// Hopper instructions (wgmma, bulk asynchronous copies): sm_90a only, like the build.
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
@@ -38,9 +39,10 @@ void attention_forward_cuda(const AttnShape *shape, const TileMask *mask, const 
                             const attn_bf16 *v, attn_bf16 *out, float *lse, cudaStream_t stream);
 
 // Backward. Overwrites dq, dk, dv (not accumulated); GQA gradients summed over the query
-// heads sharing a KV head (inside one block, no atomics). dK/dV iterate the key-major
-// lists. dQ: deterministic == false accumulates it with fp32 atomics (fastest, not
-// reproducible bit for bit); deterministic == true runs a separate query-major dQ pass
+// heads sharing a KV head (per-head partials added in a fixed order, no atomics). dK/dV
+// iterate the key-major
+// lists. dQ: deterministic == false accumulates it with fp32 reductions in L2 (fastest,
+// not reproducible bit for bit); deterministic == true runs a separate query-major dQ pass
 // and every gradient is bitwise identical run to run. Scratch memory comes from
 // cudaMallocAsync on `stream`.
 void attention_backward_cuda(const AttnShape *shape, const TileMask *mask, const int32_t *lo,

@@ -40,11 +40,10 @@ void attention_forward_cuda(const AttnShape *shape, const TileMask *mask, const 
 
 // Backward. Overwrites dq, dk, dv (not accumulated); GQA gradients summed over the query
 // heads sharing a KV head (per-head partials added in a fixed order, no atomics). dK/dV
-// iterate the key-major
-// lists. dQ: deterministic == false accumulates it with fp32 reductions in L2 (fastest,
-// not reproducible bit for bit); deterministic == true runs a separate query-major dQ pass
-// and every gradient is bitwise identical run to run. Scratch memory comes from
-// cudaMallocAsync on `stream`.
+// iterate the key-major lists. dQ: deterministic == false accumulates it with fp32
+// reductions in L2 (fastest, not reproducible bit for bit); deterministic == true runs a
+// separate query-major dQ pass and every gradient is bitwise identical run to run.
+// Scratch memory comes from cudaMallocAsync on `stream`.
 void attention_backward_cuda(const AttnShape *shape, const TileMask *mask, const int32_t *lo,
                              const int32_t *hi, const attn_bf16 *q, const attn_bf16 *k,
                              const attn_bf16 *v, const attn_bf16 *out, const float *lse,

@@ -1,6 +1,7 @@
 // Block-sparse flash-attention backward: the D = rowsum(dO*O) pre-pass, dK/dV over the
-// key-major tile lists (wgmma, sm_90a) with dQ by fp32 atomics, or a query-major dQ pass
-// for bitwise-reproducible gradients (see attention_kernels.cuh and docs/KERNEL_NOTES.md).
+// key-major tile lists (wgmma, sm_90a) with dQ added by bulk fp32 reductions, or a
+// query-major dQ pass for bitwise-reproducible gradients (see attention_kernels.cuh and
+// docs/KERNEL_NOTES.md).
 #include "attention/attention_kernels.cuh"
 
 namespace {

@@ -121,21 +121,18 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1)
     const int wg = threadIdx.x / NUM_THREADS, warp = (threadIdx.x / 32) % NUM_WARPS, l = lane_id();
     const int block_k0 = blockIdx.y * KT * BN, k0 = block_k0 + wg * BN;  // block's and warpgroup's first key
     const float scale_log2 = shape.scale * LOG2E;
-    const TileList empty_line = {nullptr, nullptr, 0, 0};
     TileList lines[KT];
 #pragma unroll
-    for (int t = 0; t < KT; t++) {
-        const int k_tile = blockIdx.y * KT + t;  // an odd last tile has no partner
-        lines[t] = k_tile < mask.n_k_tiles ? key_major_list(mask, b, k_tile) : empty_line;
-    }
+    for (int t = 0; t < KT; t++) lines[t] = key_major_list(mask, b, blockIdx.y * KT + t);
     // Steps are (head, query tile) pairs: each head of the block over the merged lines.
-    MergedLines<KT> cursor(lines);
-    auto next_step = [&](int &head, bool (&full)[KT]) {
-        int q_tile = cursor.next(full);
+    MergedLines<KT> cursor;
+    cursor.init(lines);
+    auto next_step = [&](int &head, int &flags) {
+        int q_tile = cursor.next(flags);
         if (q_tile == INT_MAX && head + 1 < first_head + heads) {
             head++;
             cursor.restart();
-            q_tile = cursor.next(full);
+            q_tile = cursor.next(flags);
         }
         return q_tile;
     };
@@ -149,9 +146,8 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1)
             load_pair64(s_lse2 + stage * BM, s_dsum + stage * BM, lse2 + pad_off, dsum + pad_off, q0, s_pad);
     };
 
-    int head = first_head;
-    bool full[KT];
-    int q_tile = cursor.next(full);
+    int head = first_head, flags;  // flags: MergedLines's, of the step's query tile
+    int q_tile = cursor.next(flags);
     if (q_tile != INT_MAX) {  // keys nobody sees skip all loads and store zero gradients
         const int64_t kv_off = (int64_t)b * S * KVH * D + kv_head * D;
 #pragma unroll
@@ -162,9 +158,8 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1)
         load_step(head, q_tile, 0);
     }
     cp_async_commit();
-    int next_head = head;
-    bool next_full[KT];
-    int next_q_tile = next_step(next_head, next_full);
+    int next_head = head, next_flags;
+    int next_q_tile = next_step(next_head, next_flags);
 
     // This thread's two keys (accumulator rows); keys past seq_len are visible to nobody.
     const int key_row = k0 + warp * WARP_ROWS + l / 4;
@@ -191,10 +186,7 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1)
         const bf16 *t_q = s_q + stage * BM * D, *t_do = s_do + stage * BM * D;
         const float *t_lse2 = s_lse2 + stage * BM, *t_dsum = s_dsum + stage * BM;
         const int q0 = q_tile * BM;
-        bool wg_full = false;  // selected by unrolled compares: a run-time index would spill full[]
-#pragma unroll
-        for (int t = 0; t < KT; t++) wg_full |= t == wg && full[t];
-        const bool masked = !wg_full || ragged;
+        const bool masked = !MergedLines<KT>::sees_whole(flags, wg) || ragged;
 
         float pt[BM / 8][4], dpt[BM / 8][4];  // S^T then P^T then dS^T; dP^T [64 keys x BM queries]
         recompute_s_dp<D>(pt, dpt, wg_k, t_q, wg_v, t_do);
@@ -294,9 +286,8 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1)
         wgmma::pin(ds_frag);
         q_tile = next_q_tile;
         head = next_head;
-#pragma unroll
-        for (int t = 0; t < KT; t++) full[t] = next_full[t];
-        next_q_tile = next_step(next_head, next_full);
+        flags = next_flags;
+        next_q_tile = next_step(next_head, next_flags);
     }
 
     if (ATOMIC_DQ) bulk_wait_all();  // shared memory must outlive the reductions reading it

@@ -12,47 +12,18 @@ namespace {
 constexpr int FWD_Q_TILES = 2;
 constexpr int FWD_THREADS = FWD_Q_TILES * NUM_THREADS;  // one warpgroup (128) per query tile
 
-// The block's key tiles: the union of the full and partial lists of its two query tiles,
-// merged in ascending order. The walk's state lives in shared memory and only thread 0
-// advances it (per-thread state would hold 16 registers across the main loop). A step
-// is packed into one int: -1 when done, else k_tile << 4 | flags, per query tile t: bit
-// 2t set when it sees the key tile at all (in one of its lists), bit 2t + 1 when it sees
-// it whole (no mask work).
-struct TileWalk {
-    int pos[2 * FWD_Q_TILES], count[2 * FWD_Q_TILES];  // per query tile: full, partial
-
-    __device__ void init(const TileMask &m, int row, int first_q_tile) {
-#pragma unroll
-        for (int t = 0; t < FWD_Q_TILES; t++) {
-            const int q_tile = first_q_tile + t;
-            const bool exists = q_tile < m.n_q_tiles;  // an odd last tile has no partner
-            const int64_t slot = (int64_t)row * m.n_q_tiles + q_tile;
-            count[2 * t] = exists ? m.q_full_count[slot] : 0;
-            count[2 * t + 1] = exists ? m.q_partial_count[slot] : 0;
-            pos[2 * t] = pos[2 * t + 1] = 0;
-        }
-    }
-    __device__ int next(const TileMask &m, int row, int first_q_tile) {
-        int head[2 * FWD_Q_TILES], k_tile = INT_MAX;
-#pragma unroll
-        for (int i = 0; i < 2 * FWD_Q_TILES; i++) {
-            const int64_t slot = (int64_t)row * m.n_q_tiles + first_q_tile + i / 2;
-            const int32_t *list = (i % 2 ? m.q_partial_idx : m.q_full_idx) + slot * m.n_k_tiles;
-            head[i] = pos[i] < count[i] ? list[pos[i]] : INT_MAX;
-            k_tile = min(k_tile, head[i]);
-        }
-        if (k_tile == INT_MAX) return -1;
-        int flags = 0;
-#pragma unroll
-        for (int t = 0; t < FWD_Q_TILES; t++) {
-            const bool full = head[2 * t] == k_tile, partial = head[2 * t + 1] == k_tile;
-            flags |= ((full || partial) | full << 1) << (2 * t);
-        }
-#pragma unroll
-        for (int i = 0; i < 2 * FWD_Q_TILES; i++) pos[i] += head[i] == k_tile;
-        return k_tile << 4 | flags;
-    }
-};
+// The block's key tiles: the union of the lists of its two query tiles (MergedLines in
+// shared memory, advanced by thread 0 only: per-thread state would hold 16 registers
+// across the main loop). A step is packed into one int: -1 when done, else
+// k_tile << 4 | MergedLines flags (bit 2t: query tile t lists the key tile, bit 2t + 1:
+// sees it whole).
+typedef MergedLines<FWD_Q_TILES> TileWalk;
+static_assert(2 * FWD_Q_TILES <= 4, "the flags fit below the key tile");
+__device__ int next_packed_step(TileWalk &walk) {
+    int flags;
+    const int k_tile = walk.next(flags);
+    return k_tile == INT_MAX ? -1 : k_tile << 4 | flags;
+}
 
 // K/V ring depth: tile j + 1 must be resident while tile j's P V runs, and tile
 // j + FWD_STAGES - 1 is loaded meanwhile (two tiles of lead for the copies).
@@ -94,7 +65,7 @@ __global__ void __launch_bounds__(FWD_THREADS, 1)
     int32_t *s_lo = reinterpret_cast<int32_t *>(s_v + FWD_STAGES * BN * D);  // [FWD_STAGES][BN]
     int32_t *s_hi = s_lo + FWD_STAGES * BN;                                   // [FWD_STAGES][BN]
     __shared__ TileWalk walk;
-    __shared__ int s_step[FWD_STAGES];  // packed steps (TileWalk::next) j.. j + FWD_STAGES - 1, by j % FWD_STAGES
+    __shared__ int s_step[FWD_STAGES];  // packed steps (next_packed_step) j.. j + FWD_STAGES - 1, by j % FWD_STAGES
 
     const int h = blockIdx.x, first_q_tile = (gridDim.y - 1 - blockIdx.y) * FWD_Q_TILES, b = blockIdx.z;
     const int S = shape.seq_len, H = shape.n_heads, KVH = shape.n_kv_heads;
@@ -117,9 +88,12 @@ __global__ void __launch_bounds__(FWD_THREADS, 1)
         cp_async_commit();
     };
     if (threadIdx.x == 0) {
-        walk.init(mask, b, first_q_tile);
+        TileList lines[FWD_Q_TILES];
 #pragma unroll
-        for (int i = 0; i < FWD_STAGES; i++) s_step[i] = walk.next(mask, b, first_q_tile);
+        for (int t = 0; t < FWD_Q_TILES; t++) lines[t] = query_major_list(mask, b, first_q_tile + t);
+        walk.init(lines);
+#pragma unroll
+        for (int i = 0; i < FWD_STAGES; i++) s_step[i] = next_packed_step(walk);
     }
     __syncthreads();  // s_step
     int step = s_step[0];
@@ -226,7 +200,7 @@ __global__ void __launch_bounds__(FWD_THREADS, 1)
         // is read by everyone before thread 0 reuses the slot of step j.
         __syncthreads();
         load_kv(s_step[(j + FWD_STAGES - 1) % FWD_STAGES], (j + FWD_STAGES - 1) % FWD_STAGES);
-        if (threadIdx.x == 0) s_step[stage] = walk.next(mask, b, first_q_tile);  // step j + FWD_STAGES
+        if (threadIdx.x == 0) s_step[stage] = next_packed_step(walk);  // step j + FWD_STAGES
 
         wgmma::fence();
         issue_scores(next_stage);

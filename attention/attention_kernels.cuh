@@ -126,7 +126,10 @@ struct TileList {
     __device__ bool is_partial(int i) const { return i >= n_full; }
 };
 
+// The line of query tile q_tile (key-major: of key tile k_tile) of a row; a tile past the
+// last (the missing partner of an odd last tile) has an empty line.
 __device__ TileList query_major_list(const TileMask &m, int row, int q_tile) {
+    if (q_tile >= m.n_q_tiles) return {nullptr, nullptr, 0, 0};
     int64_t slot = (int64_t)row * m.n_q_tiles + q_tile;
     int n_full = m.q_full_count[slot];
     return {m.q_full_idx + slot * m.n_k_tiles, m.q_partial_idx + slot * m.n_k_tiles, n_full,
@@ -134,6 +137,7 @@ __device__ TileList query_major_list(const TileMask &m, int row, int q_tile) {
 }
 
 __device__ TileList key_major_list(const TileMask &m, int row, int k_tile) {
+    if (k_tile >= m.n_k_tiles) return {nullptr, nullptr, 0, 0};
     int64_t slot = (int64_t)row * m.n_k_tiles + k_tile;
     int n_full = m.k_full_count[slot];
     return {m.k_full_idx + slot * m.n_q_tiles, m.k_partial_idx + slot * m.n_q_tiles, n_full,
@@ -141,14 +145,15 @@ __device__ TileList key_major_list(const TileMask &m, int row, int k_tile) {
 }
 
 // The union of N tile lines (each a full and a partial list, both ascending), visited in
-// ascending order; per tile, which lines see it whole. A line that does not list the tile
-// at all (empty for it) reports "not whole": its per-element test hides every pair.
+// ascending order. Per tile, flags: bit 2i set when line i lists it, bit 2i + 1 when
+// line i sees it whole (no mask work). A line that does not list a tile (empty for it)
+// must hide every pair of it. A plain aggregate, so a block can keep one in shared memory.
 template <int N>
 struct MergedLines {
     TileList line[N];
     int pos_full[N], pos_partial[N];
 
-    __device__ explicit MergedLines(const TileList (&lines)[N]) {
+    __device__ void init(const TileList (&lines)[N]) {
 #pragma unroll
         for (int i = 0; i < N; i++) line[i] = lines[i];
         restart();
@@ -163,19 +168,23 @@ struct MergedLines {
     __device__ int head_partial(int i) const {
         return pos_partial[i] < line[i].n_total - line[i].n_full ? line[i].partial[pos_partial[i]] : INT_MAX;
     }
-    // The next tile (INT_MAX when done); full[i]: line i sees all of it.
-    __device__ int next(bool (&full)[N]) {
+    // The next tile, INT_MAX when done; its flags as above.
+    __device__ int next(int &flags) {
         int t = INT_MAX;
 #pragma unroll
         for (int i = 0; i < N; i++) t = min(t, min(head_full(i), head_partial(i)));
+        flags = 0;
+        if (t == INT_MAX) return t;
 #pragma unroll
         for (int i = 0; i < N; i++) {
-            full[i] = t != INT_MAX && head_full(i) == t;
-            pos_full[i] += full[i];
-            pos_partial[i] += t != INT_MAX && head_partial(i) == t;
+            const bool full = head_full(i) == t, partial = head_partial(i) == t;
+            flags |= ((full || partial) | full << 1) << (2 * i);
+            pos_full[i] += full;
+            pos_partial[i] += partial;
         }
         return t;
     }
+    __device__ static bool sees_whole(int flags, int i) { return flags >> (2 * i + 1) & 1; }
 };
 
 // Scores [16 x BN] of one warp: -inf where key k (columns, lo/hi from shared memory)

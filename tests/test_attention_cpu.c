@@ -154,25 +154,14 @@ static void run_case(Case *c) {
     tile_mask_free(&mask);
 }
 
-// max |got - want| / max |want|; NaN/inf anywhere in got gives +inf.
-static double relative_error(const float *got, const double *want, size_t n) {
-    double max_diff = 0, max_want = 1e-30;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(got[i])) return INFINITY;
-        max_diff = fmax(max_diff, fabs(got[i] - want[i]));
-        max_want = fmax(max_want, fabs(want[i]));
-    }
-    return max_diff / max_want;
-}
-
 static void compare_with_reference(const Case *c, const char *label) {
     const AttnShape *s = &c->shape;
     Reference r = reference_attention(c);
     const double tol = 1e-5;
-    double e_out = relative_error(c->out, r.out, q_elems(s));
-    double e_dq = relative_error(c->dq, r.dq, q_elems(s));
-    double e_dk = relative_error(c->dk, r.dk, kv_elems(s));
-    double e_dv = relative_error(c->dv, r.dv, kv_elems(s));
+    double e_out = test_relative_error(c->out, r.out, q_elems(s));
+    double e_dq = test_relative_error(c->dq, r.dq, q_elems(s));
+    double e_dk = test_relative_error(c->dk, r.dk, kv_elems(s));
+    double e_dv = test_relative_error(c->dv, r.dv, kv_elems(s));
     CHECK(e_out <= tol && e_dq <= tol && e_dk <= tol && e_dv <= tol,
           "%s (B%d S%d H%d KVH%d D%d tiles %dx%d): relative error out %.2e dq %.2e dk %.2e dv %.2e",
           label, s->batch, s->seq_len, s->n_heads, s->n_kv_heads, s->head_dim, c->block_m,

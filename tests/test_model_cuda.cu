@@ -89,27 +89,10 @@ static void packed_batch_free(PackedBatch *p) {
     doc_list_free(&p->docs);
 }
 
-static double cosine(const float *a, const float *b, size_t n) {
-    double dot = 0.0, aa = 0.0, bb = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        dot += (double)a[i] * b[i];
-        aa += (double)a[i] * a[i];
-        bb += (double)b[i] * b[i];
-    }
-    if (aa == 0.0 && bb == 0.0) return 1.0;
-    return aa > 0.0 && bb > 0.0 ? dot / sqrt(aa * bb) : 0.0;
-}
-
 static bool all_finite(const float *x, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (!isfinite(x[i])) return false;
     return true;
-}
-
-static double max_abs(const float *x, size_t n) {
-    double m = 0.0;
-    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
-    return m;
 }
 
 // Every tensor of `got` at cosine >= min_cosine against `want`; prints one line each.
@@ -118,7 +101,7 @@ static void compare_gradients(const char *what, const ParamTable *table, const f
     double worst = 1.0;
     for (int i = 0; i < table->n_tensors; i++) {
         const ParamTensor *p = &table->tensors[i];
-        const double c = cosine(got + p->offset, want + p->offset, p->numel);
+        const double c = test_cosine(got + p->offset, want + p->offset, p->numel);
         worst = fmin(worst, c);
         printf("  %s %-48s cosine %.6f\n", what, p->name, c);
         CHECK(c >= min_cosine, "%s: gradient of %s at cosine %.6f < %g", what, p->name, c,
@@ -229,8 +212,8 @@ static void run_config(const char *label, const ModelConfig *cfg) {
     double accumulate_err = 0.0;
     for (size_t i = 0; i < n; i++)
         accumulate_err = fmax(accumulate_err, fabs(grads_again[i] - 2.0 * grads[i]));
-    CHECK(accumulate_err <= 1e-5 * max_abs(grads, n), "second call doubles: off by %g (max %g)",
-          accumulate_err, max_abs(grads, n));
+    CHECK(accumulate_err <= 1e-5 * test_max_abs(grads, n), "second call doubles: off by %g (max %g)",
+          accumulate_err, test_max_abs(grads, n));
 
     // Atomic dQ mode: the same forward, gradients within bf16 noise.
     cuda_model_set_deterministic(model, false);
@@ -242,7 +225,7 @@ static void run_config(const char *label, const ModelConfig *cfg) {
     double atomic_worst = 1.0;
     for (int i = 0; i < table.n_tensors; i++) {
         const ParamTensor *p = &table.tensors[i];
-        atomic_worst = fmin(atomic_worst, cosine(grads_again + p->offset, grads + p->offset,
+        atomic_worst = fmin(atomic_worst, test_cosine(grads_again + p->offset, grads + p->offset,
                                                  p->numel));
     }
     CHECK(atomic_worst >= 0.999, "atomic dQ mode gradients at cosine %.6f", atomic_worst);
@@ -274,7 +257,7 @@ static void run_config(const char *label, const ModelConfig *cfg) {
     double mask_only_worst = 1.0;
     for (int i = 0; i < table.n_tensors; i++) {
         const ParamTensor *p = &table.tensors[i];
-        mask_only_worst = fmin(mask_only_worst, cosine(mask_only_grads + p->offset,
+        mask_only_worst = fmin(mask_only_worst, test_cosine(mask_only_grads + p->offset,
                                                        grads_again + p->offset, p->numel));
     }
     printf("  mask_only vs npass: worst cosine %.6f (must fail the 0.999 threshold)\n",

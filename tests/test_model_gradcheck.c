@@ -205,22 +205,6 @@ static double max_abs_diff(const float *a, const float *b, size_t n) {
     return m;
 }
 
-static double max_abs(const float *a, size_t n) {
-    double m = 0.0;
-    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(a[i]));
-    return m;
-}
-
-// max |analytic - numeric| / max |numeric| over one tensor.
-static double gradient_error(const float *analytic, const double *numeric, size_t n) {
-    double err = 0.0, scale = 1e-12;
-    for (size_t i = 0; i < n; i++) {
-        err = fmax(err, fabs(analytic[i] - numeric[i]));
-        scale = fmax(scale, fabs(numeric[i]));
-    }
-    return err / scale;
-}
-
 // ---- the checks ----
 
 static void check_param_table(const ModelConfig *cfg, const ParamTable *table) {
@@ -340,7 +324,7 @@ static void run_config(bool tied) {
     float *grads = calloc(table.total, sizeof(float));
     const double loss_fb = cpu_model_forward_backward(model, params, grads, &mb, loss_scale);
     CHECK(loss_fb == loss, "forward_backward returns the unscaled forward loss");
-    CHECK(isfinite(max_abs(grads, table.total)), "finite gradients");
+    CHECK(isfinite(test_max_abs(grads, table.total)), "finite gradients");
     const double h = 1e-5;
     for (int i = 0; i < table.n_tensors; i++) {
         const ParamTensor *p = &table.tensors[i];
@@ -356,13 +340,13 @@ static void run_config(bool tied) {
             numeric[j] = (plus - minus) / (2 * h) * loss_scale;
         }
         const float *analytic = grads + p->offset;
-        const double err = gradient_error(analytic, numeric, p->numel);
+        const double err = test_relative_error(analytic, numeric, p->numel);
         CHECK(err < GRAD_TOL, "%s: gradient relative error %.3g", p->name, err);
         if (i == 1) {  // the check is sharp: a 0.1% error in one coordinate fails it
             float *wrong = malloc(p->numel * sizeof(float));
             memcpy(wrong, analytic, p->numel * sizeof(float));
-            wrong[p->numel / 2] += 0.001f * (float)max_abs(wrong, p->numel);
-            CHECK(gradient_error(wrong, numeric, p->numel) > GRAD_TOL,
+            wrong[p->numel / 2] += 0.001f * (float)test_max_abs(wrong, p->numel);
+            CHECK(test_relative_error(wrong, numeric, p->numel) > GRAD_TOL,
                   "checker misses a 0.1%% error");
             free(wrong);
         }
@@ -375,7 +359,7 @@ static void run_config(bool tied) {
     cpu_model_forward_backward(model, params, twice, &mb, loss_scale);
     double acc_err = 0.0;
     for (size_t i = 0; i < table.total; i++) acc_err = fmax(acc_err, fabs(twice[i] - 2 * grads[i]));
-    CHECK(acc_err <= 1e-6 * max_abs(grads, table.total), "second call doubles: off by %g",
+    CHECK(acc_err <= 1e-6 * test_max_abs(grads, table.total), "second call doubles: off by %g",
           acc_err);
 
     // loss_scale scales gradients linearly.
@@ -384,7 +368,7 @@ static void run_config(bool tied) {
     double scale_err = 0.0;
     for (size_t i = 0; i < table.total; i++)
         scale_err = fmax(scale_err, fabs(scaled[i] - 0.3 * grads[i]));
-    CHECK(scale_err <= 1e-5 * max_abs(grads, table.total), "loss_scale 0.3: off by %g", scale_err);
+    CHECK(scale_err <= 1e-5 * test_max_abs(grads, table.total), "loss_scale 0.3: off by %g", scale_err);
 
     // Padding slots (fully masked queries and keys, no target) change nothing.
     Batch repadded = batch;
@@ -400,7 +384,7 @@ static void run_config(bool tied) {
         cpu_model_forward_backward(model, params, repadded_grads, &mb_repadded, loss_scale);
     CHECK(repadded_loss == loss, "padding changed the loss: %.9g vs %.9g", repadded_loss, loss);
     const double pad_diff = max_abs_diff(repadded_grads, grads, table.total);
-    CHECK(pad_diff <= 1e-6 * max_abs(grads, table.total), "padding changed gradients by %g",
+    CHECK(pad_diff <= 1e-6 * test_max_abs(grads, table.total), "padding changed gradients by %g",
           pad_diff);
 
     // Logits in chunks of 5 target rows (the last one partial) match one chunk.
@@ -412,7 +396,7 @@ static void run_config(bool tied) {
     CHECK(fabs(chunked_loss - loss) < 1e-6 * loss && max_abs_diff(chunked_losses, losses, T) < 1e-5,
           "chunked loss %.9g vs %.9g", chunked_loss, loss);
     const double chunk_diff = max_abs_diff(chunked_grads, grads, table.total);
-    CHECK(chunk_diff <= 1e-6 * max_abs(grads, table.total), "chunked gradients differ by %g",
+    CHECK(chunk_diff <= 1e-6 * test_max_abs(grads, table.total), "chunked gradients differ by %g",
           chunk_diff);
     cpu_model_set_logit_chunk_rows(model, T);
 

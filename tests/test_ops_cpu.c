@@ -27,16 +27,6 @@ static float *copy_floats(const float *x, size_t n) {
     return c;
 }
 
-// max |a - b| / max |b|: the error of `a` relative to the scale of reference `b`.
-static double relative_error(const float *a, const double *b, size_t n) {
-    double max_err = 0.0, max_ref = 1e-12;
-    for (size_t i = 0; i < n; i++) {
-        max_err = fmax(max_err, fabs(a[i] - b[i]));
-        max_ref = fmax(max_ref, fabs(b[i]));
-    }
-    return max_err / max_ref;
-}
-
 // Scalar objective of one op in double; reads every input from its context.
 typedef double (*ScalarFn)(const void *ctx);
 
@@ -62,7 +52,7 @@ static void check_gradient(const char *what, ScalarFn f, const void *ctx, double
     float *analytic = malloc(n * sizeof(float));
     numeric_gradient(f, ctx, x, n, numeric);
     for (size_t i = 0; i < n; i++) analytic[i] = accumulated[i] - (base ? base[i] : 0.0f);
-    const double err = relative_error(analytic, numeric, n);
+    const double err = test_relative_error(analytic, numeric, n);
     CHECK(err < 1e-4, "%s: gradient relative error %.3g", what, err);
     free(numeric);
     free(analytic);
@@ -145,7 +135,7 @@ static void test_rmsnorm(void) {
     double *ref = malloc(N * C * sizeof(double));
     for (int n = 0; n < N; n++)
         for (int j = 0; j < C; j++) ref[n * C + j] = rmsnorm_reference(&ctx, n, j);
-    CHECK(relative_error(out, ref, N * C) < 1e-6, "rmsnorm forward");
+    CHECK(test_relative_error(out, ref, N * C) < 1e-6, "rmsnorm forward");
 
     float *dx = copy_floats(dx_base, N * C), *dw = copy_floats(dw_base, C);
     rmsnorm_backward(dx, dw, r, x, w, rstd, N, C);
@@ -213,7 +203,7 @@ static void test_rope(void) {
     rope_forward(y, pos, N, H, D, theta);
     double ref[SIZE];
     rope_reference(&ctx, ref);
-    CHECK(relative_error(y, ref, SIZE) < 1e-6, "rope forward");
+    CHECK(test_relative_error(y, ref, SIZE) < 1e-6, "rope forward");
     int identity = 1;
     for (int i = 0; i < H * D; i++) identity &= y[2 * H * D + i] == x[2 * H * D + i];
     CHECK(identity, "rope at position 0 is the identity");
@@ -281,7 +271,7 @@ static void test_swiglu(void) {
     swiglu_forward(out, gate, up, n);
     double ref[n];
     for (int i = 0; i < n; i++) ref[i] = ctx.gate[i] / (1.0 + exp(-ctx.gate[i])) * ctx.up[i];
-    CHECK(relative_error(out, ref, n) < 1e-6, "swiglu forward");
+    CHECK(test_relative_error(out, ref, n) < 1e-6, "swiglu forward");
     for (int i = 0; i < n; i++) dgate[i] = dup[i] = 1e30f;  // must be overwritten
     swiglu_backward(dgate, dup, r, gate, up, n);
     check_gradient("swiglu dgate", swiglu_objective, &ctx, ctx.gate, n, dgate, NULL);
@@ -326,7 +316,7 @@ static void test_matmul(void) {
     double ref[N * OC];
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) ref[n * OC + o] = matmul_reference(&ctx, n, o);
-    CHECK(relative_error(out, ref, N * OC) < 1e-6, "matmul forward");
+    CHECK(test_relative_error(out, ref, N * OC) < 1e-6, "matmul forward");
 
     float *di = copy_floats(di_base, N * IC), *dw = copy_floats(dw_base, OC * IC);
     matmul_backward(di, dw, r, inp, weight, N, IC, OC);

@@ -26,16 +26,6 @@ extern "C" {  // plain C headers without guards of their own
 
 enum { SEQ_LEN = 1024, MICRO_ROWS = 2, N_CONVERSATIONS = 10 };
 
-static double cosine(const float *a, const float *b, size_t n) {
-    double dot = 0, aa = 0, bb = 0;
-    for (size_t i = 0; i < n; i++) {
-        dot += (double)a[i] * b[i];
-        aa += (double)a[i] * a[i];
-        bb += (double)b[i] * b[i];
-    }
-    return aa == 0 && bb == 0 ? 1.0 : dot / sqrt(aa * bb + 1e-300);
-}
-
 static size_t worst_index(const float *got, const float *want, size_t n, double abs_floor,
                           double *worst) {
     size_t at = 0;
@@ -117,7 +107,7 @@ int main(void) {
     int low_cosine = 0;
     for (int t = 0; t < table.n_tensors; t++) {
         const ParamTensor *pt = &table.tensors[t];
-        const double cs = cosine(grads + pt->offset, grads_cpu + pt->offset, pt->numel);
+        const double cs = test_cosine(grads + pt->offset, grads_cpu + pt->offset, pt->numel);
         if (!(cs >= 0.99)) {
             low_cosine++;
             fprintf(stderr, "  %s: gradient cosine %.5f vs CPU\n", pt->name, cs);

@@ -40,6 +40,39 @@ static inline float test_rng_uniform(TestRng *r) {  // [-1, 1)
 }
 #include <stdlib.h>
 #include <time.h>
+
+// Comparisons shared by the tests. A NaN or an infinity in the values under test makes
+// the error +inf (fmax alone would step over a NaN).
+// max |x|.
+static inline double test_max_abs(const float *x, size_t n) {
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(x[i])) return INFINITY;
+        m = fmax(m, fabs(x[i]));
+    }
+    return m;
+}
+// max |got - want| / max |want|: the error of `got` relative to the reference's scale.
+static inline double test_relative_error(const float *got, const double *want, size_t n) {
+    double max_diff = 0.0, max_want = 1e-30;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i])) return INFINITY;
+        max_diff = fmax(max_diff, fabs(got[i] - want[i]));
+        max_want = fmax(max_want, fabs(want[i]));
+    }
+    return max_diff / max_want;
+}
+// Cosine similarity in double: 1 when both are all zeros, 0 when only one is.
+static inline double test_cosine(const float *a, const float *b, size_t n) {
+    double dot = 0.0, aa = 0.0, bb = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        dot += (double)a[i] * b[i];
+        aa += (double)a[i] * a[i];
+        bb += (double)b[i] * b[i];
+    }
+    if (aa == 0.0 && bb == 0.0) return 1.0;
+    return aa > 0.0 && bb > 0.0 ? dot / sqrt(aa * bb) : 0.0;
+}
 static inline TestRng test_rng_from_env(void) {
     const char *env = getenv("TEST_SEED");
     uint64_t seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);

@@ -37,15 +37,15 @@ int main(void) {
                               .trained_tokens_seen = 98765, .elapsed_s = 1.0 / 3.0};
     char ckpt[300], err[512];
     snprintf(ckpt, sizeof ckpt, "%s/run/checkpoint-000017", dir);
-    CHECK(checkpoint_save(ckpt, &cfg, &table, params, &opt, &progress, err, sizeof err) == 0, "save: %s", err);
+    EXPECT(checkpoint_save(ckpt, &cfg, &table, params, &opt, &progress, err, sizeof err) == 0, "save: %s", err);
 
     TrainProgress back = {0};
-    CHECK(checkpoint_load(ckpt, &table, params_back, &opt_back, &back, err, sizeof err) == 0, "load: %s", err);
-    CHECK(memcmp(params, params_back, sizeof params) == 0, "weights bit-identical");
-    CHECK(memcmp(opt.m, opt_back.m, 32 * sizeof(float)) == 0, "exp_avg bit-identical");
-    CHECK(memcmp(opt.v, opt_back.v, 32 * sizeof(float)) == 0, "exp_avg_sq bit-identical");
-    CHECK(opt_back.step == 17, "optimizer step %ld", opt_back.step);
-    CHECK(back.step == progress.step && back.data_epoch == progress.data_epoch &&
+    EXPECT(checkpoint_load(ckpt, &table, params_back, &opt_back, &back, err, sizeof err) == 0, "load: %s", err);
+    EXPECT(memcmp(params, params_back, sizeof params) == 0, "weights bit-identical");
+    EXPECT(memcmp(opt.m, opt_back.m, 32 * sizeof(float)) == 0, "exp_avg bit-identical");
+    EXPECT(memcmp(opt.v, opt_back.v, 32 * sizeof(float)) == 0, "exp_avg_sq bit-identical");
+    EXPECT(opt_back.step == 17, "optimizer step %ld", opt_back.step);
+    EXPECT(back.step == progress.step && back.data_epoch == progress.data_epoch &&
               back.data_cursor == progress.data_cursor && back.seed == progress.seed &&
               back.tokens_seen == progress.tokens_seen &&
               back.trained_tokens_seen == progress.trained_tokens_seen &&
@@ -56,13 +56,13 @@ int main(void) {
     char path[400];
     snprintf(path, sizeof path, "%s/model.safetensors", ckpt);
     SafeTensorsFile f;
-    CHECK(safetensors_read(path, &f, err, sizeof err) == 0 && f.n_tensors == 3 &&
+    EXPECT(safetensors_read(path, &f, err, sizeof err) == 0 && f.n_tensors == 3 &&
               safetensors_find(&f, "model.norm.weight") != NULL,
           "model.safetensors holds the HF names: %s", err);
     safetensors_file_free(&f);
     snprintf(path, sizeof path, "%s/config.json", ckpt);
     json_t *hf = json_load_file(path, 0, NULL);
-    CHECK(hf && json_integer_value(json_object_get(hf, "hidden_size")) == 4 &&
+    EXPECT(hf && json_integer_value(json_object_get(hf, "hidden_size")) == 4 &&
               json_integer_value(json_object_get(hf, "num_key_value_heads")) == 1 &&
               json_is_true(json_object_get(hf, "tie_word_embeddings")),
           "HF config.json");
@@ -72,11 +72,11 @@ int main(void) {
     progress.step = 18;
     char other[300];
     snprintf(other, sizeof other, "%s/other", dir);
-    CHECK(checkpoint_save(other, &cfg, &table, params, &opt, &progress, err, sizeof err) == 0, "save 2: %s", err);
+    EXPECT(checkpoint_save(other, &cfg, &table, params, &opt, &progress, err, sizeof err) == 0, "save 2: %s", err);
     char cmd[1000];
     snprintf(cmd, sizeof cmd, "cp %s/model.safetensors %s/model.safetensors", other, ckpt);
-    CHECK(system(cmd) == 0, "copy");
-    CHECK(checkpoint_load(ckpt, &table, params_back, &opt_back, &back, err, sizeof err) != 0 &&
+    EXPECT(system(cmd) == 0, "copy");
+    EXPECT(checkpoint_load(ckpt, &table, params_back, &opt_back, &back, err, sizeof err) != 0 &&
               strstr(err, "incomplete checkpoint"),
           "mismatched steps refused: %s", err);
 
@@ -88,7 +88,7 @@ int main(void) {
     float big_params[56];
     AdamWState big_opt;
     adamw_init(&big_opt, 56);
-    CHECK(checkpoint_load(other, &bigger, big_params, &big_opt, &back, err, sizeof err) != 0 &&
+    EXPECT(checkpoint_load(other, &bigger, big_params, &big_opt, &back, err, sizeof err) != 0 &&
               strstr(err, "lm_head.weight"),
           "missing tensor named: %s", err);
     adamw_free(&big_opt);

@@ -79,13 +79,13 @@ static bool same_text(const char *a, const char *b) {
 
 static void check_messages(const Message *got, int n_got, const ExpectedMessage *want, int n_want,
                            const char *what) {
-    CHECK(n_got == n_want, "%s: %d messages, want %d", what, n_got, n_want);
+    EXPECT(n_got == n_want, "%s: %d messages, want %d", what, n_got, n_want);
     for (int i = 0; i < n_got && i < n_want; i++) {
-        CHECK(got[i].role == want[i].role, "%s[%d]: role %d want %d", what, i, got[i].role,
+        EXPECT(got[i].role == want[i].role, "%s[%d]: role %d want %d", what, i, got[i].role,
               want[i].role);
-        CHECK(same_text(got[i].content, want[i].content), "%s[%d]: content '%s' want '%s'", what,
+        EXPECT(same_text(got[i].content, want[i].content), "%s[%d]: content '%s' want '%s'", what,
               i, got[i].content, want[i].content);
-        CHECK(same_text(got[i].reasoning, want[i].reasoning), "%s[%d]: reasoning '%s' want '%s'",
+        EXPECT(same_text(got[i].reasoning, want[i].reasoning), "%s[%d]: reasoning '%s' want '%s'",
               what, i, got[i].reasoning ? got[i].reasoning : "(null)",
               want[i].reasoning ? want[i].reasoning : "(null)");
     }
@@ -121,9 +121,9 @@ static void test_random_round_trips(TestRng *rng) {
             char *line = json_dumps(root, JSON_COMPACT);
             Sample s;
             int rc = sample_parse_line(line, strlen(line), "rand.jsonl", trial + 1, &s, err, sizeof err);
-            CHECK(rc == 0, "%s", err);
+            EXPECT(rc == 0, "%s", err);
             if (rc == 0) {
-                CHECK(s.kind == SAMPLE_SHARED_PREFIX && s.line == trial + 1, "kind %d line %d",
+                EXPECT(s.kind == SAMPLE_SHARED_PREFIX && s.line == trial + 1, "kind %d line %d",
                       s.kind, s.line);
                 check_messages(s.messages, s.n_messages, msgs, n - 1, "prompt");
                 check_messages(s.completions, s.n_completions, comps, n_completions, "completions");
@@ -138,9 +138,9 @@ static void test_random_round_trips(TestRng *rng) {
             char *line = json_dumps(root, JSON_COMPACT | (trial % 2 ? JSON_ENSURE_ASCII : 0));
             Sample s;
             int rc = sample_parse_line(line, strlen(line), "rand.jsonl", trial + 1, &s, err, sizeof err);
-            CHECK(rc == 0, "%s", err);
+            EXPECT(rc == 0, "%s", err);
             if (rc == 0) {
-                CHECK(s.kind == SAMPLE_CONVERSATION && s.n_completions == 0, "kind %d", s.kind);
+                EXPECT(s.kind == SAMPLE_CONVERSATION && s.n_completions == 0, "kind %d", s.kind);
                 check_messages(s.messages, s.n_messages, msgs, n, "messages");
                 sample_free(&s);
             }
@@ -181,19 +181,19 @@ static void test_fixed_cases(void) {
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         int rc = sample_parse_line(cases[i].json, strlen(cases[i].json), "fixed.jsonl", 1, &s, err,
                                    sizeof err);
-        CHECK(rc == 0, "case %zu: %s", i, err);
+        EXPECT(rc == 0, "case %zu: %s", i, err);
         if (rc != 0) continue;
         const Message *last = &s.messages[s.n_messages - 1];
-        CHECK(strcmp(last->content, cases[i].content) == 0, "case %zu: content '%s'", i,
+        EXPECT(strcmp(last->content, cases[i].content) == 0, "case %zu: content '%s'", i,
               last->content);
-        CHECK(same_text(last->reasoning, cases[i].reasoning), "case %zu: reasoning '%s'", i,
+        EXPECT(same_text(last->reasoning, cases[i].reasoning), "case %zu: reasoning '%s'", i,
               last->reasoning ? last->reasoning : "(null)");
         sample_free(&s);
     }
     // A user message's think tags are its text, not reasoning.
     int rc = sample_parse_line(cases[5].json, strlen(cases[5].json), "fixed.jsonl", 1, &s, err,
                                sizeof err);
-    CHECK(rc == 0 && strcmp(s.messages[0].content, "<think>user text keeps tags</think>") == 0 &&
+    EXPECT(rc == 0 && strcmp(s.messages[0].content, "<think>user text keeps tags</think>") == 0 &&
               !s.messages[0].reasoning,
           "user think tags changed");
     if (rc == 0) sample_free(&s);
@@ -281,14 +281,14 @@ static void test_bad_lines(TestRng *rng) {
         int rc = sample_parse_line(BAD_CASES[i].json, strlen(BAD_CASES[i].json), "data.jsonl",
                                    line, &s, err, sizeof err);
         snprintf(want_prefix, sizeof want_prefix, "data.jsonl:%d: ", line);
-        CHECK(rc == -1, "bad case %d accepted: %s", i, BAD_CASES[i].json);
+        EXPECT(rc == -1, "bad case %d accepted: %s", i, BAD_CASES[i].json);
         if (rc != -1) {
             sample_free(&s);
             continue;
         }
-        CHECK(strncmp(err, want_prefix, strlen(want_prefix)) == 0, "case %d: '%s' lacks '%s'", i,
+        EXPECT(strncmp(err, want_prefix, strlen(want_prefix)) == 0, "case %d: '%s' lacks '%s'", i,
               err, want_prefix);
-        CHECK(strstr(err, BAD_CASES[i].expect) != NULL, "case %d: '%s' lacks '%s'", i, err,
+        EXPECT(strstr(err, BAD_CASES[i].expect) != NULL, "case %d: '%s' lacks '%s'", i, err,
               BAD_CASES[i].expect);
     }
 }
@@ -324,7 +324,7 @@ static int load_in_child(const char *path, char *out, size_t out_len) {
 
 static void test_dataset_files(TestRng *rng) {
     char dir[] = "/tmp/onepass_formats_XXXXXX";
-    CHECK(mkdtemp(dir) != NULL, "mkdtemp failed");
+    EXPECT(mkdtemp(dir) != NULL, "mkdtemp failed");
     char path[256];
     snprintf(path, sizeof path, "%s/mixed.jsonl", dir);
     for (int trial = 0; trial < 20; trial++) {
@@ -348,31 +348,31 @@ static void test_dataset_files(TestRng *rng) {
         if (n_good == 0) continue;  // an all-bad file is fatal even with skip_bad
         Dataset d;
         dataset_load(path, true, &d);
-        CHECK(d.n_samples == n_good && d.n_skipped == n_bad, "got %d good %d skipped, want %d %d",
+        EXPECT(d.n_samples == n_good && d.n_skipped == n_bad, "got %d good %d skipped, want %d %d",
               d.n_samples, d.n_skipped, n_good, n_bad);
         for (int i = 0; i < d.n_samples && i < n_good; i++)
-            CHECK(d.samples[i].line == good_lines[i], "sample %d on line %d, want %d", i,
+            EXPECT(d.samples[i].line == good_lines[i], "sample %d on line %d, want %d", i,
                   d.samples[i].line, good_lines[i]);
         dataset_free(&d);
 
         char msg[2048], want[512];
         int status = load_in_child(path, msg, sizeof msg);
         if (n_bad == 0) {
-            CHECK(status == 0, "clean file failed to load: %s", msg);
+            EXPECT(status == 0, "clean file failed to load: %s", msg);
         } else {
             snprintf(want, sizeof want, "%s:%d: ", path, first_bad_line);
-            CHECK(status == 1 && strstr(msg, want) && strstr(msg, BAD_CASES[first_bad_case].expect),
+            EXPECT(status == 1 && strstr(msg, want) && strstr(msg, BAD_CASES[first_bad_case].expect),
                   "status %d, message '%s', want '%s' and '%s'", status, msg, want,
                   BAD_CASES[first_bad_case].expect);
         }
     }
     char msg[1024];
     snprintf(path, sizeof path, "%s/missing.jsonl", dir);
-    CHECK(load_in_child(path, msg, sizeof msg) == 1 && strstr(msg, path),
+    EXPECT(load_in_child(path, msg, sizeof msg) == 1 && strstr(msg, path),
           "a missing file: '%s'", msg);
     snprintf(path, sizeof path, "%s/empty.jsonl", dir);
     fclose(fopen(path, "wb"));
-    CHECK(load_in_child(path, msg, sizeof msg) == 1 && strstr(msg, "no usable samples"),
+    EXPECT(load_in_child(path, msg, sizeof msg) == 1 && strstr(msg, "no usable samples"),
           "an empty file: '%s'", msg);
     remove(path);
     snprintf(path, sizeof path, "%s/mixed.jsonl", dir);

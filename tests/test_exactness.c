@@ -73,7 +73,7 @@ static Entry *trained_entries(const PackedRows *rows, const DocList *docs,
             for (int k = 0; k < seq_len; k++) {
                 if (k == q || !(lo[k] <= q && q < hi[k])) continue;
                 if (k > q) {
-                    CHECK(false, "row %d: query %d sees a later key %d (not causal)", r, q, k);
+                    EXPECT(false, "row %d: query %d sees a later key %d (not causal)", r, q, k);
                     continue;
                 }
                 children[n_children++] = ctx[k];
@@ -183,11 +183,11 @@ static EntrySet layout_entries(LayoutKind layout, const TokenizedSample *samples
     DocList docs = {0};
     char err[256];
     for (int s = 0; s < n_samples; s++)
-        CHECK(layout_sample(layout, &samples[s], s, &docs, err, sizeof err) == 0, "%s: %s",
+        EXPECT(layout_sample(layout, &samples[s], s, &docs, err, sizeof err) == 0, "%s: %s",
               layout_name(layout), err);
     PackedRows rows;
     int skipped;
-    CHECK(pack_docs(&docs, SEQ_LEN, (PackOptions){false, false}, &rows, &skipped, err, sizeof err) == 0,
+    EXPECT(pack_docs(&docs, SEQ_LEN, (PackOptions){false, false}, &rows, &skipped, err, sizeof err) == 0,
           "%s", err);
     EntrySet set;
     set.e = trained_entries(&rows, &docs, samples, layout == LAYOUT_NPASS, &set.n);
@@ -221,21 +221,21 @@ static void test_conversations(TestRng *rng, int round) {
         int want_trained = 0;
         for (int t = 0; t < samples[s].n_turns; t++)
             want_trained += samples[s].turns[t].think.n + samples[s].turns[t].answer.n;
-        CHECK(ref.n == want_trained, "round %d sample %d: npass trains %d, want |think|+|answer| = %d",
+        EXPECT(ref.n == want_trained, "round %d sample %d: npass trains %d, want |think|+|answer| = %d",
               round, s, ref.n, want_trained);
-        CHECK(positions_match(dup, ref), "round %d sample %d: duplicate differs from npass", round, s);
-        CHECK(multisets_equal(dup, ref), "round %d sample %d: duplicate multiset", round, s);
+        EXPECT(positions_match(dup, ref), "round %d sample %d: duplicate differs from npass", round, s);
+        EXPECT(multisets_equal(dup, ref), "round %d sample %d: duplicate multiset", round, s);
         if (has_history_thinking(&samples[s])) {
             n_inexact++;
-            CHECK(unmatched(mask, ref) > 0,
+            EXPECT(unmatched(mask, ref) > 0,
                   "round %d sample %d: mask_only matched npass although history answers "
                   "followed thinking", round, s);
         } else {
-            CHECK(positions_match(mask, ref), "round %d sample %d: without history thinking "
+            EXPECT(positions_match(mask, ref), "round %d sample %d: without history thinking "
                   "mask_only is npass", round, s);
         }
     }
-    CHECK(n_inexact > 0, "round %d: no sample with history thinking was drawn", round);
+    EXPECT(n_inexact > 0, "round %d: no sample with history thinking was drawn", round);
 
     // The hash can fail: change one token that some trained position sees.
     int trained_slot;
@@ -249,7 +249,7 @@ static void test_conversations(TestRng *rng, int round) {
     int sample = npass_docs.docs[npass_rows.doc[victim]].sample;
     EntrySet perturbed;
     perturbed.e = trained_entries(&npass_rows, &npass_docs, samples, true, &perturbed.n);
-    CHECK(!multisets_equal(sample_slice(duplicate, sample), sample_slice(perturbed, sample)),
+    EXPECT(!multisets_equal(sample_slice(duplicate, sample), sample_slice(perturbed, sample)),
           "round %d: perturbing slot %d did not change any context", round, victim);
     free(perturbed.e);
 
@@ -269,9 +269,9 @@ static void test_shared_prefix(TestRng *rng, int round) {
     EntrySet shared = layout_entries(LAYOUT_SHARED_PREFIX, samples, N_SAMPLES, NULL, NULL);
     for (int s = 0; s < N_SAMPLES; s++) {
         EntrySet ref = sample_slice(npass, s), got = sample_slice(shared, s);
-        CHECK(positions_match(got, ref), "round %d set %d: shared_prefix differs from the "
+        EXPECT(positions_match(got, ref), "round %d set %d: shared_prefix differs from the "
               "separate passes", round, s);
-        CHECK(multisets_equal(got, ref), "round %d set %d: shared_prefix multiset", round, s);
+        EXPECT(multisets_equal(got, ref), "round %d set %d: shared_prefix multiset", round, s);
     }
     free(npass.e);
     free(shared.e);
@@ -301,7 +301,7 @@ static void test_synthetic_data(void) {
         EntrySet ref, got;
         ref.e = trained_entries(&ref_data.rows, &ref_data.docs, ref_data.samples, true, &ref.n);
         got.e = trained_entries(&data.rows, &data.docs, data.samples, false, &got.n);
-        CHECK(ref.n > 0 && positions_match(got, ref), "%s: %s differs from npass (%d vs %d trained)",
+        EXPECT(ref.n > 0 && positions_match(got, ref), "%s: %s differs from npass (%d vs %d trained)",
               cases[c].path, layout_name(cases[c].layout), got.n, ref.n);
         free(ref.e);
         free(got.e);

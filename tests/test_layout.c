@@ -15,7 +15,7 @@
 static void check_field(const char *what, const char *field, const int32_t *got,
                         const int32_t *want, int n) {
     for (int i = 0; i < n; i++)
-        CHECK(got[i] == want[i], "%s: %s[%d] = %d, want %d", what, field, i, got[i], want[i]);
+        EXPECT(got[i] == want[i], "%s: %s[%d] = %d, want %d", what, field, i, got[i], want[i]);
 }
 
 typedef struct {
@@ -24,7 +24,7 @@ typedef struct {
 } ExpectedDoc;
 
 static void check_doc(const char *what, const Doc *d, ExpectedDoc e) {
-    CHECK(d->n == e.n, "%s: %d tokens, want %d", what, d->n, e.n);
+    EXPECT(d->n == e.n, "%s: %d tokens, want %d", what, d->n, e.n);
     if (d->n != e.n) return;
     int32_t *causal = malloc((size_t)e.n * sizeof(int32_t));
     for (int i = 0; i < e.n; i++) causal[i] = i;
@@ -54,8 +54,8 @@ static void test_duplicate_worked_example(void) {
     TokenizedSample s = worked_example(turns);
     DocList docs = {0};
     char err[256];
-    CHECK(layout_sample(LAYOUT_DUPLICATE, &s, 3, &docs, err, sizeof err) == 0, "%s", err);
-    CHECK(docs.n_docs == 1, "one document, got %d", docs.n_docs);
+    EXPECT(layout_sample(LAYOUT_DUPLICATE, &s, 3, &docs, err, sizeof err) == 0, "%s", err);
+    EXPECT(docs.n_docs == 1, "one document, got %d", docs.n_docs);
     // idx   0-2  3-6  7-8  9-10 11-13 14-16 17-18
     // seg   p1   th1  a1A  a1B  p2    th2   a2
     // pos   0-2  3-6  7-8  3-4  5-7   8-10  11-12
@@ -71,7 +71,7 @@ static void test_duplicate_worked_example(void) {
     };
     if (docs.n_docs == 1) {
         check_doc("duplicate", &docs.docs[0], e);
-        CHECK(docs.docs[0].sample == 3 && docs.docs[0].line == 7, "sample %d line %d",
+        EXPECT(docs.docs[0].sample == 3 && docs.docs[0].line == 7, "sample %d line %d",
               docs.docs[0].sample, docs.docs[0].line);
     }
     doc_list_free(&docs);
@@ -82,10 +82,10 @@ static void test_npass_worked_example(void) {
     TokenizedSample s = worked_example(turns);
     DocList docs = {0};
     char err[256];
-    CHECK(layout_sample(LAYOUT_NPASS, &s, 0, &docs, err, sizeof err) == 0, "%s", err);
-    CHECK(docs.n_docs == 2, "two documents, got %d", docs.n_docs);
+    EXPECT(layout_sample(LAYOUT_NPASS, &s, 0, &docs, err, sizeof err) == 0, "%s", err);
+    EXPECT(docs.n_docs == 2, "two documents, got %d", docs.n_docs);
     if (docs.n_docs != 2) return;
-    CHECK(docs.docs[0].n + docs.docs[1].n == 22, "22 tokens, got %d",
+    EXPECT(docs.docs[0].n + docs.docs[1].n == 22, "22 tokens, got %d",
           docs.docs[0].n + docs.docs[1].n);
     check_doc("npass turn 0", &docs.docs[0],
               (ExpectedDoc){9, (int32_t[]){101, 102, 103, 201, 202, 203, 204, 301, 302},
@@ -109,10 +109,10 @@ static void test_npass_worked_example(void) {
         for (int i = 0; i < docs.docs[d].n; i++)
             if (docs.docs[d].target[i] != -1) {
                 if (n_trained < 11)
-                    CHECK(docs.docs[d].target[i] == want[n_trained], "trained #%d", n_trained);
+                    EXPECT(docs.docs[d].target[i] == want[n_trained], "trained #%d", n_trained);
                 n_trained++;
             }
-    CHECK(n_trained == 11, "11 trained positions, got %d", n_trained);
+    EXPECT(n_trained == 11, "11 trained positions, got %d", n_trained);
     doc_list_free(&docs);
 }
 
@@ -121,8 +121,8 @@ static void test_mask_only_worked_example(void) {
     TokenizedSample s = worked_example(turns);
     DocList docs = {0};
     char err[256];
-    CHECK(layout_sample(LAYOUT_MASK_ONLY, &s, 0, &docs, err, sizeof err) == 0, "%s", err);
-    CHECK(docs.n_docs == 1, "one document");
+    EXPECT(layout_sample(LAYOUT_MASK_ONLY, &s, 0, &docs, err, sizeof err) == 0, "%s", err);
+    EXPECT(docs.n_docs == 1, "one document");
     // p1 th1 a1 p2 th2 a2 in order; thinking visible only up to its answer's end.
     if (docs.n_docs == 1)
         check_doc("mask_only", &docs.docs[0],
@@ -145,7 +145,7 @@ static void test_turn_without_reasoning(void) {
     TokenizedSample s = {SAMPLE_CONVERSATION, turns, 2, NO_SPAN, 1};
     DocList docs = {0};
     char err[256];
-    CHECK(layout_sample(LAYOUT_DUPLICATE, &s, 0, &docs, err, sizeof err) == 0, "%s", err);
+    EXPECT(layout_sample(LAYOUT_DUPLICATE, &s, 0, &docs, err, sizeof err) == 0, "%s", err);
     if (docs.n_docs == 1)
         check_doc("duplicate without reasoning", &docs.docs[0],
                   (ExpectedDoc){9, (int32_t[]){101, 102, 301, 302, 303, 111, 211, 212, 311},
@@ -166,7 +166,7 @@ static void test_shared_prefix(void) {
     TokenizedSample s = {SAMPLE_SHARED_PREFIX, completions, 2, SPAN(101, 102, 103), 4};
     DocList docs = {0};
     char err[256];
-    CHECK(layout_sample(LAYOUT_SHARED_PREFIX, &s, 0, &docs, err, sizeof err) == 0, "%s", err);
+    EXPECT(layout_sample(LAYOUT_SHARED_PREFIX, &s, 0, &docs, err, sizeof err) == 0, "%s", err);
     // P[0:-1] | P[-1] S1 | P[-1] S2; blocks restart at position |P|-1 = 2.
     if (docs.n_docs == 1)
         check_doc("shared_prefix", &docs.docs[0],
@@ -178,8 +178,8 @@ static void test_shared_prefix(void) {
                                 (int32_t[]){P, P, P, T, T, A, A, P, A, A, A}});
     doc_list_free(&docs);
 
-    CHECK(layout_sample(LAYOUT_NPASS, &s, 0, &docs, err, sizeof err) == 0, "%s", err);
-    CHECK(docs.n_docs == 2, "npass: one sequence per completion, got %d", docs.n_docs);
+    EXPECT(layout_sample(LAYOUT_NPASS, &s, 0, &docs, err, sizeof err) == 0, "%s", err);
+    EXPECT(docs.n_docs == 2, "npass: one sequence per completion, got %d", docs.n_docs);
     if (docs.n_docs == 2) {
         check_doc("shared-prefix npass 0", &docs.docs[0],
                   (ExpectedDoc){7, (int32_t[]){101, 102, 103, 201, 202, 301, 302},
@@ -195,25 +195,25 @@ static void test_shared_prefix(void) {
     doc_list_free(&docs);
 
     // Layouts that do not apply.
-    CHECK(layout_sample(LAYOUT_DUPLICATE, &s, 0, &docs, err, sizeof err) == -1 &&
+    EXPECT(layout_sample(LAYOUT_DUPLICATE, &s, 0, &docs, err, sizeof err) == -1 &&
               strstr(err, "line 4") != NULL,
           "duplicate on a shared-prefix set: %s", err);
-    CHECK(layout_sample(LAYOUT_MASK_ONLY, &s, 0, &docs, err, sizeof err) == -1,
+    EXPECT(layout_sample(LAYOUT_MASK_ONLY, &s, 0, &docs, err, sizeof err) == -1,
           "mask_only on a shared-prefix set");
     TurnTokens turns[2];
     TokenizedSample conversation = worked_example(turns);
-    CHECK(layout_sample(LAYOUT_SHARED_PREFIX, &conversation, 0, &docs, err, sizeof err) == -1,
+    EXPECT(layout_sample(LAYOUT_SHARED_PREFIX, &conversation, 0, &docs, err, sizeof err) == -1,
           "shared_prefix on a conversation");
-    CHECK(docs.n_docs == 0, "a refused layout appends nothing");
+    EXPECT(docs.n_docs == 0, "a refused layout appends nothing");
     doc_list_free(&docs);
 }
 
 static void test_names(void) {
     for (int k = 0; k < 4; k++)
-        CHECK(layout_from_name(layout_name((LayoutKind)k)) == k, "round trip %d", k);
-    CHECK(layout_from_name("duplicate") == LAYOUT_DUPLICATE, "duplicate");
-    CHECK(layout_from_name("shared_prefix") == LAYOUT_SHARED_PREFIX, "shared_prefix");
-    CHECK(layout_from_name("dup") == -1, "unknown name");
+        EXPECT(layout_from_name(layout_name((LayoutKind)k)) == k, "round trip %d", k);
+    EXPECT(layout_from_name("duplicate") == LAYOUT_DUPLICATE, "duplicate");
+    EXPECT(layout_from_name("shared_prefix") == LAYOUT_SHARED_PREFIX, "shared_prefix");
+    EXPECT(layout_from_name("dup") == -1, "unknown name");
 }
 
 // ---------------------------------------------------------------------------------
@@ -225,9 +225,9 @@ static const char *const TOKENIZER_PATH = "datasets/synthetic/tokenizer.model";
 static void check_encoded(const Tokenizer *tok, const char *what, TokenSpan got, const char *text) {
     int32_t want[512];
     int n = tokenizer_encode(tok, text, want, 512);
-    CHECK(n == got.n, "%s: %d ids, want %d (%s)", what, got.n, n, text);
+    EXPECT(n == got.n, "%s: %d ids, want %d (%s)", what, got.n, n, text);
     if (n != got.n) return;
-    for (int i = 0; i < n; i++) CHECK(got.ids[i] == want[i], "%s: id %d", what, i);
+    for (int i = 0; i < n; i++) EXPECT(got.ids[i] == want[i], "%s: id %d", what, i);
 }
 
 static Message msg(MessageRole role, const char *content, const char *reasoning) {
@@ -249,18 +249,18 @@ static void test_tokenize(void) {
     };
     Sample s = {SAMPLE_CONVERSATION, conversation, 7, NULL, 0, 12};
     TokenizedSample ts;
-    CHECK(sample_tokenize(tok, &s, "x.jsonl", &ts, err, sizeof err) == 0, "%s", err);
-    CHECK(ts.n_turns == 2 && ts.line == 12, "two turns, line 12 (got %d, %d)", ts.n_turns, ts.line);
+    EXPECT(sample_tokenize(tok, &s, "x.jsonl", &ts, err, sizeof err) == 0, "%s", err);
+    EXPECT(ts.n_turns == 2 && ts.line == 12, "two turns, line 12 (got %d, %d)", ts.n_turns, ts.line);
     if (ts.n_turns == 2) {
         check_encoded(tok, "prompt 0", ts.turns[0].prompt, "<|system|>be brief<|user|>add 2 and 3<|assistant|>");
         check_encoded(tok, "think 0", ts.turns[0].think, "<think>2 plus 3 is 5</think>");
         check_encoded(tok, "answer 0", ts.turns[0].answer, "5<|end|>");
         check_encoded(tok, "prompt 1", ts.turns[1].prompt, "<|user|>and 4?<|user|>quick<|assistant|>");
-        CHECK(ts.turns[1].think.n == 0, "no reasoning, no think segment");
+        EXPECT(ts.turns[1].think.n == 0, "no reasoning, no think segment");
         check_encoded(tok, "answer 1", ts.turns[1].answer, "9<|end|>");
         // The special tokens are single ids, so segments end where the template says.
         int end = tokenizer_piece_to_id(tok, TEMPLATE_END_OF_TURN);
-        CHECK(end >= 0 && ts.turns[1].answer.ids[ts.turns[1].answer.n - 1] == end,
+        EXPECT(end >= 0 && ts.turns[1].answer.ids[ts.turns[1].answer.n - 1] == end,
               "answer ends with the end-of-turn id");
     }
     tokenized_sample_free(&ts);
@@ -270,16 +270,16 @@ static void test_tokenize(void) {
                         msg(MSG_USER, "and 4?", NULL)};
     Message completions[] = {msg(MSG_ASSISTANT, "9", "5 plus 4"), msg(MSG_ASSISTANT, "nine", NULL)};
     Sample sp = {SAMPLE_SHARED_PREFIX, prompt, 3, completions, 2, 3};
-    CHECK(sample_tokenize(tok, &sp, "x.jsonl", &ts, err, sizeof err) == 0, "%s", err);
-    CHECK(ts.n_turns == 2, "one turn per completion");
+    EXPECT(sample_tokenize(tok, &sp, "x.jsonl", &ts, err, sizeof err) == 0, "%s", err);
+    EXPECT(ts.n_turns == 2, "one turn per completion");
     int32_t want[512];
     int n = 0;
     const char *pieces[] = {"<|user|>add 2 and 3<|assistant|>", "5<|end|>", "<|user|>and 4?<|assistant|>"};
     for (int i = 0; i < 3; i++) n += tokenizer_encode(tok, pieces[i], want + n, 512 - n);
-    CHECK(ts.prefix.n == n, "prefix %d ids, want %d", ts.prefix.n, n);
-    for (int i = 0; i < n && ts.prefix.n == n; i++) CHECK(ts.prefix.ids[i] == want[i], "prefix id %d", i);
+    EXPECT(ts.prefix.n == n, "prefix %d ids, want %d", ts.prefix.n, n);
+    for (int i = 0; i < n && ts.prefix.n == n; i++) EXPECT(ts.prefix.ids[i] == want[i], "prefix id %d", i);
     if (ts.n_turns == 2) {
-        CHECK(ts.turns[0].prompt.n == 0 && ts.turns[1].prompt.n == 0, "completions have no prompt");
+        EXPECT(ts.turns[0].prompt.n == 0 && ts.turns[1].prompt.n == 0, "completions have no prompt");
         check_encoded(tok, "completion think", ts.turns[0].think, "<think>5 plus 4</think>");
         check_encoded(tok, "completion answer", ts.turns[1].answer, "nine<|end|>");
     }
@@ -287,7 +287,7 @@ static void test_tokenize(void) {
 
     Message no_reply[] = {msg(MSG_USER, "hello", NULL)};
     Sample bad = {SAMPLE_CONVERSATION, no_reply, 1, NULL, 0, 5};
-    CHECK(sample_tokenize(tok, &bad, "x.jsonl", &ts, err, sizeof err) == -1 &&
+    EXPECT(sample_tokenize(tok, &bad, "x.jsonl", &ts, err, sizeof err) == -1 &&
               strstr(err, "x.jsonl:5") != NULL,
           "no assistant message is an error naming file:line: %s", err);
     tokenizer_free(tok);

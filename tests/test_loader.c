@@ -70,11 +70,11 @@ int main(void) {
         for (int i = 0; i < count[0]; i++) sum += trained[taken[0][i]];
         if (sum != b[0].trained_tokens || sum < budget || sum - trained[taken[0][count[0] - 1]] >= budget)
             over_budget++;
-        CHECK(b[1].tokens < b[0].tokens, "step %d: duplicate uses fewer tokens than npass", step);
+        EXPECT(b[1].tokens < b[0].tokens, "step %d: duplicate uses fewer tokens than npass", step);
         for (int k = 0; k < 3; k++) step_batch_free(&b[k]);
     }
-    CHECK(mismatches == 0, "%d layout/step pairs took different samples (budget %lld)", mismatches, budget);
-    CHECK(over_budget == 0, "%d steps broke the budget rule", over_budget);
+    EXPECT(mismatches == 0, "%d layout/step pairs took different samples (budget %lld)", mismatches, budget);
+    EXPECT(over_budget == 0, "%d steps broke the budget rule", over_budget);
 
     // Resuming from a saved position continues with the same batches.
     StepLoader resumed;
@@ -85,7 +85,7 @@ int main(void) {
         step_loader_next(&loaders[1], &a);
         step_loader_next(&resumed, &b);
         int na = batch_samples(&a, taken[0]), nb = batch_samples(&b, taken[1]);
-        CHECK(na == nb && memcmp(taken[0], taken[1], (size_t)na * sizeof(int)) == 0 &&
+        EXPECT(na == nb && memcmp(taken[0], taken[1], (size_t)na * sizeof(int)) == 0 &&
                   a.rows.n_rows == b.rows.n_rows &&
                   memcmp(a.rows.token, b.rows.token, (size_t)a.rows.n_rows * SEQ_LEN * sizeof(int32_t)) == 0,
               "step %d after seek: same batch", step);
@@ -103,7 +103,7 @@ int main(void) {
         for (int i = 0; i < 2 * n; i++) {
             StepBatch b;
             step_loader_next(&l, &b);
-            CHECK(batch_samples(&b, &order[i]) == 1, "budget 1 takes one sample");
+            EXPECT(batch_samples(&b, &order[i]) == 1, "budget 1 takes one sample");
             step_batch_free(&b);
         }
         for (int e = 0; e < 2; e++) {
@@ -115,13 +115,13 @@ int main(void) {
             }
             int once = 0;
             for (int i = 0; i < n; i++) once += seen[i] == 1;
-            CHECK(once == n, "shuffle %d epoch %d: every sample exactly once (%d of %d)", shuffle, e, once, n);
-            CHECK(file_order == !shuffle, "shuffle %d epoch %d: %s", shuffle, e,
+            EXPECT(once == n, "shuffle %d epoch %d: every sample exactly once (%d of %d)", shuffle, e, once, n);
+            EXPECT(file_order == !shuffle, "shuffle %d epoch %d: %s", shuffle, e,
                   shuffle ? "a shuffled order" : "file order");
             free(seen);
         }
         if (shuffle)
-            CHECK(memcmp(order, order + n, (size_t)n * sizeof(int)) != 0, "epochs get different orders");
+            EXPECT(memcmp(order, order + n, (size_t)n * sizeof(int)) != 0, "epochs get different orders");
         step_loader_free(&l);
     }
 

@@ -53,11 +53,11 @@ static void check_list(const uint8_t *kinds, size_t first, size_t stride, int n,
     int expected = 0;
     for (int i = 0; i < n; i++) {
         if (kinds[first + (size_t)i * stride] != kind) continue;
-        CHECK(expected < count && idx[expected] == i, "%s row %d tile %d: entry %d should be %d",
+        EXPECT(expected < count && idx[expected] == i, "%s row %d tile %d: entry %d should be %d",
               what, row, tile, expected, i);
         expected++;
     }
-    CHECK(count == expected, "%s row %d tile %d: count %d, expected %d", what, row, tile, count,
+    EXPECT(count == expected, "%s row %d tile %d: count %d, expected %d", what, row, tile, count,
           expected);
 }
 
@@ -76,7 +76,7 @@ int main(void) {
         TileMask m;
         tile_mask_build(lo, hi, n_rows, seq_len, block_m, block_n, &m);
         int nq = m.n_q_tiles, nk = m.n_k_tiles;
-        CHECK(nq == (seq_len + block_m - 1) / block_m && nk == (seq_len + block_n - 1) / block_n,
+        EXPECT(nq == (seq_len + block_m - 1) / block_m && nk == (seq_len + block_n - 1) / block_n,
               "tile counts %d %d", nq, nk);
         uint8_t *expected = xmalloc((size_t)nq * nk);  // [n_q_tiles, n_k_tiles]
         uint8_t *got = xmalloc((size_t)nq * nk);       // [n_q_tiles, n_k_tiles]
@@ -90,7 +90,7 @@ int main(void) {
                 mismatches += got[t] != expected[t];
                 n_empty += expected[t] == TILE_EMPTY;
             }
-            CHECK(mismatches == 0, "trial %d row %d S=%d %dx%d: %d tiles misclassified", trial, r,
+            EXPECT(mismatches == 0, "trial %d row %d S=%d %dx%d: %d tiles misclassified", trial, r,
                   seq_len, block_m, block_n, mismatches);
             for (int qt = 0; qt < nq; qt++) {
                 size_t slot = (size_t)r * nq + qt;
@@ -108,7 +108,7 @@ int main(void) {
             }
         }
         double sparsity = (double)n_empty / ((double)n_rows * nq * nk);
-        CHECK(fabs(tile_mask_sparsity(&m) - sparsity) < 1e-12, "sparsity %g, expected %g",
+        EXPECT(fabs(tile_mask_sparsity(&m) - sparsity) < 1e-12, "sparsity %g, expected %g",
               tile_mask_sparsity(&m), sparsity);
         tile_mask_free(&m);
         free(expected);

@@ -77,7 +77,7 @@ static void test_random_samples(TestRng *rng) {
             for (int i = 0; i < n_samples; i++) {
                 int rc = layout_sample((LayoutKind)layout, &samples[i], i, &docs, err, sizeof err);
                 bool applies = layout_applies((LayoutKind)layout, samples[i].kind);
-                CHECK(rc == (applies ? 0 : -1), "%s on sample kind %d: rc %d (%s)",
+                EXPECT(rc == (applies ? 0 : -1), "%s on sample kind %d: rc %d (%s)",
                       layout_name((LayoutKind)layout), samples[i].kind, rc, rc ? err : "");
             }
             if (docs.n_docs == 0) continue;
@@ -87,10 +87,10 @@ static void test_random_samples(TestRng *rng) {
             PackedRows rows;
             int n_skipped;
             int rc = pack_docs(&docs, longest + test_rng_int(rng, 0, 40), opt, &rows, &n_skipped, err, sizeof err);
-            CHECK(rc == 0, "pack_docs: %s", err);
+            EXPECT(rc == 0, "pack_docs: %s", err);
             if (rc == 0) {
                 long mismatches = compare_rows((LayoutKind)layout, &rows);
-                CHECK(mismatches == 0, "trial %d %s: %ld (q, k) pairs where intervals and tags disagree",
+                EXPECT(mismatches == 0, "trial %d %s: %ld (q, k) pairs where intervals and tags disagree",
                       trial, layout_name((LayoutKind)layout), mismatches);
                 packed_rows_free(&rows);
             }
@@ -116,7 +116,7 @@ static void test_worked_example(TestRng *rng) {
     DocList docs = {0};
     char err[256];
     int rc = layout_sample(LAYOUT_DUPLICATE, &s, 0, &docs, err, sizeof err);
-    CHECK(rc == 0 && docs.n_docs == 1 && docs.docs[0].n == 19, "worked example layout: rc %d %s", rc,
+    EXPECT(rc == 0 && docs.n_docs == 1 && docs.docs[0].n == 19, "worked example layout: rc %d %s", rc,
           rc ? err : "");
     if (rc == 0 && docs.n_docs == 1 && docs.docs[0].n == 19) {
         const Doc *d = &docs.docs[0];
@@ -127,12 +127,12 @@ static void test_worked_example(TestRng *rng) {
             bad += d->pos[k] != want_pos[k] || d->lo[k] != k || d->hi[k] != want_hi[k];
             doc_tags[k] = 0;
         }
-        CHECK(bad == 0, "worked example: %d tokens with pos/lo/hi not as in DESIGN.md", bad);
+        EXPECT(bad == 0, "worked example: %d tokens with pos/lo/hi not as in DESIGN.md", bad);
         dense_mask_from_tags(LAYOUT_DUPLICATE, doc_tags, d->turn, d->role, 19, oracle);
         bad = 0;
         for (int q = 0; q < 19; q++)
             for (int k = 0; k < 19; k++) bad += oracle[q * 19 + k] != (k <= q && q < want_hi[k]);
-        CHECK(bad == 0, "worked example: oracle disagrees with the table on %d pairs", bad);
+        EXPECT(bad == 0, "worked example: oracle disagrees with the table on %d pairs", bad);
     }
     doc_list_free(&docs);
     tokenized_sample_free(&s);

@@ -211,13 +211,13 @@ static void check_param_table(const ModelConfig *cfg, const ParamTable *table) {
     const int C = cfg->hidden_size, D = C / cfg->num_attention_heads;
     const int KVD = cfg->num_key_value_heads * D;
     const int expected = 1 + 9 * cfg->num_hidden_layers + 1 + !cfg->tie_word_embeddings;
-    CHECK(table->n_tensors == expected, "%d tensors, expected %d", table->n_tensors, expected);
+    EXPECT(table->n_tensors == expected, "%d tensors, expected %d", table->n_tensors, expected);
     size_t total = 0;
     for (int i = 0; i < table->n_tensors; i++) {
-        CHECK(table->tensors[i].offset == total, "tensor %d offset", i);
+        EXPECT(table->tensors[i].offset == total, "tensor %d offset", i);
         total += table->tensors[i].numel;
     }
-    CHECK(table->total == total, "table total %zu vs %zu", table->total, total);
+    EXPECT(table->total == total, "table total %zu vs %zu", table->total, total);
     const struct { const char *name; int64_t rows, cols; } expect[] = {
         {"model.embed_tokens.weight", cfg->vocab_size, C},
         {"model.layers.1.input_layernorm.weight", C, 0},
@@ -233,18 +233,18 @@ static void check_param_table(const ModelConfig *cfg, const ParamTable *table) {
     };
     for (size_t i = 0; i < sizeof(expect) / sizeof(expect[0]); i++) {
         const ParamTensor *p = param_table_find(table, expect[i].name);
-        CHECK(p && p->shape[0] == expect[i].rows && p->shape[1] == expect[i].cols &&
+        EXPECT(p && p->shape[0] == expect[i].rows && p->shape[1] == expect[i].cols &&
                   p->ndim == (expect[i].cols ? 2 : 1) && p->is_norm == !expect[i].cols,
               "tensor %s shape", expect[i].name);
     }
     const ParamTensor *lm_head = param_table_find(table, "lm_head.weight");
-    CHECK(cfg->tie_word_embeddings ? lm_head == NULL
+    EXPECT(cfg->tie_word_embeddings ? lm_head == NULL
                                    : lm_head && lm_head->is_embedding &&
                                          lm_head->shape[0] == cfg->vocab_size,
           "lm_head present iff untied");
-    CHECK(table->tensors[0].is_embedding && !table->tensors[1].is_embedding,
+    EXPECT(table->tensors[0].is_embedding && !table->tensors[1].is_embedding,
           "embedding flags");
-    CHECK(param_table_find(table, "model.layers.2.mlp.up_proj.weight") == NULL,
+    EXPECT(param_table_find(table, "model.layers.2.mlp.up_proj.weight") == NULL,
           "no tensor past the last layer");
 }
 
@@ -252,9 +252,9 @@ static void check_params_init(const ModelConfig *cfg, const ParamTable *table) {
     float *a = malloc(table->total * sizeof(float)), *b = malloc(table->total * sizeof(float));
     params_init(cfg, table, 42, a);
     params_init(cfg, table, 42, b);
-    CHECK(memcmp(a, b, table->total * sizeof(float)) == 0, "same seed, same bytes");
+    EXPECT(memcmp(a, b, table->total * sizeof(float)) == 0, "same seed, same bytes");
     params_init(cfg, table, 43, b);
-    CHECK(memcmp(a, b, table->total * sizeof(float)) != 0, "another seed, other bytes");
+    EXPECT(memcmp(a, b, table->total * sizeof(float)) != 0, "another seed, other bytes");
     double sum = 0.0, sum_sq = 0.0;
     size_t n = 0;
     int norms_are_one = 1;
@@ -270,8 +270,8 @@ static void check_params_init(const ModelConfig *cfg, const ParamTable *table) {
         }
     }
     const double mean = sum / n, stddev = sqrt(sum_sq / n - mean * mean);
-    CHECK(norms_are_one, "norm weights start at 1");
-    CHECK(fabs(mean) < 0.002 && fabs(stddev - 0.02) < 0.001, "init mean %g stddev %g over %zu",
+    EXPECT(norms_are_one, "norm weights start at 1");
+    EXPECT(fabs(mean) < 0.002 && fabs(stddev - 0.02) < 0.001, "init mean %g stddev %g over %zu",
           mean, stddev, n);
     free(a);
     free(b);
@@ -310,21 +310,21 @@ static void run_config(bool tied) {
     double ref_losses[T];
     const double loss = cpu_model_forward(model, params, &mb, losses);
     const double ref_loss = reference_loss(&ref, params_d, ref_losses);
-    CHECK(fabs(loss - ref_loss) < 1e-5 * ref_loss, "loss %.8g vs reference %.8g", loss, ref_loss);
+    EXPECT(fabs(loss - ref_loss) < 1e-5 * ref_loss, "loss %.8g vs reference %.8g", loss, ref_loss);
     double worst = 0.0, losses_sum = 0.0;
     for (int t = 0; t < T; t++) {
         worst = fmax(worst, fabs(losses[t] - ref_losses[t]));
         losses_sum += losses[t];
-        if (batch.target[t] < 0) CHECK(losses[t] == 0.0f, "slot %d without target has loss", t);
+        if (batch.target[t] < 0) EXPECT(losses[t] == 0.0f, "slot %d without target has loss", t);
     }
-    CHECK(worst < 1e-4, "per-slot losses differ by %g", worst);
-    CHECK(fabs(losses_sum - loss) < 1e-4 * loss, "per-slot losses sum to the returned loss");
+    EXPECT(worst < 1e-4, "per-slot losses differ by %g", worst);
+    EXPECT(fabs(losses_sum - loss) < 1e-4 * loss, "per-slot losses sum to the returned loss");
 
     // Backward against central differences of the reference, every coordinate.
     float *grads = calloc(table.total, sizeof(float));
     const double loss_fb = cpu_model_forward_backward(model, params, grads, &mb, loss_scale);
-    CHECK(loss_fb == loss, "forward_backward returns the unscaled forward loss");
-    CHECK(isfinite(test_max_abs(grads, table.total)), "finite gradients");
+    EXPECT(loss_fb == loss, "forward_backward returns the unscaled forward loss");
+    EXPECT(isfinite(test_max_abs(grads, table.total)), "finite gradients");
     const double h = 1e-5;
     for (int i = 0; i < table.n_tensors; i++) {
         const ParamTensor *p = &table.tensors[i];
@@ -341,12 +341,12 @@ static void run_config(bool tied) {
         }
         const float *analytic = grads + p->offset;
         const double err = test_relative_error(analytic, numeric, p->numel);
-        CHECK(err < GRAD_TOL, "%s: gradient relative error %.3g", p->name, err);
+        EXPECT(err < GRAD_TOL, "%s: gradient relative error %.3g", p->name, err);
         if (i == 1) {  // the check is sharp: a 0.1% error in one coordinate fails it
             float *wrong = malloc(p->numel * sizeof(float));
             memcpy(wrong, analytic, p->numel * sizeof(float));
             wrong[p->numel / 2] += 0.001f * (float)test_max_abs(wrong, p->numel);
-            CHECK(test_relative_error(wrong, numeric, p->numel) > GRAD_TOL,
+            EXPECT(test_relative_error(wrong, numeric, p->numel) > GRAD_TOL,
                   "checker misses a 0.1%% error");
             free(wrong);
         }
@@ -359,7 +359,7 @@ static void run_config(bool tied) {
     cpu_model_forward_backward(model, params, twice, &mb, loss_scale);
     double acc_err = 0.0;
     for (size_t i = 0; i < table.total; i++) acc_err = fmax(acc_err, fabs(twice[i] - 2 * grads[i]));
-    CHECK(acc_err <= 1e-6 * test_max_abs(grads, table.total), "second call doubles: off by %g",
+    EXPECT(acc_err <= 1e-6 * test_max_abs(grads, table.total), "second call doubles: off by %g",
           acc_err);
 
     // loss_scale scales gradients linearly.
@@ -368,7 +368,7 @@ static void run_config(bool tied) {
     double scale_err = 0.0;
     for (size_t i = 0; i < table.total; i++)
         scale_err = fmax(scale_err, fabs(scaled[i] - 0.3 * grads[i]));
-    CHECK(scale_err <= 1e-5 * test_max_abs(grads, table.total), "loss_scale 0.3: off by %g", scale_err);
+    EXPECT(scale_err <= 1e-5 * test_max_abs(grads, table.total), "loss_scale 0.3: off by %g", scale_err);
 
     // Padding slots (fully masked queries and keys, no target) change nothing.
     Batch repadded = batch;
@@ -382,9 +382,9 @@ static void run_config(bool tied) {
     float *repadded_grads = calloc(table.total, sizeof(float));
     const double repadded_loss =
         cpu_model_forward_backward(model, params, repadded_grads, &mb_repadded, loss_scale);
-    CHECK(repadded_loss == loss, "padding changed the loss: %.9g vs %.9g", repadded_loss, loss);
+    EXPECT(repadded_loss == loss, "padding changed the loss: %.9g vs %.9g", repadded_loss, loss);
     const double pad_diff = max_abs_diff(repadded_grads, grads, table.total);
-    CHECK(pad_diff <= 1e-6 * test_max_abs(grads, table.total), "padding changed gradients by %g",
+    EXPECT(pad_diff <= 1e-6 * test_max_abs(grads, table.total), "padding changed gradients by %g",
           pad_diff);
 
     // Logits in chunks of 5 target rows (the last one partial) match one chunk.
@@ -393,10 +393,10 @@ static void run_config(bool tied) {
     const double chunked_loss = cpu_model_forward(model, params, &mb, chunked_losses);
     float *chunked_grads = calloc(table.total, sizeof(float));
     cpu_model_forward_backward(model, params, chunked_grads, &mb, loss_scale);
-    CHECK(fabs(chunked_loss - loss) < 1e-6 * loss && max_abs_diff(chunked_losses, losses, T) < 1e-5,
+    EXPECT(fabs(chunked_loss - loss) < 1e-6 * loss && max_abs_diff(chunked_losses, losses, T) < 1e-5,
           "chunked loss %.9g vs %.9g", chunked_loss, loss);
     const double chunk_diff = max_abs_diff(chunked_grads, grads, table.total);
-    CHECK(chunk_diff <= 1e-6 * test_max_abs(grads, table.total), "chunked gradients differ by %g",
+    EXPECT(chunk_diff <= 1e-6 * test_max_abs(grads, table.total), "chunked gradients differ by %g",
           chunk_diff);
     cpu_model_set_logit_chunk_rows(model, T);
 
@@ -410,7 +410,7 @@ static void run_config(bool tied) {
     float losses1[SEQ];
     cpu_model_forward(model, params, &second, losses1);
     const double row_diff = max_abs_diff(losses1, losses + SEQ, SEQ);
-    CHECK(row_diff < 1e-5, "row 1 alone: losses differ by %g", row_diff);
+    EXPECT(row_diff < 1e-5, "row 1 alone: losses differ by %g", row_diff);
 
     tile_mask_free(&mask1);
     tile_mask_free(&mask);

@@ -53,7 +53,7 @@ static void check_gradient(const char *what, ScalarFn f, const void *ctx, double
     numeric_gradient(f, ctx, x, n, numeric);
     for (size_t i = 0; i < n; i++) analytic[i] = accumulated[i] - (base ? base[i] : 0.0f);
     const double err = test_relative_error(analytic, numeric, n);
-    CHECK(err < 1e-4, "%s: gradient relative error %.3g", what, err);
+    EXPECT(err < 1e-4, "%s: gradient relative error %.3g", what, err);
     free(numeric);
     free(analytic);
 }
@@ -87,7 +87,7 @@ static void test_embedding(void) {
     int exact = 1;
     for (int n = 0; n < N; n++)
         for (int j = 0; j < C; j++) exact &= out[n * C + j] == wte[tokens[n] * C + j];
-    CHECK(exact, "embedding_forward copies the token rows");
+    EXPECT(exact, "embedding_forward copies the token rows");
 
     float *dwte = copy_floats(base, V * C);
     embedding_backward(dwte, r, tokens, N, C);
@@ -135,7 +135,7 @@ static void test_rmsnorm(void) {
     double *ref = malloc(N * C * sizeof(double));
     for (int n = 0; n < N; n++)
         for (int j = 0; j < C; j++) ref[n * C + j] = rmsnorm_reference(&ctx, n, j);
-    CHECK(test_relative_error(out, ref, N * C) < 1e-6, "rmsnorm forward");
+    EXPECT(test_relative_error(out, ref, N * C) < 1e-6, "rmsnorm forward");
 
     float *dx = copy_floats(dx_base, N * C), *dw = copy_floats(dw_base, C);
     rmsnorm_backward(dx, dw, r, x, w, rstd, N, C);
@@ -203,21 +203,21 @@ static void test_rope(void) {
     rope_forward(y, pos, N, H, D, theta);
     double ref[SIZE];
     rope_reference(&ctx, ref);
-    CHECK(test_relative_error(y, ref, SIZE) < 1e-6, "rope forward");
+    EXPECT(test_relative_error(y, ref, SIZE) < 1e-6, "rope forward");
     int identity = 1;
     for (int i = 0; i < H * D; i++) identity &= y[2 * H * D + i] == x[2 * H * D + i];
-    CHECK(identity, "rope at position 0 is the identity");
+    EXPECT(identity, "rope at position 0 is the identity");
     for (int n = 0; n < N * H; n++) {
         const double before = dot_floats(x + n * D, x + n * D, D);
         const double after = dot_floats(y + n * D, y + n * D, D);
-        CHECK(fabs(after - before) < 1e-5 * before, "rope preserves each head's norm");
+        EXPECT(fabs(after - before) < 1e-5 * before, "rope preserves each head's norm");
     }
 
     // Hand value: head_dim 2, position 1 turns (1, 0) by exactly 1 radian.
     float unit[2] = {1.0f, 0.0f};
     const int32_t one = 1;
     rope_forward(unit, &one, 1, 1, 2, 10000.0f);
-    CHECK(fabsf(unit[0] - cosf(1.0f)) < 1e-6f && fabsf(unit[1] - sinf(1.0f)) < 1e-6f,
+    EXPECT(fabsf(unit[0] - cosf(1.0f)) < 1e-6f && fabsf(unit[1] - sinf(1.0f)) < 1e-6f,
           "rope (1,0) at pos 1 -> (%g, %g)", unit[0], unit[1]);
 
     // Scores depend only on the position difference.
@@ -234,7 +234,7 @@ static void test_rope(void) {
         rope_forward(ks, &pk, 1, 1, D, theta);
         score[shift] = dot_floats(qs, ks, D);
     }
-    CHECK(fabs(score[0] - score[1]) < 1e-5, "rope scores are relative: %g vs %g", score[0],
+    EXPECT(fabs(score[0] - score[1]) < 1e-5, "rope scores are relative: %g vs %g", score[0],
           score[1]);
 
     float *dx = copy_floats(r, SIZE);
@@ -271,7 +271,7 @@ static void test_swiglu(void) {
     swiglu_forward(out, gate, up, n);
     double ref[n];
     for (int i = 0; i < n; i++) ref[i] = ctx.gate[i] / (1.0 + exp(-ctx.gate[i])) * ctx.up[i];
-    CHECK(test_relative_error(out, ref, n) < 1e-6, "swiglu forward");
+    EXPECT(test_relative_error(out, ref, n) < 1e-6, "swiglu forward");
     for (int i = 0; i < n; i++) dgate[i] = dup[i] = 1e30f;  // must be overwritten
     swiglu_backward(dgate, dup, r, gate, up, n);
     check_gradient("swiglu dgate", swiglu_objective, &ctx, ctx.gate, n, dgate, NULL);
@@ -316,7 +316,7 @@ static void test_matmul(void) {
     double ref[N * OC];
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) ref[n * OC + o] = matmul_reference(&ctx, n, o);
-    CHECK(test_relative_error(out, ref, N * OC) < 1e-6, "matmul forward");
+    EXPECT(test_relative_error(out, ref, N * OC) < 1e-6, "matmul forward");
 
     float *di = copy_floats(di_base, N * IC), *dw = copy_floats(dw_base, OC * IC);
     matmul_backward(di, dw, r, inp, weight, N, IC, OC);
@@ -324,7 +324,7 @@ static void test_matmul(void) {
     check_gradient("matmul dweight", matmul_objective, &ctx, ctx.weight, OC * IC, dw, dw_base);
     float *dw_only = copy_floats(dw_base, OC * IC);
     matmul_backward(NULL, dw_only, r, inp, weight, N, IC, OC);
-    CHECK(memcmp(dw_only, dw, sizeof(float) * OC * IC) == 0, "matmul dweight without dinp");
+    EXPECT(memcmp(dw_only, dw, sizeof(float) * OC * IC) == 0, "matmul dweight without dinp");
     free(di);
     free(dw);
     free(dw_only);
@@ -372,12 +372,12 @@ static void test_cross_entropy(void) {
     for (int n = 0; n < N; n++) {
         const double ref = targets[n] >= 0 ? cross_entropy_reference_row(&ctx, n) : 0.0;
         ref_total += ref;
-        CHECK(fabs(losses[n] - ref) < 1e-5 * fmax(1.0, ref), "row %d loss %g vs %g", n,
+        EXPECT(fabs(losses[n] - ref) < 1e-5 * fmax(1.0, ref), "row %d loss %g vs %g", n,
               losses[n], ref);
     }
-    CHECK(fabs(total - ref_total) < 1e-5 * ref_total, "loss sum %g vs %g", total, ref_total);
+    EXPECT(fabs(total - ref_total) < 1e-5 * ref_total, "loss sum %g vs %g", total, ref_total);
     for (int v = 0; v < V; v++)
-        CHECK(dlogits[1 * V + v] == 0.0f && dlogits[4 * V + v] == 0.0f,
+        EXPECT(dlogits[1 * V + v] == 0.0f && dlogits[4 * V + v] == 0.0f,
               "target -1 rows have zero gradient");
     check_gradient("cross-entropy dlogits", cross_entropy_objective, &ctx, ctx.logits, N * V,
                    dlogits, NULL);
@@ -385,7 +385,7 @@ static void test_cross_entropy(void) {
     // In place (dlogits aliasing logits) gives the same bytes.
     float *inplace = copy_floats(logits, N * V);
     cross_entropy_forward_backward(losses, inplace, inplace, targets, N, V, scale);
-    CHECK(memcmp(inplace, dlogits, sizeof(dlogits)) == 0, "cross-entropy in place");
+    EXPECT(memcmp(inplace, dlogits, sizeof(dlogits)) == 0, "cross-entropy in place");
 
     // Stability: a common shift of 1000 leaves loss and gradient (nearly) unchanged;
     // without the max subtraction exp overflows to inf.
@@ -393,11 +393,11 @@ static void test_cross_entropy(void) {
     for (int i = 0; i < N * V; i++) shifted[i] = logits[i] + 1000.0f;
     const double shifted_total = cross_entropy_forward_backward(
         shifted_losses, shifted_dlogits, shifted, targets, N, V, scale);
-    CHECK(isfinite(shifted_total) && fabs(shifted_total - ref_total) < 1e-3 * ref_total,
+    EXPECT(isfinite(shifted_total) && fabs(shifted_total - ref_total) < 1e-3 * ref_total,
           "shifted logits: loss %g vs %g", shifted_total, ref_total);
     double max_diff = 0.0;
     for (int i = 0; i < N * V; i++) max_diff = fmax(max_diff, fabs(shifted_dlogits[i] - dlogits[i]));
-    CHECK(max_diff < 1e-3, "shifted logits: gradient differs by %g", max_diff);
+    EXPECT(max_diff < 1e-3, "shifted logits: gradient differs by %g", max_diff);
     free(inplace);
     free(ctx.logits);
 }

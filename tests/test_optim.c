@@ -61,8 +61,8 @@ static void test_adamw_matches_reference(TestRng *rng) {
                 }
             }
         }
-        CHECK(max_rel < 1e-5, "flags %d: max relative error %g vs reference AdamW", flags, max_rel);
-        CHECK(s.step == 6, "step count %ld", s.step);
+        EXPECT(max_rel < 1e-5, "flags %d: max relative error %g vs reference AdamW", flags, max_rel);
+        EXPECT(s.step == 6, "step count %ld", s.step);
         adamw_free(&s);
         free(p);
         free(g);
@@ -91,7 +91,7 @@ static void test_decay_exclusion(TestRng *rng) {
                 float expect = want_decay ? before[i] * (1.0f - 0.01f * 0.5f) : before[i];
                 if (fabsf(p[i] - expect) > 1e-6f * fabsf(expect)) wrong++;
             }
-            CHECK(wrong == 0, "flags %d tensor %s: %d elements not %s", flags, pt->name, wrong,
+            EXPECT(wrong == 0, "flags %d tensor %s: %d elements not %s", flags, pt->name, wrong,
                   want_decay ? "decayed" : "left unchanged");
         }
         adamw_free(&s);
@@ -111,17 +111,17 @@ static void test_clipping(TestRng *rng) {
             sum += (double)g[i] * g[i];
         }
         double norm = grad_global_norm(g, N);
-        CHECK(fabs(norm - sqrt(sum)) < 1e-9 * sqrt(sum), "norm %g vs %g", norm, sqrt(sum));
+        EXPECT(fabs(norm - sqrt(sum)) < 1e-9 * sqrt(sum), "norm %g vs %g", norm, sqrt(sum));
         double max_norm = norm * 0.25;
         float scale = grad_clip(g, N, norm, max_norm);
-        CHECK(fabs(grad_global_norm(g, N) - max_norm) < 1e-4 * max_norm, "clipped norm %g, want %g",
+        EXPECT(fabs(grad_global_norm(g, N) - max_norm) < 1e-4 * max_norm, "clipped norm %g, want %g",
               grad_global_norm(g, N), max_norm);
-        CHECK(fabsf(g[17] - orig[17] * scale) == 0.0f, "every element scaled by the same factor");
+        EXPECT(fabsf(g[17] - orig[17] * scale) == 0.0f, "every element scaled by the same factor");
         // Below the threshold, and with clipping disabled: untouched.
         memcpy(g, orig, sizeof g);
-        CHECK(grad_clip(g, N, norm, norm * 2) == 1.0f && memcmp(g, orig, sizeof g) == 0,
+        EXPECT(grad_clip(g, N, norm, norm * 2) == 1.0f && memcmp(g, orig, sizeof g) == 0,
               "no clipping below the threshold");
-        CHECK(grad_clip(g, N, norm, 0.0) == 1.0f && memcmp(g, orig, sizeof g) == 0,
+        EXPECT(grad_clip(g, N, norm, 0.0) == 1.0f && memcmp(g, orig, sizeof g) == 0,
               "grad_clip 0 disables clipping");
     }
 }
@@ -129,23 +129,23 @@ static void test_clipping(TestRng *rng) {
 static void test_schedule(void) {
     const double lr = 3e-3, ratio = 0.1;
     const long total = 100, warmup = 10;
-    CHECK(fabs(lr_schedule(0, total, warmup, lr, ratio) - lr / warmup) < 1e-15, "first warm-up step");
-    CHECK(fabs(lr_schedule(4, total, warmup, lr, ratio) - lr * 5 / warmup) < 1e-15, "mid warm-up");
-    CHECK(fabs(lr_schedule(warmup - 1, total, warmup, lr, ratio) - lr) < 1e-15, "warm-up ends at lr");
-    CHECK(fabs(lr_schedule(warmup, total, warmup, lr, ratio) - lr) < 1e-15, "cosine starts at lr");
-    CHECK(fabs(lr_schedule(total - 1, total, warmup, lr, ratio) - lr * ratio) < 1e-15,
+    EXPECT(fabs(lr_schedule(0, total, warmup, lr, ratio) - lr / warmup) < 1e-15, "first warm-up step");
+    EXPECT(fabs(lr_schedule(4, total, warmup, lr, ratio) - lr * 5 / warmup) < 1e-15, "mid warm-up");
+    EXPECT(fabs(lr_schedule(warmup - 1, total, warmup, lr, ratio) - lr) < 1e-15, "warm-up ends at lr");
+    EXPECT(fabs(lr_schedule(warmup, total, warmup, lr, ratio) - lr) < 1e-15, "cosine starts at lr");
+    EXPECT(fabs(lr_schedule(total - 1, total, warmup, lr, ratio) - lr * ratio) < 1e-15,
           "last step at lr*min_lr_ratio: %g", lr_schedule(total - 1, total, warmup, lr, ratio));
     // The cosine spans steps warmup..total-1.
     const double pi = 3.14159265358979323846;
     long decay_steps = total - 1 - warmup;
     double at = lr_schedule(warmup + decay_steps / 3, total, warmup, lr, ratio);
     double expect = lr * ratio + 0.5 * (lr - lr * ratio) * (1 + cos(pi * (decay_steps / 3) / (double)decay_steps));
-    CHECK(fabs(at - expect) < 1e-12, "cosine value %g vs %g", at, expect);
+    EXPECT(fabs(at - expect) < 1e-12, "cosine value %g vs %g", at, expect);
     bool monotone = true;
     for (long s = warmup + 1; s < total; s++)
         if (lr_schedule(s, total, warmup, lr, ratio) > lr_schedule(s - 1, total, warmup, lr, ratio)) monotone = false;
-    CHECK(monotone, "non-increasing after warm-up");
-    CHECK(fabs(lr_schedule(0, total, 0, lr, ratio) - lr) < 1e-15, "no warm-up: starts at lr");
+    EXPECT(monotone, "non-increasing after warm-up");
+    EXPECT(fabs(lr_schedule(0, total, 0, lr, ratio) - lr) < 1e-15, "no warm-up: starts at lr");
 }
 
 int main(void) {

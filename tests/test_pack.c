@@ -50,7 +50,7 @@ static int naive_ffd(const DocList *docs, int seq_len, int *row, int *offset) {
 // where each document is expected.
 static void check_rows(const DocList *docs, const PackedRows *rows, int seq_len,
                        const int *row_of, const int *offset_of) {
-    CHECK(rows->seq_len == seq_len, "seq_len %d", rows->seq_len);
+    EXPECT(rows->seq_len == seq_len, "seq_len %d", rows->seq_len);
     int *seen = calloc((size_t)docs->n_docs, sizeof(int));
     for (int r = 0; r < rows->n_rows; r++) {
         const int32_t *doc = rows->doc + (size_t)r * seq_len;
@@ -59,43 +59,43 @@ static void check_rows(const DocList *docs, const PackedRows *rows, int seq_len,
         for (int q = 0; q < seq_len;) {
             if (doc[q] == -1) {
                 size_t slot = (size_t)r * seq_len + q;
-                CHECK(lo[q] == q && hi[q] == q && rows->target[slot] == -1 &&
+                EXPECT(lo[q] == q && hi[q] == q && rows->target[slot] == -1 &&
                           rows->token[slot] == 0 && rows->turn[slot] == -1 && rows->role[slot] == -1,
                       "padding slot %d of row %d", q, r);
                 for (int k = 0; k < seq_len; k++)
                     if (lo[k] <= q && q < hi[k]) {
-                        CHECK(0, "padding query %d of row %d sees key %d", q, r, k);
+                        EXPECT(0, "padding query %d of row %d sees key %d", q, r, k);
                         break;
                     }
                 q++;
                 continue;
             }
             int d = doc[q];
-            CHECK(d >= 0 && d < docs->n_docs, "doc index %d", d);
+            EXPECT(d >= 0 && d < docs->n_docs, "doc index %d", d);
             if (d < 0 || d >= docs->n_docs) break;
             const Doc *src = &docs->docs[d];
             seen[d]++;
             used += src->n;
-            if (row_of) CHECK(row_of[d] == r && offset_of[d] == q,
+            if (row_of) EXPECT(row_of[d] == r && offset_of[d] == q,
                               "doc %d at row %d offset %d, oracle row %d offset %d", d, r, q,
                               row_of[d], offset_of[d]);
-            CHECK(q + src->n <= seq_len, "doc %d runs past the row", d);
+            EXPECT(q + src->n <= seq_len, "doc %d runs past the row", d);
             for (int i = 0; i < src->n && q + i < seq_len; i++) {
                 size_t slot = (size_t)r * seq_len + q + i;
-                CHECK(rows->doc[slot] == d && rows->token[slot] == src->token[i] &&
+                EXPECT(rows->doc[slot] == d && rows->token[slot] == src->token[i] &&
                           rows->target[slot] == src->target[i] && rows->pos[slot] == src->pos[i] &&
                           rows->turn[slot] == src->turn[i] && rows->role[slot] == src->role[i],
                       "doc %d token %d intact", d, i);
-                CHECK(rows->lo[slot] == src->lo[i] + q && rows->hi[slot] == src->hi[i] + q,
+                EXPECT(rows->lo[slot] == src->lo[i] + q && rows->hi[slot] == src->hi[i] + q,
                       "doc %d token %d: lo/hi offset by %d", d, i, q);
             }
             q += src->n;
         }
-        CHECK(used > 0, "row %d is empty", r);
+        EXPECT(used > 0, "row %d is empty", r);
     }
     for (int d = 0; d < docs->n_docs; d++) {
         bool fits = docs->docs[d].n <= seq_len;
-        CHECK(seen[d] == (fits ? 1 : 0), "doc %d (n %d) appears %d times", d, docs->docs[d].n, seen[d]);
+        EXPECT(seen[d] == (fits ? 1 : 0), "doc %d (n %d) appears %d times", d, docs->docs[d].n, seen[d]);
     }
     free(seen);
 }
@@ -123,23 +123,23 @@ static void test_random(TestRng *rng, int round) {
     if (n_too_long > 0) {
         char want[32];
         snprintf(want, sizeof want, "line %d", first_too_long_line);
-        CHECK(pack_docs(&docs, seq_len, (PackOptions){false, false}, &rows, &skipped, err, sizeof err) == -1,
+        EXPECT(pack_docs(&docs, seq_len, (PackOptions){false, false}, &rows, &skipped, err, sizeof err) == -1,
               "round %d: a too-long document is an error", round);
-        CHECK(strstr(err, want) != NULL, "round %d: error names %s: %s", round, want, err);
+        EXPECT(strstr(err, want) != NULL, "round %d: error names %s: %s", round, want, err);
     }
 
     int *row_of = malloc((size_t)n_docs * sizeof(int)), *offset_of = malloc((size_t)n_docs * sizeof(int));
     int oracle_rows = naive_ffd(&docs, seq_len, row_of, offset_of);
-    CHECK(pack_docs(&docs, seq_len, (PackOptions){false, true}, &rows, &skipped, err, sizeof err) == 0,
+    EXPECT(pack_docs(&docs, seq_len, (PackOptions){false, true}, &rows, &skipped, err, sizeof err) == 0,
           "round %d: %s", round, err);
-    CHECK(skipped == n_too_long, "round %d: skipped %d, want %d", round, skipped, n_too_long);
-    CHECK(rows.n_rows == oracle_rows, "round %d: %d rows, naive FFD %d", round, rows.n_rows, oracle_rows);
+    EXPECT(skipped == n_too_long, "round %d: skipped %d, want %d", round, skipped, n_too_long);
+    EXPECT(rows.n_rows == oracle_rows, "round %d: %d rows, naive FFD %d", round, rows.n_rows, oracle_rows);
     check_rows(&docs, &rows, seq_len, row_of, offset_of);
 
     // Deterministic: the same input packs to the same bytes.
     PackedRows again;
     pack_docs(&docs, seq_len, (PackOptions){false, true}, &again, &skipped, err, sizeof err);
-    CHECK(again.n_rows == rows.n_rows &&
+    EXPECT(again.n_rows == rows.n_rows &&
               memcmp(again.token, rows.token, (size_t)rows.n_rows * seq_len * sizeof(int32_t)) == 0 &&
               memcmp(again.doc, rows.doc, (size_t)rows.n_rows * seq_len * sizeof(int32_t)) == 0,
           "round %d: deterministic", round);
@@ -153,9 +153,9 @@ static void test_random(TestRng *rng, int round) {
         row_of[d] = fits ? next_row++ : -1;
         offset_of[d] = fits ? 0 : -1;
     }
-    CHECK(pack_docs(&docs, seq_len, (PackOptions){true, true}, &rows, &skipped, err, sizeof err) == 0,
+    EXPECT(pack_docs(&docs, seq_len, (PackOptions){true, true}, &rows, &skipped, err, sizeof err) == 0,
           "round %d unpacked: %s", round, err);
-    CHECK(rows.n_rows == next_row, "round %d unpacked: %d rows, want %d", round, rows.n_rows, next_row);
+    EXPECT(rows.n_rows == next_row, "round %d unpacked: %d rows, want %d", round, rows.n_rows, next_row);
     check_rows(&docs, &rows, seq_len, row_of, offset_of);
     packed_rows_free(&rows);
 
@@ -175,12 +175,12 @@ static void test_hand_case(TestRng *rng) {
     PackedRows rows;
     int skipped;
     char err[256];
-    CHECK(pack_docs(&docs, 8, (PackOptions){false, false}, &rows, &skipped, err, sizeof err) == 0, "%s", err);
+    EXPECT(pack_docs(&docs, 8, (PackOptions){false, false}, &rows, &skipped, err, sizeof err) == 0, "%s", err);
     int32_t want_doc[2][8] = {{1, 1, 1, 1, 1, 4, 4, 4}, {3, 3, 3, 3, 0, 0, 2, -1}};
-    CHECK(rows.n_rows == 2, "2 rows, got %d", rows.n_rows);
+    EXPECT(rows.n_rows == 2, "2 rows, got %d", rows.n_rows);
     for (int r = 0; r < 2 && rows.n_rows == 2; r++)
         for (int q = 0; q < 8; q++)
-            CHECK(rows.doc[r * 8 + q] == want_doc[r][q], "row %d slot %d: doc %d, want %d", r, q,
+            EXPECT(rows.doc[r * 8 + q] == want_doc[r][q], "row %d slot %d: doc %d, want %d", r, q,
                   rows.doc[r * 8 + q], want_doc[r][q]);
     packed_rows_free(&rows);
     doc_list_free(&docs);

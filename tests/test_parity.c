@@ -29,25 +29,25 @@ static json_t *report_for(const char *train_path) {
 static void check_exact(const json_t *layouts, const char *name) {
     const json_t *npass = json_object_get(layouts, "npass");
     const json_t *l = json_object_get(layouts, name);
-    CHECK(l != NULL, "layout %s reported", name);
+    EXPECT(l != NULL, "layout %s reported", name);
     if (!l) return;
-    CHECK(json_integer_value(json_object_get(l, "trained_tokens")) ==
+    EXPECT(json_integer_value(json_object_get(l, "trained_tokens")) ==
               json_integer_value(json_object_get(npass, "trained_tokens")),
           "%s trains the same tokens as npass", name);
-    CHECK(json_integer_value(json_object_get(l, "tokens")) <
+    EXPECT(json_integer_value(json_object_get(l, "tokens")) <
               json_integer_value(json_object_get(npass, "tokens")),
           "%s uses fewer tokens than npass", name);
     double loss_diff = json_real_value(json_object_get(l, "loss_rel_diff"));
-    CHECK(loss_diff < 1e-5, "%s loss relative difference %g", name, loss_diff);
+    EXPECT(loss_diff < 1e-5, "%s loss relative difference %g", name, loss_diff);
     const char *tensor;
     json_t *v;
     int n = 0;
     json_object_foreach((json_t *)json_object_get(l, "grad_rel_diff"), tensor, v) {
-        CHECK(json_real_value(v) < 1e-4, "%s gradient of %s differs by %g", name, tensor,
+        EXPECT(json_real_value(v) < 1e-4, "%s gradient of %s differs by %g", name, tensor,
               json_real_value(v));
         n++;
     }
-    CHECK(n == 2 + 2 * 9, "%s: one entry per tensor (%d)", name, n);  // tied head: embed, norm, 2 x 9
+    EXPECT(n == 2 + 2 * 9, "%s: one entry per tensor (%d)", name, n);  // tied head: embed, norm, 2 x 9
 }
 
 int main(void) {
@@ -55,15 +55,15 @@ int main(void) {
     const json_t *layouts = json_object_get(conv, "layouts");
     check_exact(layouts, "duplicate");
     const json_t *mask_only = json_object_get(layouts, "mask_only");
-    CHECK(mask_only != NULL, "mask_only reported");
+    EXPECT(mask_only != NULL, "mask_only reported");
     double mask_grad = json_real_value(json_object_get(mask_only, "grad_rel_diff_max"));
-    CHECK(mask_grad > 1e-2, "mask_only differs clearly from npass: %g", mask_grad);
-    CHECK(json_real_value(json_object_get(mask_only, "loss_rel_diff")) > 1e-7,
+    EXPECT(mask_grad > 1e-2, "mask_only differs clearly from npass: %g", mask_grad);
+    EXPECT(json_real_value(json_object_get(mask_only, "loss_rel_diff")) > 1e-7,
           "mask_only loss differs: %g", json_real_value(json_object_get(mask_only, "loss_rel_diff")));
     json_decref(conv);
 
     json_t *shared = report_for("datasets/synthetic/shared_prefix.jsonl");
-    CHECK(strcmp(json_string_value(json_object_get(shared, "kind")), "shared_prefix") == 0,
+    EXPECT(strcmp(json_string_value(json_object_get(shared, "kind")), "shared_prefix") == 0,
           "shared-prefix file detected");
     check_exact(json_object_get(shared, "layouts"), "shared_prefix");
     json_decref(shared);

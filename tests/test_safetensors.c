@@ -57,33 +57,33 @@ static void test_round_trip_and_format(TestRng *rng) {
     SafeTensorMeta meta[] = {{"format", "pt"}, {"step", "42"}};
     char path[256], err[512];
     snprintf(path, sizeof path, "%s/a.safetensors", dir);
-    CHECK(safetensors_write(path, out, NT, meta, 2, err, sizeof err) == 0, "write: %s", err);
+    EXPECT(safetensors_write(path, out, NT, meta, 2, err, sizeof err) == 0, "write: %s", err);
     char tmp[300];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    CHECK(access(tmp, F_OK) != 0, "no temp file left behind");
+    EXPECT(access(tmp, F_OK) != 0, "no temp file left behind");
 
     // Independent parse of the raw bytes.
     size_t len = 0;
     unsigned char *raw = read_all(path, &len);
-    CHECK(raw != NULL && len > 8, "file readable");
+    EXPECT(raw != NULL && len > 8, "file readable");
     uint64_t hlen = 0;
     for (int i = 0; i < 8; i++) hlen |= (uint64_t)raw[i] << (8 * i);
-    CHECK(hlen % 8 == 0, "header padded to 8 bytes: %llu", (unsigned long long)hlen);
+    EXPECT(hlen % 8 == 0, "header padded to 8 bytes: %llu", (unsigned long long)hlen);
     json_t *header = json_loadb((const char *)raw + 8, hlen, 0, NULL);
-    CHECK(json_is_object(header), "header is JSON");
+    EXPECT(json_is_object(header), "header is JSON");
     json_t *m = json_object_get(header, "__metadata__");
-    CHECK(json_is_string(json_object_get(m, "step")) &&
+    EXPECT(json_is_string(json_object_get(m, "step")) &&
               strcmp(json_string_value(json_object_get(m, "step")), "42") == 0,
           "metadata step");
     size_t total = 0;
     for (int t = 0; t < NT; t++) {
         json_t *e = json_object_get(header, names[t]);
-        CHECK(e && strcmp(json_string_value(json_object_get(e, "dtype")), "F32") == 0, "%s dtype", names[t]);
+        EXPECT(e && strcmp(json_string_value(json_object_get(e, "dtype")), "F32") == 0, "%s dtype", names[t]);
         json_t *shape = json_object_get(e, "shape");
         bool shape_ok = json_array_size(shape) == (size_t)ndims[t];
         for (int d = 0; shape_ok && d < ndims[t]; d++)
             shape_ok = json_integer_value(json_array_get(shape, (size_t)d)) == shapes[t][d];
-        CHECK(shape_ok, "%s shape", names[t]);
+        EXPECT(shape_ok, "%s shape", names[t]);
         json_t *offs = json_object_get(e, "data_offsets");
         size_t begin = (size_t)json_integer_value(json_array_get(offs, 0));
         size_t end = (size_t)json_integer_value(json_array_get(offs, 1));
@@ -97,33 +97,33 @@ static void test_round_trip_and_format(TestRng *rng) {
             memcpy(&f, &bits, 4);
             same = f == data[t][i];
         }
-        CHECK(same, "%s: raw little-endian data equals the tensor", names[t]);
+        EXPECT(same, "%s: raw little-endian data equals the tensor", names[t]);
     }
-    CHECK(total == len - 8 - hlen, "data section holds exactly the tensors (%zu vs %zu)", total,
+    EXPECT(total == len - 8 - hlen, "data section holds exactly the tensors (%zu vs %zu)", total,
           (size_t)(len - 8 - hlen));
     json_decref(header);
     free(raw);
 
     // Read back through the library.
     SafeTensorsFile f;
-    CHECK(safetensors_read(path, &f, err, sizeof err) == 0, "read: %s", err);
-    CHECK(f.n_tensors == NT, "tensor count %d", f.n_tensors);
-    CHECK(safetensors_meta(&f, "format") && strcmp(safetensors_meta(&f, "format"), "pt") == 0, "format meta");
-    CHECK(safetensors_meta(&f, "absent") == NULL, "absent meta");
+    EXPECT(safetensors_read(path, &f, err, sizeof err) == 0, "read: %s", err);
+    EXPECT(f.n_tensors == NT, "tensor count %d", f.n_tensors);
+    EXPECT(safetensors_meta(&f, "format") && strcmp(safetensors_meta(&f, "format"), "pt") == 0, "format meta");
+    EXPECT(safetensors_meta(&f, "absent") == NULL, "absent meta");
     for (int t = 0; t < NT; t++) {
         size_t n = 1;
         for (int d = 0; d < ndims[t]; d++) n *= (size_t)shapes[t][d];
         float *back = xmalloc(n * sizeof(float));
-        CHECK(safetensors_copy_f32(&f, names[t], ndims[t], shapes[t], back, err, sizeof err) == 0, "copy: %s", err);
-        CHECK(memcmp(back, data[t], n * sizeof(float)) == 0, "%s bit-identical", names[t]);
+        EXPECT(safetensors_copy_f32(&f, names[t], ndims[t], shapes[t], back, err, sizeof err) == 0, "copy: %s", err);
+        EXPECT(memcmp(back, data[t], n * sizeof(float)) == 0, "%s bit-identical", names[t]);
         free(back);
     }
     float dummy[64];
     int64_t wrong[2] = {4, 3};
-    CHECK(safetensors_copy_f32(&f, names[1], 2, wrong, dummy, err, sizeof err) != 0 &&
+    EXPECT(safetensors_copy_f32(&f, names[1], 2, wrong, dummy, err, sizeof err) != 0 &&
               strstr(err, names[1]) && strstr(err, "shape"),
           "wrong shape names the tensor: %s", err);
-    CHECK(safetensors_copy_f32(&f, "nope", 1, wrong, dummy, err, sizeof err) != 0 && strstr(err, "nope"),
+    EXPECT(safetensors_copy_f32(&f, "nope", 1, wrong, dummy, err, sizeof err) != 0 && strstr(err, "nope"),
           "missing tensor named: %s", err);
     safetensors_file_free(&f);
     for (int t = 0; t < NT; t++) free(data[t]);
@@ -139,16 +139,16 @@ static void test_table_prefix(TestRng *rng) {
     for (int i = 0; i < 10; i++) buf[i] = test_rng_uniform(rng);
     SafeTensorOut entries[2];
     safetensors_table_entries(&table, "exp_avg.", buf, entries);
-    CHECK(strcmp(entries[1].name, "exp_avg.b.weight") == 0, "prefixed name %s", entries[1].name);
+    EXPECT(strcmp(entries[1].name, "exp_avg.b.weight") == 0, "prefixed name %s", entries[1].name);
     char path[256], err[512];
     snprintf(path, sizeof path, "%s/t.safetensors", dir);
-    CHECK(safetensors_write(path, entries, 2, NULL, 0, err, sizeof err) == 0, "write: %s", err);
+    EXPECT(safetensors_write(path, entries, 2, NULL, 0, err, sizeof err) == 0, "write: %s", err);
     safetensors_entries_free(entries, 2);
     SafeTensorsFile f;
-    CHECK(safetensors_read(path, &f, err, sizeof err) == 0, "read: %s", err);
-    CHECK(safetensors_load_table(&f, &table, "exp_avg.", back, err, sizeof err) == 0, "load: %s", err);
-    CHECK(memcmp(buf, back, sizeof buf) == 0, "table round trip");
-    CHECK(safetensors_load_table(&f, &table, "", back, err, sizeof err) != 0 && strstr(err, "a.weight"),
+    EXPECT(safetensors_read(path, &f, err, sizeof err) == 0, "read: %s", err);
+    EXPECT(safetensors_load_table(&f, &table, "exp_avg.", back, err, sizeof err) == 0, "load: %s", err);
+    EXPECT(memcmp(buf, back, sizeof buf) == 0, "table round trip");
+    EXPECT(safetensors_load_table(&f, &table, "", back, err, sizeof err) != 0 && strstr(err, "a.weight"),
           "unprefixed names are absent: %s", err);
     safetensors_file_free(&f);
 }
@@ -158,30 +158,30 @@ static void test_malformed(void) {
     SafeTensorsFile f;
     snprintf(path, sizeof path, "%s/bad.safetensors", dir);
     write_all(path, "abc", 3);
-    CHECK(safetensors_read(path, &f, err, sizeof err) != 0 && strstr(err, "header length"), "short file: %s", err);
+    EXPECT(safetensors_read(path, &f, err, sizeof err) != 0 && strstr(err, "header length"), "short file: %s", err);
     safetensors_file_free(&f);
     write_raw(path, "{\"w\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [0, 16]}}", 8);
-    CHECK(safetensors_read(path, &f, err, sizeof err) != 0 && strstr(err, "'w'"), "offsets past the end: %s", err);
+    EXPECT(safetensors_read(path, &f, err, sizeof err) != 0 && strstr(err, "'w'"), "offsets past the end: %s", err);
     safetensors_file_free(&f);
     write_raw(path, "{\"w\": {\"dtype\": \"F32\", \"shape\": [3], \"data_offsets\": [0, 16]}}", 16);
-    CHECK(safetensors_read(path, &f, err, sizeof err) != 0 && strstr(err, "do not match"), "size vs shape: %s", err);
+    EXPECT(safetensors_read(path, &f, err, sizeof err) != 0 && strstr(err, "do not match"), "size vs shape: %s", err);
     safetensors_file_free(&f);
     write_raw(path, "{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]},"
                     " \"b\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [4, 12]}}", 12);
-    CHECK(safetensors_read(path, &f, err, sizeof err) != 0 && strstr(err, "overlap"), "overlap: %s", err);
+    EXPECT(safetensors_read(path, &f, err, sizeof err) != 0 && strstr(err, "overlap"), "overlap: %s", err);
     safetensors_file_free(&f);
     write_raw(path, "{\"w\": {\"dtype\": \"BF16\", \"shape\": [2], \"data_offsets\": [0, 4]}}", 4);
-    CHECK(safetensors_read(path, &f, err, sizeof err) == 0, "BF16 file reads: %s", err);
+    EXPECT(safetensors_read(path, &f, err, sizeof err) == 0, "BF16 file reads: %s", err);
     int64_t shape[1] = {2};
     float dst[2];
-    CHECK(safetensors_copy_f32(&f, "w", 1, shape, dst, err, sizeof err) != 0 && strstr(err, "BF16"),
+    EXPECT(safetensors_copy_f32(&f, "w", 1, shape, dst, err, sizeof err) != 0 && strstr(err, "BF16"),
           "BF16 refused for F32: %s", err);
     safetensors_file_free(&f);
     write_raw(path, "[1, 2]", 0);
-    CHECK(safetensors_read(path, &f, err, sizeof err) != 0 && strstr(err, "not a JSON object"), "array header: %s", err);
+    EXPECT(safetensors_read(path, &f, err, sizeof err) != 0 && strstr(err, "not a JSON object"), "array header: %s", err);
     safetensors_file_free(&f);
     snprintf(path, sizeof path, "%s/missing.safetensors", dir);
-    CHECK(safetensors_read(path, &f, err, sizeof err) != 0 && strstr(err, "missing.safetensors"), "missing file: %s", err);
+    EXPECT(safetensors_read(path, &f, err, sizeof err) != 0 && strstr(err, "missing.safetensors"), "missing file: %s", err);
     safetensors_file_free(&f);
 }
 

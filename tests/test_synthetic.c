@@ -50,7 +50,7 @@ static int parse_all(const char *text, Sample **out) {
         Sample s;
         line++;
         int rc = sample_parse_line(p, len, "generated", line, &s, err, sizeof err);
-        CHECK(rc == 0, "%s", err);
+        EXPECT(rc == 0, "%s", err);
         if (rc == 0) {
             if (n == cap) *out = realloc(*out, (size_t)(cap = cap ? 2 * cap : 64) * sizeof(Sample));
             (*out)[n++] = s;
@@ -72,12 +72,12 @@ static void test_determinism(uint64_t seed) {
         char *a = generate(writers[w], seed, 50, &la);
         char *b = generate(writers[w], seed, 50, &lb);
         char *c = generate(writers[w], seed + 1, 50, &lc);
-        CHECK(la == lb && memcmp(a, b, la) == 0, "writer %d: same seed, different bytes", w);
-        CHECK(la != lc || memcmp(a, c, la) != 0, "writer %d: seeds %llu and %llu agree", w,
+        EXPECT(la == lb && memcmp(a, b, la) == 0, "writer %d: same seed, different bytes", w);
+        EXPECT(la != lc || memcmp(a, c, la) != 0, "writer %d: seeds %llu and %llu agree", w,
               (unsigned long long)seed, (unsigned long long)seed + 1);
         free(a), free(b), free(c);
     }
-    CHECK(synthetic_split_seed(seed, 0) != synthetic_split_seed(seed, 1) &&
+    EXPECT(synthetic_split_seed(seed, 0) != synthetic_split_seed(seed, 1) &&
               synthetic_split_seed(seed, 1) != synthetic_split_seed(seed, 2),
           "split seeds collide");
 }
@@ -95,7 +95,7 @@ static void test_formats(const char *text) {
         n_system += strstr(line, "\"system\"") != NULL;
         free(line);
     }
-    CHECK(n_field > 0 && n_inline > 0 && n_sharegpt > 0 && n_system > 0,
+    EXPECT(n_field > 0 && n_inline > 0 && n_sharegpt > 0 && n_system > 0,
           "formats: %d reasoning_content, %d inline, %d ShareGPT, %d with system", n_field,
           n_inline, n_sharegpt, n_system);
 }
@@ -121,10 +121,10 @@ static void test_turns_and_ratio(const Sample *samples, int n) {
             think_bytes += msg->reasoning ? strlen(msg->reasoning) : 0;
         }
     }
-    CHECK(min_turns == 1 && max_turns == 8, "turns range %d..%d, want 1..8", min_turns, max_turns);
+    EXPECT(min_turns == 1 && max_turns == 8, "turns range %d..%d, want 1..8", min_turns, max_turns);
     double ratio = (double)think_bytes / (double)answer_bytes;
     printf("thinking/answer bytes: %.1f\n", ratio);
-    CHECK(ratio >= 5.0, "thinking/answer ratio %.2f < 5", ratio);
+    EXPECT(ratio >= 5.0, "thinking/answer ratio %.2f < 5", ratio);
 }
 
 // Independent of the generator: the digits written by the column method ("write
@@ -146,8 +146,8 @@ static void check_column_digits(const char *reasoning, const char *answer) {
     const char *so = strstr(reasoning, "So ");
     const char *eq = so ? strrchr(so, '=') : NULL;
     long long stated = eq ? strtoll(eq + 1, NULL, 10) : -1;
-    CHECK(from_digits == stated, "written digits %s != %lld in: %s", written, stated, reasoning);
-    CHECK(synthetic_check_answer(answer, stated), "answer '%s' vs thinking %lld", answer, stated);
+    EXPECT(from_digits == stated, "written digits %s != %lld in: %s", written, stated, reasoning);
+    EXPECT(synthetic_check_answer(answer, stated), "answer '%s' vs thinking %lld", answer, stated);
 }
 
 static void test_checker(Sample *samples, int n, TestRng *rng) {
@@ -161,7 +161,7 @@ static void test_checker(Sample *samples, int n, TestRng *rng) {
         for (int c = 0; c < samples[i].n_completions; c++)
             check_column_digits(samples[i].completions[c].reasoning, samples[i].completions[c].content);
     }
-    CHECK(n_bad == 0, "%d of %d samples fail the checker", n_bad, n);
+    EXPECT(n_bad == 0, "%d of %d samples fail the checker", n_bad, n);
 
     // Corrupt one digit of one answer (answers or completions): the check must fail.
     for (int trial = 0; trial < 50; trial++) {
@@ -175,11 +175,11 @@ static void test_checker(Sample *samples, int n, TestRng *rng) {
             msg = &s->messages[m];
         }
         char *digit = strpbrk(msg->content, "0123456789");
-        CHECK(digit != NULL, "answer without a number: '%s'", msg->content);
+        EXPECT(digit != NULL, "answer without a number: '%s'", msg->content);
         if (!digit) continue;
         char saved = *digit;
         *digit = (char)('0' + (saved - '0' + test_rng_int(rng, 1, 9)) % 10);
-        CHECK(synthetic_check_sample(s, err, sizeof err) != 0, "corrupted '%s' passes",
+        EXPECT(synthetic_check_sample(s, err, sizeof err) != 0, "corrupted '%s' passes",
               msg->content);
         *digit = saved;
     }
@@ -190,10 +190,10 @@ static void test_checker(Sample *samples, int n, TestRng *rng) {
         char text[64];
         snprintf(text, sizeof text, "I get %d here, and the result is %lld.",
                  test_rng_int(rng, 0, 99), v);
-        CHECK(synthetic_check_answer(text, v), "'%s' should state %lld", text, v);
-        CHECK(!synthetic_check_answer(text, v + 1), "'%s' should not state %lld", text, v + 1);
+        EXPECT(synthetic_check_answer(text, v), "'%s' should state %lld", text, v);
+        EXPECT(!synthetic_check_answer(text, v + 1), "'%s' should not state %lld", text, v + 1);
     }
-    CHECK(!synthetic_check_answer("no number", 0), "an answer without digits passes");
+    EXPECT(!synthetic_check_answer("no number", 0), "an answer without digits passes");
 }
 
 // The shipped files are byte for byte what gen-data writes with the README seed.
@@ -210,11 +210,11 @@ static void test_shipped_files_reproduce(void) {
         snprintf(path, sizeof path, SHIPPED_DIR "/%s", files[i].name);
         size_t shipped_len, regen_len;
         char *shipped = read_file(path, &shipped_len);
-        CHECK(shipped != NULL, "cannot read %s", path);
+        EXPECT(shipped != NULL, "cannot read %s", path);
         if (!shipped) continue;
         char *regen = generate(files[i].writer, synthetic_split_seed(SHIPPED_SEED, files[i].split),
                                files[i].n, &regen_len);
-        CHECK(shipped_len == regen_len && memcmp(shipped, regen, regen_len) == 0,
+        EXPECT(shipped_len == regen_len && memcmp(shipped, regen, regen_len) == 0,
               "%s differs from gen-data --seed %d", path, SHIPPED_SEED);
         free(shipped), free(regen);
     }
@@ -233,7 +233,7 @@ static void test_shipped_lengths(const Tokenizer *tok, const char *name) {
     for (int i = 0; i < d.n_samples; i++) {
         TokenizedSample ts;
         int rc = sample_tokenize(tok, &d.samples[i], path, &ts, err, sizeof err);
-        CHECK(rc == 0, "%s", err);
+        EXPECT(rc == 0, "%s", err);
         if (rc != 0) continue;
         for (int t = 0; t < ts.n_turns; t++) {
             think_tokens += ts.turns[t].think.n;
@@ -244,7 +244,7 @@ static void test_shipped_lengths(const Tokenizer *tok, const char *name) {
                            kinds[k] == LAYOUT_NPASS;
             if (!applies) continue;
             DocList docs = {0};
-            CHECK(layout_sample(kinds[k], &ts, i, &docs, err, sizeof err) == 0, "%s", err);
+            EXPECT(layout_sample(kinds[k], &ts, i, &docs, err, sizeof err) == 0, "%s", err);
             for (int j = 0; j < docs.n_docs; j++)
                 if (docs.docs[j].n > longest[k]) longest[k] = docs.docs[j].n;
             doc_list_free(&docs);
@@ -256,7 +256,7 @@ static void test_shipped_lengths(const Tokenizer *tok, const char *name) {
            name, longest[0], longest[1], longest[2], longest[3],
            (double)think_tokens / (double)answer_tokens);
     for (int k = 0; k < 4; k++)
-        CHECK(longest[k] <= SEQ_LEN, "%s: a %s document has %d tokens > %d", name,
+        EXPECT(longest[k] <= SEQ_LEN, "%s: a %s document has %d tokens > %d", name,
               layout_name(kinds[k]), longest[k], SEQ_LEN);
     dataset_free(&d);
 }
@@ -279,7 +279,7 @@ int main(void) {
     char *shared = generate(synthetic_write_shared_prefix, seed, 100, &len);
     n = parse_all(shared, &samples);
     for (int i = 0; i < n; i++)
-        CHECK(samples[i].n_completions >= 2, "line %d: %d completions", samples[i].line,
+        EXPECT(samples[i].n_completions >= 2, "line %d: %d completions", samples[i].line,
               samples[i].n_completions);
     test_checker(samples, n, &rng);
     free_samples(samples, n);
@@ -288,7 +288,7 @@ int main(void) {
     test_shipped_files_reproduce();
     char err[512];
     Tokenizer *tok = tokenizer_load(SHIPPED_DIR "/tokenizer.model", err, sizeof err);
-    CHECK(tok != NULL, "%s", err);
+    EXPECT(tok != NULL, "%s", err);
     if (tok) {
         test_shipped_lengths(tok, "train.jsonl");
         test_shipped_lengths(tok, "eval.jsonl");

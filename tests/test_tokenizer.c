@@ -35,7 +35,7 @@ static char *random_text(TestRng *rng) {
 
 static int encode(const Tokenizer *t, const char *text, int32_t *ids) {
     int n = tokenizer_encode(t, text, ids, MAX_IDS);
-    CHECK(n >= 0 && n <= MAX_IDS, "encode returned %d for '%s'", n, text);
+    EXPECT(n >= 0 && n <= MAX_IDS, "encode returned %d for '%s'", n, text);
     return n < 0 ? 0 : n;
 }
 
@@ -46,23 +46,23 @@ static void test_round_trips(const Tokenizer *t, TestRng *rng) {
         int na = encode(t, a, ids);
         int unk = 0;
         for (int i = 0; i < na; i++) unk += ids[i] == 0;
-        CHECK(unk == 0, "'%s' encodes to <unk> %d times", a, unk);
+        EXPECT(unk == 0, "'%s' encodes to <unk> %d times", a, unk);
         char *back = tokenizer_decode(t, ids, na);
-        CHECK(back && strcmp(back, a) == 0, "round trip '%s' -> '%s'", a, back ? back : "(null)");
+        EXPECT(back && strcmp(back, a) == 0, "round trip '%s' -> '%s'", a, back ? back : "(null)");
         free(back);
         // Segments tokenized on their own concatenate to the concatenated text.
         int nb = encode(t, b, ids + na);
         char *joined = tokenizer_decode(t, ids, na + nb);
         size_t la = strlen(a);
-        CHECK(joined && strncmp(joined, a, la) == 0 && strcmp(joined + la, b) == 0,
+        EXPECT(joined && strncmp(joined, a, la) == 0 && strcmp(joined + la, b) == 0,
               "segments '%s' + '%s' -> '%s'", a, b, joined ? joined : "(null)");
         free(joined), free(a), free(b);
     }
     // A short buffer still reports the full count.
     const char *text = "The result is 5198.";
     int full = encode(t, text, ids);
-    CHECK(tokenizer_encode(t, text, ids, 1) == full, "cap 1 changes the count");
-    CHECK(tokenizer_encode(t, "", ids, MAX_IDS) == 0, "empty text has ids");
+    EXPECT(tokenizer_encode(t, text, ids, 1) == full, "cap 1 changes the count");
+    EXPECT(tokenizer_encode(t, "", ids, MAX_IDS) == 0, "empty text has ids");
 }
 
 static void test_special_tokens(const Tokenizer *t, TestRng *rng) {
@@ -71,11 +71,11 @@ static void test_special_tokens(const Tokenizer *t, TestRng *rng) {
         const char *special = TEMPLATE_SPECIAL_TOKENS[s];
         int id = tokenizer_piece_to_id(t, special);
         // Fixed layout written down in data/tokenizer.cc: <unk>=0, specials 1..6.
-        CHECK(id == s + 1, "%s has id %d, want %d", special, id, s + 1);
-        CHECK(id >= 0 && strcmp(tokenizer_id_to_piece(t, id), special) == 0, "%s: piece '%s'",
+        EXPECT(id == s + 1, "%s has id %d, want %d", special, id, s + 1);
+        EXPECT(id >= 0 && strcmp(tokenizer_id_to_piece(t, id), special) == 0, "%s: piece '%s'",
               special, id >= 0 ? tokenizer_id_to_piece(t, id) : "");
         int n = encode(t, special, ids);
-        CHECK(n == 1 && ids[0] == id, "%s alone: %d ids", special, n);
+        EXPECT(n == 1 && ids[0] == id, "%s alone: %d ids", special, n);
         // Inside random text it is still one id, and the text decodes back.
         for (int trial = 0; trial < 20; trial++) {
             char *left = random_text(rng), *right = random_text(rng);
@@ -89,9 +89,9 @@ static void test_special_tokens(const Tokenizer *t, TestRng *rng) {
             bool split = n == nl + 1 + nr && ids[nl] == id &&
                          memcmp(ids, left_ids, (size_t)nl * sizeof(int32_t)) == 0 &&
                          memcmp(ids + nl + 1, right_ids, (size_t)nr * sizeof(int32_t)) == 0;
-            CHECK(split, "'%s' does not split at %s", text, special);
+            EXPECT(split, "'%s' does not split at %s", text, special);
             char *back = tokenizer_decode(t, ids, n);
-            CHECK(back && strcmp(back, text) == 0, "'%s' -> '%s'", text, back ? back : "(null)");
+            EXPECT(back && strcmp(back, text) == 0, "'%s' -> '%s'", text, back ? back : "(null)");
             free(back), free(text), free(left), free(right);
         }
     }
@@ -99,20 +99,20 @@ static void test_special_tokens(const Tokenizer *t, TestRng *rng) {
 
 static void test_pieces(const Tokenizer *t) {
     int vocab = tokenizer_vocab_size(t);
-    CHECK(vocab == 512, "vocab size %d, want 512 (model.vocab_size)", vocab);
+    EXPECT(vocab == 512, "vocab size %d, want 512 (model.vocab_size)", vocab);
     int bad = 0;
     for (int id = 0; id < vocab; id++) {
         const char *piece = tokenizer_id_to_piece(t, id);
         bad += !piece || tokenizer_piece_to_id(t, piece) != id;
     }
-    CHECK(bad == 0, "%d ids do not survive id -> piece -> id", bad);
-    CHECK(tokenizer_id_to_piece(t, -1) == NULL && tokenizer_id_to_piece(t, vocab) == NULL,
+    EXPECT(bad == 0, "%d ids do not survive id -> piece -> id", bad);
+    EXPECT(tokenizer_id_to_piece(t, -1) == NULL && tokenizer_id_to_piece(t, vocab) == NULL,
           "out-of-range ids have pieces");
-    CHECK(tokenizer_piece_to_id(t, "no-such-piece-in-vocab") == -1, "unknown piece has an id");
-    CHECK(tokenizer_piece_to_id(t, "<unk>") == 0, "<unk> is not id 0");
+    EXPECT(tokenizer_piece_to_id(t, "no-such-piece-in-vocab") == -1, "unknown piece has an id");
+    EXPECT(tokenizer_piece_to_id(t, "<unk>") == 0, "<unk> is not id 0");
     // Byte fallback: an unseen character is its UTF-8 bytes, one byte piece each.
     int32_t ids[8];
-    CHECK(tokenizer_encode(t, "\xe5\x97\xaf", ids, 8) == 3 &&
+    EXPECT(tokenizer_encode(t, "\xe5\x97\xaf", ids, 8) == 3 &&
               strcmp(tokenizer_id_to_piece(t, ids[0]), "<0xE5>") == 0 &&
               strcmp(tokenizer_id_to_piece(t, ids[2]), "<0xAF>") == 0,
           "U+55EF is not three byte pieces");
@@ -133,7 +133,7 @@ static char *read_bytes(const char *path, long *len) {
 // Same corpus, same model bytes; the special tokens get the fixed ids.
 static void test_training(TestRng *rng) {
     char dir[] = "/tmp/onepass_tok_XXXXXX", corpus[64], prefix[64], model[80], vocab[80], err[512];
-    CHECK(mkdtemp(dir) != NULL, "mkdtemp failed");
+    EXPECT(mkdtemp(dir) != NULL, "mkdtemp failed");
     snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
     FILE *f = fopen(corpus, "wb");
     for (int i = 0; i < 300; i++) {
@@ -150,21 +150,21 @@ static void test_training(TestRng *rng) {
     char *bytes[2] = {NULL, NULL};
     long len[2] = {0, 0};
     for (int k = 0; k < 2; k++) {
-        CHECK(tokenizer_train(corpus, prefix, 300, err, sizeof err) == 0, "train: %s", err);
+        EXPECT(tokenizer_train(corpus, prefix, 300, err, sizeof err) == 0, "train: %s", err);
         bytes[k] = read_bytes(model, &len[k]);
     }
-    CHECK(bytes[0] && bytes[1] && len[0] == len[1] && memcmp(bytes[0], bytes[1], (size_t)len[0]) == 0,
+    EXPECT(bytes[0] && bytes[1] && len[0] == len[1] && memcmp(bytes[0], bytes[1], (size_t)len[0]) == 0,
           "two trainings on one corpus differ");
     free(bytes[0]), free(bytes[1]);
     Tokenizer *t = tokenizer_load(model, err, sizeof err);
-    CHECK(t != NULL, "%s", err);
+    EXPECT(t != NULL, "%s", err);
     if (t) {
         for (int s = 0; s < TEMPLATE_N_SPECIAL_TOKENS; s++)
-            CHECK(tokenizer_piece_to_id(t, TEMPLATE_SPECIAL_TOKENS[s]) == s + 1, "trained %s id",
+            EXPECT(tokenizer_piece_to_id(t, TEMPLATE_SPECIAL_TOKENS[s]) == s + 1, "trained %s id",
                   TEMPLATE_SPECIAL_TOKENS[s]);
         tokenizer_free(t);
     }
-    CHECK(tokenizer_train("/nonexistent/corpus.txt", prefix, 300, err, sizeof err) == -1,
+    EXPECT(tokenizer_train("/nonexistent/corpus.txt", prefix, 300, err, sizeof err) == -1,
           "training on a missing corpus succeeded");
     snprintf(vocab, sizeof vocab, "%s.vocab", prefix);
     remove(model);
@@ -176,11 +176,11 @@ static void test_training(TestRng *rng) {
 int main(void) {
     TestRng rng = test_rng_from_env();
     char err[512];
-    CHECK(tokenizer_load("/nonexistent/tok.model", err, sizeof err) == NULL &&
+    EXPECT(tokenizer_load("/nonexistent/tok.model", err, sizeof err) == NULL &&
               strstr(err, "/nonexistent/tok.model"),
           "loading a missing model: '%s'", err);
     Tokenizer *t = tokenizer_load(MODEL_PATH, err, sizeof err);
-    CHECK(t != NULL, "%s", err);
+    EXPECT(t != NULL, "%s", err);
     if (!t) return test_finish();
     test_pieces(t);
     test_round_trips(t, &rng);

@@ -15,7 +15,7 @@
 //  - backend "auto" picks cuda for this model and cpu (with the reason) for head_dim 16.
 #include "trainer/step_cuda.h"
 extern "C" {  // plain C headers without guards of their own
-#include "data/batch.h"
+#include "trainer/data_options.h"
 #include "trainer/setup.h"
 }
 #include <math.h>
@@ -63,7 +63,7 @@ int main(void) {
     micro_batches_build(&data.rows, MICRO_ROWS, &micro);
     long long tokens, trained;
     packed_rows_count(&data.rows, &tokens, &trained);
-    CHECK(micro.n_micro >= 2, "the batch spans %d micro-batches (want >= 2)", micro.n_micro);
+    EXPECT(micro.n_micro >= 2, "the batch spans %d micro-batches (want >= 2)", micro.n_micro);
     const float loss_scale = (float)(1.0 / (double)trained);
 
     ParamTable table;
@@ -89,7 +89,7 @@ int main(void) {
     AdamWState opt_back;
     adamw_init(&opt_back, n);
     gpu->get_state(g, back, &opt_back);
-    CHECK(!memcmp(back, params, n * sizeof(float)) && !memcmp(opt_back.m, opt.m, n * sizeof(float)) &&
+    EXPECT(!memcmp(back, params, n * sizeof(float)) && !memcmp(opt_back.m, opt.m, n * sizeof(float)) &&
               !memcmp(opt_back.v, opt.v, n * sizeof(float)) && opt_back.step == opt.step,
           "set_state / get_state round-trip bit for bit");
 
@@ -99,7 +99,7 @@ int main(void) {
     cpu->set_state(c, rounded, &opt);
     const double loss_gpu = gpu->forward_backward(g, &micro, loss_scale) / (double)trained;
     const double loss_cpu = cpu->forward_backward(c, &micro, loss_scale) / (double)trained;
-    CHECK(fabs(loss_gpu - loss_cpu) <= 1e-2 * fabs(loss_cpu), "loss %.6f vs CPU %.6f", loss_gpu,
+    EXPECT(fabs(loss_gpu - loss_cpu) <= 1e-2 * fabs(loss_cpu), "loss %.6f vs CPU %.6f", loss_gpu,
           loss_cpu);
     float *grads = (float *)xmalloc(n * sizeof(float)), *grads_cpu = (float *)xmalloc(n * sizeof(float));
     gpu->get_grads(g, grads);
@@ -113,19 +113,19 @@ int main(void) {
             fprintf(stderr, "  %s: gradient cosine %.5f vs CPU\n", pt->name, cs);
         }
     }
-    CHECK(low_cosine == 0, "%d gradient tensors below cosine 0.99 vs the CPU", low_cosine);
+    EXPECT(low_cosine == 0, "%d gradient tensors below cosine 0.99 vs the CPU", low_cosine);
 
     // Determinism.
     float *grads_again = (float *)xmalloc(n * sizeof(float));
     const double loss_again = gpu->forward_backward(g, &micro, loss_scale) / (double)trained;
     gpu->get_grads(g, grads_again);
-    CHECK(loss_again == loss_gpu && !memcmp(grads_again, grads, n * sizeof(float)),
+    EXPECT(loss_again == loss_gpu && !memcmp(grads_again, grads, n * sizeof(float)),
           "deterministic mode: a second forward+backward is bitwise identical");
 
     // Norm, clipping and AdamW against trainer/optim.c on the same gradients.
     const double norm = gpu->grad_norm(g), norm_host = grad_global_norm(grads, n);
-    CHECK(fabs(norm - norm_host) <= 1e-5 * norm_host, "grad norm %.8g vs host %.8g", norm, norm_host);
-    CHECK(gpu->first_nonfinite(g, true) == NULL, "finite gradients reported finite");
+    EXPECT(fabs(norm - norm_host) <= 1e-5 * norm_host, "grad norm %.8g vs host %.8g", norm, norm_host);
+    EXPECT(gpu->first_nonfinite(g, true) == NULL, "finite gradients reported finite");
     AdamWHyper h = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.5f, false, test_rng_int(&rng, 0, 1) == 1};
     const double max_norm = 0.5 * norm_host;  // forces clipping
     gpu->optimizer_step(g, &h, norm, max_norm);
@@ -138,10 +138,10 @@ int main(void) {
     // to tiny values whose rounding error is relative to the inputs, not the result.
     worst_index(opt_back.m, opt.m, n, 1e-4, &worst_m);
     worst_index(opt_back.v, opt.v, n, 1e-7, &worst_v);
-    CHECK(opt_back.step == opt.step, "AdamW step %ld vs host %ld", opt_back.step, opt.step);
-    CHECK(worst_p <= 1e-5, "weights after AdamW: worst relative error %.3g at %zu (%.9g vs %.9g)",
+    EXPECT(opt_back.step == opt.step, "AdamW step %ld vs host %ld", opt_back.step, opt.step);
+    EXPECT(worst_p <= 1e-5, "weights after AdamW: worst relative error %.3g at %zu (%.9g vs %.9g)",
           worst_p, at_p, back[at_p], params[at_p]);
-    CHECK(worst_m <= 1e-5 && worst_v <= 1e-5, "moments after AdamW: worst errors m %.3g v %.3g",
+    EXPECT(worst_m <= 1e-5 && worst_v <= 1e-5, "moments after AdamW: worst errors m %.3g v %.3g",
           worst_m, worst_v);
 
     // The bf16 weights follow the master: forward after the step == forward after a
@@ -151,7 +151,7 @@ int main(void) {
     const double eval_after_step = gpu->forward(g, &micro, losses);
     gpu->set_state(g, back, &opt_back);
     const double eval_uploaded = gpu->forward(g, &micro, NULL);
-    CHECK(eval_after_step == eval_uploaded, "bf16 weights updated in the step (%.9g vs %.9g)",
+    EXPECT(eval_after_step == eval_uploaded, "bf16 weights updated in the step (%.9g vs %.9g)",
           eval_after_step, eval_uploaded);
 
     // Eval forward against the CPU, and against forward+backward's loss.
@@ -161,11 +161,11 @@ int main(void) {
     double diff = 0;
     for (size_t i = 0; i < (size_t)data.rows.n_rows * SEQ_LEN; i++) diff += fabs(losses[i] - losses_ref[i]);
     diff /= (double)trained;
-    CHECK(fabs(eval_after_step - eval_cpu) <= 1e-2 * fabs(eval_cpu) && diff <= 3e-2,
+    EXPECT(fabs(eval_after_step - eval_cpu) <= 1e-2 * fabs(eval_cpu) && diff <= 3e-2,
           "eval: CE sum %.4f vs CPU %.4f, mean |per-position diff| %.4f", eval_after_step, eval_cpu,
           diff);
     const double fb = gpu->forward_backward(g, &micro, loss_scale);
-    CHECK(fabs(fb - eval_after_step) <= 1e-6 * fabs(fb), "forward %.9g vs forward+backward %.9g",
+    EXPECT(fabs(fb - eval_after_step) <= 1e-6 * fabs(fb), "forward %.9g vs forward+backward %.9g",
           eval_after_step, fb);
 
     // No device allocation after the first step.
@@ -182,26 +182,26 @@ int main(void) {
     }
     cudaCheck(cudaDeviceSynchronize());
     gpu->device_memory(&used_after, &total);
-    CHECK(used_after == used_before, "device memory in use %zu before 3 steps, %zu after",
+    EXPECT(used_after == used_before, "device memory in use %zu before 3 steps, %zu after",
           used_before, used_after);
 
     // A NaN in one tensor is named.
     gpu->get_state(g, back, &opt_back);
-    CHECK(gpu->first_nonfinite(g, false) == NULL, "finite weights reported finite");
+    EXPECT(gpu->first_nonfinite(g, false) == NULL, "finite weights reported finite");
     const int bad = test_rng_int(&rng, 0, table.n_tensors - 1);
     const ParamTensor *bt = &table.tensors[bad];
     back[bt->offset + (size_t)test_rng_int(&rng, 0, (int)bt->numel - 1)] = NAN;
     gpu->set_state(g, back, &opt_back);
     const char *found = gpu->first_nonfinite(g, false);
-    CHECK(found && !strcmp(found, bt->name), "NaN planted in %s, found in %s", bt->name,
+    EXPECT(found && !strcmp(found, bt->name), "NaN planted in %s, found in %s", bt->name,
           found ? found : "(none)");
 
     // Backend choice.
     char why[512];
-    CHECK(backend_choose("auto", &mc, why, sizeof why) == BACKEND_CUDA, "auto picks cuda: %s", why);
+    EXPECT(backend_choose("auto", &mc, why, sizeof why) == BACKEND_CUDA, "auto picks cuda: %s", why);
     ModelConfig narrow = mc;
     narrow.num_attention_heads = 8;  // head_dim 16
-    CHECK(backend_choose("auto", &narrow, why, sizeof why) == BACKEND_CPU && strstr(why, "head_dim"),
+    EXPECT(backend_choose("auto", &narrow, why, sizeof why) == BACKEND_CPU && strstr(why, "head_dim"),
           "auto picks cpu for head_dim 16 and says why: %s", why);
 
     gpu->destroy(g);

@@ -1,4 +1,4 @@
-// Minimal test harness: CHECK records a failure and continues; test_finish prints
+// Minimal test harness: EXPECT records a failure and continues; test_finish prints
 // the closing "N passed, N failed" line and returns the exit code.
 #pragma once
 #include <math.h>
@@ -7,7 +7,7 @@
 
 static int test_passed_count, test_failed_count;
 
-#define CHECK(cond, ...)                                                            \
+#define EXPECT(cond, ...)                                                            \
     do {                                                                            \
         if (cond) {                                                                 \
             test_passed_count++;                                                    \

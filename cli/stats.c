@@ -1,4 +1,4 @@
-#include "data/stats.h"
+#include "cli/stats.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-// `train parity`: one forward+backward of the same conversations with the same weights
+// Parity of the layouts (trainer/parity.h): one forward+backward of the same conversations with the same weights
 // under each layout, on the configured backend, compared with npass (the reference).
 // duplicate and shared_prefix are exact (differences are fp32 rounding on the CPU, bf16
 // rounding on the GPU); mask_only is not, and its difference is reported so the
@@ -8,9 +8,8 @@
 #include <string.h>
 
 #include "common/check.h"
-#include "data/batch.h"
+#include "trainer/data_options.h"
 #include "trainer/backend.h"
-#include "trainer/commands.h"
 #include "trainer/loader.h"
 #include "trainer/parity.h"
 #include "trainer/setup.h"
@@ -193,19 +192,4 @@ void parity_print(const json_t *report, FILE *f) {
                     json_string_value(json_object_get(l, "grad_rel_diff_max_tensor")));
         fputc('\n', f);
     }
-}
-
-int cmd_parity(int argc, char **argv) {
-    const char *json_path = NULL;
-    Config *c = config_from_args(argc, argv, "parity", "--json", &json_path);
-    json_t *report = parity_report(c);
-    parity_print(report, stdout);
-    if (json_path) {
-        if (json_dump_file(report, json_path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0)
-            fatal("--json %s: cannot write", json_path);
-        printf("wrote %s\n", json_path);
-    }
-    json_decref(report);
-    config_free(c);
-    return 0;
 }

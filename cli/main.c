@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "trainer/commands.h"
+#include "cli/commands.h"
 
 static void usage(FILE *f) {
     fputs("usage: train [run] --config FILE [--set key=value]...      train a model\n"

@@ -5,11 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/commands.h"
 #include "common/check.h"
 #include "data/conversation.h"
 #include "data/template.h"
 #include "data/tokenizer.h"
-#include "trainer/commands.h"
 
 // Writes head + text + tail as corpus sentences: SentencePiece reads one sentence
 // per line, so a multi-line text becomes several sentences (head on the first,

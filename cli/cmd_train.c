@@ -10,11 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/commands.h"
 #include "common/check.h"
-#include "data/batch.h"
+#include "trainer/data_options.h"
 #include "trainer/backend.h"
 #include "trainer/checkpoint.h"
-#include "trainer/commands.h"
 #include "trainer/loader.h"
 #include "trainer/metrics.h"
 #include "trainer/optim.h"

@@ -11,10 +11,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli/commands.h"
+#include "cli/stats.h"
 #include "common/check.h"
-#include "data/batch.h"
-#include "data/stats.h"
-#include "trainer/commands.h"
+#include "trainer/data_options.h"
 #include "trainer/config.h"
 
 static void write_array(FILE *f, const char *name, const int32_t *values, int n, bool last) {

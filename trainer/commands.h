@@ -1,9 +1,0 @@
-// The `train` subcommands. Each takes the argv after the subcommand name and
-// returns the process exit code.
-#pragma once
-
-int cmd_train(int argc, char **argv);     // trainer/cmd_train.c: the training run (default)
-int cmd_pack(int argc, char **argv);      // data/cmd_pack.c: pack rows, print statistics
-int cmd_parity(int argc, char **argv);    // trainer/cmd_parity.c: loss/gradient parity report
-int cmd_gen_data(int argc, char **argv);  // data/synthetic.c: write the synthetic data sets
-int cmd_tokenizer(int argc, char **argv); // data/cmd_tokenizer.c: train a SentencePiece model

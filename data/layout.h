@@ -1,28 +1,9 @@
-// Tokenized samples and the four layouts (DESIGN.md §3). Every layout emits
+// The four layouts (DESIGN.md §3). Every layout turns a tokenized sample into
 // documents: one sequence each, with per-token records.
 #pragma once
+#include <stddef.h>
 #include <stdint.h>
-#include "data/conversation.h"
-#include "data/tokenizer.h"
-
-typedef struct {
-    int32_t *ids;
-    int n;
-} TokenSpan;
-
-typedef struct {
-    TokenSpan prompt;  // shared-prefix completions: empty (the prefix is in TokenizedSample.prefix)
-    TokenSpan think;   // n == 0: the turn has no reasoning
-    TokenSpan answer;  // answer text + end-of-turn
-} TurnTokens;
-
-typedef struct {
-    SampleKind kind;
-    TurnTokens *turns;  // conversation: one per assistant turn; shared-prefix: one per completion
-    int n_turns;
-    TokenSpan prefix;   // shared-prefix only: P (all prompt messages + assistant header)
-    int line;           // source line, for error messages
-} TokenizedSample;
+#include "data/tokenize.h"
 
 typedef enum {
     LAYOUT_NPASS = 0,
@@ -62,12 +43,6 @@ typedef struct {
 // Parses "npass" | "mask_only" | "duplicate" | "shared_prefix"; -1 if unknown.
 int layout_from_name(const char *name);
 const char *layout_name(LayoutKind kind);
-
-// Tokenizes one parsed sample with the template. Returns 0, or -1 with
-// "path:line: ..." in err (e.g. an empty conversation, no assistant turn).
-int sample_tokenize(const Tokenizer *tok, const Sample *s, const char *path,
-                    TokenizedSample *out, char *err, size_t err_len);
-void tokenized_sample_free(TokenizedSample *s);
 
 // Appends the documents of one sample under a layout. Returns 0, or -1 with a
 // message when the layout does not apply (e.g. duplicate on a shared-prefix set).

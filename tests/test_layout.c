@@ -6,6 +6,7 @@
 
 #include "data/layout.h"
 #include "data/template.h"
+#include "data/tokenize.h"
 #include "tests/test_util.h"
 
 #define SPAN(...) ((TokenSpan){(int32_t[]){__VA_ARGS__}, (int)(sizeof((int32_t[]){__VA_ARGS__}) / sizeof(int32_t))})

@@ -8,6 +8,7 @@
 #include "data/conversation.h"
 #include "data/layout.h"
 #include "data/synthetic.h"
+#include "data/tokenize.h"
 #include "data/tokenizer.h"
 #include "tests/test_util.h"
 

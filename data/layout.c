@@ -31,10 +31,7 @@ typedef struct {
 static void builder_reserve(DocBuilder *b, int extra) {
     if (b->doc.n + extra <= b->cap) return;
     b->cap = 2 * (b->doc.n + extra);
-    int32_t **fields[] = {&b->doc.token, &b->doc.target, &b->doc.pos, &b->doc.lo,
-                          &b->doc.hi,    &b->doc.turn,   &b->doc.role};
-    for (size_t f = 0; f < sizeof fields / sizeof *fields; f++)
-        *fields[f] = xrealloc(*fields[f], (size_t)b->cap * sizeof(int32_t));
+    doc_reserve(&b->doc, b->cap);
 }
 
 // Appends a span at positions pos0, pos0+1, …; returns the index of its first token.
@@ -203,16 +200,18 @@ int layout_sample(LayoutKind kind, const TokenizedSample *s, int sample_index, D
     return -1;
 }
 
+void doc_reserve(Doc *d, int cap) {
+#define RESERVE_COLUMN(field, json_name, holders, ...) \
+    IF_IN_DOC_##holders(d->field = xrealloc(d->field, (size_t)cap * sizeof(int32_t));)
+    TOKEN_COLUMNS(RESERVE_COLUMN)
+#undef RESERVE_COLUMN
+}
+
 void doc_list_free(DocList *list) {
     for (int i = 0; i < list->n_docs; i++) {
-        Doc *d = &list->docs[i];
-        free(d->token);
-        free(d->target);
-        free(d->pos);
-        free(d->lo);
-        free(d->hi);
-        free(d->turn);
-        free(d->role);
+#define FREE_COLUMN(field, json_name, holders, ...) IF_IN_DOC_##holders(free(list->docs[i].field);)
+        TOKEN_COLUMNS(FREE_COLUMN)
+#undef FREE_COLUMN
     }
     free(list->docs);
     memset(list, 0, sizeof *list);

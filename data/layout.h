@@ -3,6 +3,7 @@
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
+#include "data/token_columns.h"
 #include "data/tokenize.h"
 
 typedef enum {
@@ -24,15 +25,9 @@ typedef enum {
 // to query q (both document indices) iff lo[k] <= q < hi[k].
 typedef struct {
     int n;
-    int32_t *token;   // [n]
-    int32_t *target;  // [n] next token in this position's own view, -1 = no loss
-    int32_t *pos;     // [n] position id (RoPE)
-    int32_t *lo;      // [n]
-    int32_t *hi;      // [n]
-    int32_t *turn;    // [n] turn index (shared-prefix: 0 = prefix, i+1 = completion i)
-    int32_t *role;    // [n] TokenRole
-    int sample;       // index of the source sample
-    int line;         // its line in the source file, for error messages
+    TOKEN_COLUMNS(DOC_COLUMN_MEMBER)  // [n] each: token, target, pos, lo, hi, turn, role
+    int sample;  // index of the source sample
+    int line;    // its line in the source file, for error messages
 } Doc;
 
 typedef struct {
@@ -48,4 +43,6 @@ const char *layout_name(LayoutKind kind);
 // message when the layout does not apply (e.g. duplicate on a shared-prefix set).
 int layout_sample(LayoutKind kind, const TokenizedSample *s, int sample_index, DocList *out,
                   char *err, size_t err_len);
+// (Re)allocates every column of d for cap tokens, keeping the first d->n.
+void doc_reserve(Doc *d, int cap);
 void doc_list_free(DocList *list);

@@ -11,9 +11,7 @@ static Doc random_doc(TestRng *rng, int n, int line) {
     Doc d = {0};
     d.n = n;
     d.line = line;
-    int32_t **fields[] = {&d.token, &d.target, &d.pos, &d.lo, &d.hi, &d.turn, &d.role};
-    for (size_t f = 0; f < sizeof fields / sizeof *fields; f++)
-        *fields[f] = malloc((size_t)n * sizeof(int32_t));
+    doc_reserve(&d, n);
     for (int i = 0; i < n; i++) {
         d.token[i] = test_rng_int(rng, 1, 1000);
         d.target[i] = test_rng_int(rng, -1, 1000);

@@ -28,7 +28,7 @@ typedef struct {
 // value is fatal and names the key.
 DataOptions data_options_from_config(const Config *c);
 
-// Any error is fatal and names "path: line N" (or path:line for parse errors).
+// Any error is fatal; one about a sample names its "path:line: ".
 void packed_dataset_load(const Tokenizer *tok, const char *path, DataOptions opt,
                          PackedDataset *out);
 void packed_dataset_free(PackedDataset *d);

@@ -2,7 +2,6 @@
 // each with per-token records; layout_sample is the one place that picks the layout.
 #include "data/layout.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -158,21 +157,14 @@ static void layout_shared_prefix(const TokenizedSample *s, int sample_index, Doc
 // Every layout trains "last prompt token → first think/answer token", so each turn
 // needs a non-empty prompt (or prefix) and an answer (at least the end-of-turn).
 static int check_spans(const TokenizedSample *s, char *err, size_t err_len) {
-    if (s->n_turns == 0) {
-        snprintf(err, err_len, "line %d: sample has no turn", s->line);
-        return -1;
-    }
-    if (s->kind == SAMPLE_SHARED_PREFIX && s->prefix.n == 0) {
-        snprintf(err, err_len, "line %d: shared prefix is empty", s->line);
-        return -1;
-    }
+    if (s->n_turns == 0) return fail(err, err_len, "sample has no turn");
+    if (s->kind == SAMPLE_SHARED_PREFIX && s->prefix.n == 0)
+        return fail(err, err_len, "shared prefix is empty");
     for (int t = 0; t < s->n_turns; t++) {
         if ((s->kind == SAMPLE_CONVERSATION && s->turns[t].prompt.n == 0) ||
-            s->turns[t].answer.n == 0) {
-            snprintf(err, err_len, "line %d: turn %d has an empty %s", s->line, t,
-                     s->turns[t].answer.n == 0 ? "answer" : "prompt");
-            return -1;
-        }
+            s->turns[t].answer.n == 0)
+            return fail(err, err_len, "turn %d has an empty %s", t,
+                        s->turns[t].answer.n == 0 ? "answer" : "prompt");
     }
     return 0;
 }
@@ -182,11 +174,9 @@ int layout_sample(LayoutKind kind, const TokenizedSample *s, int sample_index, D
     if (check_spans(s, err, err_len) != 0) return -1;
     bool shared = s->kind == SAMPLE_SHARED_PREFIX;
     // npass applies to both kinds of sample, every other layout to one.
-    if (kind != LAYOUT_NPASS && shared != (kind == LAYOUT_SHARED_PREFIX)) {
-        snprintf(err, err_len, "line %d: layout %s does not apply to a %s", s->line,
-                 layout_name(kind), shared ? "shared-prefix set" : "conversation");
-        return -1;
-    }
+    if (kind != LAYOUT_NPASS && shared != (kind == LAYOUT_SHARED_PREFIX))
+        return fail(err, err_len, "layout %s does not apply to a %s", layout_name(kind),
+                    shared ? "shared-prefix set" : "conversation");
     switch (kind) {
     case LAYOUT_NPASS:
         if (shared) layout_npass_shared_prefix(s, sample_index, out);
@@ -196,8 +186,7 @@ int layout_sample(LayoutKind kind, const TokenizedSample *s, int sample_index, D
     case LAYOUT_DUPLICATE: layout_duplicate(s, sample_index, out); return 0;
     case LAYOUT_SHARED_PREFIX: layout_shared_prefix(s, sample_index, out); return 0;
     }
-    snprintf(err, err_len, "unknown layout %d", (int)kind);
-    return -1;
+    return fail(err, err_len, "unknown layout %d", (int)kind);
 }
 
 void doc_reserve(Doc *d, int cap) {

@@ -40,7 +40,8 @@ int layout_from_name(const char *name);
 const char *layout_name(LayoutKind kind);
 
 // Appends the documents of one sample under a layout. Returns 0, or -1 with a
-// message when the layout does not apply (e.g. duplicate on a shared-prefix set).
+// location-free message when the layout does not apply (e.g. duplicate on a
+// shared-prefix set); the caller names the sample's line.
 int layout_sample(LayoutKind kind, const TokenizedSample *s, int sample_index, DocList *out,
                   char *err, size_t err_len);
 // (Re)allocates every column of d for cap tokens, keeping the first d->n.

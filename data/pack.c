@@ -1,7 +1,6 @@
 // First-fit-decreasing packing of documents into rows of seq_len (DESIGN.md §1).
 #include "data/pack.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,26 +77,27 @@ static void place_doc(PackedRows *out, const Doc *d, int doc_index, int row, int
     for (int i = 0; i < d->n; i++) out->doc[base + i] = doc_index;  // the row-only column
 }
 
+int first_doc_too_long(const DocList *docs, int seq_len) {
+    for (int i = 0; i < docs->n_docs; i++)
+        if (docs->docs[i].n > seq_len) return i;
+    return -1;
+}
+
 int pack_docs(const DocList *docs, int seq_len, PackOptions opt, PackedRows *out,
               int *n_skipped, char *err, size_t err_len) {
     memset(out, 0, sizeof *out);
     *n_skipped = 0;
-    if (seq_len <= 0) {
-        snprintf(err, err_len, "seq_len must be positive, got %d", seq_len);
-        return -1;
-    }
-    DocRef *order = xmalloc((size_t)(docs->n_docs ? docs->n_docs : 1) * sizeof(DocRef));
+    CHECK(seq_len > 0, "seq_len must be positive, got %d", seq_len);
+    const int too_long = first_doc_too_long(docs, seq_len);
+    if (too_long >= 0 && !opt.skip_too_long)
+        return fail(err, err_len,
+                    "a document of %d tokens does not fit seq_len %d (raise data.seq_len, or set "
+                    "data.skip_too_long to skip it)",
+                    docs->docs[too_long].n, seq_len);
+    DocRef *order = xmalloc((size_t)(docs->n_docs > 0 ? docs->n_docs : 1) * sizeof(DocRef));
     int n_kept = 0;
     for (int i = 0; i < docs->n_docs; i++) {
         if (docs->docs[i].n > seq_len) {
-            if (!opt.skip_too_long) {
-                snprintf(err, err_len,
-                         "line %d: a document of %d tokens does not fit seq_len %d (raise "
-                         "data.seq_len, or set data.skip_too_long to skip it)",
-                         docs->docs[i].line, docs->docs[i].n, seq_len);
-                free(order);
-                return -1;
-            }
             (*n_skipped)++;
             continue;
         }

@@ -18,10 +18,13 @@ typedef struct {
     bool skip_too_long;  // skip documents longer than seq_len (counted) instead of failing
 } PackOptions;
 
-// Returns 0; or -1 with a message naming the sample's line when a document does not
-// fit and skip_too_long is off. n_skipped counts skipped documents.
+// Packs docs into rows of seq_len (> 0). Returns 0; or, when a document does not fit and
+// skip_too_long is off, -1 with a location-free message (the document is
+// first_doc_too_long's, whose line the caller names). n_skipped counts skipped documents.
 int pack_docs(const DocList *docs, int seq_len, PackOptions opt, PackedRows *out,
               int *n_skipped, char *err, size_t err_len);
+// Index of the first document longer than seq_len, or -1.
+int first_doc_too_long(const DocList *docs, int seq_len);
 void packed_rows_free(PackedRows *rows);
 
 // Copies the model-input columns of src (token, target, pos, lo, hi) one after the other

@@ -14,7 +14,6 @@
 // "prompt + completion" has the same ids as the last turn of that conversation.
 #include "data/tokenize.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -123,8 +122,8 @@ static void span_concat(TokenSpan *dst, const TokenSpan *src) {
     dst->n += src->n;
 }
 
-int sample_tokenize(const Tokenizer *tok, const Sample *s, const char *path,
-                    TokenizedSample *out, char *err, size_t err_len) {
+int sample_tokenize(const Tokenizer *tok, const Sample *s, TokenizedSample *out, char *err,
+                    size_t err_len) {
     memset(out, 0, sizeof *out);
     out->kind = s->kind;
     out->line = s->line;
@@ -133,9 +132,8 @@ int sample_tokenize(const Tokenizer *tok, const Sample *s, const char *path,
     if (s->kind == SAMPLE_CONVERSATION) {
         span_free(&trailing);
         if (rc == 0 && out->n_turns == 0) {
-            snprintf(err, err_len, "%s:%d: conversation has no assistant message", path, s->line);
             tokenized_sample_free(out);
-            return -1;
+            return fail(err, err_len, "conversation has no assistant message");
         }
     } else {
         // The prefix is the inference view of the prompt messages: p_0 a_0 … p_k.
@@ -154,15 +152,13 @@ int sample_tokenize(const Tokenizer *tok, const Sample *s, const char *path,
             rc |= encode_reply(tok, &s->completions[i], &scratch, &out->turns[i]);
         free(scratch.s);
         if (rc == 0 && out->n_turns == 0) {
-            snprintf(err, err_len, "%s:%d: shared-prefix set has no completion", path, s->line);
             tokenized_sample_free(out);
-            return -1;
+            return fail(err, err_len, "shared-prefix set has no completion");
         }
     }
     if (rc != 0) {
-        snprintf(err, err_len, "%s:%d: the tokenizer failed on this sample", path, s->line);
         tokenized_sample_free(out);
-        return -1;
+        return fail(err, err_len, "the tokenizer failed on this sample");
     }
     return 0;
 }

@@ -25,8 +25,8 @@ typedef struct {
     int line;           // source line, for error messages
 } TokenizedSample;
 
-// Tokenizes one parsed sample with the template. Returns 0, or -1 with
-// "path:line: ..." in err (e.g. an empty conversation, no assistant turn).
-int sample_tokenize(const Tokenizer *tok, const Sample *s, const char *path,
-                    TokenizedSample *out, char *err, size_t err_len);
+// Tokenizes one parsed sample with the template. Returns 0, or -1 with a location-free
+// message in err (e.g. no assistant turn); the caller names the sample's line.
+int sample_tokenize(const Tokenizer *tok, const Sample *s, TokenizedSample *out, char *err,
+                    size_t err_len);
 void tokenized_sample_free(TokenizedSample *s);

@@ -6,24 +6,6 @@
 
 #include "common/check.h"
 
-DataOptions data_options_from_config(const Config *c) {
-    DataOptions opt = {0};
-    const char *layout = config_str(c, "data.layout");
-    int kind = layout_from_name(layout);
-    if (kind < 0)
-        fatal("config key 'data.layout': unknown layout '%s' (npass, mask_only, duplicate, "
-              "shared_prefix)", layout ? layout : "null");
-    opt.layout = (LayoutKind)kind;
-    long long seq_len = config_int(c, "data.seq_len");
-    if (seq_len <= 0 || seq_len > (1 << 24))
-        fatal("config key 'data.seq_len': must be in 1..%d, got %lld", 1 << 24, seq_len);
-    opt.seq_len = (int)seq_len;
-    opt.skip_bad = config_bool(c, "data.skip_bad");
-    opt.pack.unpacked = config_bool(c, "data.unpacked");
-    opt.pack.skip_too_long = config_bool(c, "data.skip_too_long");
-    return opt;
-}
-
 // Reports a bad sample, its location in front: fatal unless skip_bad, else a warning and
 // a count.
 static void bad_sample(const DataOptions *opt, PackedDataset *out, const char *path, int line,

@@ -5,7 +5,6 @@
 #include "data/layout.h"
 #include "data/pack.h"
 #include "data/tokenizer.h"
-#include "trainer/config.h"
 
 typedef struct {
     LayoutKind layout;
@@ -23,10 +22,6 @@ typedef struct {
     int n_skipped_bad;         // lines / samples skipped under skip_bad
     int n_skipped_too_long;    // documents skipped under pack.skip_too_long
 } PackedDataset;
-
-// data.layout, data.seq_len, data.unpacked, data.skip_bad, data.skip_too_long; a bad
-// value is fatal and names the key.
-DataOptions data_options_from_config(const Config *c);
 
 // Any error is fatal; one about a sample names its "path:line: ".
 void packed_dataset_load(const Tokenizer *tok, const char *path, DataOptions opt,

@@ -16,6 +16,7 @@
 #include "data/stats.h"
 #include "trainer/commands.h"
 #include "trainer/config.h"
+#include "trainer/data_options.h"
 
 static void write_array(FILE *f, const char *name, const int32_t *values, int n, bool last) {
     fprintf(f, "\"%s\": [", name);

@@ -17,6 +17,7 @@
 extern "C" {  // plain C headers without guards of their own
 #include "data/batch.h"
 #include "trainer/setup.h"
+#include "trainer/data_options.h"
 }
 #include <math.h>
 #include <string.h>

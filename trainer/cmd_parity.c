@@ -11,6 +11,7 @@
 #include "data/batch.h"
 #include "trainer/backend.h"
 #include "trainer/commands.h"
+#include "trainer/data_options.h"
 #include "trainer/loader.h"
 #include "trainer/parity.h"
 #include "trainer/setup.h"

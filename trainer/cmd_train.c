@@ -15,6 +15,7 @@
 #include "trainer/backend.h"
 #include "trainer/checkpoint.h"
 #include "trainer/commands.h"
+#include "trainer/data_options.h"
 #include "trainer/loader.h"
 #include "trainer/metrics.h"
 #include "trainer/optim.h"

@@ -1,6 +1,4 @@
-// Synthetic chained-arithmetic conversations (data/synthetic.h) and the
-// `train gen-data` command that writes the shipped data sets.
-#define _POSIX_C_SOURCE 200809L
+// Synthetic chained-arithmetic conversations (data/synthetic.h).
 #include "data/synthetic.h"
 
 #include <ctype.h>
@@ -9,10 +7,8 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "common/check.h"
-#include "trainer/commands.h"
 
 // Results stay below this (at most 5 digits), which keeps thinking short.
 #define RESULT_LIMIT 100000LL
@@ -546,62 +542,4 @@ int synthetic_check_sample(const Sample *s, char *err, size_t err_len) {
     }
     free(results);
     return rc;
-}
-
-// ---- `train gen-data --out-dir DIR [--seed N] [--train N] [--eval N] [--shared N]`
-
-static long parse_count(const char *flag, const char *text) {
-    char *end;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (errno || *end || v < 0) fatal("%s: expected a non-negative integer, got '%s'", flag, text);
-    return v;
-}
-
-static void write_split(const char *dir, const char *name, uint64_t seed, int n,
-                        void (*writer)(FILE *, uint64_t, int)) {
-    size_t len = strlen(dir) + strlen(name) + 2;
-    char *path = xmalloc(len);
-    snprintf(path, len, "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    if (!f) fatal("%s: cannot create: %s", path, strerror(errno));
-    writer(f, seed, n);
-    if (fclose(f) != 0) fatal("%s: write error: %s", path, strerror(errno));
-    printf("gen-data: %d samples -> %s\n", n, path);
-    free(path);
-}
-
-int cmd_gen_data(int argc, char **argv) {
-    const char *out_dir = NULL;
-    long seed = 1234, n_train = 2000, n_eval = 200, n_shared = 200;
-    for (int i = 0; i < argc; i++) {
-        const char *flag = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!value)
-            fatal("gen-data: %s needs a value (usage: train gen-data --out-dir DIR [--seed N] "
-                  "[--train N] [--eval N] [--shared N])",
-                  flag);
-        i++;
-        if (strcmp(flag, "--out-dir") == 0)
-            out_dir = value;
-        else if (strcmp(flag, "--seed") == 0)
-            seed = parse_count(flag, value);
-        else if (strcmp(flag, "--train") == 0)
-            n_train = parse_count(flag, value);
-        else if (strcmp(flag, "--eval") == 0)
-            n_eval = parse_count(flag, value);
-        else if (strcmp(flag, "--shared") == 0)
-            n_shared = parse_count(flag, value);
-        else
-            fatal("gen-data: unknown argument '%s'", flag);
-    }
-    if (!out_dir) fatal("gen-data: --out-dir DIR is required");
-    if (mkdir(out_dir, 0777) != 0 && errno != EEXIST)
-        fatal("%s: cannot create directory: %s", out_dir, strerror(errno));
-    write_split(out_dir, "train.jsonl", synthetic_split_seed((uint64_t)seed, 0), (int)n_train,
-                synthetic_write_conversations);
-    write_split(out_dir, "eval.jsonl", synthetic_split_seed((uint64_t)seed, 1), (int)n_eval,
-                synthetic_write_conversations);
-    write_split(out_dir, "shared_prefix.jsonl", synthetic_split_seed((uint64_t)seed, 2),
-                (int)n_shared, synthetic_write_shared_prefix);
-    return 0;
 }

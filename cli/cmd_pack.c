@@ -2,7 +2,7 @@
 // Output (a public interface, keep it stable): one JSON object per packed row,
 //   {"tokens": [...], "targets": [...], "pos": [...], "lo": [...], "hi": [...],
 //    "doc": [...], "turn": [...], "role": [...]}
-// each array of length data.seq_len, fields as in data/pack.h.
+// each array of length data.seq_len: the columns of data/token_columns.h, in its order.
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <stdio.h>
@@ -16,6 +16,7 @@
 #include "common/check.h"
 #include "trainer/data_options.h"
 #include "trainer/config.h"
+#include "trainer/data_options.h"
 
 static void write_array(FILE *f, const char *name, const int32_t *values, int n, bool last) {
     fprintf(f, "\"%s\": [", name);
@@ -41,9 +42,11 @@ static void write_rows(const PackedRows *rows, const char *path) {
         const struct {
             const char *name;
             const int32_t *values;
-        } fields[] = {{"tokens", rows->token}, {"targets", rows->target}, {"pos", rows->pos},
-                      {"lo", rows->lo},        {"hi", rows->hi},          {"doc", rows->doc},
-                      {"turn", rows->turn},    {"role", rows->role}};
+        } fields[] = {
+#define JSON_FIELD(field, json_name, ...) {json_name, rows->field},
+            TOKEN_COLUMNS(JSON_FIELD)
+#undef JSON_FIELD
+        };
         int n_fields = (int)(sizeof fields / sizeof *fields);
         fputc('{', f);
         for (int i = 0; i < n_fields; i++)

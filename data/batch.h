@@ -23,7 +23,7 @@ typedef struct {
     int n_skipped_too_long;    // documents skipped under pack.skip_too_long
 } PackedDataset;
 
-// Any error is fatal and names "path: line N" (or path:line for parse errors).
+// Any error is fatal; one about a sample names its "path:line: ".
 void packed_dataset_load(const Tokenizer *tok, const char *path, DataOptions opt,
                          PackedDataset *out);
 void packed_dataset_free(PackedDataset *d);

@@ -1,36 +1,16 @@
 // JSONL conversation parsing (formats in data/conversation.h). Every error names
-// "path:line: field: what", with field paths like messages[2].role.
+// "path:line: field: what", with field paths like messages[2].role; the parsers write
+// "field: what" and sample_parse_line puts the location in front (fail_at).
 #define _POSIX_C_SOURCE 200809L
 #include "data/conversation.h"
 
 #include <errno.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <string.h>
 
 #include "common/check.h"
 #include "common/json_names.h"
 #include "data/template.h"
-
-// Where the current line came from and where its error message goes.
-typedef struct {
-    const char *path;
-    int line;
-    char *err;
-    size_t err_len;
-} ParseCtx;
-
-__attribute__((format(printf, 2, 3))) static int parse_fail(const ParseCtx *ctx, const char *fmt,
-                                                            ...) {
-    int n = snprintf(ctx->err, ctx->err_len, "%s:%d: ", ctx->path, ctx->line);
-    if (n >= 0 && (size_t)n < ctx->err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(ctx->err + n, ctx->err_len - (size_t)n, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 // The two message spellings: OpenAI-style "messages" and ShareGPT "conversations".
 typedef struct {
@@ -79,8 +59,8 @@ static void messages_free(Message *msgs, int n) {
 // Whitespace around the think block (and at both ends of R) is dropped; the
 // answer is otherwise kept byte for byte. Without a leading <think>, the whole
 // text is the answer.
-static int split_inline_think(const ParseCtx *ctx, const char *field, const char *text,
-                              Message *out) {
+static int split_inline_think(const char *field, const char *text, Message *out, char *err,
+                              size_t err_len) {
     const char *p = text;
     while (is_space(*p)) p++;
     const size_t open_len = strlen(TEMPLATE_THINK_OPEN), close_len = strlen(TEMPLATE_THINK_CLOSE);
@@ -89,8 +69,8 @@ static int split_inline_think(const ParseCtx *ctx, const char *field, const char
         const char *r = p + open_len;
         const char *close = strstr(r, TEMPLATE_THINK_CLOSE);
         if (!close)
-            return parse_fail(ctx, "%s: unclosed think tag ('%s' without '%s')", field,
-                              TEMPLATE_THINK_OPEN, TEMPLATE_THINK_CLOSE);
+            return fail(err, err_len, "%s: unclosed think tag ('%s' without '%s')", field,
+                        TEMPLATE_THINK_OPEN, TEMPLATE_THINK_CLOSE);
         const char *r_end = close;
         while (r < r_end && is_space(*r)) r++;
         while (r_end > r && is_space(r_end[-1])) r_end--;
@@ -102,9 +82,9 @@ static int split_inline_think(const ParseCtx *ctx, const char *field, const char
     if (strstr(answer, TEMPLATE_THINK_CLOSE) || strstr(answer, TEMPLATE_THINK_OPEN)) {
         free(out->reasoning);
         out->reasoning = NULL;
-        return parse_fail(ctx,
-                          "%s: think tag inside the answer (only one '%s…%s' block, at the start)",
-                          field, TEMPLATE_THINK_OPEN, TEMPLATE_THINK_CLOSE);
+        return fail(err, err_len,
+                    "%s: think tag inside the answer (only one '%s…%s' block, at the start)", field,
+                    TEMPLATE_THINK_OPEN, TEMPLATE_THINK_CLOSE);
     }
     out->content = copy_text(answer, strlen(answer));
     return 0;
@@ -112,30 +92,30 @@ static int split_inline_think(const ParseCtx *ctx, const char *field, const char
 
 // Parses element `index` of array `array_name` into `out` (fields named in errors
 // as array_name[index].key).
-static int parse_message(const ParseCtx *ctx, const MessageFormat *fmt, const char *array_name,
-                         int index, const json_t *obj, Message *out) {
+static int parse_message(const MessageFormat *fmt, const char *array_name, int index,
+                         const json_t *obj, Message *out, char *err, size_t err_len) {
     char field[160];
     memset(out, 0, sizeof(*out));
     snprintf(field, sizeof(field), "%s[%d]", array_name, index);
     if (!json_is_object(obj))
-        return parse_fail(ctx, "%s: expected an object, got %s", field, json_type_name(obj));
+        return fail(err, err_len, "%s: expected an object, got %s", field, json_type_name(obj));
 
     const json_t *role = json_object_get(obj, fmt->role_key);
-    if (!role) return parse_fail(ctx, "%s: missing field '%s'", field, fmt->role_key);
+    if (!role) return fail(err, err_len, "%s: missing field '%s'", field, fmt->role_key);
     if (!json_is_string(role))
-        return parse_fail(ctx, "%s.%s: expected a string, got %s", field, fmt->role_key,
-                          json_type_name(role));
+        return fail(err, err_len, "%s.%s: expected a string, got %s", field, fmt->role_key,
+                    json_type_name(role));
     int r = role_from_name(json_string_value(role));
     if (r < 0)
-        return parse_fail(ctx, "%s.%s: unknown role '%s'", field, fmt->role_key,
-                          json_string_value(role));
+        return fail(err, err_len, "%s.%s: unknown role '%s'", field, fmt->role_key,
+                    json_string_value(role));
     out->role = (MessageRole)r;
 
     const json_t *content = json_object_get(obj, fmt->content_key);
-    if (!content) return parse_fail(ctx, "%s: missing field '%s'", field, fmt->content_key);
+    if (!content) return fail(err, err_len, "%s: missing field '%s'", field, fmt->content_key);
     if (!json_is_string(content))
-        return parse_fail(ctx, "%s.%s: expected a string, got %s", field, fmt->content_key,
-                          json_type_name(content));
+        return fail(err, err_len, "%s.%s: expected a string, got %s", field, fmt->content_key,
+                    json_type_name(content));
 
     // reasoning_content: a string or null; "" and null both mean "no reasoning".
     const char *reasoning = NULL;
@@ -143,11 +123,11 @@ static int parse_message(const ParseCtx *ctx, const MessageFormat *fmt, const ch
         fmt->has_reasoning_field ? json_object_get(obj, "reasoning_content") : NULL;
     if (reasoning_json && !json_is_null(reasoning_json)) {
         if (!json_is_string(reasoning_json))
-            return parse_fail(ctx, "%s.reasoning_content: expected a string, got %s", field,
-                              json_type_name(reasoning_json));
+            return fail(err, err_len, "%s.reasoning_content: expected a string, got %s", field,
+                        json_type_name(reasoning_json));
         if (out->role != MSG_ASSISTANT)
-            return parse_fail(ctx, "%s.reasoning_content: only assistant messages have reasoning",
-                              field);
+            return fail(err, err_len,
+                        "%s.reasoning_content: only assistant messages have reasoning", field);
         if (json_string_length(reasoning_json) > 0) reasoning = json_string_value(reasoning_json);
     }
 
@@ -158,12 +138,12 @@ static int parse_message(const ParseCtx *ctx, const MessageFormat *fmt, const ch
     }
     char content_field[200];
     snprintf(content_field, sizeof(content_field), "%s.%s", field, fmt->content_key);
-    if (split_inline_think(ctx, content_field, text, out) != 0) return -1;
+    if (split_inline_think(content_field, text, out, err, err_len) != 0) return -1;
     if (reasoning) {
         if (out->reasoning) {
             message_free(out);
-            return parse_fail(ctx, "%s: both reasoning_content and an inline '%s' block", field,
-                              TEMPLATE_THINK_OPEN);
+            return fail(err, err_len, "%s: both reasoning_content and an inline '%s' block", field,
+                        TEMPLATE_THINK_OPEN);
         }
         out->reasoning = copy_text(reasoning, strlen(reasoning));
     }
@@ -171,18 +151,18 @@ static int parse_message(const ParseCtx *ctx, const MessageFormat *fmt, const ch
 }
 
 // Parses the array under `key` of `root` into a malloc'd message list.
-static int parse_message_array(const ParseCtx *ctx, const MessageFormat *fmt, const json_t *root,
-                               const char *key, Message **out, int *n_out) {
+static int parse_message_array(const MessageFormat *fmt, const json_t *root, const char *key,
+                               Message **out, int *n_out, char *err, size_t err_len) {
     *out = NULL;
     *n_out = 0;
     const json_t *arr = json_object_get(root, key);
-    if (!arr) return parse_fail(ctx, "missing field '%s'", key);
+    if (!arr) return fail(err, err_len, "missing field '%s'", key);
     if (!json_is_array(arr))
-        return parse_fail(ctx, "%s: expected an array, got %s", key, json_type_name(arr));
+        return fail(err, err_len, "%s: expected an array, got %s", key, json_type_name(arr));
     int n = (int)json_array_size(arr);
     Message *msgs = xcalloc((size_t)n, sizeof(Message));
     for (int i = 0; i < n; i++) {
-        if (parse_message(ctx, fmt, key, i, json_array_get(arr, i), &msgs[i]) != 0) {
+        if (parse_message(fmt, key, i, json_array_get(arr, i), &msgs[i], err, err_len) != 0) {
             messages_free(msgs, i);
             return -1;
         }
@@ -194,71 +174,70 @@ static int parse_message_array(const ParseCtx *ctx, const MessageFormat *fmt, co
 
 // Checks the turn structure: an optional system message first, then user and
 // assistant alternating, ending with `last_role`.
-static int check_turn_order(const ParseCtx *ctx, const MessageFormat *fmt, const char *key,
-                            const Message *msgs, int n, MessageRole last_role) {
-    if (n == 0) return parse_fail(ctx, "%s: empty conversation", key);
+static int check_turn_order(const MessageFormat *fmt, const char *key, const Message *msgs, int n,
+                            MessageRole last_role, char *err, size_t err_len) {
+    if (n == 0) return fail(err, err_len, "%s: empty conversation", key);
     MessageRole expected = MSG_USER;
     bool has_assistant = false;
     for (int i = 0; i < n; i++) {
         MessageRole role = msgs[i].role;
         if (role == MSG_SYSTEM) {
             if (i > 0)
-                return parse_fail(ctx, "%s[%d].%s: a system message may only come first", key, i,
-                                  fmt->role_key);
+                return fail(err, err_len, "%s[%d].%s: a system message may only come first", key, i,
+                            fmt->role_key);
             continue;
         }
         if (role != expected)
-            return parse_fail(ctx, "%s[%d].%s: expected '%s' here, got '%s'", key, i,
-                              fmt->role_key, fmt->role_names[expected], fmt->role_names[role]);
+            return fail(err, err_len, "%s[%d].%s: expected '%s' here, got '%s'", key, i,
+                        fmt->role_key, fmt->role_names[expected], fmt->role_names[role]);
         has_assistant |= role == MSG_ASSISTANT;
         expected = role == MSG_USER ? MSG_ASSISTANT : MSG_USER;
     }
     if (last_role == MSG_ASSISTANT && !has_assistant)
-        return parse_fail(ctx, "%s: no %s message", key, fmt->role_names[MSG_ASSISTANT]);
+        return fail(err, err_len, "%s: no %s message", key, fmt->role_names[MSG_ASSISTANT]);
     if (msgs[n - 1].role != last_role)
-        return parse_fail(ctx, "%s[%d].%s: the last message must be '%s', got '%s'", key, n - 1,
-                          fmt->role_key, fmt->role_names[last_role],
-                          fmt->role_names[msgs[n - 1].role]);
+        return fail(err, err_len, "%s[%d].%s: the last message must be '%s', got '%s'", key, n - 1,
+                    fmt->role_key, fmt->role_names[last_role], fmt->role_names[msgs[n - 1].role]);
     return 0;
 }
 
-static int parse_conversation(const ParseCtx *ctx, const MessageFormat *fmt, const json_t *root,
-                              const char *key, Sample *out) {
+static int parse_conversation(const MessageFormat *fmt, const json_t *root, const char *key,
+                              Sample *out, char *err, size_t err_len) {
     out->kind = SAMPLE_CONVERSATION;
-    if (parse_message_array(ctx, fmt, root, key, &out->messages, &out->n_messages) != 0) return -1;
-    return check_turn_order(ctx, fmt, key, out->messages, out->n_messages, MSG_ASSISTANT);
+    if (parse_message_array(fmt, root, key, &out->messages, &out->n_messages, err, err_len) != 0)
+        return -1;
+    return check_turn_order(fmt, key, out->messages, out->n_messages, MSG_ASSISTANT, err, err_len);
 }
 
-static int parse_shared_prefix(const ParseCtx *ctx, const json_t *root, Sample *out) {
+static int parse_shared_prefix(const json_t *root, Sample *out, char *err, size_t err_len) {
     const MessageFormat *fmt = &FORMAT_MESSAGES;
     out->kind = SAMPLE_SHARED_PREFIX;
-    if (parse_message_array(ctx, fmt, root, "prompt", &out->messages, &out->n_messages) != 0)
+    if (parse_message_array(fmt, root, "prompt", &out->messages, &out->n_messages, err,
+                            err_len) != 0)
         return -1;
-    if (out->n_messages == 0) return parse_fail(ctx, "prompt: empty prompt");
-    if (check_turn_order(ctx, fmt, "prompt", out->messages, out->n_messages, MSG_USER) != 0)
+    if (out->n_messages == 0) return fail(err, err_len, "prompt: empty prompt");
+    if (check_turn_order(fmt, "prompt", out->messages, out->n_messages, MSG_USER, err,
+                         err_len) != 0)
         return -1;
-    if (parse_message_array(ctx, fmt, root, "completions", &out->completions,
-                            &out->n_completions) != 0)
+    if (parse_message_array(fmt, root, "completions", &out->completions, &out->n_completions, err,
+                            err_len) != 0)
         return -1;
-    if (out->n_completions == 0) return parse_fail(ctx, "completions: empty completions list");
+    if (out->n_completions == 0) return fail(err, err_len, "completions: empty completions list");
     for (int i = 0; i < out->n_completions; i++)
         if (out->completions[i].role != MSG_ASSISTANT)
-            return parse_fail(ctx, "completions[%d].role: expected 'assistant', got '%s'", i,
-                              fmt->role_names[out->completions[i].role]);
+            return fail(err, err_len, "completions[%d].role: expected 'assistant', got '%s'", i,
+                        fmt->role_names[out->completions[i].role]);
     return 0;
 }
 
-int sample_parse_line(const char *text, size_t len, const char *path, int line, Sample *out,
-                      char *err, size_t err_len) {
-    const ParseCtx ctx = {path, line, err, err_len};
-    memset(out, 0, sizeof(*out));
-    out->line = line;
+// Parses one JSON line into out. Returns 0, or -1 with a location-free message in err.
+static int parse_sample(const char *text, size_t len, Sample *out, char *err, size_t err_len) {
     json_error_t jerr;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
         if (json_error_code(&jerr) == json_error_invalid_utf8)
-            return parse_fail(&ctx, "invalid UTF-8 at byte %d (%s)", jerr.position, jerr.text);
-        return parse_fail(&ctx, "malformed JSON at column %d: %s", jerr.column, jerr.text);
+            return fail(err, err_len, "invalid UTF-8 at byte %d (%s)", jerr.position, jerr.text);
+        return fail(err, err_len, "malformed JSON at column %d: %s", jerr.column, jerr.text);
     }
     int rc;
     const bool has_messages = json_object_get(root, "messages") != NULL;
@@ -266,21 +245,32 @@ int sample_parse_line(const char *text, size_t len, const char *path, int line, 
     const bool has_prompt =
         json_object_get(root, "prompt") != NULL || json_object_get(root, "completions") != NULL;
     if (!json_is_object(root))
-        rc = parse_fail(&ctx, "top level: expected an object, got %s", json_type_name(root));
+        rc = fail(err, err_len, "top level: expected an object, got %s", json_type_name(root));
     else if (has_messages + has_sharegpt + has_prompt > 1)
-        rc = parse_fail(&ctx, "ambiguous line: more than one of 'messages', 'conversations', "
-                              "'prompt'/'completions'");
+        rc = fail(err, err_len, "ambiguous line: more than one of 'messages', 'conversations', "
+                                "'prompt'/'completions'");
     else if (has_messages)
-        rc = parse_conversation(&ctx, &FORMAT_MESSAGES, root, "messages", out);
+        rc = parse_conversation(&FORMAT_MESSAGES, root, "messages", out, err, err_len);
     else if (has_sharegpt)
-        rc = parse_conversation(&ctx, &FORMAT_SHAREGPT, root, "conversations", out);
+        rc = parse_conversation(&FORMAT_SHAREGPT, root, "conversations", out, err, err_len);
     else if (has_prompt)
-        rc = parse_shared_prefix(&ctx, root, out);
+        rc = parse_shared_prefix(root, out, err, err_len);
     else
-        rc = parse_fail(&ctx, "missing field: expected 'messages', 'conversations' or "
-                              "'prompt' with 'completions'");
+        rc = fail(err, err_len, "missing field: expected 'messages', 'conversations' or "
+                                "'prompt' with 'completions'");
     json_decref(root);
-    if (rc != 0) sample_free(out);
+    return rc;
+}
+
+int sample_parse_line(const char *text, size_t len, const char *path, int line, Sample *out,
+                      char *err, size_t err_len) {
+    memset(out, 0, sizeof(*out));
+    char why[1024];
+    int rc = parse_sample(text, len, out, why, sizeof why);
+    if (rc != 0) {
+        sample_free(out);
+        fail_at(err, err_len, path, line, "%s", why);
+    }
     out->line = line;
     return rc;
 }

@@ -1,25 +1,11 @@
-// Tokenized samples and the four layouts (DESIGN.md §3).
-//
-// Rendering (data/template.h), chosen so that every segment is one SentencePiece call
-// and the special tokens alone delimit the text (no newlines are inserted):
-//   prompt_t = for each non-assistant message since the previous assistant message:
-//                  role header + content            (system: <|system|>, user: <|user|>)
-//              + <|assistant|>
-//   think_t  = <think> + reasoning + </think>        (only when reasoning != NULL;
-//                                                      an empty string still renders)
-//   answer_t = content + <|end|>
-// Non-assistant messages after the last assistant message have nothing to train and
-// are dropped. A shared-prefix prompt is tokenized exactly like the history of a
-// conversation (p_0 a_0 … p_k, i.e. the inference view, thinking stripped), so
-// "prompt + completion" has the same ids as the last turn of that conversation.
+// The four layouts (DESIGN.md §3): one tokenized sample becomes documents, one sequence
+// each with per-token records; layout_sample is the one place that picks the layout.
 #include "data/layout.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/check.h"
-#include "data/template.h"
 
 static const char *const LAYOUT_NAMES[] = {"npass", "mask_only", "duplicate", "shared_prefix"};
 
@@ -35,166 +21,6 @@ const char *layout_name(LayoutKind kind) {
     return LAYOUT_NAMES[kind];
 }
 
-// ---------------------------------------------------------------------------------
-// Tokenization
-
-typedef struct {
-    char *s;
-    size_t len, cap;
-} TextBuf;
-
-static void text_append(TextBuf *b, const char *s) {
-    size_t n = strlen(s);
-    if (b->len + n + 1 > b->cap) {
-        b->cap = 2 * (b->len + n + 1);
-        b->s = xrealloc(b->s, b->cap);
-    }
-    memcpy(b->s + b->len, s, n + 1);
-    b->len += n;
-}
-
-static void text_clear(TextBuf *b) {
-    b->len = 0;
-    if (b->s) b->s[0] = '\0';
-}
-
-static int encode_text(const Tokenizer *tok, const char *text, TokenSpan *out) {
-    int cap = (int)strlen(text) + 16;
-    out->ids = xmalloc((size_t)cap * sizeof(int32_t));
-    int n = tokenizer_encode(tok, text, out->ids, cap);
-    if (n > cap) {
-        out->ids = xrealloc(out->ids, (size_t)n * sizeof(int32_t));
-        n = tokenizer_encode(tok, text, out->ids, n);
-    }
-    out->n = n < 0 ? 0 : n;
-    return n < 0 ? -1 : 0;
-}
-
-static const char *role_header(MessageRole role) {
-    return role == MSG_SYSTEM ? TEMPLATE_SYSTEM_HEADER : TEMPLATE_USER_HEADER;
-}
-
-static void span_free(TokenSpan *s) {
-    free(s->ids);
-    s->ids = NULL;
-    s->n = 0;
-}
-
-static void turn_free(TurnTokens *t) {
-    span_free(&t->prompt);
-    span_free(&t->think);
-    span_free(&t->answer);
-}
-
-// Tokenizes one assistant message's think and answer segments.
-static int encode_reply(const Tokenizer *tok, const Message *m, TextBuf *buf, TurnTokens *turn) {
-    int rc = 0;
-    if (m->reasoning) {
-        text_clear(buf);
-        text_append(buf, TEMPLATE_THINK_OPEN);
-        text_append(buf, m->reasoning);
-        text_append(buf, TEMPLATE_THINK_CLOSE);
-        rc |= encode_text(tok, buf->s, &turn->think);
-    }
-    text_clear(buf);
-    text_append(buf, m->content ? m->content : "");
-    text_append(buf, TEMPLATE_END_OF_TURN);
-    rc |= encode_text(tok, buf->s, &turn->answer);
-    return rc;
-}
-
-// Walks messages into turns (one per assistant message). The rendered non-assistant
-// messages after the last assistant message, plus the assistant header, are left
-// tokenized in *trailing_prompt (the next turn's prompt).
-static int encode_turns(const Tokenizer *tok, const Message *msgs, int n_msgs, TurnTokens **turns,
-                        int *n_turns, TokenSpan *trailing_prompt) {
-    TextBuf prompt = {0}, scratch = {0};
-    int cap = 0, rc = 0;
-    *turns = NULL;
-    *n_turns = 0;
-    text_clear(&prompt);
-    for (int i = 0; i < n_msgs; i++) {
-        const Message *m = &msgs[i];
-        if (m->role != MSG_ASSISTANT) {
-            text_append(&prompt, role_header(m->role));
-            text_append(&prompt, m->content ? m->content : "");
-            continue;
-        }
-        TurnTokens turn = {0};
-        text_append(&prompt, TEMPLATE_ASSISTANT_HEADER);
-        rc |= encode_text(tok, prompt.s, &turn.prompt);
-        rc |= encode_reply(tok, m, &scratch, &turn);
-        ARRAY_PUSH(*turns, *n_turns, cap, turn);
-        text_clear(&prompt);
-    }
-    text_append(&prompt, TEMPLATE_ASSISTANT_HEADER);
-    rc |= encode_text(tok, prompt.s, trailing_prompt);
-    free(prompt.s);
-    free(scratch.s);
-    return rc;
-}
-
-static void span_concat(TokenSpan *dst, const TokenSpan *src) {
-    dst->ids = xrealloc(dst->ids, (size_t)(dst->n + src->n) * sizeof(int32_t));
-    memcpy(dst->ids + dst->n, src->ids, (size_t)src->n * sizeof(int32_t));
-    dst->n += src->n;
-}
-
-int sample_tokenize(const Tokenizer *tok, const Sample *s, const char *path,
-                    TokenizedSample *out, char *err, size_t err_len) {
-    memset(out, 0, sizeof *out);
-    out->kind = s->kind;
-    out->line = s->line;
-    TokenSpan trailing = {0};
-    int rc = encode_turns(tok, s->messages, s->n_messages, &out->turns, &out->n_turns, &trailing);
-    if (s->kind == SAMPLE_CONVERSATION) {
-        span_free(&trailing);
-        if (rc == 0 && out->n_turns == 0) {
-            snprintf(err, err_len, "%s:%d: conversation has no assistant message", path, s->line);
-            tokenized_sample_free(out);
-            return -1;
-        }
-    } else {
-        // The prefix is the inference view of the prompt messages: p_0 a_0 … p_k.
-        for (int t = 0; t < out->n_turns; t++) {
-            span_concat(&out->prefix, &out->turns[t].prompt);
-            span_concat(&out->prefix, &out->turns[t].answer);
-            turn_free(&out->turns[t]);
-        }
-        span_concat(&out->prefix, &trailing);
-        span_free(&trailing);
-        free(out->turns);
-        out->turns = xcalloc((size_t)s->n_completions, sizeof(TurnTokens));
-        out->n_turns = s->n_completions;
-        TextBuf scratch = {0};
-        for (int i = 0; i < s->n_completions; i++)
-            rc |= encode_reply(tok, &s->completions[i], &scratch, &out->turns[i]);
-        free(scratch.s);
-        if (rc == 0 && out->n_turns == 0) {
-            snprintf(err, err_len, "%s:%d: shared-prefix set has no completion", path, s->line);
-            tokenized_sample_free(out);
-            return -1;
-        }
-    }
-    if (rc != 0) {
-        snprintf(err, err_len, "%s:%d: the tokenizer failed on this sample", path, s->line);
-        tokenized_sample_free(out);
-        return -1;
-    }
-    return 0;
-}
-
-void tokenized_sample_free(TokenizedSample *s) {
-    for (int t = 0; t < s->n_turns; t++) turn_free(&s->turns[t]);
-    free(s->turns);
-    span_free(&s->prefix);
-    s->turns = NULL;
-    s->n_turns = 0;
-}
-
-// ---------------------------------------------------------------------------------
-// Layouts
-
 // A document under construction. hi = -1 marks "document end", resolved on finish.
 typedef struct {
     Doc doc;
@@ -204,10 +30,7 @@ typedef struct {
 static void builder_reserve(DocBuilder *b, int extra) {
     if (b->doc.n + extra <= b->cap) return;
     b->cap = 2 * (b->doc.n + extra);
-    int32_t **fields[] = {&b->doc.token, &b->doc.target, &b->doc.pos, &b->doc.lo,
-                          &b->doc.hi,    &b->doc.turn,   &b->doc.role};
-    for (size_t f = 0; f < sizeof fields / sizeof *fields; f++)
-        *fields[f] = xrealloc(*fields[f], (size_t)b->cap * sizeof(int32_t));
+    doc_reserve(&b->doc, b->cap);
 }
 
 // Appends a span at positions pos0, pos0+1, …; returns the index of its first token.
@@ -334,21 +157,14 @@ static void layout_shared_prefix(const TokenizedSample *s, int sample_index, Doc
 // Every layout trains "last prompt token → first think/answer token", so each turn
 // needs a non-empty prompt (or prefix) and an answer (at least the end-of-turn).
 static int check_spans(const TokenizedSample *s, char *err, size_t err_len) {
-    if (s->n_turns == 0) {
-        snprintf(err, err_len, "line %d: sample has no turn", s->line);
-        return -1;
-    }
-    if (s->kind == SAMPLE_SHARED_PREFIX && s->prefix.n == 0) {
-        snprintf(err, err_len, "line %d: shared prefix is empty", s->line);
-        return -1;
-    }
+    if (s->n_turns == 0) return fail(err, err_len, "sample has no turn");
+    if (s->kind == SAMPLE_SHARED_PREFIX && s->prefix.n == 0)
+        return fail(err, err_len, "shared prefix is empty");
     for (int t = 0; t < s->n_turns; t++) {
         if ((s->kind == SAMPLE_CONVERSATION && s->turns[t].prompt.n == 0) ||
-            s->turns[t].answer.n == 0) {
-            snprintf(err, err_len, "line %d: turn %d has an empty %s", s->line, t,
-                     s->turns[t].answer.n == 0 ? "answer" : "prompt");
-            return -1;
-        }
+            s->turns[t].answer.n == 0)
+            return fail(err, err_len, "turn %d has an empty %s", t,
+                        s->turns[t].answer.n == 0 ? "answer" : "prompt");
     }
     return 0;
 }
@@ -357,36 +173,34 @@ int layout_sample(LayoutKind kind, const TokenizedSample *s, int sample_index, D
                   char *err, size_t err_len) {
     if (check_spans(s, err, err_len) != 0) return -1;
     bool shared = s->kind == SAMPLE_SHARED_PREFIX;
-    if (kind == LAYOUT_NPASS) {
+    // npass applies to both kinds of sample, every other layout to one.
+    if (kind != LAYOUT_NPASS && shared != (kind == LAYOUT_SHARED_PREFIX))
+        return fail(err, err_len, "layout %s does not apply to a %s", layout_name(kind),
+                    shared ? "shared-prefix set" : "conversation");
+    switch (kind) {
+    case LAYOUT_NPASS:
         if (shared) layout_npass_shared_prefix(s, sample_index, out);
         else layout_npass_conversation(s, sample_index, out);
         return 0;
+    case LAYOUT_MASK_ONLY: layout_mask_only(s, sample_index, out); return 0;
+    case LAYOUT_DUPLICATE: layout_duplicate(s, sample_index, out); return 0;
+    case LAYOUT_SHARED_PREFIX: layout_shared_prefix(s, sample_index, out); return 0;
     }
-    if (shared != (kind == LAYOUT_SHARED_PREFIX)) {
-        snprintf(err, err_len, "line %d: layout %s does not apply to a %s", s->line,
-                 layout_name(kind), shared ? "shared-prefix set" : "conversation");
-        return -1;
-    }
-    if (kind == LAYOUT_MASK_ONLY) layout_mask_only(s, sample_index, out);
-    else if (kind == LAYOUT_DUPLICATE) layout_duplicate(s, sample_index, out);
-    else if (kind == LAYOUT_SHARED_PREFIX) layout_shared_prefix(s, sample_index, out);
-    else {
-        snprintf(err, err_len, "unknown layout %d", (int)kind);
-        return -1;
-    }
-    return 0;
+    return fail(err, err_len, "unknown layout %d", (int)kind);
+}
+
+void doc_reserve(Doc *d, int cap) {
+#define RESERVE_COLUMN(field, json_name, holders, ...) \
+    IF_IN_DOC_##holders(d->field = xrealloc(d->field, (size_t)cap * sizeof(int32_t));)
+    TOKEN_COLUMNS(RESERVE_COLUMN)
+#undef RESERVE_COLUMN
 }
 
 void doc_list_free(DocList *list) {
     for (int i = 0; i < list->n_docs; i++) {
-        Doc *d = &list->docs[i];
-        free(d->token);
-        free(d->target);
-        free(d->pos);
-        free(d->lo);
-        free(d->hi);
-        free(d->turn);
-        free(d->role);
+#define FREE_COLUMN(field, json_name, holders, ...) IF_IN_DOC_##holders(free(list->docs[i].field);)
+        TOKEN_COLUMNS(FREE_COLUMN)
+#undef FREE_COLUMN
     }
     free(list->docs);
     memset(list, 0, sizeof *list);

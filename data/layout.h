@@ -1,28 +1,10 @@
-// Tokenized samples and the four layouts (DESIGN.md §3). Every layout emits
+// The four layouts (DESIGN.md §3). Every layout turns a tokenized sample into
 // documents: one sequence each, with per-token records.
 #pragma once
+#include <stddef.h>
 #include <stdint.h>
-#include "data/conversation.h"
-#include "data/tokenizer.h"
-
-typedef struct {
-    int32_t *ids;
-    int n;
-} TokenSpan;
-
-typedef struct {
-    TokenSpan prompt;  // shared-prefix completions: empty (the prefix is in TokenizedSample.prefix)
-    TokenSpan think;   // n == 0: the turn has no reasoning
-    TokenSpan answer;  // answer text + end-of-turn
-} TurnTokens;
-
-typedef struct {
-    SampleKind kind;
-    TurnTokens *turns;  // conversation: one per assistant turn; shared-prefix: one per completion
-    int n_turns;
-    TokenSpan prefix;   // shared-prefix only: P (all prompt messages + assistant header)
-    int line;           // source line, for error messages
-} TokenizedSample;
+#include "data/token_columns.h"
+#include "data/tokenize.h"
 
 typedef enum {
     LAYOUT_NPASS = 0,
@@ -43,15 +25,9 @@ typedef enum {
 // to query q (both document indices) iff lo[k] <= q < hi[k].
 typedef struct {
     int n;
-    int32_t *token;   // [n]
-    int32_t *target;  // [n] next token in this position's own view, -1 = no loss
-    int32_t *pos;     // [n] position id (RoPE)
-    int32_t *lo;      // [n]
-    int32_t *hi;      // [n]
-    int32_t *turn;    // [n] turn index (shared-prefix: 0 = prefix, i+1 = completion i)
-    int32_t *role;    // [n] TokenRole
-    int sample;       // index of the source sample
-    int line;         // its line in the source file, for error messages
+    TOKEN_COLUMNS(DOC_COLUMN_MEMBER)  // [n] each: token, target, pos, lo, hi, turn, role
+    int sample;  // index of the source sample
+    int line;    // its line in the source file, for error messages
 } Doc;
 
 typedef struct {
@@ -63,14 +39,11 @@ typedef struct {
 int layout_from_name(const char *name);
 const char *layout_name(LayoutKind kind);
 
-// Tokenizes one parsed sample with the template. Returns 0, or -1 with
-// "path:line: ..." in err (e.g. an empty conversation, no assistant turn).
-int sample_tokenize(const Tokenizer *tok, const Sample *s, const char *path,
-                    TokenizedSample *out, char *err, size_t err_len);
-void tokenized_sample_free(TokenizedSample *s);
-
 // Appends the documents of one sample under a layout. Returns 0, or -1 with a
-// message when the layout does not apply (e.g. duplicate on a shared-prefix set).
+// location-free message when the layout does not apply (e.g. duplicate on a
+// shared-prefix set); the caller names the sample's line.
 int layout_sample(LayoutKind kind, const TokenizedSample *s, int sample_index, DocList *out,
                   char *err, size_t err_len);
+// (Re)allocates every column of d for cap tokens, keeping the first d->n.
+void doc_reserve(Doc *d, int cap);
 void doc_list_free(DocList *list);

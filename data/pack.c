@@ -1,7 +1,6 @@
 // First-fit-decreasing packing of documents into rows of seq_len (DESIGN.md §1).
 #include "data/pack.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,61 +45,59 @@ static int free_tree_take(FreeTree *t, int n) {
     return row;
 }
 
-static void rows_alloc(PackedRows *out, int n_rows, int seq_len) {
-    out->n_rows = n_rows;
-    out->seq_len = seq_len;
-    size_t n = (size_t)n_rows * (size_t)seq_len;
-    int32_t **fields[] = {&out->token, &out->target, &out->pos, &out->lo,
-                          &out->hi,    &out->doc,    &out->turn, &out->role};
-    for (size_t f = 0; f < sizeof fields / sizeof *fields; f++)
-        *fields[f] = xmalloc(n * sizeof(int32_t));
-    for (size_t slot = 0; slot < n; slot++) {
-        int32_t column = (int32_t)(slot % (size_t)seq_len);
-        out->token[slot] = 0;
-        out->target[slot] = -1;
-        out->pos[slot] = 0;
-        out->lo[slot] = column;  // lo = hi: padding is visible to nobody
-        out->hi[slot] = column;
-        out->doc[slot] = -1;
-        out->turn[slot] = -1;
-        out->role[slot] = -1;
-    }
+// A column of n slots, all padding; OWN_SLOT padding is the slot's index in its row.
+static int32_t *padded_column(size_t n, int seq_len, int32_t padding) {
+    int32_t *values = xmalloc(n * sizeof(int32_t));  // [n_rows, seq_len]
+    for (size_t slot = 0; slot < n; slot++)
+        values[slot] = padding == OWN_SLOT ? (int32_t)(slot % (size_t)seq_len) : padding;
+    return values;
 }
 
+static void rows_alloc(PackedRows *out, int n_rows, int seq_len) {
+    *out = (PackedRows){.n_rows = n_rows, .seq_len = seq_len};
+    size_t n = (size_t)n_rows * (size_t)seq_len;
+#define ALLOC_COLUMN(field, json_name, holders, use, padding) \
+    out->field = padded_column(n, seq_len, padding);
+    TOKEN_COLUMNS(ALLOC_COLUMN)
+#undef ALLOC_COLUMN
+}
+
+static void copy_shifted(int32_t *dst, const int32_t *src, int n, int32_t shift) {
+    for (int i = 0; i < n; i++) dst[i] = src[i] + shift;
+}
+
+// Copies document d into `row` at `offset`: its slot indices (lo, hi) move by offset.
 static void place_doc(PackedRows *out, const Doc *d, int doc_index, int row, int offset) {
     size_t base = (size_t)row * (size_t)out->seq_len + (size_t)offset;
-    for (int i = 0; i < d->n; i++) {
-        out->token[base + i] = d->token[i];
-        out->target[base + i] = d->target[i];
-        out->pos[base + i] = d->pos[i];
-        out->lo[base + i] = d->lo[i] + offset;
-        out->hi[base + i] = d->hi[i] + offset;
-        out->doc[base + i] = doc_index;
-        out->turn[base + i] = d->turn[i];
-        out->role[base + i] = d->role[i];
-    }
+#define PLACE_COLUMN(field, json_name, holders, use, padding) \
+    IF_IN_DOC_##holders(                                        \
+        copy_shifted(out->field + base, d->field, d->n, (padding) == OWN_SLOT ? offset : 0);)
+    TOKEN_COLUMNS(PLACE_COLUMN)
+#undef PLACE_COLUMN
+    for (int i = 0; i < d->n; i++) out->doc[base + i] = doc_index;  // the row-only column
+}
+
+int first_doc_too_long(const DocList *docs, int seq_len) {
+    for (int i = 0; i < docs->n_docs; i++)
+        if (docs->docs[i].n > seq_len) return i;
+    return -1;
 }
 
 int pack_docs(const DocList *docs, int seq_len, PackOptions opt, PackedRows *out,
               int *n_skipped, char *err, size_t err_len) {
     memset(out, 0, sizeof *out);
     *n_skipped = 0;
-    if (seq_len <= 0) {
-        snprintf(err, err_len, "seq_len must be positive, got %d", seq_len);
-        return -1;
-    }
-    DocRef *order = xmalloc((size_t)(docs->n_docs ? docs->n_docs : 1) * sizeof(DocRef));
+    CHECK(seq_len > 0, "seq_len must be positive, got %d", seq_len);
+    const int too_long = first_doc_too_long(docs, seq_len);
+    if (too_long >= 0 && !opt.skip_too_long)
+        return fail(err, err_len,
+                    "a document of %d tokens does not fit seq_len %d (raise data.seq_len, or set "
+                    "data.skip_too_long to skip it)",
+                    docs->docs[too_long].n, seq_len);
+    DocRef *order = xmalloc((size_t)(docs->n_docs > 0 ? docs->n_docs : 1) * sizeof(DocRef));
     int n_kept = 0;
     for (int i = 0; i < docs->n_docs; i++) {
         if (docs->docs[i].n > seq_len) {
-            if (!opt.skip_too_long) {
-                snprintf(err, err_len,
-                         "line %d: a document of %d tokens does not fit seq_len %d (raise "
-                         "data.seq_len, or set data.skip_too_long to skip it)",
-                         docs->docs[i].line, docs->docs[i].n, seq_len);
-                free(order);
-                return -1;
-            }
             (*n_skipped)++;
             continue;
         }
@@ -141,13 +138,20 @@ int pack_docs(const DocList *docs, int seq_len, PackOptions opt, PackedRows *out
 }
 
 void packed_rows_free(PackedRows *rows) {
-    free(rows->token);
-    free(rows->target);
-    free(rows->pos);
-    free(rows->lo);
-    free(rows->hi);
-    free(rows->doc);
-    free(rows->turn);
-    free(rows->role);
+#define FREE_COLUMN(field, ...) free(rows->field);
+    TOKEN_COLUMNS(FREE_COLUMN)
+#undef FREE_COLUMN
     memset(rows, 0, sizeof *rows);
+}
+
+int32_t *packed_rows_copy_inputs(const PackedRows *src, PackedRows *dst, int32_t *buffer) {
+    const size_t slots = (size_t)src->n_rows * (size_t)src->seq_len;
+    *dst = (PackedRows){.n_rows = src->n_rows, .seq_len = src->seq_len};
+#define COPY_INPUT(field, json_name, holders, use, ...)                  \
+    IF_MODEL_INPUT_##use(dst->field = buffer;                              \
+                         memcpy(buffer, src->field, slots * sizeof(int32_t)); \
+                         buffer += slots;)
+    TOKEN_COLUMNS(COPY_INPUT)
+#undef COPY_INPUT
+    return buffer;
 }

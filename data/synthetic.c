@@ -1,5 +1,4 @@
 // Synthetic chained-arithmetic conversations (data/synthetic.h).
-#define _POSIX_C_SOURCE 200809L
 #include "data/synthetic.h"
 
 #include <ctype.h>
@@ -8,7 +7,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "common/check.h"
 
@@ -341,10 +339,10 @@ static json_t *json_message(LineFormat fmt, const char *role, const char *conten
     static const char *const sharegpt_roles[][2] = {
         {"system", "system"}, {"user", "human"}, {"assistant", "gpt"}};
     if (fmt != FORMAT_SHAREGPT) return json_pack("{s:s, s:s}", "role", role, "content", content);
-    for (int i = 0; i < 3; i++)
-        if (strcmp(role, sharegpt_roles[i][0]) == 0)
-            return json_pack("{s:s, s:s}", "from", sharegpt_roles[i][1], "value", content);
-    fatal("internal: no ShareGPT name for role '%s'", role);
+    int i = 0;
+    while (i < 3 && strcmp(role, sharegpt_roles[i][0]) != 0) i++;
+    CHECK(i < 3, "no ShareGPT name for role '%s'", role);
+    return json_pack("{s:s, s:s}", "from", sharegpt_roles[i][1], "value", content);
 }
 
 static json_t *json_assistant(LineFormat fmt, const char *thinking, const char *answer) {
@@ -361,7 +359,7 @@ static json_t *json_assistant(LineFormat fmt, const char *thinking, const char *
 
 static void write_json_line(FILE *f, json_t *root) {
     char *text = json_dumps(root, JSON_COMPACT);
-    if (!text) fatal("internal: cannot serialize a synthetic sample");
+    CHECK(text, "cannot serialize a synthetic sample");
     fputs(text, f);
     fputc('\n', f);
     free(text);
@@ -525,24 +523,21 @@ int synthetic_check_sample(const Sample *s, char *err, size_t err_len) {
     int n_results = synthetic_expected_results(s->messages, s->n_messages, results, s->n_messages);
     int rc = 0;
     if (n_results <= 0) {
-        snprintf(err, err_len, "line %d: a question is not a synthetic one", s->line);
-        rc = -1;
+        rc = fail(err, err_len, "a question is not a synthetic one");
     }
     // The assistant message after the k-th question must state results[k-1].
     for (int i = 0, asked = 0; rc == 0 && i < s->n_messages; i++) {
         asked += s->messages[i].role == MSG_USER;
         if (s->messages[i].role == MSG_ASSISTANT &&
             !synthetic_check_answer(s->messages[i].content, results[asked - 1])) {
-            snprintf(err, err_len, "line %d: messages[%d]: '%s' does not state %lld", s->line, i,
-                     s->messages[i].content, results[asked - 1]);
-            rc = -1;
+            rc = fail(err, err_len, "messages[%d]: '%s' does not state %lld", i,
+                      s->messages[i].content, results[asked - 1]);
         }
     }
     for (int c = 0; rc == 0 && c < s->n_completions; c++) {
         if (!synthetic_check_answer(s->completions[c].content, results[n_results - 1])) {
-            snprintf(err, err_len, "line %d: completions[%d]: '%s' does not state %lld", s->line,
-                     c, s->completions[c].content, results[n_results - 1]);
-            rc = -1;
+            rc = fail(err, err_len, "completions[%d]: '%s' does not state %lld", c,
+                      s->completions[c].content, results[n_results - 1]);
         }
     }
     free(results);

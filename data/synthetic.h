@@ -33,5 +33,5 @@ bool synthetic_check_answer(const char *answer, long long expected);
 
 // Checks every assistant answer of a parsed sample (history answers, and for a
 // shared-prefix set every completion) against synthetic_expected_results.
-// Returns 0, or -1 with a message naming the message in err.
+// Returns 0, or -1 with a message naming the message (not the line) in err.
 int synthetic_check_sample(const Sample *s, char *err, size_t err_len);

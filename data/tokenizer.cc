@@ -13,7 +13,6 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -22,6 +21,7 @@
 
 // The headers are plain C (no extern "C" guards of their own).
 extern "C" {
+#include "common/check.h"
 #include "data/template.h"
 #include "data/tokenizer.h"
 }
@@ -38,15 +38,11 @@ struct Tokenizer {
     sentencepiece::SentencePieceProcessor sp;
 };
 
-static void write_error(char *err, size_t err_len, const std::string &msg) {
-    if (err && err_len) snprintf(err, err_len, "%s", msg.c_str());
-}
-
 extern "C" Tokenizer *tokenizer_load(const char *model_path, char *err, size_t err_len) {
     Tokenizer *t = new Tokenizer;
     const auto status = t->sp.Load(model_path);
     if (!status.ok()) {
-        write_error(err, err_len, std::string(model_path) + ": " + status.ToString());
+        fail_at(err, err_len, model_path, 0, "%s", status.ToString().c_str());
         delete t;
         return nullptr;
     }
@@ -124,9 +120,7 @@ extern "C" int tokenizer_train(const char *corpus_path, const char *model_prefix
     sentencepiece::SetRandomGeneratorSeed(1234);
     sentencepiece::logging::SetMinLogLevel(1);
     const auto status = sentencepiece::SentencePieceTrainer::Train(args);
-    if (!status.ok()) {
-        write_error(err, err_len, std::string("tokenizer training failed: ") + status.ToString());
-        return -1;
-    }
+    if (!status.ok())
+        return fail(err, err_len, "tokenizer training failed: %s", status.ToString().c_str());
     return 0;
 }

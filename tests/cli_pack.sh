@@ -86,7 +86,7 @@ if out=$(pack --set data.train_path="$tmp/bad.jsonl" --set data.skip_bad=true --
 # A conversation longer than seq_len is an error naming its line, or skipped on request.
 if out=$(pack --set data.train_path="$tmp/conv.jsonl" --set data.seq_len=16 --out "$tmp/short.jsonl" 2>&1); then
     bad "too long: exit 0"
-elif grep -q "conv.jsonl: line 1:.*does not fit seq_len 16" <<<"$out"; then ok; else bad "too long: $out"; fi
+elif grep -q "conv.jsonl:1: .*does not fit seq_len 16" <<<"$out"; then ok; else bad "too long: $out"; fi
 head -n 1 "$tmp/conv.jsonl" > "$tmp/long.jsonl"; echo '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]}' >> "$tmp/long.jsonl"
 if out=$(pack --set data.train_path="$tmp/long.jsonl" --set data.seq_len=64 --set data.skip_too_long=true --out "$tmp/short.jsonl" 2>&1) &&
    grep -q "^skipped *0 bad, 1 too long" <<<"$out" && [ "$(wc -l < "$tmp/short.jsonl")" -eq 1 ]; then ok; else bad "skip_too_long: $out"; fi
@@ -100,7 +100,7 @@ else
 fi
 # A layout that does not apply, and a bad layout name.
 if out=$(pack --set data.train_path="$tmp/sp.jsonl" --set data.layout=duplicate --out "$tmp/x.jsonl" 2>&1); then bad "duplicate on shared-prefix sets: exit 0"
-elif grep -q "sp.jsonl: line 1: layout duplicate does not apply" <<<"$out"; then ok; else bad "duplicate on shared-prefix: $out"; fi
+elif grep -q "sp.jsonl:1: layout duplicate does not apply" <<<"$out"; then ok; else bad "duplicate on shared-prefix: $out"; fi
 if out=$(pack --set data.layout=bogus --out "$tmp/x.jsonl" 2>&1); then bad "bogus layout: exit 0"
 elif grep -q "data.layout.*bogus" <<<"$out"; then ok; else bad "bogus layout: $out"; fi
 

@@ -1,12 +1,12 @@
 // The layouts' intervals (data/layout.c, packed by data/pack.c) against the tag
-// oracle dense_mask_from_tags, for all four layouts on random conversations and
+// oracle layout_visibility_from_tags, for all four layouts on random conversations and
 // shared-prefix sets; plus the worked example of DESIGN.md §3 against its table.
 #include <stdlib.h>
 #include <string.h>
-#include "attention/mask.h"
 #include "common/check.h"
 #include "data/layout.h"
 #include "data/pack.h"
+#include "data/visibility.h"
 #include "tests/test_util.h"
 
 static TokenSpan random_span(TestRng *rng, int n) {
@@ -45,7 +45,8 @@ static long compare_rows(LayoutKind layout, const PackedRows *rows) {
     long mismatches = 0;
     for (int r = 0; r < rows->n_rows; r++) {
         size_t at = (size_t)r * S;
-        dense_mask_from_tags(layout, rows->doc + at, rows->turn + at, rows->role + at, (int)S, oracle);
+        layout_visibility_from_tags(layout, rows->doc + at, rows->turn + at, rows->role + at,
+                                    (int)S, oracle);
         for (size_t q = 0; q < S; q++)
             for (size_t k = 0; k < S; k++) {
                 bool interval = rows->lo[at + k] <= (int32_t)q && (int32_t)q < rows->hi[at + k];
@@ -128,7 +129,7 @@ static void test_worked_example(TestRng *rng) {
             doc_tags[k] = 0;
         }
         EXPECT(bad == 0, "worked example: %d tokens with pos/lo/hi not as in DESIGN.md", bad);
-        dense_mask_from_tags(LAYOUT_DUPLICATE, doc_tags, d->turn, d->role, 19, oracle);
+        layout_visibility_from_tags(LAYOUT_DUPLICATE, doc_tags, d->turn, d->role, 19, oracle);
         bad = 0;
         for (int q = 0; q < 19; q++)
             for (int k = 0; k < 19; k++) bad += oracle[q * 19 + k] != (k <= q && q < want_hi[k]);

@@ -17,6 +17,7 @@
 extern "C" {  // plain C headers without guards of their own
 #include "trainer/data_options.h"
 #include "trainer/setup.h"
+#include "trainer/data_options.h"
 }
 #include <math.h>
 #include <string.h>

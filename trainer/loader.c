@@ -153,8 +153,6 @@ static MaskArrays mask_arrays(TileMask *m) {
                   rows * nk * nq, rows * nk * nq}};
 }
 
-enum { ROW_INPUTS = 5 };  // token, target, pos, lo, hi
-
 // One prepared step and the host buffer that holds its arrays.
 typedef struct {
     PreparedStep step;   // step.micro.masks: [masks_cap] structs, arrays in `arena`
@@ -180,7 +178,7 @@ struct Prefetcher {
 // Copies a step's model inputs and masks into the slot's host buffer (grown as needed).
 static void fill_slot(Prefetcher *p, Slot *slot, const StepBatch *batch, const MicroBatches *mb) {
     const size_t slots = (size_t)batch->rows.n_rows * (size_t)batch->rows.seq_len;
-    size_t need = ROW_INPUTS * slots;
+    size_t need = N_MODEL_INPUT_COLUMNS * slots;
     for (int i = 0; i < mb->n_micro; i++) {
         MaskArrays a = mask_arrays(&mb->masks[i]);
         for (int k = 0; k < 8; k++) need += a.count[k];
@@ -194,17 +192,7 @@ static void fill_slot(Prefetcher *p, Slot *slot, const StepBatch *batch, const M
         slot->masks_cap = mb->n_micro;
         slot->step.micro.masks = xrealloc(slot->step.micro.masks, (size_t)mb->n_micro * sizeof(TileMask));
     }
-    int32_t *at = slot->arena;
-    PackedRows *rows = &slot->step.micro.rows;
-    *rows = (PackedRows){.n_rows = batch->rows.n_rows, .seq_len = batch->rows.seq_len};
-    int32_t **dst[ROW_INPUTS] = {&rows->token, &rows->target, &rows->pos, &rows->lo, &rows->hi};
-    const int32_t *src[ROW_INPUTS] = {batch->rows.token, batch->rows.target, batch->rows.pos,
-                                      batch->rows.lo, batch->rows.hi};
-    for (int k = 0; k < ROW_INPUTS; k++) {
-        memcpy(at, src[k], slots * sizeof(int32_t));
-        *dst[k] = at;
-        at += slots;
-    }
+    int32_t *at = packed_rows_copy_inputs(&batch->rows, &slot->step.micro.rows, slot->arena);
     for (int i = 0; i < mb->n_micro; i++) {
         TileMask *m = &slot->step.micro.masks[i];
         *m = mb->masks[i];

@@ -1,0 +1,32 @@
+// A parsed sample tokenized with the chat template (DESIGN.md §2): each turn's
+// prompt, think and answer segments as token ids, before any layout.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include "data/conversation.h"
+#include "data/tokenizer.h"
+
+typedef struct {
+    int32_t *ids;
+    int n;
+} TokenSpan;
+
+typedef struct {
+    TokenSpan prompt;  // shared-prefix completions: empty (the prefix is in TokenizedSample.prefix)
+    TokenSpan think;   // n == 0: the turn has no reasoning
+    TokenSpan answer;  // answer text + end-of-turn
+} TurnTokens;
+
+typedef struct {
+    SampleKind kind;
+    TurnTokens *turns;  // conversation: one per assistant turn; shared-prefix: one per completion
+    int n_turns;
+    TokenSpan prefix;   // shared-prefix only: P (all prompt messages + assistant header)
+    int line;           // source line, for error messages
+} TokenizedSample;
+
+// Tokenizes one parsed sample with the template. Returns 0, or -1 with a location-free
+// message in err (e.g. no assistant turn); the caller names the sample's line.
+int sample_tokenize(const Tokenizer *tok, const Sample *s, TokenizedSample *out, char *err,
+                    size_t err_len);
+void tokenized_sample_free(TokenizedSample *s);

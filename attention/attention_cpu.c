@@ -169,8 +169,7 @@ static void tile_probs_and_dscores(const BackwardInputs *in, int b, int h, const
     const float *lse = in->lse + ((size_t)b * s->n_heads + h) * S;
     const float *delta = in->delta + ((size_t)b * s->n_heads + h) * S;
     tile_scores(s, t, bn, in->mask->lo + (size_t)b * S, in->mask->hi + (size_t)b * S, q_head,
-                in->q_stride,
-                k_head, in->k_stride, probs);
+                in->q_stride, k_head, in->k_stride, probs);
     for (int q = t->q0; q < t->q1; q++) {
         float *p_row = probs + (size_t)(q - t->q0) * bn, *ds_row = dscores + (size_t)(q - t->q0) * bn;
         for (int k = t->k0; k < t->k1; k++) {

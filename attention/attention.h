@@ -6,7 +6,8 @@
 //   k, v, dk, dv:     [batch, seq_len, n_kv_heads, head_dim]   (GQA: n_heads % n_kv_heads == 0)
 //   lse:              [batch, n_heads, seq_len]  natural-log sum-exp of scaled scores;
 //                      -INFINITY for a query that sees no key (its output is 0)
-//   lo, hi:           [batch, seq_len]  key k visible to query q iff lo[k] <= q < hi[k]
+//   mask:             the batch's AttnMask (attention/mask.h): intervals lo/hi
+//                      [batch, seq_len] and tile lists of any block sizes
 #pragma once
 #include <stdint.h>
 #include "attention/mask.h"
@@ -16,14 +17,12 @@ typedef struct {
     float scale;  // softmax scale, usually 1/sqrt(head_dim)
 } AttnShape;
 
-// Visits only non-empty tiles of `mask` (built for this batch's lo/hi with any
-// block sizes); per-element mask tests only on partial tiles.
-void attention_forward_cpu(const AttnShape *shape, const TileMask *mask, const int32_t *lo,
-                           const int32_t *hi, const float *q, const float *k, const float *v,
-                           float *out, float *lse);
+// Visits only the non-empty tiles of `mask`; per-element tests of the intervals only
+// on partial tiles.
+void attention_forward_cpu(const AttnShape *shape, const AttnMask *mask, const float *q,
+                           const float *k, const float *v, float *out, float *lse);
 
 // Overwrites dq, dk, dv (not accumulated). GQA gradients summed over shared heads.
-void attention_backward_cpu(const AttnShape *shape, const TileMask *mask, const int32_t *lo,
-                            const int32_t *hi, const float *q, const float *k, const float *v,
-                            const float *out, const float *lse, const float *dout, float *dq,
-                            float *dk, float *dv);
+void attention_backward_cpu(const AttnShape *shape, const AttnMask *mask, const float *q,
+                            const float *k, const float *v, const float *out, const float *lse,
+                            const float *dout, float *dq, float *dk, float *dv);

@@ -97,7 +97,7 @@ constexpr size_t dkdv_smem_bytes() {
 // warps go on while the adds run; rows past seq_len add zeros into the padding).
 template <int D, bool ATOMIC_DQ>
 __global__ void __launch_bounds__(DKDV_THREADS, 1)
-    attn_bwd_dkdv_kernel(const AttnShape shape, const TileMask mask, const int32_t *lo,
+    attn_bwd_dkdv_kernel(const AttnShape shape, const AttnMask mask, const int32_t *lo,
                          const int32_t *hi, const bf16 *q, const bf16 *k, const bf16 *v,
                          const bf16 *dout, const float *lse2, const float *dsum, int s_pad,
                          float *dq_accum, bf16 *dk, bf16 *dv, int splits, float *dkv_part) {
@@ -332,7 +332,7 @@ constexpr size_t dq_smem_bytes() {
 // products per tile, no atomics). Accumulator rows are queries: warp w rows 16w..16w+15.
 template <int D>
 __global__ void __launch_bounds__(NUM_THREADS, 2)
-    attn_bwd_dq_kernel(const AttnShape shape, const TileMask mask, const int32_t *lo,
+    attn_bwd_dq_kernel(const AttnShape shape, const AttnMask mask, const int32_t *lo,
                        const int32_t *hi, const bf16 *q, const bf16 *k, const bf16 *v,
                        const bf16 *dout, const float *lse2, const float *dsum, int s_pad, bf16 *dq) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -459,11 +459,10 @@ __global__ void dkv_reduce_kernel(const float4 *dkv_part, int splits, __nv_bfloa
 }
 
 template <int D>
-void backward(const AttnShape *s, const TileMask *m, const int32_t *lo, const int32_t *hi,
-              const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *out, const float *lse,
+void backward(const AttnShape *s, const AttnMask *m, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *out, const float *lse,
               const bf16 *dout, bf16 *dq, bf16 *dk, bf16 *dv, cudaStream_t stream,
               bool deterministic) {
-    const int s_pad = m->n_q_tiles * BM;
+    const int s_pad = m->by_query.n_lines * BM;
     const int64_t n_pad = (int64_t)s->batch * s->n_heads * s_pad;
     const int64_t n_dq = n_pad * D;
     float *dsum, *lse2, *dq_accum = nullptr;  // [batch, n_heads, s_pad] x2, [batch, n_heads, s_pad, D]
@@ -477,18 +476,18 @@ void backward(const AttnShape *s, const TileMask *m, const int32_t *lo, const in
     const int64_t n_kv = (int64_t)s->batch * s->seq_len * s->n_kv_heads * D;
     float *dkv_part = nullptr;  // [splits][2][batch, seq_len, n_kv_heads, D] when splits > 1
     if (splits > 1) cudaCheck(cudaMallocAsync(&dkv_part, 2 * splits * n_kv * sizeof(float), stream));
-    const dim3 kv_grid(s->n_kv_heads * splits, (m->n_k_tiles + DKDV_KEY_TILES - 1) / DKDV_KEY_TILES, s->batch);
+    const dim3 kv_grid(s->n_kv_heads * splits, (m->by_key.n_lines + DKDV_KEY_TILES - 1) / DKDV_KEY_TILES, s->batch);
     if (deterministic) {
         launch(attn_bwd_dkdv_kernel<D, false>, kv_grid, DKDV_THREADS, dkdv_smem_bytes<D, false>(), stream, *s, *m,
-               lo, hi, q, k, v, dout, (const float *)lse2, (const float *)dsum, s_pad, dq_accum, dk, dv,
+               m->lo, m->hi, q, k, v, dout, (const float *)lse2, (const float *)dsum, s_pad, dq_accum, dk, dv,
                splits, dkv_part);
-        launch(attn_bwd_dq_kernel<D>, dim3(s->n_heads, m->n_q_tiles, s->batch), NUM_THREADS, dq_smem_bytes<D>(),
-               stream, *s, *m, lo, hi, q, k, v, dout, (const float *)lse2, (const float *)dsum, s_pad, dq);
+        launch(attn_bwd_dq_kernel<D>, dim3(s->n_heads, m->by_query.n_lines, s->batch), NUM_THREADS, dq_smem_bytes<D>(),
+               stream, *s, *m, m->lo, m->hi, q, k, v, dout, (const float *)lse2, (const float *)dsum, s_pad, dq);
     } else {
         cudaCheck(cudaMallocAsync(&dq_accum, n_dq * sizeof(float), stream));
         cudaCheck(cudaMemsetAsync(dq_accum, 0, n_dq * sizeof(float), stream));
         launch(attn_bwd_dkdv_kernel<D, true>, kv_grid, DKDV_THREADS, dkdv_smem_bytes<D, true>(), stream, *s, *m,
-               lo, hi, q, k, v, dout, (const float *)lse2, (const float *)dsum, s_pad, dq_accum, dk, dv,
+               m->lo, m->hi, q, k, v, dout, (const float *)lse2, (const float *)dsum, s_pad, dq_accum, dk, dv,
                splits, dkv_part);
         dq_convert_kernel<<<1024, 256, 0, stream>>>(reinterpret_cast<const float4 *>(dq_accum),
                                                     reinterpret_cast<__nv_bfloat162 *>(dq), *s, s_pad);
@@ -509,15 +508,14 @@ void backward(const AttnShape *s, const TileMask *m, const int32_t *lo, const in
 
 }  // namespace
 
-extern "C" void attention_backward_cuda(const AttnShape *shape, const TileMask *mask,
-                                        const int32_t *lo, const int32_t *hi, const attn_bf16 *q,
+extern "C" void attention_backward_cuda(const AttnShape *shape, const AttnMask *mask, const attn_bf16 *q,
                                         const attn_bf16 *k, const attn_bf16 *v,
                                         const attn_bf16 *out, const float *lse,
                                         const attn_bf16 *dout, attn_bf16 *dq, attn_bf16 *dk,
                                         attn_bf16 *dv, cudaStream_t stream, bool deterministic) {
     check_args(shape, mask);
     if (shape->head_dim == 64)
-        backward<64>(shape, mask, lo, hi, q, k, v, out, lse, dout, dq, dk, dv, stream, deterministic);
+        backward<64>(shape, mask, q, k, v, out, lse, dout, dq, dk, dv, stream, deterministic);
     else
-        backward<128>(shape, mask, lo, hi, q, k, v, out, lse, dout, dq, dk, dv, stream, deterministic);
+        backward<128>(shape, mask, q, k, v, out, lse, dout, dq, dk, dv, stream, deterministic);
 }

@@ -1,43 +1,35 @@
 // fp32 reference block-sparse attention over interval masks (DESIGN.md §4, §6).
-// Visits only the tiles listed in the TileMask: empty tiles are never read, full tiles
+// Visits only the tiles listed in the AttnMask: empty tiles are never read, full tiles
 // run without mask tests, partial tiles test lo[k] <= q < hi[k] per element.
 #include "attention/attention.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 #include "common/check.h"
 
-// The non-empty tiles along one line of a row's tile matrix: partial, then full.
+// A line's two lists as an array: partial first, then full.
 typedef struct {
     const int32_t *idx[2];
     int count[2];
-} TileLists;
+} LineLists;
 
 static const bool LIST_IS_PARTIAL[2] = {true, false};
 
-static TileLists forward_lists(const TileMask *m, int row, int q_tile) {
-    size_t slot = (size_t)row * m->n_q_tiles + q_tile;
-    return (TileLists){{m->q_partial_idx + slot * m->n_k_tiles, m->q_full_idx + slot * m->n_k_tiles},
-                       {m->q_partial_count[slot], m->q_full_count[slot]}};
+static LineLists line_lists(const TileLists *lists, int row, int line) {
+    TileLine t = tile_line(lists, row, line);
+    return (LineLists){{t.partial, t.full}, {t.n_partial, t.n_full}};
 }
 
-static TileLists backward_lists(const TileMask *m, int row, int k_tile) {
-    size_t slot = (size_t)row * m->n_k_tiles + k_tile;
-    return (TileLists){{m->k_partial_idx + slot * m->n_q_tiles, m->k_full_idx + slot * m->n_q_tiles},
-                       {m->k_partial_count[slot], m->k_full_count[slot]}};
-}
-
-static void check_shapes(const AttnShape *s, const TileMask *m) {
-    if (s->batch <= 0 || s->seq_len <= 0 || s->n_heads <= 0 || s->n_kv_heads <= 0 || s->head_dim <= 0)
-        fatal("%s:%d: attention: batch %d, seq_len %d, n_heads %d, n_kv_heads %d, head_dim %d must "
-              "be positive", __FILE__, __LINE__, s->batch, s->seq_len, s->n_heads, s->n_kv_heads,
-              s->head_dim);
-    if (s->n_heads % s->n_kv_heads)
-        fatal("%s:%d: attention: n_heads %d is not a multiple of n_kv_heads %d", __FILE__, __LINE__,
-              s->n_heads, s->n_kv_heads);
-    if (m->n_rows != s->batch || m->seq_len != s->seq_len)
-        fatal("%s:%d: attention: tile mask built for %d rows x %d, inputs are %d x %d", __FILE__,
-              __LINE__, m->n_rows, m->seq_len, s->batch, s->seq_len);
+static void check_shapes(const AttnShape *s, const AttnMask *m) {
+    CHECK(s->batch > 0 && s->seq_len > 0 && s->n_heads > 0 && s->n_kv_heads > 0 && s->head_dim > 0,
+          "attention: batch %d, seq_len %d, n_heads %d, n_kv_heads %d, head_dim %d must be "
+          "positive", s->batch, s->seq_len, s->n_heads, s->n_kv_heads, s->head_dim);
+    CHECK(s->n_heads % s->n_kv_heads == 0,
+          "attention: n_heads %d is not a multiple of n_kv_heads %d", s->n_heads, s->n_kv_heads);
+    CHECK(m->n_rows == s->batch && m->seq_len == s->seq_len,
+          "attention: mask built for %d rows x %d, inputs are %d x %d", m->n_rows, m->seq_len,
+          s->batch, s->seq_len);
 }
 
 // One (query tile, key tile) pair of one row and head, with clipped ragged edges.
@@ -46,7 +38,7 @@ typedef struct {
     bool partial;        // needs per-element mask tests
 } TilePair;
 
-static TilePair tile_pair(const TileMask *m, int q_tile, int k_tile, bool partial) {
+static TilePair tile_pair(const AttnMask *m, int q_tile, int k_tile, bool partial) {
     TilePair t = {q_tile * m->block_m, (q_tile + 1) * m->block_m, k_tile * m->block_n,
                   (k_tile + 1) * m->block_n, partial};
     if (t.q1 > m->seq_len) t.q1 = m->seq_len;
@@ -83,8 +75,8 @@ static void tile_scores(const AttnShape *s, const TilePair *t, int block_n, cons
     }
 }
 
-void attention_forward_cpu(const AttnShape *shape, const TileMask *mask, const int32_t *lo,
-                           const int32_t *hi, const float *q, const float *k, const float *v,
+void attention_forward_cpu(const AttnShape *shape, const AttnMask *mask, const float *q,
+                           const float *k, const float *v,
                            float *out, float *lse) {
     check_shapes(shape, mask);
     const int S = shape->seq_len, H = shape->n_heads, D = shape->head_dim;
@@ -99,14 +91,15 @@ void attention_forward_cpu(const AttnShape *shape, const TileMask *mask, const i
 #pragma omp for collapse(3) schedule(dynamic)
         for (int b = 0; b < shape->batch; b++)
             for (int h = 0; h < H; h++)
-                for (int qt = 0; qt < mask->n_q_tiles; qt++) {
+                for (int qt = 0; qt < mask->by_query.n_lines; qt++) {
                     const float *q_head = q + (size_t)b * S * q_stride + (size_t)h * D;
                     const float *k_head = k + (size_t)b * S * k_stride + (size_t)(h / group) * D;
                     const float *v_head = v + (size_t)b * S * k_stride + (size_t)(h / group) * D;
-                    const int32_t *row_lo = lo + (size_t)b * S, *row_hi = hi + (size_t)b * S;
+                    const int32_t *row_lo = mask->lo + (size_t)b * S;
+                    const int32_t *row_hi = mask->hi + (size_t)b * S;
                     for (int i = 0; i < bm; i++) run_max[i] = -INFINITY, run_sum[i] = 0.0f;
                     memset(acc, 0, (size_t)bm * D * sizeof(float));
-                    TileLists lists = forward_lists(mask, b, qt);
+                    LineLists lists = line_lists(&mask->by_query, b, qt);
                     for (int l = 0; l < 2; l++)
                         for (int e = 0; e < lists.count[l]; e++) {
                             TilePair t = tile_pair(mask, qt, lists.idx[l][e], LIST_IS_PARTIAL[l]);
@@ -156,8 +149,7 @@ void attention_forward_cpu(const AttnShape *shape, const TileMask *mask, const i
 // Inputs of the backward shared by the dK/dV pass and the dQ pass.
 typedef struct {
     const AttnShape *shape;
-    const TileMask *mask;
-    const int32_t *lo, *hi;
+    const AttnMask *mask;
     const float *q, *k, *v, *lse, *dout;
     const float *delta;  // [batch, n_heads, seq_len] D_i = rowsum(dO * O)
     size_t q_stride, k_stride;
@@ -176,8 +168,8 @@ static void tile_probs_and_dscores(const BackwardInputs *in, int b, int h, const
     const float *v_head = in->v + (size_t)b * S * in->k_stride + (size_t)kv_head * D;
     const float *lse = in->lse + ((size_t)b * s->n_heads + h) * S;
     const float *delta = in->delta + ((size_t)b * s->n_heads + h) * S;
-    tile_scores(s, t, bn, in->lo + (size_t)b * S, in->hi + (size_t)b * S, q_head, in->q_stride,
-                k_head, in->k_stride, probs);
+    tile_scores(s, t, bn, in->mask->lo + (size_t)b * S, in->mask->hi + (size_t)b * S, q_head,
+                in->q_stride, k_head, in->k_stride, probs);
     for (int q = t->q0; q < t->q1; q++) {
         float *p_row = probs + (size_t)(q - t->q0) * bn, *ds_row = dscores + (size_t)(q - t->q0) * bn;
         for (int k = t->k0; k < t->k1; k++) {
@@ -201,7 +193,7 @@ static void key_tile_grads(const BackwardInputs *in, int b, int kv_head, int kt,
     int k0 = kt * bn, k1 = k0 + bn < S ? k0 + bn : S;
     float *dk_acc = xcalloc((size_t)(k1 - k0) * D, sizeof(float));  // [keys of the tile, head_dim]
     float *dv_acc = xcalloc((size_t)(k1 - k0) * D, sizeof(float));  // [keys of the tile, head_dim]
-    TileLists lists = backward_lists(in->mask, b, kt);
+    LineLists lists = line_lists(&in->mask->by_key, b, kt);
     for (int h = kv_head * group; h < (kv_head + 1) * group; h++) {
         const float *q_head = in->q + (size_t)b * S * in->q_stride + (size_t)h * D;
         const float *do_head = in->dout + (size_t)b * S * in->q_stride + (size_t)h * D;
@@ -242,7 +234,7 @@ static void query_tile_grads(const BackwardInputs *in, int b, int h, int qt, flo
     int q0 = qt * bm, q1 = q0 + bm < S ? q0 + bm : S;
     for (int q = q0; q < q1; q++)
         memset(dq + ((size_t)b * S + q) * in->q_stride + (size_t)h * D, 0, (size_t)D * sizeof(float));
-    TileLists lists = forward_lists(in->mask, b, qt);
+    LineLists lists = line_lists(&in->mask->by_query, b, qt);
     for (int l = 0; l < 2; l++)
         for (int e = 0; e < lists.count[l]; e++) {
             TilePair t = tile_pair(in->mask, qt, lists.idx[l][e], LIST_IS_PARTIAL[l]);
@@ -259,8 +251,8 @@ static void query_tile_grads(const BackwardInputs *in, int b, int h, int qt, flo
         }
 }
 
-void attention_backward_cpu(const AttnShape *shape, const TileMask *mask, const int32_t *lo,
-                            const int32_t *hi, const float *q, const float *k, const float *v,
+void attention_backward_cpu(const AttnShape *shape, const AttnMask *mask, const float *q,
+                            const float *k, const float *v,
                             const float *out, const float *lse, const float *dout, float *dq,
                             float *dk, float *dv) {
     check_shapes(shape, mask);
@@ -274,7 +266,7 @@ void attention_backward_cpu(const AttnShape *shape, const TileMask *mask, const 
                 size_t at = ((size_t)b * S + i) * q_stride + (size_t)h * D;
                 delta[((size_t)b * H + h) * S + i] = dot(dout + at, out + at, D);
             }
-    BackwardInputs in = {shape, mask, lo, hi, q, k, v, lse, dout, delta, q_stride,
+    BackwardInputs in = {shape, mask, q, k, v, lse, dout, delta, q_stride,
                          (size_t)shape->n_kv_heads * D};
     const size_t tile_elems = (size_t)mask->block_m * mask->block_n;
 #pragma omp parallel
@@ -284,12 +276,12 @@ void attention_backward_cpu(const AttnShape *shape, const TileMask *mask, const 
 #pragma omp for collapse(3) schedule(dynamic)
         for (int b = 0; b < shape->batch; b++)
             for (int kv_head = 0; kv_head < shape->n_kv_heads; kv_head++)
-                for (int kt = 0; kt < mask->n_k_tiles; kt++)
+                for (int kt = 0; kt < mask->by_key.n_lines; kt++)
                     key_tile_grads(&in, b, kv_head, kt, probs, dscores, dk, dv);
 #pragma omp for collapse(3) schedule(dynamic)
         for (int b = 0; b < shape->batch; b++)
             for (int h = 0; h < H; h++)
-                for (int qt = 0; qt < mask->n_q_tiles; qt++)
+                for (int qt = 0; qt < mask->by_query.n_lines; qt++)
                     query_tile_grads(&in, b, h, qt, probs, dscores, dq);
         free(probs);
         free(dscores);

@@ -7,11 +7,9 @@
 //   k, v, dk, dv:     [batch, seq_len, n_kv_heads, head_dim]      bf16 (GQA: n_heads % n_kv_heads == 0)
 //   lse:              [batch, n_heads, seq_len]  fp32, natural-log sum-exp of the scaled
 //                      scores; -INFINITY for a query that sees no key (its output is 0)
-//   lo, hi:           [batch, seq_len]  int32; key k visible to query q iff lo[k] <= q < hi[k]
-//   mask:             a TileMask whose arrays live on the device (tile_mask_upload or
-//                      tile_mask_build_cuda), built for this lo/hi with block_m ==
-//                      ATTN_CUDA_BLOCK_M and block_n == ATTN_CUDA_BLOCK_N; the struct
-//                      itself is read on the host.
+//   mask:             an AttnMask whose intervals and lists live on the device
+//                      (attn_mask_upload or attn_mask_build_cuda), with ATTN_TILE x
+//                      ATTN_TILE tiles; the struct itself is read on the host.
 // head_dim must be 64 or 128. Every call is asynchronous on `stream`. The kernels use
 // Hopper instructions (wgmma, bulk asynchronous copies): sm_90a only, like the build.
 #pragma once
@@ -28,15 +26,11 @@ typedef uint16_t attn_bf16;  // bit pattern of a bf16 (C has no __nv_bfloat16)
 #endif
 #include "attention/attention.h"
 
-// Tile sizes of the kernels (queries x keys); the TileMask must be built with them.
-#define ATTN_CUDA_BLOCK_M 64
-#define ATTN_CUDA_BLOCK_N 64
-
 // Forward. Overwrites out and lse. Visits only the non-empty tiles of the query-major
 // lists; per-element mask tests only on partial tiles.
-void attention_forward_cuda(const AttnShape *shape, const TileMask *mask, const int32_t *lo,
-                            const int32_t *hi, const attn_bf16 *q, const attn_bf16 *k,
-                            const attn_bf16 *v, attn_bf16 *out, float *lse, cudaStream_t stream);
+void attention_forward_cuda(const AttnShape *shape, const AttnMask *mask, const attn_bf16 *q,
+                            const attn_bf16 *k, const attn_bf16 *v, attn_bf16 *out, float *lse,
+                            cudaStream_t stream);
 
 // Backward. Overwrites dq, dk, dv (not accumulated); GQA gradients summed over the query
 // heads sharing a KV head (per-head partials added in a fixed order, no atomics). dK/dV
@@ -44,19 +38,19 @@ void attention_forward_cuda(const AttnShape *shape, const TileMask *mask, const 
 // reductions in L2 (fastest, not reproducible bit for bit); deterministic == true runs a
 // separate query-major dQ pass and every gradient is bitwise identical run to run.
 // Scratch memory comes from cudaMallocAsync on `stream`.
-void attention_backward_cuda(const AttnShape *shape, const TileMask *mask, const int32_t *lo,
-                             const int32_t *hi, const attn_bf16 *q, const attn_bf16 *k,
-                             const attn_bf16 *v, const attn_bf16 *out, const float *lse,
+void attention_backward_cuda(const AttnShape *shape, const AttnMask *mask, const attn_bf16 *q,
+                             const attn_bf16 *k, const attn_bf16 *v, const attn_bf16 *out, const float *lse,
                              const attn_bf16 *dout, attn_bf16 *dq, attn_bf16 *dk, attn_bf16 *dv,
                              cudaStream_t stream, bool deterministic);
 
-// Device copy of a host TileMask (synchronous). Free with tile_mask_free_device.
-TileMask tile_mask_upload(const TileMask *host);
-// Builds the same TileMask as tile_mask_build, on the GPU, from device lo/hi
-// ([n_rows, seq_len]); the result's arrays are device memory (tile_mask_free_device).
-void tile_mask_build_cuda(const int32_t *lo, const int32_t *hi, int n_rows, int seq_len,
-                          int block_m, int block_n, TileMask *out, cudaStream_t stream);
-void tile_mask_free_device(TileMask *m);
+// Device copy of a host mask's lists (synchronous) over device intervals lo_dev/hi_dev
+// ([n_rows, seq_len], the same values as host->lo/hi). Free with attn_mask_free_device.
+AttnMask attn_mask_upload(const AttnMask *host, const int32_t *lo_dev, const int32_t *hi_dev);
+// Builds the same mask as attn_mask_build, on the GPU, from device lo/hi ([n_rows,
+// seq_len], referenced by the result); its storage is device memory.
+void attn_mask_build_cuda(const int32_t *lo, const int32_t *hi, int n_rows, int seq_len,
+                          int block_m, int block_n, AttnMask *out, cudaStream_t stream);
+void attn_mask_free_device(AttnMask *m);
 
 #ifdef __cplusplus
 }

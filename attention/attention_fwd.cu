@@ -56,7 +56,7 @@ constexpr size_t fwd_smem_bytes() {
 // D = 128, so one block of 256 threads per SM (no register cap below 255).
 template <int D>
 __global__ void __launch_bounds__(FWD_THREADS, 1)
-    attn_fwd_kernel(const AttnShape shape, const TileMask mask, const int32_t *lo, const int32_t *hi,
+    attn_fwd_kernel(const AttnShape shape, const AttnMask mask, const int32_t *lo, const int32_t *hi,
                     const bf16 *q, const bf16 *k, const bf16 *v, bf16 *out, float *lse) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     // Aligned by offsetting smem_raw itself, so the compiler still sees shared memory.
@@ -244,20 +244,18 @@ __global__ void __launch_bounds__(FWD_THREADS, 1)
 }
 
 template <int D>
-void forward(const AttnShape *s, const TileMask *m, const int32_t *lo, const int32_t *hi,
-             const bf16 *q, const bf16 *k, const bf16 *v, bf16 *out, float *lse, cudaStream_t stream) {
-    const int n_blocks_q = (m->n_q_tiles + FWD_Q_TILES - 1) / FWD_Q_TILES;
+void forward(const AttnShape *s, const AttnMask *m, const bf16 *q, const bf16 *k, const bf16 *v, bf16 *out, float *lse, cudaStream_t stream) {
+    const int n_blocks_q = (m->by_query.n_lines + FWD_Q_TILES - 1) / FWD_Q_TILES;
     launch(attn_fwd_kernel<D>, dim3(s->n_heads, n_blocks_q, s->batch), FWD_THREADS, fwd_smem_bytes<D>(), stream,
-           *s, *m, lo, hi, q, k, v, out, lse);
+           *s, *m, m->lo, m->hi, q, k, v, out, lse);
 }
 
 }  // namespace
 
-extern "C" void attention_forward_cuda(const AttnShape *shape, const TileMask *mask,
-                                       const int32_t *lo, const int32_t *hi, const attn_bf16 *q,
+extern "C" void attention_forward_cuda(const AttnShape *shape, const AttnMask *mask, const attn_bf16 *q,
                                        const attn_bf16 *k, const attn_bf16 *v, attn_bf16 *out,
                                        float *lse, cudaStream_t stream) {
     check_args(shape, mask);
-    if (shape->head_dim == 64) forward<64>(shape, mask, lo, hi, q, k, v, out, lse, stream);
-    else forward<128>(shape, mask, lo, hi, q, k, v, out, lse, stream);
+    if (shape->head_dim == 64) forward<64>(shape, mask, q, k, v, out, lse, stream);
+    else forward<128>(shape, mask, q, k, v, out, lse, stream);
 }

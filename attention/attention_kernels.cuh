@@ -1,6 +1,6 @@
 // Shared pieces of the attention kernels (attention_fwd.cu, attention_bwd.cu): tile sizes,
 // cp.async and bulk-copy primitives, register-fragment helpers, the swizzled tile loader,
-// the tile-list views of a TileMask, and the host-side argument check. Internal to
+// the tile-list views of an AttnMask, and the host-side argument check. Internal to
 // attention/. FlashAttention-2/3 structure (KERNELS.md) on Hopper wgmma (wgmma.cuh):
 // 128-byte-swizzled shared tiles filled by cp.async, bf16 products with fp32 accumulators,
 // online softmax in base 2, P and dS kept in registers as the A operand of the next product.
@@ -21,8 +21,8 @@ typedef __nv_bfloat16 bf16;
 
 namespace {
 
-constexpr int BM = ATTN_CUDA_BLOCK_M;  // query rows per tile
-constexpr int BN = ATTN_CUDA_BLOCK_N;  // key rows per tile
+constexpr int BM = ATTN_TILE;  // query rows per tile
+constexpr int BN = ATTN_TILE;  // key rows per tile
 constexpr int NUM_WARPS = 4;
 constexpr int NUM_THREADS = 32 * NUM_WARPS;
 constexpr int WARP_ROWS = 16;  // accumulator rows per warp
@@ -128,20 +128,18 @@ struct TileList {
 
 // The line of query tile q_tile (key-major: of key tile k_tile) of a row; a tile past the
 // last (the missing partner of an odd last tile) has an empty line.
-__device__ TileList query_major_list(const TileMask &m, int row, int q_tile) {
-    if (q_tile >= m.n_q_tiles) return {nullptr, nullptr, 0, 0};
-    int64_t slot = (int64_t)row * m.n_q_tiles + q_tile;
-    int n_full = m.q_full_count[slot];
-    return {m.q_full_idx + slot * m.n_k_tiles, m.q_partial_idx + slot * m.n_k_tiles, n_full,
-            n_full + m.q_partial_count[slot]};
+__device__ TileList line_list(const TileLists &l, int row, int line) {
+    if (line >= l.n_lines) return {nullptr, nullptr, 0, 0};
+    int64_t slot = (int64_t)row * l.n_lines + line;
+    int n_full = l.full_count[slot];
+    return {l.full_idx + slot * l.line_len, l.partial_idx + slot * l.line_len, n_full,
+            n_full + l.partial_count[slot]};
 }
-
-__device__ TileList key_major_list(const TileMask &m, int row, int k_tile) {
-    if (k_tile >= m.n_k_tiles) return {nullptr, nullptr, 0, 0};
-    int64_t slot = (int64_t)row * m.n_k_tiles + k_tile;
-    int n_full = m.k_full_count[slot];
-    return {m.k_full_idx + slot * m.n_q_tiles, m.k_partial_idx + slot * m.n_q_tiles, n_full,
-            n_full + m.k_partial_count[slot]};
+__device__ TileList query_major_list(const AttnMask &m, int row, int q_tile) {
+    return line_list(m.by_query, row, q_tile);
+}
+__device__ TileList key_major_list(const AttnMask &m, int row, int k_tile) {
+    return line_list(m.by_key, row, k_tile);
 }
 
 // The union of N tile lines (each a full and a partial list, both ascending), visited in
@@ -227,24 +225,21 @@ __device__ __forceinline__ void load_tile_swizzled(bf16 *tile, const bf16 *head_
 
 // ---------------------------------------------------------------- host side
 
-inline void check_args(const AttnShape *s, const TileMask *m) {
-    if (s->batch <= 0 || s->seq_len <= 0 || s->n_heads <= 0 || s->n_kv_heads <= 0)
-        fatal("%s:%d: attention_cuda: batch %d, seq_len %d, n_heads %d, n_kv_heads %d must be "
-              "positive", __FILE__, __LINE__, s->batch, s->seq_len, s->n_heads, s->n_kv_heads);
-    if (s->n_heads % s->n_kv_heads)
-        fatal("%s:%d: attention_cuda: n_heads %d is not a multiple of n_kv_heads %d", __FILE__,
-              __LINE__, s->n_heads, s->n_kv_heads);
-    if (s->head_dim != 64 && s->head_dim != 128)
-        fatal("%s:%d: attention_cuda: head_dim %d (supported: 64, 128)", __FILE__, __LINE__,
-              s->head_dim);
-    if (!(s->scale > 0.0f))
-        fatal("%s:%d: attention_cuda: scale %g must be positive", __FILE__, __LINE__, s->scale);
-    if (m->block_m != BM || m->block_n != BN)
-        fatal("%s:%d: attention_cuda: tile mask blocks %dx%d, the kernels need %dx%d", __FILE__,
-              __LINE__, m->block_m, m->block_n, BM, BN);
-    if (m->n_rows != s->batch || m->seq_len != s->seq_len)
-        fatal("%s:%d: attention_cuda: tile mask built for %d rows x %d, inputs are %d x %d",
-              __FILE__, __LINE__, m->n_rows, m->seq_len, s->batch, s->seq_len);
+inline void check_args(const AttnShape *s, const AttnMask *m) {
+    CHECK(s->batch > 0 && s->seq_len > 0 && s->n_heads > 0 && s->n_kv_heads > 0,
+          "attention_cuda: batch %d, seq_len %d, n_heads %d, n_kv_heads %d must be positive",
+          s->batch, s->seq_len, s->n_heads, s->n_kv_heads);
+    CHECK(s->n_heads % s->n_kv_heads == 0,
+          "attention_cuda: n_heads %d is not a multiple of n_kv_heads %d", s->n_heads, s->n_kv_heads);
+    CHECK(s->head_dim == 64 || s->head_dim == 128, "attention_cuda: head_dim %d (supported: 64, 128)",
+          s->head_dim);
+    CHECK(s->scale > 0.0f, "attention_cuda: scale %g must be positive", s->scale);
+    CHECK(m->block_m == ATTN_TILE && m->block_n == ATTN_TILE,
+          "attention_cuda: mask tiles %dx%d, the kernels need %dx%d", m->block_m, m->block_n,
+          ATTN_TILE, ATTN_TILE);
+    CHECK(m->n_rows == s->batch && m->seq_len == s->seq_len,
+          "attention_cuda: mask built for %d rows x %d, inputs are %d x %d", m->n_rows, m->seq_len,
+          s->batch, s->seq_len);
 }
 
 // Launches kernel<<<grid, threads, smem>>> after raising its dynamic shared-memory limit.

@@ -4,7 +4,7 @@
 // shared/anchors/anchor_attention.py, translated to one visible interval per key and
 // checked pair by pair against the predicate. CUDA events, warm-up, median of 30 runs.
 // Useful TFLOP/s count visible pairs only: 4*S^2*D*H*density forward, 3.5x fwd+bwd.
-// Also times the tile metadata: CPU tile_mask_build + upload against the GPU builder.
+// Also times the tile metadata: CPU attn_mask_build + upload against the GPU builder.
 #include "attention/attention_cuda.h"
 
 #include <math.h>
@@ -156,30 +156,30 @@ int main(int argc, char **argv) {
 
             // Metadata: CPU build + upload vs GPU build (medians of wall-clock time).
             std::vector<double> cpu_ms, gpu_ms;
-            TileMask mask;
+            AttnMask mask;
             for (int rep = 0; rep < 11; rep++) {
                 double t0 = now_ms();
-                TileMask host;
-                tile_mask_build(lo.data(), hi.data(), 1, S, ATTN_CUDA_BLOCK_M, ATTN_CUDA_BLOCK_N, &host);
-                TileMask dev = tile_mask_upload(&host);
+                AttnMask host;
+                attn_mask_build(lo.data(), hi.data(), 1, S, ATTN_TILE, ATTN_TILE, &host);
+                AttnMask dev = attn_mask_upload(&host, d_lo, d_hi);
                 cudaCheck(cudaDeviceSynchronize());
                 cpu_ms.push_back(now_ms() - t0);
-                tile_mask_free(&host);
-                tile_mask_free_device(&dev);
+                attn_mask_free(&host);
+                attn_mask_free_device(&dev);
                 t0 = now_ms();
-                tile_mask_build_cuda(d_lo, d_hi, 1, S, ATTN_CUDA_BLOCK_M, ATTN_CUDA_BLOCK_N, &mask, 0);
+                attn_mask_build_cuda(d_lo, d_hi, 1, S, ATTN_TILE, ATTN_TILE, &mask, 0);
                 cudaCheck(cudaDeviceSynchronize());
                 gpu_ms.push_back(now_ms() - t0);
-                if (rep < 10) tile_mask_free_device(&mask);  // keep the last one for the runs
+                if (rep < 10) attn_mask_free_device(&mask);  // keep the last one for the runs
             }
             std::sort(cpu_ms.begin(), cpu_ms.end());
             std::sort(gpu_ms.begin(), gpu_ms.end());
 
             const AttnShape shape = {1, S, H, H, D, 1.0f / sqrtf((float)D)};
-            auto fwd = [&] { attention_forward_cuda(&shape, &mask, d_lo, d_hi, q, k, v, out, lse, 0); };
+            auto fwd = [&] { attention_forward_cuda(&shape, &mask, q, k, v, out, lse, 0); };
             auto fwdbwd = [&](bool deterministic) {
                 fwd();
-                attention_backward_cuda(&shape, &mask, d_lo, d_hi, q, k, v, out, lse, dout, dq, dk, dv, 0,
+                attention_backward_cuda(&shape, &mask, q, k, v, out, lse, dout, dq, dk, dv, 0,
                                         deterministic);
             };
             const float t_fwd = median_ms(fwd);
@@ -190,7 +190,7 @@ int main(int argc, char **argv) {
                    density, t_fwd, flop_fwd / (t_fwd * 1e9), t_fb, 3.5 * flop_fwd / (t_fb * 1e9), t_det,
                    3.5 * flop_fwd / (t_det * 1e9), cpu_ms[5], gpu_ms[5]);
             fflush(stdout);
-            tile_mask_free_device(&mask);
+            attn_mask_free_device(&mask);
         }
         for (int i = 0; i < 8; i++) cudaCheck(cudaFree(*tensors[i]));
         cudaCheck(cudaFree(lse));

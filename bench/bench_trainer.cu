@@ -118,10 +118,10 @@ int main(int argc, char **argv) {
                        nullptr, nullptr, nullptr};
     MicroBatches micro;
     micro_batches_build(&rows, 1, &micro);
-    TileMask mask_128;
-    tile_mask_build(lo.data(), hi.data(), 1, S, 128, 128, &mask_128);
-    const double density = 1.0 - tile_mask_sparsity(&mask_128);
-    const double density_kernel = 1.0 - tile_mask_sparsity(&micro.masks[0]);
+    AttnMask mask_128;
+    attn_mask_build(lo.data(), hi.data(), 1, S, 128, 128, &mask_128);
+    const double density = 1.0 - attn_mask_sparsity(&mask_128);
+    const double density_kernel = 1.0 - attn_mask_sparsity(&micro.masks[0]);
 
     std::vector<double> step_ms, model_ms, optimizer_ms;
     double first_loss = 0.0, last_loss = 0.0;
@@ -161,13 +161,13 @@ int main(int argc, char **argv) {
            config_path, P / 1e6, S, deterministic ? "true" : "false", dt * 1e3,
            median(model_ms), median(optimizer_ms), S / dt,
            (double)(free_start - free_end) / GIB, peak_tflops, flops / dt / (peak_tflops * 1e12),
-           density, ATTENTION_TILE, ATTENTION_TILE, density_kernel, state_bytes / GIB,
+           density, ATTN_TILE, ATTN_TILE, density_kernel, state_bytes / GIB,
            ((double)(free_start - free_end) - state_bytes - (double)pool_peak) / GIB,
            pool_peak / GIB, first_loss, last_loss, steps);
 
     gpu->destroy(trainer);
     micro_batches_free(&micro);
-    tile_mask_free(&mask_128);
+    attn_mask_free(&mask_128);
     adamw_free(&opt);
     param_table_free(&table);
     config_free(config);

@@ -54,15 +54,16 @@ void param_offsets_free(ParamOffsets *o);
 // Deterministic init from a seed: N(0, 0.02) for matrices, 1 for norm weights.
 void params_init(const ModelConfig *cfg, const ParamTable *t, uint64_t seed, float *params);
 
-// One micro-batch of packed rows (all [n_rows, seq_len]) with its tile metadata.
+// One micro-batch of packed rows (all [n_rows, seq_len]) with its attention mask
+// (intervals and tile lists, for n_rows x seq_len).
 typedef struct {
     int n_rows, seq_len;
-    const int32_t *token, *target, *pos, *lo, *hi;
-    const TileMask *mask;
+    const int32_t *token, *target, *pos;
+    const AttnMask *mask;
 } ModelBatch;
 
 // Validates a batch for a model of max_rows x seq_len (row count, sequence length,
-// tile mask shape, token/target/position ranges); fatal with the slot on error.
+// mask shape, token/target/position and lo/hi ranges); fatal with the slot on error.
 // Both backends call it before touching the batch.
 void model_batch_check(const ModelBatch *b, const ModelConfig *cfg, int max_rows, int seq_len);
 

@@ -182,7 +182,7 @@ static void forward_body(CpuModel *m, const float *params, const ModelBatch *b) 
         matmul_forward(a->v, a->ln1, params + w[W_V], T, C, m->kv_dim);
         rope_forward(a->q, b->pos, T, H, D, cfg->rope_theta);
         rope_forward(a->k, b->pos, T, KV, D, cfg->rope_theta);
-        attention_forward_cpu(&shape, b->mask, b->lo, b->hi, a->q, a->k, a->v, a->attn, a->lse);
+        attention_forward_cpu(&shape, b->mask, a->q, a->k, a->v, a->attn, a->lse);
         matmul_forward(m->proj_out, a->attn, params + w[W_O], T, m->q_dim, C);
         add_arrays(a->mid, x, m->proj_out, (size_t)T * C);
 
@@ -280,7 +280,7 @@ double cpu_model_forward_backward(CpuModel *m, const float *params, float *grads
         zero_floats(m->d_attn, (size_t)T * m->q_dim);
         matmul_backward(m->d_attn, grads + w[W_O], m->d_residual, a->attn, params + w[W_O], T,
                         m->q_dim, C);
-        attention_backward_cpu(&shape, b->mask, b->lo, b->hi, a->q, a->k, a->v, a->attn, a->lse,
+        attention_backward_cpu(&shape, b->mask, a->q, a->k, a->v, a->attn, a->lse,
                                m->d_attn, m->d_q, m->d_k, m->d_v);
         rope_backward(m->d_q, b->pos, T, H, D, cfg->rope_theta);
         rope_backward(m->d_k, b->pos, T, KV, D, cfg->rope_theta);

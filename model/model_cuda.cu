@@ -67,7 +67,8 @@ struct CudaModel {
     int32_t *target_slots;  // [T] slots (row * seq_len + position) with a target, ascending
     int32_t *slot_targets;  // [T] the target of each of those slots
     float *target_losses;   // [T] cross-entropy of each of those slots
-    TileMask mask;          // device arrays for max_rows; sizes set per batch
+    int32_t *mask_storage;  // [attn_mask_storage_count for max_rows] the batch's tile lists
+    AttnMask mask;          // the batch's mask: lo, hi and mask_storage above
     // forward
     bf16 **residual;           // [L + 1] each [T, C]: residual[l] enters layer l
     LayerActivations *layers;  // [L]
@@ -98,8 +99,6 @@ struct CudaModel {
     // host side
     int32_t *host_slots, *host_targets;  // [T] staging of target_slots / slot_targets
     float *host_losses;                  // [T] pinned: target_losses read back
-    TileMask rebuilt;     // the batch's mask rebuilt with the kernels' block sizes
-    bool have_rebuilt;
 };
 
 // Bump allocation inside the arena. With base == NULL it only counts bytes, so the
@@ -114,22 +113,6 @@ static T *take(Arena *a, size_t count) {
     const size_t start = (a->used + ARENA_ALIGNMENT - 1) / ARENA_ALIGNMENT * ARENA_ALIGNMENT;
     a->used = start + count * sizeof(T);
     return a->base ? reinterpret_cast<T *>(a->base + start) : nullptr;
-}
-
-// The eight arrays of a TileMask and their lengths for its n_rows.
-typedef struct {
-    int32_t **ptr[8];
-    size_t count[8];
-} MaskArrays;
-
-static MaskArrays mask_arrays(TileMask *mk) {
-    const size_t rows = (size_t)mk->n_rows, nq = (size_t)mk->n_q_tiles,
-                 nk = (size_t)mk->n_k_tiles;
-    return MaskArrays{{&mk->q_partial_count, &mk->q_full_count, &mk->q_partial_idx,
-                       &mk->q_full_idx, &mk->k_partial_count, &mk->k_full_count,
-                       &mk->k_partial_idx, &mk->k_full_idx},
-                      {rows * nq, rows * nq, rows * nq * nk, rows * nq * nk, rows * nk,
-                       rows * nk, rows * nk * nq, rows * nk * nq}};
 }
 
 // Points every device buffer into the arena (or only counts bytes when a->base is NULL).
@@ -148,8 +131,8 @@ static void carve(CudaModel *m, Arena *a) {
     m->target_slots = take<int32_t>(a, T);
     m->slot_targets = take<int32_t>(a, T);
     m->target_losses = take<float>(a, T);
-    MaskArrays mask = mask_arrays(&m->mask);  // m->mask sized for max_rows
-    for (int i = 0; i < 8; i++) *mask.ptr[i] = take<int32_t>(a, mask.count[i]);
+    m->mask_storage =
+        take<int32_t>(a, attn_mask_storage_count(m->max_rows, m->seq_len, ATTN_TILE, ATTN_TILE));
 
     for (int l = 0; l <= L; l++) m->residual[l] = take<bf16>(a, T * C);
     for (int l = 0; l < L; l++) {
@@ -232,12 +215,6 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len) 
     if (chunk > T) chunk = T;
     m->chunk_rows = chunk;
 
-    m->mask.n_rows = max_rows;
-    m->mask.seq_len = seq_len;
-    m->mask.block_m = ATTN_CUDA_BLOCK_M;
-    m->mask.block_n = ATTN_CUDA_BLOCK_N;
-    m->mask.n_q_tiles = (seq_len + ATTN_CUDA_BLOCK_M - 1) / ATTN_CUDA_BLOCK_M;
-    m->mask.n_k_tiles = (seq_len + ATTN_CUDA_BLOCK_N - 1) / ATTN_CUDA_BLOCK_N;
     m->residual = (bf16 **)xmalloc((size_t)(L + 1) * sizeof(bf16 *));
     m->layers = (LayerActivations *)xcalloc((size_t)L, sizeof(LayerActivations));
     Arena sizing = {nullptr, 0};
@@ -266,7 +243,6 @@ void cuda_model_free(CudaModel *m) {
     cudaCheck(cudaStreamDestroy(m->stream));
     cudaCheck(cudaFree(m->arena));
     cudaCheck(cudaFreeHost(m->host_losses));
-    if (m->have_rebuilt) tile_mask_free(&m->rebuilt);
     free(m->host_slots);
     free(m->host_targets);
     free(m->residual);
@@ -357,22 +333,18 @@ static int collect_targets(CudaModel *m, const ModelBatch *b) {
     return n_targets;
 }
 
-// Copies the batch's tile lists into the model's device mask; a mask built with other
-// block sizes is first rebuilt on the host from lo/hi with the kernels' sizes.
+// Points the model's device mask at the batch's intervals and copies its tile lists.
 static void upload_mask(CudaModel *m, const ModelBatch *b) {
-    const TileMask *host = b->mask;
-    if (host->block_m != ATTN_CUDA_BLOCK_M || host->block_n != ATTN_CUDA_BLOCK_N) {
-        if (m->have_rebuilt) tile_mask_free(&m->rebuilt);
-        tile_mask_build(b->lo, b->hi, b->n_rows, b->seq_len, ATTN_CUDA_BLOCK_M, ATTN_CUDA_BLOCK_N,
-                        &m->rebuilt);
-        m->have_rebuilt = true;
-        host = &m->rebuilt;
-    }
-    m->mask.n_rows = b->n_rows;
-    MaskArrays src = mask_arrays(const_cast<TileMask *>(host)), dst = mask_arrays(&m->mask);
-    for (int i = 0; i < 8; i++)
-        cudaCheck(cudaMemcpyAsync(*dst.ptr[i], *src.ptr[i], src.count[i] * sizeof(int32_t),
-                                  cudaMemcpyHostToDevice, m->stream));
+    const AttnMask *host = b->mask;
+    CHECK(host->block_m == ATTN_TILE && host->block_n == ATTN_TILE,
+          "cuda model: the batch's mask has %dx%d tiles, the kernels need %dx%d (ATTN_TILE)",
+          host->block_m, host->block_n, ATTN_TILE, ATTN_TILE);
+    m->mask = attn_mask_view(b->n_rows, b->seq_len, host->block_m, host->block_n, m->lo, m->hi,
+                             m->mask_storage);
+    cudaCheck(cudaMemcpyAsync(m->mask_storage, host->storage,
+                              attn_mask_storage_count(b->n_rows, b->seq_len, host->block_m,
+                                                      host->block_n) * sizeof(int32_t),
+                              cudaMemcpyHostToDevice, m->stream));
 }
 
 // Validates and uploads the batch; returns its number of targets.
@@ -380,7 +352,7 @@ static int upload_batch(CudaModel *m, const ModelBatch *b) {
     const int n_targets = collect_targets(m, b);
     const size_t T = (size_t)b->n_rows * b->seq_len;
     const struct { int32_t *dst; const int32_t *src; size_t n; } copies[] = {
-        {m->token, b->token, T}, {m->pos, b->pos, T}, {m->lo, b->lo, T}, {m->hi, b->hi, T},
+        {m->token, b->token, T}, {m->pos, b->pos, T}, {m->lo, b->mask->lo, T}, {m->hi, b->mask->hi, T},
         {m->target_slots, m->host_slots, (size_t)n_targets},
         {m->slot_targets, m->host_targets, (size_t)n_targets},
     };
@@ -447,8 +419,7 @@ static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) 
         stage(m, "fwd qkv matmul");
         rope_split_qkv_cuda(a->q, a->k, a->v, m->qkv, m->rope_cos_sin, T, H, KV, D, s);
         stage(m, "fwd rope");
-        attention_forward_cuda(&shape, &m->mask, m->lo, m->hi, a->q, a->k, a->v, a->attn, a->lse,
-                               s);
+        attention_forward_cuda(&shape, &m->mask, a->q, a->k, a->v, a->attn, a->lse, s);
         stage(m, "fwd attention");
         matmul_forward_cuda(m->proj_out, a->attn, params + w[W_O], T, m->q_dim, C, s);
         stage(m, "fwd o matmul");
@@ -578,7 +549,7 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
         matmul_backward_overwrite_cuda(m->d_attn, grads + w[W_O], m->d_residual, a->attn,
                                        params + w[W_O], T, m->q_dim, C, s);
         stage(m, "bwd o matmul");
-        attention_backward_cuda(&shape, &m->mask, m->lo, m->hi, a->q, a->k, a->v, a->attn,
+        attention_backward_cuda(&shape, &m->mask, a->q, a->k, a->v, a->attn,
                                 a->lse, m->d_attn, m->d_q, m->d_k, m->d_v, s, m->deterministic);
         stage(m, "bwd attention");
         rope_merge_qkv_backward_cuda(m->qkv, m->d_q, m->d_k, m->d_v, m->rope_cos_sin, T, H, KV, D,

@@ -31,10 +31,10 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len);
 void cuda_model_free(CudaModel *m);
 
 // Forward only. params_bf16: device, [ParamTable.total] bf16. b: HOST arrays
-// [n_rows, seq_len] and a host TileMask; the model uploads them into its own device
-// buffers (a TileMask built with block sizes other than ATTN_CUDA_BLOCK_M/N is rebuilt
-// from lo/hi). Writes per-position cross-entropy into losses_host [n_rows, seq_len]
-// (host, 0 where target is -1) when not NULL. Returns the sum over targets.
+// [n_rows, seq_len] and a host AttnMask with ATTN_TILE tiles (fatal otherwise); the model
+// uploads them into its own device buffers. Writes per-position cross-entropy into
+// losses_host [n_rows, seq_len] (host, 0 where target is -1) when not NULL. Returns the
+// sum over targets.
 double cuda_model_forward(CudaModel *m, const void *params_bf16, const ModelBatch *b,
                           float *losses_host);
 

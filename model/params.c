@@ -125,11 +125,15 @@ void model_batch_check(const ModelBatch *b, const ModelConfig *cfg, int max_rows
     if (b->seq_len != seq_len)
         fatal("%s:%d: batch seq_len %d differs from the model's %d", __FILE__, __LINE__,
               b->seq_len, seq_len);
-    if (!b->mask || b->mask->n_rows != b->n_rows || b->mask->seq_len != b->seq_len)
-        fatal("%s:%d: batch tile mask missing or not built for %d rows x %d", __FILE__, __LINE__,
-              b->n_rows, b->seq_len);
+    CHECK(b->mask && b->mask->n_rows == b->n_rows && b->mask->seq_len == b->seq_len,
+          "batch mask missing or not built for %d rows x %d", b->n_rows, b->seq_len);
     const int T = b->n_rows * b->seq_len, V = cfg->vocab_size;
     for (int n = 0; n < T; n++) {
+        // Intervals are row slots; the tile builders and kernels index with them.
+        CHECK(0 <= b->mask->lo[n] && b->mask->lo[n] <= b->mask->hi[n] &&
+                  b->mask->hi[n] <= b->seq_len,
+              "batch interval [%d, %d) at slot %d outside 0 <= lo <= hi <= %d", b->mask->lo[n],
+              b->mask->hi[n], n, b->seq_len);
         if (b->token[n] < 0 || b->token[n] >= V)
             fatal("%s:%d: batch token %d at slot %d outside [0, %d)", __FILE__, __LINE__,
                   b->token[n], n, V);

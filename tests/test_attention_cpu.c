@@ -2,6 +2,7 @@
 // attention in double, a finite-difference check of the backward, fully masked
 // queries, and a poisoned empty key tile that must never be read.
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include "attention/attention.h"
@@ -146,12 +147,12 @@ static void reference_free(Reference *r) {
 }
 
 static void run_case(Case *c) {
-    TileMask mask;
-    tile_mask_build(c->lo, c->hi, c->shape.batch, c->shape.seq_len, c->block_m, c->block_n, &mask);
-    attention_forward_cpu(&c->shape, &mask, c->lo, c->hi, c->q, c->k, c->v, c->out, c->lse);
-    attention_backward_cpu(&c->shape, &mask, c->lo, c->hi, c->q, c->k, c->v, c->out, c->lse,
+    AttnMask mask;
+    attn_mask_build(c->lo, c->hi, c->shape.batch, c->shape.seq_len, c->block_m, c->block_n, &mask);
+    attention_forward_cpu(&c->shape, &mask, c->q, c->k, c->v, c->out, c->lse);
+    attention_backward_cpu(&c->shape, &mask, c->q, c->k, c->v, c->out, c->lse,
                            c->dout, c->dq, c->dk, c->dv);
-    tile_mask_free(&mask);
+    attn_mask_free(&mask);
 }
 
 static void compare_with_reference(const Case *c, const char *label) {
@@ -241,8 +242,8 @@ static void test_finite_differences(TestRng *rng) {
     random_row_intervals(rng, shape.seq_len, c.lo, c.hi);
     c.lo[2] = 0, c.hi[2] = 9;  // at least one key visible to many queries
     run_case(&c);
-    TileMask mask;
-    tile_mask_build(c.lo, c.hi, 1, shape.seq_len, c.block_m, c.block_n, &mask);
+    AttnMask mask;
+    attn_mask_build(c.lo, c.hi, 1, shape.seq_len, c.block_m, c.block_n, &mask);
     float *out = xmalloc(q_elems(&shape) * sizeof(float));
     float *lse = xmalloc((size_t)shape.n_heads * shape.seq_len * sizeof(float));
     struct { float *x, *grad; size_t n; const char *name; } inputs[] = {
@@ -255,7 +256,7 @@ static void test_finite_differences(TestRng *rng) {
             double loss[2];
             for (int side = 0; side < 2; side++) {
                 inputs[t].x[i] = saved + (side ? eps : -eps);
-                attention_forward_cpu(&shape, &mask, c.lo, c.hi, c.q, c.k, c.v, out, lse);
+                attention_forward_cpu(&shape, &mask, c.q, c.k, c.v, out, lse);
                 loss[side] = 0;
                 for (size_t j = 0; j < q_elems(&shape); j++) loss[side] += (double)out[j] * c.dout[j];
             }
@@ -269,7 +270,7 @@ static void test_finite_differences(TestRng *rng) {
     }
     free(out);
     free(lse);
-    tile_mask_free(&mask);
+    attn_mask_free(&mask);
     case_free(&c);
 }
 
@@ -320,25 +321,25 @@ static void test_follows_tile_lists(TestRng *rng) {
     const int block = 8;
     Case c = case_new(rng, shape, block, block);
     for (int i = 0; i < shape.batch * shape.seq_len; i++) c.lo[i] = i % shape.seq_len, c.hi[i] = shape.seq_len;
-    TileMask mask;
-    tile_mask_build(c.lo, c.hi, shape.batch, shape.seq_len, block, block, &mask);
-    int nq_slots = shape.batch * mask.n_q_tiles, nk_slots = shape.batch * mask.n_k_tiles;
-    promote_partial_to_full(mask.q_partial_count, mask.q_partial_idx, mask.q_full_count,
-                            mask.q_full_idx, nq_slots, mask.n_k_tiles);
-    promote_partial_to_full(mask.k_partial_count, mask.k_partial_idx, mask.k_full_count,
-                            mask.k_full_idx, nk_slots, mask.n_q_tiles);
-    attention_forward_cpu(&shape, &mask, c.lo, c.hi, c.q, c.k, c.v, c.out, c.lse);
-    attention_backward_cpu(&shape, &mask, c.lo, c.hi, c.q, c.k, c.v, c.out, c.lse, c.dout, c.dq,
+    AttnMask mask;
+    attn_mask_build(c.lo, c.hi, shape.batch, shape.seq_len, block, block, &mask);
+    int nq_slots = shape.batch * mask.by_query.n_lines, nk_slots = shape.batch * mask.by_key.n_lines;
+    promote_partial_to_full(mask.by_query.partial_count, mask.by_query.partial_idx, mask.by_query.full_count,
+                            mask.by_query.full_idx, nq_slots, mask.by_key.n_lines);
+    promote_partial_to_full(mask.by_key.partial_count, mask.by_key.partial_idx, mask.by_key.full_count,
+                            mask.by_key.full_idx, nk_slots, mask.by_query.n_lines);
+    attention_forward_cpu(&shape, &mask, c.q, c.k, c.v, c.out, c.lse);
+    attention_backward_cpu(&shape, &mask, c.q, c.k, c.v, c.out, c.lse, c.dout, c.dq,
                            c.dk, c.dv);
     for (int i = 0; i < shape.batch * shape.seq_len; i++) c.lo[i] = c.lo[i] / block * block;
     compare_with_reference(&c, "partial tiles listed as full");
 
-    memset(mask.q_partial_count, 0, (size_t)nq_slots * sizeof(int32_t));
-    memset(mask.q_full_count, 0, (size_t)nq_slots * sizeof(int32_t));
-    memset(mask.k_partial_count, 0, (size_t)nk_slots * sizeof(int32_t));
-    memset(mask.k_full_count, 0, (size_t)nk_slots * sizeof(int32_t));
-    attention_forward_cpu(&shape, &mask, c.lo, c.hi, c.q, c.k, c.v, c.out, c.lse);
-    attention_backward_cpu(&shape, &mask, c.lo, c.hi, c.q, c.k, c.v, c.out, c.lse, c.dout, c.dq,
+    memset(mask.by_query.partial_count, 0, (size_t)nq_slots * sizeof(int32_t));
+    memset(mask.by_query.full_count, 0, (size_t)nq_slots * sizeof(int32_t));
+    memset(mask.by_key.partial_count, 0, (size_t)nk_slots * sizeof(int32_t));
+    memset(mask.by_key.full_count, 0, (size_t)nk_slots * sizeof(int32_t));
+    attention_forward_cpu(&shape, &mask, c.q, c.k, c.v, c.out, c.lse);
+    attention_backward_cpu(&shape, &mask, c.q, c.k, c.v, c.out, c.lse, c.dout, c.dq,
                            c.dk, c.dv);
     int nonzero = 0, finite_lse = 0;
     for (size_t i = 0; i < q_elems(&shape); i++) nonzero += c.out[i] != 0.0f || c.dq[i] != 0.0f;
@@ -346,7 +347,7 @@ static void test_follows_tile_lists(TestRng *rng) {
     for (int i = 0; i < shape.batch * shape.n_heads * shape.seq_len; i++) finite_lse += isfinite(c.lse[i]);
     EXPECT(nonzero == 0 && finite_lse == 0, "empty lists: %d nonzero values, %d finite lse", nonzero,
           finite_lse);
-    tile_mask_free(&mask);
+    attn_mask_free(&mask);
     case_free(&c);
 }
 

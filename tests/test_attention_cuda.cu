@@ -144,16 +144,16 @@ bool has_nan(const std::vector<float> &x) {
     return false;
 }
 
-// Compares a device TileMask built on the GPU with the CPU one: counts and valid entries.
-bool same_tile_mask(const TileMask *cpu, const TileMask *gpu) {
-    if (cpu->n_q_tiles != gpu->n_q_tiles || cpu->n_k_tiles != gpu->n_k_tiles) return false;
-    const int32_t *counts_cpu[4] = {cpu->q_partial_count, cpu->q_full_count, cpu->k_partial_count, cpu->k_full_count};
-    const int32_t *counts_gpu[4] = {gpu->q_partial_count, gpu->q_full_count, gpu->k_partial_count, gpu->k_full_count};
-    const int32_t *idx_cpu[4] = {cpu->q_partial_idx, cpu->q_full_idx, cpu->k_partial_idx, cpu->k_full_idx};
-    const int32_t *idx_gpu[4] = {gpu->q_partial_idx, gpu->q_full_idx, gpu->k_partial_idx, gpu->k_full_idx};
-    for (int a = 0; a < 4; a++) {
-        const size_t lines = (size_t)cpu->n_rows * (a < 2 ? cpu->n_q_tiles : cpu->n_k_tiles);
-        const size_t len = a < 2 ? cpu->n_k_tiles : cpu->n_q_tiles;
+// Compares one orientation of a device-built mask with the CPU one: counts and the valid
+// entries of each list (entries past a list's count are unspecified).
+bool same_lists(const TileLists &cpu, const TileLists &gpu, int n_rows) {
+    if (cpu.n_lines != gpu.n_lines || cpu.line_len != gpu.line_len) return false;
+    const size_t lines = (size_t)n_rows * cpu.n_lines, len = cpu.line_len;
+    const int32_t *counts_cpu[2] = {cpu.partial_count, cpu.full_count};
+    const int32_t *counts_gpu[2] = {gpu.partial_count, gpu.full_count};
+    const int32_t *idx_cpu[2] = {cpu.partial_idx, cpu.full_idx};
+    const int32_t *idx_gpu[2] = {gpu.partial_idx, gpu.full_idx};
+    for (int a = 0; a < 2; a++) {
         std::vector<int32_t> counts(lines), idx(lines * len);
         cudaCheck(cudaMemcpy(counts.data(), counts_gpu[a], lines * 4, cudaMemcpyDeviceToHost));
         cudaCheck(cudaMemcpy(idx.data(), idx_gpu[a], lines * len * 4, cudaMemcpyDeviceToHost));
@@ -166,6 +166,11 @@ bool same_tile_mask(const TileMask *cpu, const TileMask *gpu) {
     return true;
 }
 
+bool same_tile_mask(const AttnMask *cpu, const AttnMask *gpu) {
+    return cpu->n_rows == gpu->n_rows && same_lists(cpu->by_query, gpu->by_query, cpu->n_rows) &&
+           same_lists(cpu->by_key, gpu->by_key, cpu->n_rows);
+}
+
 void run_case(const Case &c, TestRng *rng, int deterministic_runs) {
     const int B = c.batch, S = c.seq_len, H = c.n_heads, KVH = c.n_kv_heads, D = c.head_dim;
     const AttnShape shape = {B, S, H, KVH, D, 1.0f / sqrtf((float)D)};
@@ -175,15 +180,15 @@ void run_case(const Case &c, TestRng *rng, int deterministic_runs) {
 
     int32_t *lo = host_alloc<int32_t>((size_t)B * S), *hi = host_alloc<int32_t>((size_t)B * S);
     for (int b = 0; b < B; b++) fill_row(c.rows[b], S, rng, lo + (size_t)b * S, hi + (size_t)b * S);
-    TileMask host_mask;
-    tile_mask_build(lo, hi, B, S, ATTN_CUDA_BLOCK_M, ATTN_CUDA_BLOCK_N, &host_mask);
+    AttnMask host_mask;
+    attn_mask_build(lo, hi, B, S, ATTN_TILE, ATTN_TILE, &host_mask);
     int32_t *d_lo = device_alloc<int32_t>((size_t)B * S), *d_hi = device_alloc<int32_t>((size_t)B * S);
     cudaCheck(cudaMemcpy(d_lo, lo, (size_t)B * S * 4, cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(d_hi, hi, (size_t)B * S * 4, cudaMemcpyHostToDevice));
-    TileMask mask = tile_mask_upload(&host_mask), gpu_built;
-    tile_mask_build_cuda(d_lo, d_hi, B, S, ATTN_CUDA_BLOCK_M, ATTN_CUDA_BLOCK_N, &gpu_built, 0);
+    AttnMask mask = attn_mask_upload(&host_mask, d_lo, d_hi), gpu_built;
+    attn_mask_build_cuda(d_lo, d_hi, B, S, ATTN_TILE, ATTN_TILE, &gpu_built, 0);
     cudaCheck(cudaDeviceSynchronize());
-    EXPECT(same_tile_mask(&host_mask, &gpu_built), "GPU-built tile mask differs from tile_mask_build");
+    EXPECT(same_tile_mask(&host_mask, &gpu_built), "GPU-built mask differs from attn_mask_build");
 
     std::vector<float> q, k, v, dout;
     attn_bf16 *d_q = upload(random_bf16(rng, n_q, 3.0f, &q));
@@ -196,14 +201,14 @@ void run_case(const Case &c, TestRng *rng, int deterministic_runs) {
 
     float *out_ref = host_alloc<float>(n_q), *lse_ref = host_alloc<float>(n_lse);
     float *dq_ref = host_alloc<float>(n_q), *dk_ref = host_alloc<float>(n_kv), *dv_ref = host_alloc<float>(n_kv);
-    attention_forward_cpu(&shape, &host_mask, lo, hi, q.data(), k.data(), v.data(), out_ref, lse_ref);
-    attention_backward_cpu(&shape, &host_mask, lo, hi, q.data(), k.data(), v.data(), out_ref, lse_ref,
+    attention_forward_cpu(&shape, &host_mask, q.data(), k.data(), v.data(), out_ref, lse_ref);
+    attention_backward_cpu(&shape, &host_mask, q.data(), k.data(), v.data(), out_ref, lse_ref,
                            dout.data(), dq_ref, dk_ref, dv_ref);
 
     // Forward; outputs poisoned with NaN so unwritten elements fail.
     cudaCheck(cudaMemset(d_out, 0xff, n_q * 2));
     cudaCheck(cudaMemset(d_lse, 0xff, n_lse * 4));
-    attention_forward_cuda(&shape, &mask, d_lo, d_hi, d_q, d_k, d_v, d_out, d_lse, 0);
+    attention_forward_cuda(&shape, &mask, d_q, d_k, d_v, d_out, d_lse, 0);
     cudaCheck(cudaDeviceSynchronize());
     std::vector<float> out = download_bf16(d_out, n_q), lse(n_lse);
     cudaCheck(cudaMemcpy(lse.data(), d_lse, n_lse * 4, cudaMemcpyDeviceToHost));
@@ -234,7 +239,7 @@ void run_case(const Case &c, TestRng *rng, int deterministic_runs) {
         cudaCheck(cudaMemset(d_dq, 0xff, n_q * 2));
         cudaCheck(cudaMemset(d_dk, 0xff, n_kv * 2));
         cudaCheck(cudaMemset(d_dv, 0xff, n_kv * 2));
-        attention_backward_cuda(&shape, &mask, d_lo, d_hi, d_q, d_k, d_v, d_out, d_lse, d_dout, d_dq,
+        attention_backward_cuda(&shape, &mask, d_q, d_k, d_v, d_out, d_lse, d_dout, d_dq,
                                 d_dk, d_dv, 0, deterministic);
         cudaCheck(cudaDeviceSynchronize());
         std::vector<float> dq = download_bf16(d_dq, n_q), dk = download_bf16(d_dk, n_kv),
@@ -261,7 +266,7 @@ void run_case(const Case &c, TestRng *rng, int deterministic_runs) {
                           dv0 = download_bits(d_dv, n_kv);
     int differing_runs = 0;
     for (int run = 0; run < deterministic_runs; run++) {
-        attention_backward_cuda(&shape, &mask, d_lo, d_hi, d_q, d_k, d_v, d_out, d_lse, d_dout, d_dq,
+        attention_backward_cuda(&shape, &mask, d_q, d_k, d_v, d_out, d_lse, d_dout, d_dq,
                                 d_dk, d_dv, 0, true);
         cudaCheck(cudaDeviceSynchronize());
         differing_runs += download_bits(d_dq, n_q) != dq0 || download_bits(d_dk, n_kv) != dk0 ||
@@ -272,12 +277,12 @@ void run_case(const Case &c, TestRng *rng, int deterministic_runs) {
 
     // The kernels follow the tile lists, not lo/hi: with every list emptied, nothing is
     // visited, so O, dQ, dK, dV are 0 although lo/hi make keys visible.
-    cudaCheck(cudaMemset(mask.q_partial_count, 0, (size_t)B * mask.n_q_tiles * 4));
-    cudaCheck(cudaMemset(mask.q_full_count, 0, (size_t)B * mask.n_q_tiles * 4));
-    cudaCheck(cudaMemset(mask.k_partial_count, 0, (size_t)B * mask.n_k_tiles * 4));
-    cudaCheck(cudaMemset(mask.k_full_count, 0, (size_t)B * mask.n_k_tiles * 4));
-    attention_forward_cuda(&shape, &mask, d_lo, d_hi, d_q, d_k, d_v, d_out, d_lse, 0);
-    attention_backward_cuda(&shape, &mask, d_lo, d_hi, d_q, d_k, d_v, d_out, d_lse, d_dout, d_dq,
+    cudaCheck(cudaMemset(mask.by_query.partial_count, 0, (size_t)B * mask.by_query.n_lines * 4));
+    cudaCheck(cudaMemset(mask.by_query.full_count, 0, (size_t)B * mask.by_query.n_lines * 4));
+    cudaCheck(cudaMemset(mask.by_key.partial_count, 0, (size_t)B * mask.by_key.n_lines * 4));
+    cudaCheck(cudaMemset(mask.by_key.full_count, 0, (size_t)B * mask.by_key.n_lines * 4));
+    attention_forward_cuda(&shape, &mask, d_q, d_k, d_v, d_out, d_lse, 0);
+    attention_backward_cuda(&shape, &mask, d_q, d_k, d_v, d_out, d_lse, d_dout, d_dq,
                             d_dk, d_dv, 0, false);
     cudaCheck(cudaDeviceSynchronize());
     int nonzero = 0;
@@ -286,9 +291,9 @@ void run_case(const Case &c, TestRng *rng, int deterministic_runs) {
         for (float f : x) nonzero += f != 0.0f;
     EXPECT(nonzero == 0, "%d nonzero outputs with empty tile lists", nonzero);
 
-    tile_mask_free_device(&mask);
-    tile_mask_free_device(&gpu_built);
-    tile_mask_free(&host_mask);
+    attn_mask_free_device(&mask);
+    attn_mask_free_device(&gpu_built);
+    attn_mask_free(&host_mask);
     for (void *p : {(void *)d_q, (void *)d_k, (void *)d_v, (void *)d_dout, (void *)d_out, (void *)d_dq,
                     (void *)d_dk, (void *)d_dv, (void *)d_lse, (void *)d_lo, (void *)d_hi})
         cudaCheck(cudaFree(p));

@@ -73,9 +73,9 @@ int main(void) {
         for (int r = 0; r < n_rows; r++)
             random_intervals(&rng, seq_len, lo + (size_t)r * seq_len, hi + (size_t)r * seq_len);
 
-        TileMask m;
-        tile_mask_build(lo, hi, n_rows, seq_len, block_m, block_n, &m);
-        int nq = m.n_q_tiles, nk = m.n_k_tiles;
+        AttnMask m;
+        attn_mask_build(lo, hi, n_rows, seq_len, block_m, block_n, &m);
+        int nq = m.by_query.n_lines, nk = m.by_key.n_lines;
         EXPECT(nq == (seq_len + block_m - 1) / block_m && nk == (seq_len + block_n - 1) / block_n,
               "tile counts %d %d", nq, nk);
         uint8_t *expected = xmalloc((size_t)nq * nk);  // [n_q_tiles, n_k_tiles]
@@ -94,23 +94,23 @@ int main(void) {
                   seq_len, block_m, block_n, mismatches);
             for (int qt = 0; qt < nq; qt++) {
                 size_t slot = (size_t)r * nq + qt;
-                check_list(expected, (size_t)qt * nk, 1, nk, TILE_PARTIAL, m.q_partial_count[slot],
-                           m.q_partial_idx + slot * nk, "forward partial", r, qt);
-                check_list(expected, (size_t)qt * nk, 1, nk, TILE_FULL, m.q_full_count[slot],
-                           m.q_full_idx + slot * nk, "forward full", r, qt);
+                check_list(expected, (size_t)qt * nk, 1, nk, TILE_PARTIAL, m.by_query.partial_count[slot],
+                           m.by_query.partial_idx + slot * nk, "forward partial", r, qt);
+                check_list(expected, (size_t)qt * nk, 1, nk, TILE_FULL, m.by_query.full_count[slot],
+                           m.by_query.full_idx + slot * nk, "forward full", r, qt);
             }
             for (int kt = 0; kt < nk; kt++) {
                 size_t slot = (size_t)r * nk + kt;
-                check_list(expected, (size_t)kt, (size_t)nk, nq, TILE_PARTIAL, m.k_partial_count[slot],
-                           m.k_partial_idx + slot * nq, "backward partial", r, kt);
-                check_list(expected, (size_t)kt, (size_t)nk, nq, TILE_FULL, m.k_full_count[slot],
-                           m.k_full_idx + slot * nq, "backward full", r, kt);
+                check_list(expected, (size_t)kt, (size_t)nk, nq, TILE_PARTIAL, m.by_key.partial_count[slot],
+                           m.by_key.partial_idx + slot * nq, "backward partial", r, kt);
+                check_list(expected, (size_t)kt, (size_t)nk, nq, TILE_FULL, m.by_key.full_count[slot],
+                           m.by_key.full_idx + slot * nq, "backward full", r, kt);
             }
         }
         double sparsity = (double)n_empty / ((double)n_rows * nq * nk);
-        EXPECT(fabs(tile_mask_sparsity(&m) - sparsity) < 1e-12, "sparsity %g, expected %g",
-              tile_mask_sparsity(&m), sparsity);
-        tile_mask_free(&m);
+        EXPECT(fabs(attn_mask_sparsity(&m) - sparsity) < 1e-12, "sparsity %g, expected %g",
+              attn_mask_sparsity(&m), sparsity);
+        attn_mask_free(&m);
         free(expected);
         free(got);
         free(lo);

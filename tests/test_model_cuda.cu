@@ -56,7 +56,7 @@ static TokenizedSample random_conversation(int vocab, int line, bool history_thi
 typedef struct {
     DocList docs;
     PackedRows rows;
-    TileMask mask;
+    AttnMask mask;
     ModelBatch batch;
     int n_targets;
 } PackedBatch;
@@ -75,16 +75,15 @@ static void pack_layout(LayoutKind kind, const TokenizedSample *samples, int n_s
     if (out->rows.n_rows > MAX_ROWS)
         fatal("%s packed %d rows, the test sized for %d", layout_name(kind), out->rows.n_rows,
               MAX_ROWS);
-    tile_mask_build(out->rows.lo, out->rows.hi, out->rows.n_rows, SEQ_LEN, ATTN_CUDA_BLOCK_M,
-                    ATTN_CUDA_BLOCK_N, &out->mask);
+    attn_mask_build(out->rows.lo, out->rows.hi, out->rows.n_rows, SEQ_LEN, ATTN_TILE,
+                    ATTN_TILE, &out->mask);
     const PackedRows *r = &out->rows;
-    out->batch = ModelBatch{r->n_rows, SEQ_LEN, r->token, r->target, r->pos, r->lo, r->hi,
-                            &out->mask};
+    out->batch = ModelBatch{r->n_rows, SEQ_LEN, r->token, r->target, r->pos, &out->mask};
     for (int i = 0; i < r->n_rows * SEQ_LEN; i++) out->n_targets += r->target[i] >= 0;
 }
 
 static void packed_batch_free(PackedBatch *p) {
-    tile_mask_free(&p->mask);
+    attn_mask_free(&p->mask);
     packed_rows_free(&p->rows);
     doc_list_free(&p->docs);
 }
@@ -151,7 +150,7 @@ static void run_config(const char *label, const ModelConfig *cfg) {
     pack_layout(LAYOUT_NPASS, samples, N_CONVERSATIONS, &npass);
     pack_layout(LAYOUT_MASK_ONLY, samples, N_CONVERSATIONS, &mask_only);
     printf("  duplicate: %d rows, %d targets, tile sparsity %.3f; npass: %d rows, %d targets\n",
-           dup.rows.n_rows, dup.n_targets, tile_mask_sparsity(&dup.mask), npass.rows.n_rows,
+           dup.rows.n_rows, dup.n_targets, attn_mask_sparsity(&dup.mask), npass.rows.n_rows,
            npass.n_targets);
     EXPECT(dup.n_targets == npass.n_targets && dup.n_targets > 0,
           "duplicate trains %d positions, npass %d", dup.n_targets, npass.n_targets);
@@ -229,16 +228,6 @@ static void run_config(const char *label, const ModelConfig *cfg) {
                                                  p->numel));
     }
     EXPECT(atomic_worst >= 0.999, "atomic dQ mode gradients at cosine %.6f", atomic_worst);
-
-    // A mask with other block sizes is rebuilt with the kernels' sizes: same loss.
-    TileMask other_blocks;
-    tile_mask_build(dup.rows.lo, dup.rows.hi, dup.rows.n_rows, SEQ_LEN, 32, 128, &other_blocks);
-    ModelBatch rebuilt = dup.batch;
-    rebuilt.mask = &other_blocks;
-    const double rebuilt_loss = cuda_model_forward(model, params_dev, &rebuilt, NULL);
-    EXPECT(rebuilt_loss == fwd_loss, "loss with a 32x128 mask %.9g vs %.9g", rebuilt_loss,
-          fwd_loss);
-    tile_mask_free(&other_blocks);
 
     // ---- parity on the GPU: duplicate against npass
     const double npass_loss = gpu_gradients(model, params_dev, grads_dev, grads_again, n,

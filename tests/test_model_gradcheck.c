@@ -290,10 +290,9 @@ static void run_config(bool tied) {
 
     Batch batch;
     build_batch(&batch, cfg.vocab_size);
-    TileMask mask;
-    tile_mask_build(batch.lo, batch.hi, ROWS, SEQ, 8, 4, &mask);
-    const ModelBatch mb = {ROWS, SEQ, batch.token, batch.target, batch.pos, batch.lo, batch.hi,
-                           &mask};
+    AttnMask mask;
+    attn_mask_build(batch.lo, batch.hi, ROWS, SEQ, 8, 4, &mask);
+    const ModelBatch mb = {ROWS, SEQ, batch.token, batch.target, batch.pos, &mask};
     int n_targets = 0;
     for (int t = 0; t < T; t++) n_targets += batch.target[t] >= 0;
     const float loss_scale = 1.0f / n_targets;
@@ -377,8 +376,10 @@ static void run_config(bool tied) {
             repadded.token[t] = (repadded.token[t] + 1 + t) % cfg.vocab_size;
             repadded.pos[t] = 3 * t + 1;
         }
+    AttnMask repadded_mask;
+    attn_mask_build(repadded.lo, repadded.hi, ROWS, SEQ, 8, 4, &repadded_mask);
     const ModelBatch mb_repadded = {ROWS, SEQ, repadded.token, repadded.target, repadded.pos,
-                                    repadded.lo, repadded.hi, &mask};
+                                    &repadded_mask};
     float *repadded_grads = calloc(table.total, sizeof(float));
     const double repadded_loss =
         cpu_model_forward_backward(model, params, repadded_grads, &mb_repadded, loss_scale);
@@ -401,19 +402,18 @@ static void run_config(bool tied) {
     cpu_model_set_logit_chunk_rows(model, T);
 
     // Fewer rows than allocated: row 1 alone gives row 1's losses.
-    const ModelBatch second_row = {1, SEQ, batch.token + SEQ, batch.target + SEQ,
-                                   batch.pos + SEQ, batch.lo + SEQ, batch.hi + SEQ, NULL};
-    TileMask mask1;
-    tile_mask_build(second_row.lo, second_row.hi, 1, SEQ, 8, 4, &mask1);
-    ModelBatch second = second_row;
-    second.mask = &mask1;
+    AttnMask mask1;
+    attn_mask_build(batch.lo + SEQ, batch.hi + SEQ, 1, SEQ, 8, 4, &mask1);
+    const ModelBatch second = {1, SEQ, batch.token + SEQ, batch.target + SEQ, batch.pos + SEQ,
+                               &mask1};
     float losses1[SEQ];
     cpu_model_forward(model, params, &second, losses1);
     const double row_diff = max_abs_diff(losses1, losses + SEQ, SEQ);
     EXPECT(row_diff < 1e-5, "row 1 alone: losses differ by %g", row_diff);
 
-    tile_mask_free(&mask1);
-    tile_mask_free(&mask);
+    attn_mask_free(&mask1);
+    attn_mask_free(&repadded_mask);
+    attn_mask_free(&mask);
     cpu_model_free(model);
     free(params), free(params_d), free(grads), free(twice), free(scaled), free(repadded_grads);
     free(chunked_grads);

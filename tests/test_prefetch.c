@@ -1,6 +1,6 @@
 // The prefetcher (data path on a thread, a ring of prepared steps) hands out exactly the
 // synchronous loader's steps: the same rows, the same per-micro-batch tile masks (the
-// oracle builds them from the rows with tile_mask_build), the same counts and the same
+// oracle builds them from the rows with attn_mask_build), the same counts and the same
 // loader position after each step, across epochs, with the ring wrapping many times,
 // with and without a seek.
 #include <stdlib.h>
@@ -20,20 +20,12 @@ static bool same_ints(const int32_t *a, const int32_t *b, size_t n) {
     return memcmp(a, b, n * sizeof(int32_t)) == 0;
 }
 
-static bool same_mask(const TileMask *a, const TileMask *b) {
+static bool same_mask(const AttnMask *a, const AttnMask *b) {
     if (a->n_rows != b->n_rows || a->seq_len != b->seq_len || a->block_m != b->block_m ||
-        a->block_n != b->block_n || a->n_q_tiles != b->n_q_tiles || a->n_k_tiles != b->n_k_tiles)
+        a->block_n != b->block_n)
         return false;
-    const size_t q = (size_t)a->n_rows * a->n_q_tiles, k = (size_t)a->n_rows * a->n_k_tiles;
-    const size_t qk = q * (size_t)a->n_k_tiles;
-    return same_ints(a->q_partial_count, b->q_partial_count, q) &&
-           same_ints(a->q_full_count, b->q_full_count, q) &&
-           same_ints(a->q_partial_idx, b->q_partial_idx, qk) &&
-           same_ints(a->q_full_idx, b->q_full_idx, qk) &&
-           same_ints(a->k_partial_count, b->k_partial_count, k) &&
-           same_ints(a->k_full_count, b->k_full_count, k) &&
-           same_ints(a->k_partial_idx, b->k_partial_idx, qk) &&
-           same_ints(a->k_full_idx, b->k_full_idx, qk);
+    return same_ints(a->storage, b->storage,
+                     attn_mask_storage_count(a->n_rows, a->seq_len, a->block_m, a->block_n));
 }
 
 // Compares `steps` prefetched steps with the synchronous loader's; returns the mismatches.
@@ -67,14 +59,15 @@ static int compare_run(const PackedDataset *data, LayoutKind layout, long long b
         for (int i = 0; same && i < n_micro; i++) {
             const int r0 = i * micro_rows;
             const int n = b.rows.n_rows - r0 < micro_rows ? b.rows.n_rows - r0 : micro_rows;
-            TileMask oracle;
+            AttnMask oracle;
             const size_t off = (size_t)r0 * SEQ_LEN;
-            tile_mask_build(b.rows.lo + off, b.rows.hi + off, n, SEQ_LEN, ATTENTION_TILE,
-                            ATTENTION_TILE, &oracle);
+            attn_mask_build(b.rows.lo + off, b.rows.hi + off, n, SEQ_LEN, ATTN_TILE,
+                            ATTN_TILE, &oracle);
             same = same_mask(&got->micro.masks[i], &oracle);
             const ModelBatch mb = micro_batch(&got->micro, i);
-            same = same && mb.n_rows == n && mb.token == r->token + off && mb.hi == r->hi + off;
-            tile_mask_free(&oracle);
+            same = same && mb.n_rows == n && mb.token == r->token + off && mb.mask == &got->micro.masks[i] &&
+                   mb.mask->lo == r->lo + off && mb.mask->hi == r->hi + off;
+            attn_mask_free(&oracle);
         }
         if (!same) mismatches++;
         // A slow consumer now and then, so the producer fills the ring and waits.

@@ -114,16 +114,16 @@ void micro_batches_build(const PackedRows *rows, int micro_rows, MicroBatches *o
     if (micro_rows <= 0) fatal("config key 'train.micro_rows': must be positive, got %d", micro_rows);
     *out = (MicroBatches){.rows = *rows, .micro_rows = micro_rows,
                           .n_micro = (rows->n_rows + micro_rows - 1) / micro_rows};
-    out->masks = xcalloc((size_t)out->n_micro, sizeof(TileMask));
+    out->masks = xcalloc((size_t)out->n_micro, sizeof(AttnMask));
     for (int i = 0; i < out->n_micro; i++) {
         const size_t off = (size_t)i * (size_t)micro_rows * (size_t)rows->seq_len;
-        tile_mask_build(rows->lo + off, rows->hi + off, micro_batch_rows(out, i), rows->seq_len,
-                        ATTENTION_TILE, ATTENTION_TILE, &out->masks[i]);
+        attn_mask_build(rows->lo + off, rows->hi + off, micro_batch_rows(out, i), rows->seq_len,
+                        ATTN_TILE, ATTN_TILE, &out->masks[i]);
     }
 }
 
 void micro_batches_free(MicroBatches *mb) {
-    for (int i = 0; i < mb->n_micro; i++) tile_mask_free(&mb->masks[i]);
+    for (int i = 0; i < mb->n_micro; i++) attn_mask_free(&mb->masks[i]);
     free(mb->masks);
     memset(mb, 0, sizeof *mb);
 }
@@ -133,24 +133,13 @@ ModelBatch micro_batch(const MicroBatches *mb, int i) {
     const size_t off = (size_t)i * (size_t)mb->micro_rows * (size_t)r->seq_len;
     return (ModelBatch){.n_rows = micro_batch_rows(mb, i), .seq_len = r->seq_len,
                         .token = r->token + off, .target = r->target + off, .pos = r->pos + off,
-                        .lo = r->lo + off, .hi = r->hi + off, .mask = &mb->masks[i]};
+                        .mask = &mb->masks[i]};
 }
 
 // ---------------------------------------------------------------- prefetcher
 
-// The 8 arrays of a TileMask with their lengths, in a fixed order.
-typedef struct {
-    int32_t **ptr[8];
-    size_t count[8];
-} MaskArrays;
-
-static MaskArrays mask_arrays(TileMask *m) {
-    const size_t rows = (size_t)m->n_rows, nq = (size_t)m->n_q_tiles, nk = (size_t)m->n_k_tiles;
-    return (MaskArrays){
-        .ptr = {&m->q_partial_count, &m->q_full_count, &m->q_partial_idx, &m->q_full_idx,
-                &m->k_partial_count, &m->k_full_count, &m->k_partial_idx, &m->k_full_idx},
-        .count = {rows * nq, rows * nq, rows * nq * nk, rows * nq * nk, rows * nk, rows * nk,
-                  rows * nk * nq, rows * nk * nq}};
+static size_t mask_storage_count(const AttnMask *m) {
+    return attn_mask_storage_count(m->n_rows, m->seq_len, m->block_m, m->block_n);
 }
 
 // One prepared step and the host buffer that holds its arrays.
@@ -179,10 +168,7 @@ struct Prefetcher {
 static void fill_slot(Prefetcher *p, Slot *slot, const StepBatch *batch, const MicroBatches *mb) {
     const size_t slots = (size_t)batch->rows.n_rows * (size_t)batch->rows.seq_len;
     size_t need = N_MODEL_INPUT_COLUMNS * slots;
-    for (int i = 0; i < mb->n_micro; i++) {
-        MaskArrays a = mask_arrays(&mb->masks[i]);
-        for (int k = 0; k < 8; k++) need += a.count[k];
-    }
+    for (int i = 0; i < mb->n_micro; i++) need += mask_storage_count(&mb->masks[i]);
     if (need > slot->arena_cap) {
         if (slot->arena) p->alloc.free(slot->arena);
         slot->arena_cap = need + need / 2;
@@ -190,18 +176,18 @@ static void fill_slot(Prefetcher *p, Slot *slot, const StepBatch *batch, const M
     }
     if (mb->n_micro > slot->masks_cap) {
         slot->masks_cap = mb->n_micro;
-        slot->step.micro.masks = xrealloc(slot->step.micro.masks, (size_t)mb->n_micro * sizeof(TileMask));
+        slot->step.micro.masks = xrealloc(slot->step.micro.masks, (size_t)mb->n_micro * sizeof(AttnMask));
     }
-    int32_t *at = packed_rows_copy_inputs(&batch->rows, &slot->step.micro.rows, slot->arena);
-    for (int i = 0; i < mb->n_micro; i++) {
-        TileMask *m = &slot->step.micro.masks[i];
-        *m = mb->masks[i];
-        MaskArrays from = mask_arrays(&mb->masks[i]), to = mask_arrays(m);
-        for (int k = 0; k < 8; k++) {
-            memcpy(at, *from.ptr[k], from.count[k] * sizeof(int32_t));
-            *to.ptr[k] = at;
-            at += from.count[k];
-        }
+    PackedRows *rows = &slot->step.micro.rows;
+    int32_t *at = packed_rows_copy_inputs(&batch->rows, rows, slot->arena);
+    for (int i = 0; i < mb->n_micro; i++) {  // each mask over the slot's copy of lo/hi
+        const AttnMask *from = &mb->masks[i];
+        const size_t off = (size_t)i * (size_t)mb->micro_rows * (size_t)rows->seq_len;
+        AttnMask *to = &slot->step.micro.masks[i];
+        *to = attn_mask_view(from->n_rows, from->seq_len, from->block_m, from->block_n,
+                             rows->lo + off, rows->hi + off, at);
+        attn_mask_copy_lists(to, from);
+        at += mask_storage_count(from);
     }
     slot->step.micro.micro_rows = mb->micro_rows;
     slot->step.micro.n_micro = mb->n_micro;

@@ -54,16 +54,13 @@ void step_loader_free(StepLoader *l);
 // Counts over rows: non-padding slots and targets != -1.
 void packed_rows_count(const PackedRows *rows, long long *tokens, long long *trained);
 
-// The attention tile size of both backends (DESIGN.md §4: the consumer of the mask picks
-// it; the CUDA kernels' ATTN_CUDA_BLOCK_M/N are 64 as well, so one mask serves both).
-enum { ATTENTION_TILE = 64 };
-
-// Rows cut into micro-batches of up to micro_rows rows, each with its tile mask.
+// Rows cut into micro-batches of up to micro_rows rows, each with its attention mask
+// (ATTN_TILE tiles, the one size both backends run).
 // The row arrays are referenced, not owned; the masks are owned.
 typedef struct {
     PackedRows rows;
     int micro_rows, n_micro;
-    TileMask *masks;  // [n_micro]: mask i covers rows [i * micro_rows, + micro_batch_rows(i))
+    AttnMask *masks;  // [n_micro]: mask i covers rows [i * micro_rows, + micro_batch_rows(i))
 } MicroBatches;
 
 void micro_batches_build(const PackedRows *rows, int micro_rows, MicroBatches *out);

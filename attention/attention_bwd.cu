@@ -458,66 +458,96 @@ __global__ void dkv_reduce_kernel(const float4 *dkv_part, int splits, __nv_bfloa
     }
 }
 
+// The scratch buffers of one backward call, carved from the caller's workspace (every
+// buffer 256-byte aligned); with base == nullptr only `bytes` is computed.
+struct BwdWorkspace {
+    float *dsum, *lse2;  // [batch, n_heads, s_pad] each
+    float *dq_accum;     // [batch, n_heads, s_pad, head_dim], fast mode only
+    float *dkv_part;     // [group][dK | dV][batch, seq_len, n_kv_heads, head_dim], GQA only
+    size_t bytes;
+};
+
+constexpr size_t WORKSPACE_ALIGNMENT = 256;
+
+// Bump allocation of n floats at offset *used of base (nullptr: sizing only).
+float *take_floats(void *base, size_t *used, int64_t n) {
+    float *at = base ? reinterpret_cast<float *>(static_cast<char *>(base) + *used) : nullptr;
+    *used += ((size_t)n * sizeof(float) + WORKSPACE_ALIGNMENT - 1) / WORKSPACE_ALIGNMENT * WORKSPACE_ALIGNMENT;
+    return at;
+}
+
+BwdWorkspace bwd_workspace(const AttnShape *s, bool deterministic, void *base) {
+    const int64_t n_pad = (int64_t)s->batch * s->n_heads * ((s->seq_len + BM - 1) / BM * BM);
+    const int64_t n_kv = (int64_t)s->batch * s->seq_len * s->n_kv_heads * s->head_dim;
+    const int group = s->n_heads / s->n_kv_heads;
+    BwdWorkspace w;
+    w.bytes = 0;
+    w.dsum = take_floats(base, &w.bytes, n_pad);
+    w.lse2 = take_floats(base, &w.bytes, n_pad);
+    w.dq_accum = deterministic ? nullptr : take_floats(base, &w.bytes, n_pad * s->head_dim);
+    w.dkv_part = group > 1 ? take_floats(base, &w.bytes, 2 * group * n_kv) : nullptr;
+    return w;
+}
+
 template <int D>
 void backward(const AttnShape *s, const TileMask *m, const int32_t *lo, const int32_t *hi,
               const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *out, const float *lse,
-              const bf16 *dout, bf16 *dq, bf16 *dk, bf16 *dv, cudaStream_t stream,
-              bool deterministic) {
+              const bf16 *dout, bf16 *dq, bf16 *dk, bf16 *dv, bool deterministic, void *workspace,
+              cudaStream_t stream) {
     const int s_pad = m->n_q_tiles * BM;
     const int64_t n_pad = (int64_t)s->batch * s->n_heads * s_pad;
     const int64_t n_dq = n_pad * D;
-    float *dsum, *lse2, *dq_accum = nullptr;  // [batch, n_heads, s_pad] x2, [batch, n_heads, s_pad, D]
-    cudaCheck(cudaMallocAsync(&dsum, n_pad * sizeof(float), stream));
-    cudaCheck(cudaMallocAsync(&lse2, n_pad * sizeof(float), stream));
+    const BwdWorkspace ws = bwd_workspace(s, deterministic, workspace);
     attn_bwd_prep_kernel<D><<<(unsigned)((n_pad + NUM_WARPS - 1) / NUM_WARPS), NUM_THREADS, 0, stream>>>(
-        *s, s_pad, out, dout, lse, dsum, lse2);
+        *s, s_pad, out, dout, lse, ws.dsum, ws.lse2);
     cudaCheckLaunch();
     // One query head per dK/dV block (splits = the GQA group): see attn_bwd_dkdv_kernel.
     const int splits = s->n_heads / s->n_kv_heads;
     const int64_t n_kv = (int64_t)s->batch * s->seq_len * s->n_kv_heads * D;
-    float *dkv_part = nullptr;  // [splits][2][batch, seq_len, n_kv_heads, D] when splits > 1
-    if (splits > 1) cudaCheck(cudaMallocAsync(&dkv_part, 2 * splits * n_kv * sizeof(float), stream));
     const dim3 kv_grid(s->n_kv_heads * splits, (m->n_k_tiles + DKDV_KEY_TILES - 1) / DKDV_KEY_TILES, s->batch);
     if (deterministic) {
         launch(attn_bwd_dkdv_kernel<D, false>, kv_grid, DKDV_THREADS, dkdv_smem_bytes<D, false>(), stream, *s, *m,
-               lo, hi, q, k, v, dout, (const float *)lse2, (const float *)dsum, s_pad, dq_accum, dk, dv,
-               splits, dkv_part);
+               lo, hi, q, k, v, dout, (const float *)ws.lse2, (const float *)ws.dsum, s_pad, ws.dq_accum, dk, dv,
+               splits, ws.dkv_part);
         launch(attn_bwd_dq_kernel<D>, dim3(s->n_heads, m->n_q_tiles, s->batch), NUM_THREADS, dq_smem_bytes<D>(),
-               stream, *s, *m, lo, hi, q, k, v, dout, (const float *)lse2, (const float *)dsum, s_pad, dq);
+               stream, *s, *m, lo, hi, q, k, v, dout, (const float *)ws.lse2, (const float *)ws.dsum, s_pad, dq);
     } else {
-        cudaCheck(cudaMallocAsync(&dq_accum, n_dq * sizeof(float), stream));
-        cudaCheck(cudaMemsetAsync(dq_accum, 0, n_dq * sizeof(float), stream));
+        cudaCheck(cudaMemsetAsync(ws.dq_accum, 0, n_dq * sizeof(float), stream));
         launch(attn_bwd_dkdv_kernel<D, true>, kv_grid, DKDV_THREADS, dkdv_smem_bytes<D, true>(), stream, *s, *m,
-               lo, hi, q, k, v, dout, (const float *)lse2, (const float *)dsum, s_pad, dq_accum, dk, dv,
-               splits, dkv_part);
-        dq_convert_kernel<<<1024, 256, 0, stream>>>(reinterpret_cast<const float4 *>(dq_accum),
+               lo, hi, q, k, v, dout, (const float *)ws.lse2, (const float *)ws.dsum, s_pad, ws.dq_accum, dk, dv,
+               splits, ws.dkv_part);
+        dq_convert_kernel<<<1024, 256, 0, stream>>>(reinterpret_cast<const float4 *>(ws.dq_accum),
                                                     reinterpret_cast<__nv_bfloat162 *>(dq), *s, s_pad);
         cudaCheckLaunch();
-        cudaCheck(cudaFreeAsync(dq_accum, stream));
     }
     if (splits > 1) {
-        dkv_reduce_kernel<<<1024, 256, 0, stream>>>(reinterpret_cast<const float4 *>(dkv_part), splits,
+        dkv_reduce_kernel<<<1024, 256, 0, stream>>>(reinterpret_cast<const float4 *>(ws.dkv_part), splits,
                                                     reinterpret_cast<__nv_bfloat162 *>(dk),
                                                     reinterpret_cast<__nv_bfloat162 *>(dv), n_kv / 4,
                                                     s->scale);
         cudaCheckLaunch();
-        cudaCheck(cudaFreeAsync(dkv_part, stream));
     }
-    cudaCheck(cudaFreeAsync(dsum, stream));
-    cudaCheck(cudaFreeAsync(lse2, stream));
 }
 
 }  // namespace
+
+extern "C" size_t attention_backward_workspace_bytes(const AttnShape *shape, bool deterministic) {
+    return bwd_workspace(shape, deterministic, nullptr).bytes;
+}
 
 extern "C" void attention_backward_cuda(const AttnShape *shape, const TileMask *mask,
                                         const int32_t *lo, const int32_t *hi, const attn_bf16 *q,
                                         const attn_bf16 *k, const attn_bf16 *v,
                                         const attn_bf16 *out, const float *lse,
                                         const attn_bf16 *dout, attn_bf16 *dq, attn_bf16 *dk,
-                                        attn_bf16 *dv, cudaStream_t stream, bool deterministic) {
+                                        attn_bf16 *dv, bool deterministic, void *workspace,
+                                        cudaStream_t stream) {
     check_args(shape, mask);
+    if (!workspace || (uintptr_t)workspace % WORKSPACE_ALIGNMENT)
+        fatal("%s:%d: attention_backward_cuda: workspace %p must be non-null and %zu-byte aligned", __FILE__,
+              __LINE__, workspace, WORKSPACE_ALIGNMENT);
     if (shape->head_dim == 64)
-        backward<64>(shape, mask, lo, hi, q, k, v, out, lse, dout, dq, dk, dv, stream, deterministic);
+        backward<64>(shape, mask, lo, hi, q, k, v, out, lse, dout, dq, dk, dv, deterministic, workspace, stream);
     else
-        backward<128>(shape, mask, lo, hi, q, k, v, out, lse, dout, dq, dk, dv, stream, deterministic);
+        backward<128>(shape, mask, lo, hi, q, k, v, out, lse, dout, dq, dk, dv, deterministic, workspace, stream);
 }

@@ -16,6 +16,7 @@
 // Hopper instructions (wgmma, bulk asynchronous copies): sm_90a only, like the build.
 #pragma once
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <cuda_runtime_api.h>
 
@@ -43,12 +44,15 @@ void attention_forward_cuda(const AttnShape *shape, const TileMask *mask, const 
 // iterate the key-major lists. dQ: deterministic == false accumulates it with fp32
 // reductions in L2 (fastest, not reproducible bit for bit); deterministic == true runs a
 // separate query-major dQ pass and every gradient is bitwise identical run to run.
-// Scratch memory comes from cudaMallocAsync on `stream`.
+// workspace: device memory of at least attention_backward_workspace_bytes(shape,
+// deterministic) bytes, 256-byte aligned, not in use by other work on the stream until the
+// call's kernels are done; the backward allocates nothing.
+size_t attention_backward_workspace_bytes(const AttnShape *shape, bool deterministic);
 void attention_backward_cuda(const AttnShape *shape, const TileMask *mask, const int32_t *lo,
                              const int32_t *hi, const attn_bf16 *q, const attn_bf16 *k,
                              const attn_bf16 *v, const attn_bf16 *out, const float *lse,
                              const attn_bf16 *dout, attn_bf16 *dq, attn_bf16 *dk, attn_bf16 *dv,
-                             cudaStream_t stream, bool deterministic);
+                             bool deterministic, void *workspace, cudaStream_t stream);
 
 // Device copy of a host TileMask (synchronous). Free with tile_mask_free_device.
 TileMask tile_mask_upload(const TileMask *host);

@@ -45,8 +45,8 @@ void attention_forward_cuda(const AttnShape *shape, const TileMask *mask, const 
 // reductions in L2 (fastest, not reproducible bit for bit); deterministic == true runs a
 // separate query-major dQ pass and every gradient is bitwise identical run to run.
 // workspace: device memory of at least attention_backward_workspace_bytes(shape,
-// deterministic) bytes, 256-byte aligned, not in use by other work on the stream until the
-// call's kernels are done; the backward allocates nothing.
+// deterministic) bytes, 256-byte aligned, which the call's kernels use as scratch until
+// they finish on `stream`; the backward allocates nothing.
 size_t attention_backward_workspace_bytes(const AttnShape *shape, bool deterministic);
 void attention_backward_cuda(const AttnShape *shape, const TileMask *mask, const int32_t *lo,
                              const int32_t *hi, const attn_bf16 *q, const attn_bf16 *k,

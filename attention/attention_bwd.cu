@@ -1,41 +1,110 @@
-// Block-sparse flash-attention backward: the D = rowsum(dO*O) pre-pass, dK/dV over the
-// key-major tile lists (wgmma, sm_90a) with dQ added by bulk fp32 reductions, or a
-// query-major dQ pass for bitwise-reproducible gradients (see attention_kernels.cuh and
-// docs/KERNEL_NOTES.md).
+// Block-sparse flash-attention backward on Hopper wgmma (sm_90a): the pre-pass
+// D = rowsum(dO * O), dK/dV over the key-major tile lists with dQ added by bulk fp32
+// reductions (fast mode), or a query-major dQ pass for bitwise-reproducible gradients
+// (deterministic mode), then the small conversion passes. Parts, in order: params and
+// workspace (BwdParams, bwd_params, BwdWorkspace), the pre-pass, the products both passes
+// recompute, the dK/dV kernel (shared memory, scheduler, gradient element work, the dQ
+// staging and reduction, the dK/dV epilogue, the kernel), the dQ kernel, the conversion
+// kernels, and the host entry. Shared pieces: attention_kernels.cuh.
 #include "attention/attention_kernels.cuh"
+
+#include <type_traits>
 
 namespace {
 
-// ---------------------------------------------------------------- backward
+// ---------------------------------------------------------------- params and workspace
+
+// The scratch buffers of one backward call, carved from the caller's workspace (every
+// buffer 256-byte aligned); with base == nullptr only `bytes` is computed.
+struct BwdWorkspace {
+    float *dsum, *lse2;  // [batch, n_heads, s_pad] each
+    float *dq_accum;     // [batch, n_heads, s_pad, head_dim], fast mode only
+    float *dkv_part;     // [group][dK | dV][batch, seq_len, n_kv_heads, head_dim], GQA only
+    size_t bytes;
+};
+
+constexpr size_t WORKSPACE_ALIGNMENT = 256;
+
+// Bump allocation of n floats at offset *used of base (nullptr: sizing only).
+float *take_floats(void *base, size_t *used, int64_t n) {
+    float *at = base ? reinterpret_cast<float *>(static_cast<char *>(base) + *used) : nullptr;
+    *used += ((size_t)n * sizeof(float) + WORKSPACE_ALIGNMENT - 1) / WORKSPACE_ALIGNMENT * WORKSPACE_ALIGNMENT;
+    return at;
+}
+
+BwdWorkspace bwd_workspace(const AttnDims &d, bool deterministic, void *base) {
+    const int64_t n_pad = (int64_t)d.batch * d.n_heads * d.s_pad;
+    BwdWorkspace w;
+    w.bytes = 0;
+    w.dsum = take_floats(base, &w.bytes, n_pad);
+    w.lse2 = take_floats(base, &w.bytes, n_pad);
+    w.dq_accum = deterministic ? nullptr : take_floats(base, &w.bytes, n_pad * d.head_dim);
+    w.dkv_part = d.group > 1 ? take_floats(base, &w.bytes, 2 * d.group * d.n_kv) : nullptr;
+    return w;
+}
+
+struct BwdParams {
+    AttnDims dims;
+    MaskView mask;
+    const bf16 *q, *k, *v, *out, *dout;
+    const float *lse;
+    bf16 *dq, *dk, *dv;
+    BwdWorkspace ws;
+};
+
+BwdParams bwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *out, const float *lse,
+                     const bf16 *dout, bf16 *dq, bf16 *dk, bf16 *dv, bool deterministic, void *workspace) {
+    BwdParams p;
+    p.dims = attn_dims(shape);
+    p.mask = mask_view(p.dims, mask);
+    p.q = q;
+    p.k = k;
+    p.v = v;
+    p.out = out;
+    p.dout = dout;
+    p.lse = lse;
+    p.dq = dq;
+    p.dk = dk;
+    p.dv = dv;
+    CHECK(workspace && (uintptr_t)workspace % WORKSPACE_ALIGNMENT == 0,
+          "attention_backward_cuda: workspace %p must be non-null and %zu-byte aligned", workspace,
+          WORKSPACE_ALIGNMENT);
+    p.ws = bwd_workspace(p.dims, deterministic, workspace);
+    return p;
+}
+
+// ---------------------------------------------------------------- pre-pass
 
 // Per (batch, head, query) padded to whole query tiles: dsum = rowsum(dO * O) and
 // lse2 = lse * log2(e), +inf for a query that sees nothing or lies past seq_len (its
 // probabilities come out exactly 0). One warp per query row.
 template <int D>
-__global__ void attn_bwd_prep_kernel(const AttnShape shape, int s_pad, const bf16 *out,
-                                     const bf16 *dout, const float *lse, float *dsum, float *lse2) {
-    const int S = shape.seq_len, H = shape.n_heads;
+__global__ void attn_bwd_prep_kernel(const __grid_constant__ BwdParams p) {
+    const AttnDims &d = p.dims;
+    const int S = d.seq_len, H = d.n_heads, s_pad = d.s_pad;
     const int64_t row = (int64_t)blockIdx.x * NUM_WARPS + threadIdx.x / 32;  // (b, h, q) padded
-    if (row >= (int64_t)shape.batch * H * s_pad) return;
+    if (row >= (int64_t)d.batch * H * s_pad) return;
     const int qi = (int)(row % s_pad), h = (int)(row / s_pad % H), b = (int)(row / s_pad / H);
     float acc = 0.0f, l2 = INFINITY;
     if (qi < S) {
         const int64_t off = ((int64_t)(b * S + qi) * H + h) * D;
         for (int d = 2 * lane_id(); d < D; d += 64) {
-            float2 o = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(out + off + d));
-            float2 g = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(dout + off + d));
+            float2 o = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(p.out + off + d));
+            float2 g = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(p.dout + off + d));
             acc += o.x * g.x + o.y * g.y;
         }
-        const float ls = lse[((int64_t)b * H + h) * S + qi];
+        const float ls = p.lse[((int64_t)b * H + h) * S + qi];
         if (ls != -INFINITY) l2 = ls * LOG2E;
     }
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffff, acc, off);
     if (lane_id() == 0) {
-        dsum[row] = acc;
-        lse2[row] = l2;
+        p.ws.dsum[row] = acc;
+        p.ws.lse2[row] = l2;
     }
 }
+
+// ---------------------------------------------------------------- recomputed products
 
 // Both recomputed products of a backward step, in flight together: s = A_s B_s^T and
 // dp = A_dp B_dp^T over head_dim, every operand a 64-row swizzled tile read K-major
@@ -60,346 +129,427 @@ __device__ __forceinline__ void recompute_s_dp(float (&s)[BN / 8][4], float (&dp
     wgmma::pin(dp);
 }
 
+// ---------------------------------------------------------------- dK/dV: layout
+
 // The dK/dV block: two warpgroups, warpgroup g owning key tile 2j + g of the block's pair
 // (128 keys), both walking the merged key-major lists of the pair. Sharing the query
 // tiles halves their loads per key, and dQ = dS K is summed over all 128 keys before it
 // is added into the fp32 accumulator, which halves that traffic.
 constexpr int DKDV_KEY_TILES = 2;
 constexpr int DKDV_THREADS = DKDV_KEY_TILES * NUM_THREADS;
-// Row pitch (floats) of the staged dQ tile: 32 bytes past the row, so the float2 stores
-// of a warp's 8 rows spread over all banks (two wavefronts, the minimum).
-template <int D>
-constexpr int dq_stage_pitch() { return D + 8; }
+typedef TileStep<DKDV_KEY_TILES> DkdvStep;
 
-// Shared memory of the dK/dV kernel: swizzled bf16 tiles (1024-byte aligned), the staged
-// fp32 dQ tile (ATOMIC_DQ), the per-query fp32 rows; 1024 bytes of slack to align the
-// dynamic base.
+// Fast mode's dQ staging: dS^T of both warpgroups (the MN-major A operand of dQ = dS K)
+// and the fp32 dQ tile the copy engine adds into dq_accum. The dQ row pitch is 32 bytes
+// past the row, so the float2 stores of a warp's 8 rows spread over all banks (two
+// wavefronts, the minimum).
+template <int D>
+struct DqStaging {
+    static constexpr int PITCH = D + 8;
+    alignas(1024) bf16 ds[DKDV_KEY_TILES][BN * BM];  // [keys][queries] swizzled
+    alignas(16) float dq[BM][PITCH];
+};
+struct NoDqStaging {};
+
+// K and V of the key pair stay resident; Q, dO and the per-query rows are double-buffered.
 template <int D, bool ATOMIC_DQ>
-constexpr size_t dkdv_smem_bytes() {
-    return 1024 +
-           sizeof(bf16) * (2 * DKDV_KEY_TILES * BN * D + 4 * BM * D + (ATOMIC_DQ ? DKDV_KEY_TILES * BN * BM : 0)) +
-           sizeof(float) * ((ATOMIC_DQ ? BM * dq_stage_pitch<D>() : 0) + 4 * BM);
+struct DkdvSmem {
+    alignas(1024) bf16 k[DKDV_KEY_TILES][BN * D];  // swizzled
+    alignas(1024) bf16 v[DKDV_KEY_TILES][BN * D];
+    alignas(1024) bf16 q[2][BM * D];
+    alignas(1024) bf16 dout[2][BM * D];
+    typename std::conditional<ATOMIC_DQ, DqStaging<D>, NoDqStaging>::type dq;
+    float lse2[2][BM], dsum[2][BM];
+};
+
+// ---------------------------------------------------------------- dK/dV: scheduler
+
+// Grid (n_heads, ceil(n_k_tiles / 2), batch): one query head per block (its KV head
+// head / group), so GQA groups spread over more, more equal blocks; key tiles
+// k_tile0 + g for warpgroup g. With GQA the block's dK/dV are fp32 partial sums of its
+// head, which dkv_reduce_kernel adds up.
+struct DkdvBlock {
+    int head, kv_head, batch, k_tile0;
+};
+
+__device__ __forceinline__ DkdvBlock dkdv_block(const AttnDims &d) {
+    const int head = blockIdx.x;
+    return {head, head / d.group, (int)blockIdx.z, (int)blockIdx.y * DKDV_KEY_TILES};
 }
 
-// One block per (key-tile pair, KV head, head split, batch): K and V stay resident while
-// the block walks its query heads of the GQA group (group / splits of them) over the
-// merged key-major lists, so their dK/dV are summed in registers. With splits == 1 the
-// block writes dK/dV (bf16); otherwise it writes its fp32 partial sums into
-// dkv_part[split][dK|dV][batch, seq_len, n_kv_heads, head_dim] and dkv_reduce_kernel
-// adds the splits. Splitting trades that small pass for parallelism: with GQA groups of
-// 8 and a few KV heads, one block per KV head leaves too few, too unequal blocks.
-// Per query tile, warpgroup g (keys k0 + 64g..): S^T = K Q^T and dP^T = V dO^T (keys are
-// the 64 accumulator rows, warp w keys 16w..16w+15), then dV += P^T dO and dK += dS^T Q
-// with P^T, dS^T as register A operands. ATOMIC_DQ: dS^T of both warpgroups staged in
-// shared memory, warpgroup g computes dQ columns [g*D/2, (g+1)*D/2) over all 128 keys,
-// stages them in shared memory, and the copy engine adds them row by row into
-// dq_accum [batch, n_heads, s_pad, head_dim] fp32 (bulk asynchronous reductions: the
-// warps go on while the adds run; rows past seq_len add zeros into the padding).
+dim3 dkdv_grid(const AttnDims &d) { return dim3(d.n_heads, n_tiles(d.n_k_tiles, DKDV_KEY_TILES), d.batch); }
+
+// ---------------------------------------------------------------- dK/dV: main-loop pieces
+
+// Both key tiles of the block (K and V, resident for the whole walk).
 template <int D, bool ATOMIC_DQ>
-__global__ void __launch_bounds__(DKDV_THREADS, 1)
-    attn_bwd_dkdv_kernel(const AttnShape shape, const AttnMask mask, const int32_t *lo,
-                         const int32_t *hi, const bf16 *q, const bf16 *k, const bf16 *v,
-                         const bf16 *dout, const float *lse2, const float *dsum, int s_pad,
-                         float *dq_accum, bf16 *dk, bf16 *dv, int splits, float *dkv_part) {
+__device__ __forceinline__ void load_key_pair(DkdvSmem<D, ATOMIC_DQ> &smem, const BwdParams &p, const DkdvBlock &blk) {
+    const AttnDims &d = p.dims;
+    const int64_t kv_off = blk.batch * d.kv_batch_stride + blk.kv_head * D;
+#pragma unroll
+    for (int t = 0; t < DKDV_KEY_TILES; t++) {
+        const int k0 = (blk.k_tile0 + t) * BN;
+        load_tile_swizzled<BN, D, DKDV_THREADS>(smem.k[t], p.k + kv_off, d.kv_row_stride, k0, d.seq_len);
+        load_tile_swizzled<BN, D, DKDV_THREADS>(smem.v[t], p.v + kv_off, d.kv_row_stride, k0, d.seq_len);
+    }
+}
+
+// Query tile q_tile of the block's head into buffer `stage`: Q, dO, and its lse2/dsum
+// rows (the first 128 threads). Issues the copies only.
+template <int D, bool ATOMIC_DQ>
+__device__ __forceinline__ void load_query_tile(DkdvSmem<D, ATOMIC_DQ> &smem, const BwdParams &p,
+                                                const DkdvBlock &blk, int q_tile, int stage) {
+    const AttnDims &d = p.dims;
+    const int q0 = q_tile * BM;
+    const int64_t head_off = blk.batch * d.q_batch_stride + blk.head * D;
+    load_tile_swizzled<BM, D, DKDV_THREADS>(smem.q[stage], p.q + head_off, d.q_row_stride, q0, d.seq_len);
+    load_tile_swizzled<BM, D, DKDV_THREADS>(smem.dout[stage], p.dout + head_off, d.q_row_stride, q0, d.seq_len);
+    const int64_t pad_off = ((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad;
+    if (threadIdx.x < NUM_THREADS)
+        load_pair64(smem.lse2[stage], smem.dsum[stage], p.ws.lse2 + pad_off, p.ws.dsum + pad_off, q0, d.s_pad);
+}
+
+// The intervals of this thread's two keys (accumulator rows key_row, key_row + 8); keys
+// past seq_len are visible to nobody.
+struct KeyIntervals {
+    int lo[2], hi[2];
+};
+
+__device__ __forceinline__ KeyIntervals key_intervals(const BwdParams &p, int batch, int key_row) {
+    const AttnDims &d = p.dims;
+    KeyIntervals iv;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = key_row + 8 * r;
+        iv.lo[r] = key < d.seq_len ? p.mask.lo[(int64_t)batch * d.seq_len + key] : 0;
+        iv.hi[r] = key < d.seq_len ? p.mask.hi[(int64_t)batch * d.seq_len + key] : 0;
+    }
+    return iv;
+}
+
+// S^T [64 keys x BM queries] becomes P^T = 2^(S^T * scale_log2 - lse2[query]).
+__device__ __forceinline__ void probs_t(float (&pt)[BM / 8][4], const float *t_lse2, float scale_log2) {
+    const int l = lane_id();
+#pragma unroll
+    for (int j = 0; j < BM / 8; j++) {
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const float l2 = t_lse2[8 * j + 2 * (l % 4) + e];
+            pt[j][e] = fast_exp2(fmaf(pt[j][e], scale_log2, -l2));
+            pt[j][2 + e] = fast_exp2(fmaf(pt[j][2 + e], scale_log2, -l2));
+        }
+    }
+}
+
+// P^T = 0 where query q0 + column is hidden from this thread's keys.
+__device__ __forceinline__ void mask_probs_t(float (&pt)[BM / 8][4], const KeyIntervals &iv, int q0) {
+    const int l = lane_id();
+#pragma unroll
+    for (int j = 0; j < BM / 8; j++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int query = q0 + 8 * j + 2 * (l % 4) + c % 2, r = c / 2;
+            if (!(iv.lo[r] <= query && query < iv.hi[r])) pt[j][c] = 0.0f;
+        }
+}
+
+// P^T becomes dS^T = P^T * (dP^T - dsum[query]), unscaled.
+__device__ __forceinline__ void ds_t(float (&pt)[BM / 8][4], const float (&dpt)[BM / 8][4], const float *t_dsum) {
+    const int l = lane_id();
+#pragma unroll
+    for (int j = 0; j < BM / 8; j++) {
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const float ds = t_dsum[8 * j + 2 * (l % 4) + e];
+            pt[j][e] *= dpt[j][e] - ds;
+            pt[j][2 + e] *= dpt[j][2 + e] - ds;
+        }
+    }
+}
+
+// Issues dV += P^T dO and dK += dS^T Q (Q, dO MN-major) as one wgmma group.
+template <int D>
+__device__ __forceinline__ void issue_dk_dv(float (&dk_acc)[D / 8][4], float (&dv_acc)[D / 8][4],
+                                            const uint32_t (&ds_frag)[BM / 16][4], const uint32_t (&p_frag)[BM / 16][4],
+                                            const bf16 *t_q, const bf16 *t_do) {
+    wgmma::fence();
+    wgmma::pin(dv_acc);
+    wgmma::pin(dk_acc);
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; kk++)
+        wgmma::mma_rs<D, 1>(dv_acc, p_frag[kk], wgmma::desc_mn_major(t_do, BM, 16 * kk, 0), true);
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; kk++)
+        wgmma::mma_rs<D, 1>(dk_acc, ds_frag[kk], wgmma::desc_mn_major(t_q, BM, 16 * kk, 0), true);
+    wgmma::commit();
+}
+
+// ---------------------------------------------------------------- dK/dV: dQ staging and reduction
+
+// Fast mode, per step: dQ [64 queries x D] = dS [64 x 128 keys] K [128 keys x D] for the
+// block's key pair, added into dq_accum [batch, n_heads, s_pad, head_dim]. Warpgroup wg
+// stages its dS^T, computes dQ columns [wg*D/2, (wg+1)*D/2) over all 128 keys, stages
+// them as fp32 rows, and 64 of its threads hand one row each to the copy engine (bulk
+// asynchronous reductions: the warps go on while the adds run; rows past seq_len add
+// zeros into the padding). Runs while the step's dK/dV products are in flight and waits
+// for them.
+template <int D>
+__device__ __forceinline__ void reduce_dq(DkdvSmem<D, true> &smem, const BwdParams &p, const DkdvBlock &blk, int wg,
+                                          const uint32_t (&ds_frag)[BM / 16][4], int q0) {
     constexpr int KT = DKDV_KEY_TILES, DQ_N = D / KT;  // dQ columns per warpgroup
-    constexpr int DQ_PITCH = dq_stage_pitch<D>();
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    // Aligned by offsetting smem_raw itself, so the compiler still sees shared memory
-    // (LDS/STS rather than generic loads and stores).
-    bf16 *s_k = reinterpret_cast<bf16 *>(smem_raw + (1024 - smem_addr(smem_raw) % 1024) % 1024);  // [KT][BN][D] swizzled
-    bf16 *s_v = s_k + KT * BN * D;   // [KT][BN][D] swizzled
-    bf16 *s_q = s_v + KT * BN * D;   // [2][BM][D] swizzled
-    bf16 *s_do = s_q + 2 * BM * D;   // [2][BM][D] swizzled
-    bf16 *s_ds = s_do + 2 * BM * D;  // [KT][BN][BM] dS^T swizzled (ATOMIC_DQ)
-    float *s_dq = reinterpret_cast<float *>(s_ds + (ATOMIC_DQ ? KT * BN * BM : 0));  // [BM][DQ_PITCH] (ATOMIC_DQ)
-    float *s_lse2 = s_dq + (ATOMIC_DQ ? BM * DQ_PITCH : 0);                          // [2][BM]
-    float *s_dsum = s_lse2 + 2 * BM;                                                   // [2][BM]
-
-    const int kv_head = blockIdx.x / splits, split = blockIdx.x % splits, b = blockIdx.z;
-    const int S = shape.seq_len, H = shape.n_heads, KVH = shape.n_kv_heads;
-    const int heads = H / KVH / splits, first_head = kv_head * (H / KVH) + split * heads;
-    const int wg = threadIdx.x / NUM_THREADS, warp = (threadIdx.x / 32) % NUM_WARPS, l = lane_id();
-    const int block_k0 = blockIdx.y * KT * BN, k0 = block_k0 + wg * BN;  // block's and warpgroup's first key
-    const float scale_log2 = shape.scale * LOG2E;
-    TileList lines[KT];
+    DqStaging<D> &st = smem.dq;
+    const int l = lane_id(), row = warp_row();
+    bf16 *wg_ds = st.ds[wg];
 #pragma unroll
-    for (int t = 0; t < KT; t++) lines[t] = key_major_list(mask, b, blockIdx.y * KT + t);
-    // Steps are (head, query tile) pairs: each head of the block over the merged lines.
-    MergedLines<KT> cursor;
-    cursor.init(lines);
-    auto next_step = [&](int &head, int &flags) {
-        int q_tile = cursor.next(flags);
-        if (q_tile == INT_MAX && head + 1 < first_head + heads) {
-            head++;
-            cursor.restart();
-            q_tile = cursor.next(flags);
-        }
-        return q_tile;
-    };
-    auto load_step = [&](int h, int q_tile, int stage) {
-        const int q0 = q_tile * BM;
-        const int64_t head_off = (int64_t)b * S * H * D + h * D;
-        load_tile_swizzled<BM, D, DKDV_THREADS>(s_q + stage * BM * D, q + head_off, H * D, q0, S);
-        load_tile_swizzled<BM, D, DKDV_THREADS>(s_do + stage * BM * D, dout + head_off, H * D, q0, S);
-        const int64_t pad_off = ((int64_t)b * H + h) * s_pad;
-        if (threadIdx.x < NUM_THREADS)
-            load_pair64(s_lse2 + stage * BM, s_dsum + stage * BM, lse2 + pad_off, dsum + pad_off, q0, s_pad);
-    };
-
-    int head = first_head, flags;  // flags: MergedLines's, of the step's query tile
-    int q_tile = cursor.next(flags);
-    if (q_tile != INT_MAX) {  // keys nobody sees skip all loads and store zero gradients
-        const int64_t kv_off = (int64_t)b * S * KVH * D + kv_head * D;
-#pragma unroll
-        for (int t = 0; t < KT; t++) {
-            load_tile_swizzled<BN, D, DKDV_THREADS>(s_k + t * BN * D, k + kv_off, KVH * D, block_k0 + t * BN, S);
-            load_tile_swizzled<BN, D, DKDV_THREADS>(s_v + t * BN * D, v + kv_off, KVH * D, block_k0 + t * BN, S);
-        }
-        load_step(head, q_tile, 0);
+    for (int j = 0; j < BM / 16; j++) {
+        const int col = 16 * j + 2 * (l % 4);
+        *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(row, col, BN)) = ds_frag[j][0];
+        *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(row + 8, col, BN)) = ds_frag[j][1];
+        *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(row, col + 8, BN)) = ds_frag[j][2];
+        *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(row + 8, col + 8, BN)) = ds_frag[j][3];
     }
-    cp_async_commit();
-    int next_head = head, next_flags;
-    int next_q_tile = next_step(next_head, next_flags);
+    const int stage_row = threadIdx.x % NUM_THREADS;  // < BM: issues that dQ row's reduction
+    if (stage_row < BM) bulk_wait_read_all();      // the last step's rows have left st.dq
+    wgmma::fence_async_shared();
+    __syncthreads();  // both warpgroups' dS^T are in place; st.dq is free
+    // Each 16-key slice lies in one key tile; accumulator rows are queries.
+    float dq_part[DQ_N / 8][4];
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < KT * BN / 16; kk++) {
+        const int t = kk / (BN / 16), k_in = 16 * (kk % (BN / 16));
+        wgmma::mma_ss<DQ_N, 1, 1>(dq_part, wgmma::desc_mn_major(st.ds[t], BN, k_in, 0),
+                                  wgmma::desc_mn_major(smem.k[t], BN, k_in, wg * DQ_N), kk > 0);
+    }
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::pin(dq_part);
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float *dst = &st.dq[row + 8 * r][wg * DQ_N + 2 * (l % 4)];
+#pragma unroll
+        for (int n = 0; n < DQ_N / 8; n++)
+            *reinterpret_cast<float2 *>(dst + 8 * n) = make_float2(dq_part[n][2 * r], dq_part[n][2 * r + 1]);
+    }
+    wgmma::fence_async_shared();
+    named_barrier_sync(NamedBarrier::DqStaged, wg, NUM_THREADS);
+    if (stage_row < BM) {
+        const AttnDims &d = p.dims;
+        float *dst = p.ws.dq_accum + (((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad + q0 + stage_row) * D;
+        bulk_reduce_add_f32(dst + wg * DQ_N, &st.dq[stage_row][wg * DQ_N], DQ_N * (int)sizeof(float));
+        bulk_commit();
+    }
+}
 
-    // This thread's two keys (accumulator rows); keys past seq_len are visible to nobody.
-    const int key_row = k0 + warp * WARP_ROWS + l / 4;
-    int key_lo[2], key_hi[2];
+// ---------------------------------------------------------------- dK/dV: epilogue
+
+// This thread's two key rows below seq_len: dK (times the softmax scale) and dV as bf16,
+// or with GQA the head's fp32 partial sums at dkv_part[head % group].
+template <int D>
+__device__ __forceinline__ void store_dk_dv(const BwdParams &p, const DkdvBlock &blk, int key_row,
+                                            const float (&dk_acc)[D / 8][4], const float (&dv_acc)[D / 8][4]) {
+    const AttnDims &d = p.dims;
+    const int l = lane_id();
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int key = key_row + 8 * r;
-        key_lo[r] = key < S ? lo[(int64_t)b * S + key] : 0;
-        key_hi[r] = key < S ? hi[(int64_t)b * S + key] : 0;
-    }
-    const bool ragged = k0 + BN > S;
-    const bf16 *wg_k = s_k + wg * BN * D, *wg_v = s_v + wg * BN * D;
-
-    float dk_acc[D / 8][4], dv_acc[D / 8][4];  // [64 keys x D] over the warpgroup
-    zero(dk_acc);
-    zero(dv_acc);
-
-    for (int stage = 0; q_tile != INT_MAX; stage ^= 1) {
-        cp_async_wait_all();
-        wgmma::fence_async_shared();
-        __syncthreads();  // this step landed; every wgmma of the last step has completed
-        if (next_q_tile != INT_MAX) load_step(next_head, next_q_tile, stage ^ 1);
-        cp_async_commit();
-        const bf16 *t_q = s_q + stage * BM * D, *t_do = s_do + stage * BM * D;
-        const float *t_lse2 = s_lse2 + stage * BM, *t_dsum = s_dsum + stage * BM;
-        const int q0 = q_tile * BM;
-        const bool masked = !MergedLines<KT>::sees_whole(flags, wg) || ragged;
-
-        float pt[BM / 8][4], dpt[BM / 8][4];  // S^T then P^T then dS^T; dP^T [64 keys x BM queries]
-        recompute_s_dp<D>(pt, dpt, wg_k, t_q, wg_v, t_do);
-#pragma unroll
-        for (int j = 0; j < BM / 8; j++) {
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const float l2 = t_lse2[8 * j + 2 * (l % 4) + e];
-                pt[j][e] = fast_exp2(fmaf(pt[j][e], scale_log2, -l2));
-                pt[j][2 + e] = fast_exp2(fmaf(pt[j][2 + e], scale_log2, -l2));
-            }
-        }
-        if (masked) {  // a branch, not predication: full tiles must not pay for the test
-#pragma unroll
-            for (int j = 0; j < BM / 8; j++)
-#pragma unroll
-                for (int c = 0; c < 4; c++) {
-                    const int query = q0 + 8 * j + 2 * (l % 4) + c % 2, r = c / 2;
-                    if (!(key_lo[r] <= query && query < key_hi[r])) pt[j][c] = 0.0f;
-                }
-        }
-        uint32_t p_frag[BM / 16][4];  // P^T as A fragments (k = queries)
-        acc_to_a<BM>(p_frag, pt);
-#pragma unroll
-        for (int j = 0; j < BM / 8; j++) {  // dS^T = P^T * (dP^T - dsum), unscaled
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const float ds = t_dsum[8 * j + 2 * (l % 4) + e];
-                pt[j][e] *= dpt[j][e] - ds;
-                pt[j][2 + e] *= dpt[j][2 + e] - ds;
-            }
-        }
-        uint32_t ds_frag[BM / 16][4];
-        acc_to_a<BM>(ds_frag, pt);
-
-        wgmma::fence();
-        wgmma::pin(dv_acc);
-        wgmma::pin(dk_acc);
-#pragma unroll
-        for (int kk = 0; kk < BM / 16; kk++)  // dV += P^T dO
-            wgmma::mma_rs<D, 1>(dv_acc, p_frag[kk], wgmma::desc_mn_major(t_do, BM, 16 * kk, 0), true);
-#pragma unroll
-        for (int kk = 0; kk < BM / 16; kk++)  // dK += dS^T Q
-            wgmma::mma_rs<D, 1>(dk_acc, ds_frag[kk], wgmma::desc_mn_major(t_q, BM, 16 * kk, 0), true);
-        wgmma::commit();
-
-        if (ATOMIC_DQ) {
-            // dS^T [keys][queries] to shared memory, the MN-major A operand of dQ = dS K.
-            bf16 *wg_ds = s_ds + wg * BN * BM;
-            const int ds_row = warp * WARP_ROWS + l / 4;
-#pragma unroll
-            for (int j = 0; j < BM / 16; j++) {
-                const int col = 16 * j + 2 * (l % 4);
-                *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(ds_row, col, BN)) = ds_frag[j][0];
-                *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(ds_row + 8, col, BN)) = ds_frag[j][1];
-                *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(ds_row, col + 8, BN)) = ds_frag[j][2];
-                *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(ds_row + 8, col + 8, BN)) = ds_frag[j][3];
-            }
-            const int stage_row = threadIdx.x % NUM_THREADS;  // < BM: issues that dQ row's reduction
-            if (stage_row < BM) bulk_wait_read_all();      // the last step's rows have left s_dq
-            wgmma::fence_async_shared();
-            __syncthreads();  // both warpgroups' dS^T are in place; s_dq is free
-            // dQ [64 queries x DQ_N] = dS [64 x 128 keys] K [128 keys x DQ_N]; each 16-key
-            // slice lies in one key tile. Accumulator rows are queries (warp w rows 16w..).
-            float dq_part[DQ_N / 8][4];
-            wgmma::fence();
-#pragma unroll
-            for (int kk = 0; kk < KT * BN / 16; kk++) {
-                const int t = kk / (BN / 16), k_in = 16 * (kk % (BN / 16));
-                wgmma::mma_ss<DQ_N, 1, 1>(dq_part, wgmma::desc_mn_major(s_ds + t * BN * BM, BN, k_in, 0),
-                                          wgmma::desc_mn_major(s_k + t * BN * D, BN, k_in, wg * DQ_N),
-                                          kk > 0);
-            }
-            wgmma::commit();
-            wgmma::wait<0>();
-            wgmma::pin(dq_part);
-            float *wg_dq = s_dq + wg * DQ_N;
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                float *dst = wg_dq + (warp * WARP_ROWS + l / 4 + 8 * r) * DQ_PITCH + 2 * (l % 4);
-#pragma unroll
-                for (int n = 0; n < DQ_N / 8; n++)
-                    *reinterpret_cast<float2 *>(dst + 8 * n) = make_float2(dq_part[n][2 * r], dq_part[n][2 * r + 1]);
-            }
-            wgmma::fence_async_shared();
-            named_barrier_sync(1 + wg, NUM_THREADS);  // this warpgroup's dQ columns are staged
-            if (stage_row < BM) {
-                bulk_reduce_add_f32(dq_accum + (((int64_t)b * H + head) * s_pad + q0 + stage_row) * D + wg * DQ_N,
-                                    wg_dq + stage_row * DQ_PITCH, DQ_N * (int)sizeof(float));
-                bulk_commit();
-            }
-        }
-        wgmma::wait<0>();
-        wgmma::pin(dv_acc);
-        wgmma::pin(dk_acc);
-        wgmma::pin(p_frag);
-        wgmma::pin(ds_frag);
-        q_tile = next_q_tile;
-        head = next_head;
-        flags = next_flags;
-        next_q_tile = next_step(next_head, next_flags);
-    }
-
-    if (ATOMIC_DQ) bulk_wait_all();  // shared memory must outlive the reductions reading it
-
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int key = key_row + 8 * r;
-        if (key >= S) continue;
-        const int64_t off = ((int64_t)(b * S + key) * KVH + kv_head) * D + 2 * (l % 4);
-        if (splits > 1) {
-            const int64_t n_kv = (int64_t)shape.batch * S * KVH * D;
-            float *part_k = dkv_part + 2 * split * n_kv + off, *part_v = part_k + n_kv;
+        if (key >= d.seq_len) continue;
+        const int64_t off = ((int64_t)(blk.batch * d.seq_len + key) * d.n_kv_heads + blk.kv_head) * D + 2 * (l % 4);
+        if (d.group > 1) {
+            float *part_k = p.ws.dkv_part + 2 * (blk.head % d.group) * d.n_kv + off, *part_v = part_k + d.n_kv;
 #pragma unroll
             for (int n = 0; n < D / 8; n++) {
-                *reinterpret_cast<float2 *>(part_k + 8 * n) =
-                    make_float2(dk_acc[n][2 * r], dk_acc[n][2 * r + 1]);
-                *reinterpret_cast<float2 *>(part_v + 8 * n) =
-                    make_float2(dv_acc[n][2 * r], dv_acc[n][2 * r + 1]);
+                *reinterpret_cast<float2 *>(part_k + 8 * n) = make_float2(dk_acc[n][2 * r], dk_acc[n][2 * r + 1]);
+                *reinterpret_cast<float2 *>(part_v + 8 * n) = make_float2(dv_acc[n][2 * r], dv_acc[n][2 * r + 1]);
             }
             continue;
         }
 #pragma unroll
         for (int n = 0; n < D / 8; n++) {
-            *reinterpret_cast<__nv_bfloat162 *>(dk + off + 8 * n) = __floats2bfloat162_rn(
-                dk_acc[n][2 * r] * shape.scale, dk_acc[n][2 * r + 1] * shape.scale);
-            *reinterpret_cast<__nv_bfloat162 *>(dv + off + 8 * n) =
+            *reinterpret_cast<__nv_bfloat162 *>(p.dk + off + 8 * n) =
+                __floats2bfloat162_rn(dk_acc[n][2 * r] * d.scale, dk_acc[n][2 * r + 1] * d.scale);
+            *reinterpret_cast<__nv_bfloat162 *>(p.dv + off + 8 * n) =
                 __floats2bfloat162_rn(dv_acc[n][2 * r], dv_acc[n][2 * r + 1]);
         }
     }
 }
 
-// Shared memory of the dQ kernel: swizzled bf16 tiles (1024-byte aligned), the key
-// intervals; 1024 bytes of slack to align the dynamic base.
-template <int D>
-constexpr size_t dq_smem_bytes() {
-    return 1024 + sizeof(bf16) * (2 * BM + 4 * BN) * D + sizeof(int32_t) * 4 * BN;
+// ---------------------------------------------------------------- dK/dV: kernel
+
+// K and V stay resident while the block walks the merged key-major lists of its pair.
+// Per query tile, warpgroup g (keys k0 + 64g..): S^T = K Q^T and dP^T = V dO^T (keys are
+// the 64 accumulator rows), then dV += P^T dO and dK += dS^T Q with P^T, dS^T as
+// register A operands; ATOMIC_DQ adds dQ (reduce_dq) while those run.
+template <int D, bool ATOMIC_DQ>
+__global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __grid_constant__ BwdParams p) {
+    static_assert(sizeof(DkdvSmem<D, ATOMIC_DQ>) <= MAX_SMEM_PER_BLOCK, "shared memory of one block");
+    extern __shared__ unsigned char smem_raw[];
+    DkdvSmem<D, ATOMIC_DQ> &smem = *reinterpret_cast<DkdvSmem<D, ATOMIC_DQ> *>(smem_raw);
+    const AttnDims &d = p.dims;
+    const DkdvBlock blk = dkdv_block(d);
+    const int wg = threadIdx.x / NUM_THREADS;
+    const int k0 = (blk.k_tile0 + wg) * BN;  // the warpgroup's first key
+
+    MergedLines<DKDV_KEY_TILES> walk;
+    walk.init(p.mask.by_key, blk.batch, blk.k_tile0);
+    DkdvStep step = walk.next();
+    if (!step.done()) {  // keys nobody sees skip all loads and store zero gradients
+        load_key_pair(smem, p, blk);
+        load_query_tile(smem, p, blk, step.tile, 0);
+    }
+    cp_async_commit();
+    DkdvStep next = walk.next();
+
+    const int key_row = k0 + warp_row();
+    const KeyIntervals keys = key_intervals(p, blk.batch, key_row);
+    const bool ragged = ragged_tile(blk.k_tile0 + wg, d.seq_len);
+
+    float dk_acc[D / 8][4], dv_acc[D / 8][4];  // [64 keys x D] over the warpgroup
+    zero(dk_acc);
+    zero(dv_acc);
+
+    for (int stage = 0; !step.done(); stage ^= 1) {
+        cp_async_wait<0>();
+        wgmma::fence_async_shared();
+        __syncthreads();  // this step landed; every wgmma of the last step has completed
+        if (!next.done()) load_query_tile(smem, p, blk, next.tile, stage ^ 1);
+        cp_async_commit();
+        const bf16 *t_q = smem.q[stage], *t_do = smem.dout[stage];
+        const int q0 = step.tile * BM;
+
+        float pt[BM / 8][4], dpt[BM / 8][4];  // S^T then P^T then dS^T; dP^T [64 keys x BM queries]
+        recompute_s_dp<D>(pt, dpt, smem.k[wg], t_q, smem.v[wg], t_do);
+        probs_t(pt, smem.lse2[stage], d.scale_log2);
+        // A branch, not predication: full tiles must not pay for the test.
+        if (step.of(wg) != TileClass::Full || ragged) mask_probs_t(pt, keys, q0);
+        uint32_t p_frag[BM / 16][4];  // P^T as A fragments (k = queries)
+        acc_to_a<BM>(p_frag, pt);
+        ds_t(pt, dpt, smem.dsum[stage]);
+        uint32_t ds_frag[BM / 16][4];
+        acc_to_a<BM>(ds_frag, pt);
+
+        issue_dk_dv<D>(dk_acc, dv_acc, ds_frag, p_frag, t_q, t_do);
+        if constexpr (ATOMIC_DQ) reduce_dq<D>(smem, p, blk, wg, ds_frag, q0);
+        wgmma::wait<0>();
+        wgmma::pin(dv_acc);
+        wgmma::pin(dk_acc);
+        wgmma::pin(p_frag);
+        wgmma::pin(ds_frag);
+        step = next;
+        next = walk.next();
+    }
+
+    if (ATOMIC_DQ) bulk_wait_all();  // shared memory must outlive the reductions reading it
+    store_dk_dv<D>(p, blk, key_row, dk_acc, dv_acc);
 }
 
-// Deterministic dQ: one block (one warpgroup, wgmma) per (head, query tile, batch) over
-// the query-major list, Q and dO resident, K/V double-buffered; per key tile S = Q K^T and
-// dP = dO V^T from shared memory, then dQ += dS K with dS as the register A operand (three
-// products per tile, no atomics). Accumulator rows are queries: warp w rows 16w..16w+15.
+// ---------------------------------------------------------------- dQ kernel (deterministic mode)
+
+// Q and dO resident, K/V double-buffered.
 template <int D>
-__global__ void __launch_bounds__(NUM_THREADS, 2)
-    attn_bwd_dq_kernel(const AttnShape shape, const AttnMask mask, const int32_t *lo,
-                       const int32_t *hi, const bf16 *q, const bf16 *k, const bf16 *v,
-                       const bf16 *dout, const float *lse2, const float *dsum, int s_pad, bf16 *dq) {
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    // Aligned by offsetting smem_raw itself, so the compiler still sees shared memory.
-    bf16 *s_q = reinterpret_cast<bf16 *>(smem_raw + (1024 - smem_addr(smem_raw) % 1024) % 1024);  // [BM][D] swizzled
-    bf16 *s_do = s_q + BM * D;     // [BM][D] swizzled
-    bf16 *s_k = s_do + BM * D;     // [2][BN][D] swizzled
-    bf16 *s_v = s_k + 2 * BN * D;  // [2][BN][D] swizzled
-    int32_t *s_lo = reinterpret_cast<int32_t *>(s_v + 2 * BN * D);  // [2][BN]
-    int32_t *s_hi = s_lo + 2 * BN;                                   // [2][BN]
+struct DqSmem {
+    alignas(1024) bf16 q[BM * D];  // swizzled
+    alignas(1024) bf16 dout[BM * D];
+    KeyRing<D, 2> keys;
+};
 
-    const int h = blockIdx.x, q_tile = gridDim.y - 1 - blockIdx.y, b = blockIdx.z;
-    const int S = shape.seq_len, H = shape.n_heads, KVH = shape.n_kv_heads;
-    const int kv_head = h / (H / KVH);
-    const int warp = threadIdx.x / 32, l = lane_id();
-    const int q0 = q_tile * BM;
-    const float scale_log2 = shape.scale * LOG2E;
-    const int64_t q_off = (int64_t)b * S * H * D + h * D, kv_off = (int64_t)b * S * KVH * D + kv_head * D;
-    const int32_t *row_lo = lo + (int64_t)b * S, *row_hi = hi + (int64_t)b * S;
-    const TileList list = query_major_list(mask, b, q_tile);
+// Grid (n_heads, n_q_tiles, batch), query tiles in reverse so the longest (causal) start
+// first.
+struct DqBlock {
+    int head, kv_head, batch, q_tile;
+};
 
-    auto load_kv = [&](int i, int stage) {
-        int k0 = list.tile(i) * BN;
-        load_tile_swizzled<BN, D>(s_k + stage * BN * D, k + kv_off, KVH * D, k0, S);
-        load_tile_swizzled<BN, D>(s_v + stage * BN * D, v + kv_off, KVH * D, k0, S);
-        load_pair64(s_lo + stage * BN, s_hi + stage * BN, row_lo, row_hi, k0, S);
-    };
+__device__ __forceinline__ DqBlock dq_block(const AttnDims &d) {
+    const int head = blockIdx.x;
+    return {head, head / d.group, (int)blockIdx.z, (int)(gridDim.y - 1 - blockIdx.y)};
+}
+
+dim3 dq_grid(const AttnDims &d) { return dim3(d.n_heads, d.n_q_tiles, d.batch); }
+
+// S (masked) becomes dS = P * (dP - dsum) with P = 2^(S * scale_log2 - lse2), row-wise.
+__device__ __forceinline__ void ds_from_scores(float (&s)[BN / 8][4], const float (&dp)[BN / 8][4],
+                                               const float (&row_lse2)[2], const float (&row_dsum)[2],
+                                               float scale_log2) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            s[j][c] = fast_exp2(fmaf(s[j][c], scale_log2, -row_lse2[c / 2]));
+            s[j][c] *= dp[j][c] - row_dsum[c / 2];
+        }
+}
+
+// dQ = dQ_acc * scale as bf16, for this thread's rows below seq_len.
+template <int D>
+__device__ __forceinline__ void store_dq(const BwdParams &p, const DqBlock &blk, int q_row,
+                                         const float (&dq_acc)[D / 8][4]) {
+    const AttnDims &d = p.dims;
+    const int l = lane_id();
+    bf16 *dq_head = p.dq + blk.batch * d.q_batch_stride + blk.head * D;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int qi = q_row + 8 * r;
+        if (qi >= d.seq_len) continue;
+        bf16 *dst = dq_head + (int64_t)qi * d.q_row_stride + 2 * (l % 4);
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+            *reinterpret_cast<__nv_bfloat162 *>(dst + 8 * n) =
+                __floats2bfloat162_rn(dq_acc[n][2 * r] * d.scale, dq_acc[n][2 * r + 1] * d.scale);
+    }
+}
+
+// One block (one warpgroup) per (head, query tile, batch) over the query-major list; per
+// key tile S = Q K^T and dP = dO V^T from shared memory, then dQ += dS K with dS as the
+// register A operand (three products per tile, no atomics). Accumulator rows are queries.
+template <int D>
+__global__ void __launch_bounds__(NUM_THREADS, 2) attn_bwd_dq_kernel(const __grid_constant__ BwdParams p) {
+    static_assert(2 * (sizeof(DqSmem<D>) + SMEM_RESERVED_PER_BLOCK) <= SMEM_PER_SM,
+                  "shared memory of the two blocks per SM of __launch_bounds__");
+    extern __shared__ unsigned char smem_raw[];
+    DqSmem<D> &smem = *reinterpret_cast<DqSmem<D> *>(smem_raw);
+    const AttnDims &d = p.dims;
+    const DqBlock blk = dq_block(d);
+    const int q0 = blk.q_tile * BM;
+    const int64_t q_off = blk.batch * d.q_batch_stride + blk.head * D;
+    const int64_t kv_off = blk.batch * d.kv_batch_stride + blk.kv_head * D;
+    const KeySource keys = {p.k + kv_off, p.v + kv_off, p.mask.lo + (int64_t)blk.batch * d.seq_len,
+                            p.mask.hi + (int64_t)blk.batch * d.seq_len, d.kv_row_stride, d.seq_len};
+    const TileList list = p.mask.by_query.line(blk.batch, blk.q_tile);
+
     if (list.n_total > 0) {  // a query tile that sees nothing gets dQ = 0 without loads
-        load_tile_swizzled<BM, D>(s_q, q + q_off, H * D, q0, S);
-        load_tile_swizzled<BM, D>(s_do, dout + q_off, H * D, q0, S);
-        load_kv(0, 0);
+        load_tile_swizzled<BM, D>(smem.q, p.q + q_off, d.q_row_stride, q0, d.seq_len);
+        load_tile_swizzled<BM, D>(smem.dout, p.dout + q_off, d.q_row_stride, q0, d.seq_len);
+        load_key_tile<NUM_THREADS>(smem.keys, 0, keys, list.tile(0));
     }
     cp_async_commit();
 
-    const int q_row = q0 + warp * WARP_ROWS + l / 4;
+    const int q_row = q0 + warp_row();
     float row_lse2[2], row_dsum[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        const int64_t at = ((int64_t)b * H + h) * s_pad + q_row + 8 * r;  // padded: always in range
-        row_lse2[r] = lse2[at];
-        row_dsum[r] = dsum[at];
+        const int64_t at = ((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad + q_row + 8 * r;  // padded: in range
+        row_lse2[r] = p.ws.lse2[at];
+        row_dsum[r] = p.ws.dsum[at];
     }
     float dq_acc[D / 8][4];  // [64 queries x D] over the warpgroup
     zero(dq_acc);
 
     for (int i = 0; i < list.n_total; i++) {
         const int stage = i & 1;
-        cp_async_wait_all();
+        cp_async_wait<0>();
         wgmma::fence_async_shared();
         __syncthreads();  // tile i landed; the last tile's products have completed
-        if (i + 1 < list.n_total) load_kv(i + 1, stage ^ 1);
+        if (i + 1 < list.n_total) load_key_tile<NUM_THREADS>(smem.keys, stage ^ 1, keys, list.tile(i + 1));
         cp_async_commit();
-        const bf16 *t_k = s_k + stage * BN * D, *t_v = s_v + stage * BN * D;
+        const bf16 *t_k = smem.keys.k[stage], *t_v = smem.keys.v[stage];
 
-        float p[BN / 8][4], dp[BN / 8][4];  // S then P then dS; dP [64 queries x BN keys]
-        recompute_s_dp<D>(p, dp, s_q, t_k, s_do, t_v);
-        const bool ragged = (list.tile(i) + 1) * BN > S;
-        if (list.is_partial(i) || ragged) mask_scores(p, s_lo + stage * BN, s_hi + stage * BN, q_row);
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-            for (int c = 0; c < 4; c++) {
-                p[j][c] = fast_exp2(fmaf(p[j][c], scale_log2, -row_lse2[c / 2]));
-                p[j][c] *= dp[j][c] - row_dsum[c / 2];
-            }
+        float s[BN / 8][4], dp[BN / 8][4];  // S then P then dS; dP [64 queries x BN keys]
+        recompute_s_dp<D>(s, dp, smem.q, t_k, smem.dout, t_v);
+        mask_tile(s, list.cls(i), ragged_tile(list.tile(i), d.seq_len), smem.keys.lo[stage], smem.keys.hi[stage],
+                  q_row);
+        ds_from_scores(s, dp, row_lse2, row_dsum, d.scale_log2);
         uint32_t ds_frag[BN / 16][4];
-        acc_to_a<BN>(ds_frag, p);
+        acc_to_a<BN>(ds_frag, s);
         wgmma::fence();
         wgmma::pin(dq_acc);
 #pragma unroll
@@ -411,24 +561,20 @@ __global__ void __launch_bounds__(NUM_THREADS, 2)
         wgmma::pin(ds_frag);
     }
 
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int qi = q_row + 8 * r;
-        if (qi >= S) continue;
-        bf16 *dst = dq + ((int64_t)(b * S + qi) * H + h) * D + 2 * (l % 4);
-#pragma unroll
-        for (int n = 0; n < D / 8; n++)
-            *reinterpret_cast<__nv_bfloat162 *>(dst + 8 * n) = __floats2bfloat162_rn(
-                dq_acc[n][2 * r] * shape.scale, dq_acc[n][2 * r + 1] * shape.scale);
-    }
+    store_dq<D>(p, blk, q_row, dq_acc);
 }
+
+// ---------------------------------------------------------------- conversion kernels
 
 // dq[b, s, h, :] = bf16(scale * dq_accum[b, h, s, :]) (dq_accum has s_pad rows per head),
 // 4 elements per thread (head_dim is a multiple of 4).
-__global__ void dq_convert_kernel(const float4 *dq_accum, __nv_bfloat162 *dq, const AttnShape shape, int s_pad) {
-    const int D4 = shape.head_dim / 4, H = shape.n_heads, S = shape.seq_len;
-    const int64_t n4 = (int64_t)shape.batch * S * H * D4;
-    const float scale = shape.scale;
+__global__ void dq_convert_kernel(const __grid_constant__ BwdParams p) {
+    const AttnDims &d = p.dims;
+    const int D4 = d.head_dim / 4, H = d.n_heads, S = d.seq_len, s_pad = d.s_pad;
+    const int64_t n4 = (int64_t)d.batch * S * H * D4;
+    const float4 *dq_accum = reinterpret_cast<const float4 *>(p.ws.dq_accum);
+    __nv_bfloat162 *dq = reinterpret_cast<__nv_bfloat162 *>(p.dq);
+    const float scale = d.scale;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4;
          i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t row = i / D4;  // (b, s, h)
@@ -439,10 +585,15 @@ __global__ void dq_convert_kernel(const float4 *dq_accum, __nv_bfloat162 *dq, co
     }
 }
 
-// dk = bf16(scale * sum of the splits' dK partials), dv = bf16(sum of dV partials), the
-// splits added in ascending order (deterministic); 4 elements per thread.
-__global__ void dkv_reduce_kernel(const float4 *dkv_part, int splits, __nv_bfloat162 *dk,
-                                  __nv_bfloat162 *dv, int64_t n4, float scale) {
+// dk = bf16(scale * sum of the group's dK partials), dv = bf16(sum of dV partials), the
+// partials added in ascending order (deterministic); 4 elements per thread.
+__global__ void dkv_reduce_kernel(const __grid_constant__ BwdParams p) {
+    const AttnDims &d = p.dims;
+    const int64_t n4 = d.n_kv / 4;
+    const int splits = d.group;
+    const float scale = d.scale;
+    const float4 *dkv_part = reinterpret_cast<const float4 *>(p.ws.dkv_part);
+    __nv_bfloat162 *dk = reinterpret_cast<__nv_bfloat162 *>(p.dk), *dv = reinterpret_cast<__nv_bfloat162 *>(p.dv);
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4;
          i += (int64_t)gridDim.x * blockDim.x) {
         float4 k = dkv_part[i], v = dkv_part[n4 + i];
@@ -458,64 +609,42 @@ __global__ void dkv_reduce_kernel(const float4 *dkv_part, int splits, __nv_bfloa
     }
 }
 
+// ---------------------------------------------------------------- host
+
 template <int D>
-void backward(const AttnShape *s, const AttnMask *m, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *out, const float *lse,
-              const bf16 *dout, bf16 *dq, bf16 *dk, bf16 *dv, cudaStream_t stream,
-              bool deterministic) {
-    const int s_pad = m->by_query.n_lines * BM;
-    const int64_t n_pad = (int64_t)s->batch * s->n_heads * s_pad;
-    const int64_t n_dq = n_pad * D;
-    float *dsum, *lse2, *dq_accum = nullptr;  // [batch, n_heads, s_pad] x2, [batch, n_heads, s_pad, D]
-    cudaCheck(cudaMallocAsync(&dsum, n_pad * sizeof(float), stream));
-    cudaCheck(cudaMallocAsync(&lse2, n_pad * sizeof(float), stream));
-    attn_bwd_prep_kernel<D><<<(unsigned)((n_pad + NUM_WARPS - 1) / NUM_WARPS), NUM_THREADS, 0, stream>>>(
-        *s, s_pad, out, dout, lse, dsum, lse2);
+void backward(const BwdParams &p, bool deterministic, cudaStream_t stream) {
+    const AttnDims &d = p.dims;
+    const int64_t n_pad = (int64_t)d.batch * d.n_heads * d.s_pad;
+    attn_bwd_prep_kernel<D><<<(unsigned)((n_pad + NUM_WARPS - 1) / NUM_WARPS), NUM_THREADS, 0, stream>>>(p);
     cudaCheckLaunch();
-    // One query head per dK/dV block (splits = the GQA group): see attn_bwd_dkdv_kernel.
-    const int splits = s->n_heads / s->n_kv_heads;
-    const int64_t n_kv = (int64_t)s->batch * s->seq_len * s->n_kv_heads * D;
-    float *dkv_part = nullptr;  // [splits][2][batch, seq_len, n_kv_heads, D] when splits > 1
-    if (splits > 1) cudaCheck(cudaMallocAsync(&dkv_part, 2 * splits * n_kv * sizeof(float), stream));
-    const dim3 kv_grid(s->n_kv_heads * splits, (m->by_key.n_lines + DKDV_KEY_TILES - 1) / DKDV_KEY_TILES, s->batch);
     if (deterministic) {
-        launch(attn_bwd_dkdv_kernel<D, false>, kv_grid, DKDV_THREADS, dkdv_smem_bytes<D, false>(), stream, *s, *m,
-               m->lo, m->hi, q, k, v, dout, (const float *)lse2, (const float *)dsum, s_pad, dq_accum, dk, dv,
-               splits, dkv_part);
-        launch(attn_bwd_dq_kernel<D>, dim3(s->n_heads, m->by_query.n_lines, s->batch), NUM_THREADS, dq_smem_bytes<D>(),
-               stream, *s, *m, m->lo, m->hi, q, k, v, dout, (const float *)lse2, (const float *)dsum, s_pad, dq);
+        launch(attn_bwd_dkdv_kernel<D, false>, dkdv_grid(d), DKDV_THREADS, sizeof(DkdvSmem<D, false>), stream, p);
+        launch(attn_bwd_dq_kernel<D>, dq_grid(d), NUM_THREADS, sizeof(DqSmem<D>), stream, p);
     } else {
-        cudaCheck(cudaMallocAsync(&dq_accum, n_dq * sizeof(float), stream));
-        cudaCheck(cudaMemsetAsync(dq_accum, 0, n_dq * sizeof(float), stream));
-        launch(attn_bwd_dkdv_kernel<D, true>, kv_grid, DKDV_THREADS, dkdv_smem_bytes<D, true>(), stream, *s, *m,
-               m->lo, m->hi, q, k, v, dout, (const float *)lse2, (const float *)dsum, s_pad, dq_accum, dk, dv,
-               splits, dkv_part);
-        dq_convert_kernel<<<1024, 256, 0, stream>>>(reinterpret_cast<const float4 *>(dq_accum),
-                                                    reinterpret_cast<__nv_bfloat162 *>(dq), *s, s_pad);
+        cudaCheck(cudaMemsetAsync(p.ws.dq_accum, 0, n_pad * D * sizeof(float), stream));
+        launch(attn_bwd_dkdv_kernel<D, true>, dkdv_grid(d), DKDV_THREADS, sizeof(DkdvSmem<D, true>), stream, p);
+        dq_convert_kernel<<<1024, 256, 0, stream>>>(p);
         cudaCheckLaunch();
-        cudaCheck(cudaFreeAsync(dq_accum, stream));
     }
-    if (splits > 1) {
-        dkv_reduce_kernel<<<1024, 256, 0, stream>>>(reinterpret_cast<const float4 *>(dkv_part), splits,
-                                                    reinterpret_cast<__nv_bfloat162 *>(dk),
-                                                    reinterpret_cast<__nv_bfloat162 *>(dv), n_kv / 4,
-                                                    s->scale);
+    if (d.group > 1) {
+        dkv_reduce_kernel<<<1024, 256, 0, stream>>>(p);
         cudaCheckLaunch();
-        cudaCheck(cudaFreeAsync(dkv_part, stream));
     }
-    cudaCheck(cudaFreeAsync(dsum, stream));
-    cudaCheck(cudaFreeAsync(lse2, stream));
 }
 
 }  // namespace
+
+extern "C" size_t attention_backward_workspace_bytes(const AttnShape *shape, bool deterministic) {
+    return bwd_workspace(attn_dims(shape), deterministic, nullptr).bytes;
+}
 
 extern "C" void attention_backward_cuda(const AttnShape *shape, const AttnMask *mask, const attn_bf16 *q,
                                         const attn_bf16 *k, const attn_bf16 *v,
                                         const attn_bf16 *out, const float *lse,
                                         const attn_bf16 *dout, attn_bf16 *dq, attn_bf16 *dk,
-                                        attn_bf16 *dv, cudaStream_t stream, bool deterministic) {
-    check_args(shape, mask);
-    if (shape->head_dim == 64)
-        backward<64>(shape, mask, q, k, v, out, lse, dout, dq, dk, dv, stream, deterministic);
-    else
-        backward<128>(shape, mask, q, k, v, out, lse, dout, dq, dk, dv, stream, deterministic);
+                                        attn_bf16 *dv, bool deterministic, void *workspace,
+                                        cudaStream_t stream) {
+    const BwdParams p = bwd_params(shape, mask, q, k, v, out, lse, dout, dq, dk, dv, deterministic, workspace);
+    if (p.dims.head_dim == 64) backward<64>(p, deterministic, stream);
+    else backward<128>(p, deterministic, stream);
 }

@@ -1,6 +1,7 @@
 // Block-sparse flash attention on the GPU (bf16 in/out, fp32 accumulation), the twin of
 // attention.h's CPU oracle: the same parameters in the same order, with bf16 tensors,
-// device pointers, a trailing stream, and for the backward a determinism flag.
+// device pointers, a trailing stream, and for the backward a determinism flag and a
+// caller-provided workspace.
 //
 // Layouts (row-major, device memory, exactly attention.h's):
 //   q, out, dq, dout: [batch, seq_len, n_heads, head_dim]         bf16
@@ -14,6 +15,7 @@
 // Hopper instructions (wgmma, bulk asynchronous copies): sm_90a only, like the build.
 #pragma once
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <cuda_runtime_api.h>
 
@@ -37,11 +39,15 @@ void attention_forward_cuda(const AttnShape *shape, const AttnMask *mask, const 
 // iterate the key-major lists. dQ: deterministic == false accumulates it with fp32
 // reductions in L2 (fastest, not reproducible bit for bit); deterministic == true runs a
 // separate query-major dQ pass and every gradient is bitwise identical run to run.
-// Scratch memory comes from cudaMallocAsync on `stream`.
+// workspace: device memory of at least attention_backward_workspace_bytes(shape,
+// deterministic) bytes, 256-byte aligned, which the call's kernels use as scratch until
+// they finish on `stream`; the backward allocates nothing.
+size_t attention_backward_workspace_bytes(const AttnShape *shape, bool deterministic);
 void attention_backward_cuda(const AttnShape *shape, const AttnMask *mask, const attn_bf16 *q,
-                             const attn_bf16 *k, const attn_bf16 *v, const attn_bf16 *out, const float *lse,
+                             const attn_bf16 *k, const attn_bf16 *v, const attn_bf16 *out,
+                             const float *lse,
                              const attn_bf16 *dout, attn_bf16 *dq, attn_bf16 *dk, attn_bf16 *dv,
-                             cudaStream_t stream, bool deterministic);
+                             bool deterministic, void *workspace, cudaStream_t stream);
 
 // Device copy of a host mask's lists (synchronous) over device intervals lo_dev/hi_dev
 // ([n_rows, seq_len], the same values as host->lo/hi). Free with attn_mask_free_device.

@@ -1,145 +1,142 @@
 // Block-sparse flash-attention forward over the query-major tile lists, on Hopper wgmma
-// (sm_90a; see attention_kernels.cuh for the shared pieces, wgmma.cuh for the instruction
-// layer and docs/KERNEL_NOTES.md for measurements).
+// (sm_90a). Parts, in order: params (FwdParams, built by fwd_params), shared memory
+// (FwdSmem), scheduler (FwdBlock, the tile walk in shared memory), main-loop pieces
+// (loads and products), online softmax (OnlineSoftmax), epilogue (store_out_lse), the
+// kernel, and the host entry. Shared pieces: attention_kernels.cuh.
 #include "attention/attention_kernels.cuh"
 
 namespace {
 
-// ---------------------------------------------------------------- forward
-
 // The forward block takes two adjacent query tiles (2j, 2j+1), one per warpgroup; the two
 // warpgroups share every K/V tile loaded into shared memory.
 constexpr int FWD_Q_TILES = 2;
-constexpr int FWD_THREADS = FWD_Q_TILES * NUM_THREADS;  // one warpgroup (128) per query tile
-
-// The block's key tiles: the union of the lists of its two query tiles (MergedLines in
-// shared memory, advanced by thread 0 only: per-thread state would hold 16 registers
-// across the main loop). A step is packed into one int: -1 when done, else
-// k_tile << 4 | MergedLines flags (bit 2t: query tile t lists the key tile, bit 2t + 1:
-// sees it whole).
-typedef MergedLines<FWD_Q_TILES> TileWalk;
-static_assert(2 * FWD_Q_TILES <= 4, "the flags fit below the key tile");
-__device__ int next_packed_step(TileWalk &walk) {
-    int flags;
-    const int k_tile = walk.next(flags);
-    return k_tile == INT_MAX ? -1 : k_tile << 4 | flags;
-}
+constexpr int FWD_THREADS = FWD_Q_TILES * NUM_THREADS;
 
 // K/V ring depth: tile j + 1 must be resident while tile j's P V runs, and tile
 // j + FWD_STAGES - 1 is loaded meanwhile (two tiles of lead for the copies).
 constexpr int FWD_STAGES = 4;
 
-// cp.async.wait_group N: all but the N most recent groups of this thread have landed.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+// ---------------------------------------------------------------- params
+
+struct FwdParams {
+    AttnDims dims;
+    MaskView mask;
+    const bf16 *q, *k, *v;
+    bf16 *out;
+    float *lse;  // [batch, n_heads, seq_len]
+};
+
+FwdParams fwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q, const bf16 *k, const bf16 *v, bf16 *out, float *lse) {
+    FwdParams p;
+    p.dims = attn_dims(shape);
+    p.mask = mask_view(p.dims, mask);
+    p.q = q;
+    p.k = k;
+    p.v = v;
+    p.out = out;
+    p.lse = lse;
+    return p;
 }
 
-// Shared memory: the K/V ring of swizzled bf16 tiles (1024-byte aligned) then the key
-// intervals; 1024 bytes of slack to align the dynamic base. 131 KB at D = 128.
+// ---------------------------------------------------------------- shared memory
+
+// The block's key tiles are the union of the lists of its two query tiles: `walk` is
+// advanced by thread 0 only (per-thread merge state would hold 16 registers across the
+// main loop), which publishes step j + i in step[(j + i) % FWD_STAGES].
+typedef TileStep<FWD_Q_TILES> FwdStep;
+
 template <int D>
-constexpr size_t fwd_smem_bytes() {
-    return 1024 + sizeof(bf16) * 2 * FWD_STAGES * BN * D + sizeof(int32_t) * 2 * FWD_STAGES * BN;
-}
+struct FwdSmem {
+    KeyRing<D, FWD_STAGES> keys;
+    MergedLines<FWD_Q_TILES> walk;
+    FwdStep step[FWD_STAGES];
+};
+
+// ---------------------------------------------------------------- scheduler
 
 // Grid (n_heads, ceil(n_q_tiles / 2), batch); query tiles in reverse so the longest
-// (causal) start first. Warpgroup w owns query tile first_q_tile + w (warp w' of it rows
-// 16w'..16w'+15, wgmma.cuh's accumulator layout); both walk the merged key tiles and
-// share each K/V tile of the ring. Q stays in registers as the A operand of S = Q K^T:
-// m64n64k16 with both operands in shared memory needs 128 bytes per clock, all of its
-// bandwidth (measured: the same time as Q in shared memory, 2.86 ms at S = 16384 causal,
-// so that was not the limit; registers are free here and it saves 32 KB and half the
-// shared-memory reads of S). Per key tile j, software-pipelined inside the warpgroup
-// (FA3's intra-warpgroup overlap): issue S(j+1) = Q K(j+1)^T and O += P(j) V(j), then
-// mask and softmax S(j+1) while P(j) V(j) still runs on the tensor cores, then rescale O
-// once it has landed. Registers: Q 32 + O 64 + S 32 + P 16 per thread at
-// D = 128, so one block of 256 threads per SM (no register cap below 255).
+// (causal) start first. Warpgroup w owns query tile q_tile0 + w.
+struct FwdBlock {
+    int head, kv_head, batch, q_tile0;
+};
+
+__device__ __forceinline__ FwdBlock fwd_block(const AttnDims &d) {
+    const int head = blockIdx.x;
+    return {head, head / d.group, (int)blockIdx.z, (int)(gridDim.y - 1 - blockIdx.y) * FWD_Q_TILES};
+}
+
+dim3 fwd_grid(const AttnDims &d) { return dim3(d.n_heads, n_tiles(d.n_q_tiles, FWD_Q_TILES), d.batch); }
+
+// Thread 0: the walk over the merged lists of the block's query tiles, and its first
+// FWD_STAGES steps.
 template <int D>
-__global__ void __launch_bounds__(FWD_THREADS, 1)
-    attn_fwd_kernel(const AttnShape shape, const AttnMask mask, const int32_t *lo, const int32_t *hi,
-                    const bf16 *q, const bf16 *k, const bf16 *v, bf16 *out, float *lse) {
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    // Aligned by offsetting smem_raw itself, so the compiler still sees shared memory.
-    bf16 *s_k = reinterpret_cast<bf16 *>(smem_raw + (1024 - smem_addr(smem_raw) % 1024) % 1024);  // [FWD_STAGES][BN][D] swizzled
-    bf16 *s_v = s_k + FWD_STAGES * BN * D;                                    // [FWD_STAGES][BN][D] swizzled
-    int32_t *s_lo = reinterpret_cast<int32_t *>(s_v + FWD_STAGES * BN * D);  // [FWD_STAGES][BN]
-    int32_t *s_hi = s_lo + FWD_STAGES * BN;                                   // [FWD_STAGES][BN]
-    __shared__ TileWalk walk;
-    __shared__ int s_step[FWD_STAGES];  // packed steps (next_packed_step) j.. j + FWD_STAGES - 1, by j % FWD_STAGES
+__device__ __forceinline__ void start_walk(FwdSmem<D> &smem, const TileListsView &by_query, const FwdBlock &blk) {
+    smem.walk.init(by_query, blk.batch, blk.q_tile0);
+#pragma unroll
+    for (int i = 0; i < FWD_STAGES; i++) smem.step[i] = smem.walk.next();
+}
 
-    const int h = blockIdx.x, first_q_tile = (gridDim.y - 1 - blockIdx.y) * FWD_Q_TILES, b = blockIdx.z;
-    const int S = shape.seq_len, H = shape.n_heads, KVH = shape.n_kv_heads;
-    const int kv_head = h / (H / KVH);
-    const int wg = threadIdx.x / NUM_THREADS, warp = (threadIdx.x / 32) % NUM_WARPS, l = lane_id();
-    const float scale_log2 = shape.scale * LOG2E;
-    const bf16 *q_head = q + (int64_t)b * S * H * D + h * D;
-    const bf16 *k_head = k + (int64_t)b * S * KVH * D + kv_head * D;
-    const bf16 *v_head = v + (int64_t)b * S * KVH * D + kv_head * D;
-    const int32_t *row_lo = lo + (int64_t)b * S, *row_hi = hi + (int64_t)b * S;
-    const int q_row = (first_q_tile + wg) * BM + warp * WARP_ROWS + l / 4;  // accumulator row lane/4
+// ---------------------------------------------------------------- main-loop pieces
 
-    auto load_kv = [&](int step, int stage) {  // one cp.async group per step, empty past the end
-        if (step >= 0) {
-            const int k0 = (step >> 4) * BN;
-            load_tile_swizzled<BN, D, FWD_THREADS>(s_k + stage * BN * D, k_head, KVH * D, k0, S);
-            load_tile_swizzled<BN, D, FWD_THREADS>(s_v + stage * BN * D, v_head, KVH * D, k0, S);
-            if (threadIdx.x < NUM_THREADS) load_pair64(s_lo + stage * BN, s_hi + stage * BN, row_lo, row_hi, k0, S);
-        }
-        cp_async_commit();
-    };
-    if (threadIdx.x == 0) {
-        TileList lines[FWD_Q_TILES];
-#pragma unroll
-        for (int t = 0; t < FWD_Q_TILES; t++) lines[t] = query_major_list(mask, b, first_q_tile + t);
-        walk.init(lines);
-#pragma unroll
-        for (int i = 0; i < FWD_STAGES; i++) s_step[i] = next_packed_step(walk);
-    }
-    __syncthreads();  // s_step
-    int step = s_step[0];
-#pragma unroll
-    for (int i = 0; i < FWD_STAGES - 1; i++) load_kv(s_step[i], i);
-    // This warp's 16 query rows as A fragments (the mma.sync layout wgmma takes from
-    // registers), straight from global memory; rows past seq_len are zeros.
-    uint32_t q_frag[D / 16][4];
+// One cp.async group per step: its key tile into ring stage `stage`, none past the end.
+template <int D>
+__device__ __forceinline__ void load_step(FwdSmem<D> &smem, const KeySource &src, const FwdStep &step, int stage) {
+    if (!step.done()) load_key_tile<FWD_THREADS>(smem.keys, stage, src, step.tile);
+    cp_async_commit();
+}
+
+// This warp's 16 query rows (q_row and q_row + 8 of this thread) as A fragments (the
+// mma.sync layout wgmma takes from registers), straight from global memory; zeros past
+// seq_len, and everywhere when the block has no key tile.
+template <int D>
+__device__ __forceinline__ void load_q_frags(uint32_t (&q_frag)[D / 16][4], const bf16 *q_head, int row_stride,
+                                             int q_row, int seq_len, bool any_tile) {
+    const int l = lane_id();
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int qi = q_row + 8 * r;
-        const uint32_t *src = reinterpret_cast<const uint32_t *>(q_head + (int64_t)qi * H * D + 2 * (l % 4));
+        const uint32_t *src = reinterpret_cast<const uint32_t *>(q_head + (int64_t)qi * row_stride + 2 * (l % 4));
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++) {
-            q_frag[kk][r] = qi < S && step >= 0 ? src[8 * kk] : 0u;
-            q_frag[kk][2 + r] = qi < S && step >= 0 ? src[8 * kk + 4] : 0u;
+            q_frag[kk][r] = qi < seq_len && any_tile ? src[8 * kk] : 0u;
+            q_frag[kk][2 + r] = qi < seq_len && any_tile ? src[8 * kk + 4] : 0u;
         }
     }
+}
 
-    float o[D / 8][4];  // [64 x D] unnormalised output over the warpgroup
-    float s[BN / 8][4];  // [64 x BN] scores of the next key tile
-    uint32_t p_frag[BN / 16][4];  // P of this key tile as A fragments (k = keys)
-    float row_max[2], row_sum[2], rescale[2];  // scaled base-2 units, rows lane/4 and +8; partial sums
-    zero(o);
-    row_max[0] = row_max[1] = -INFINITY;
-    row_sum[0] = row_sum[1] = 0.0f;
+// Issues S = Q K^T for one key tile (K-major, from the ring); the caller commits.
+template <int D>
+__device__ __forceinline__ void issue_scores(float (&s)[BN / 8][4], const uint32_t (&q_frag)[D / 16][4],
+                                             const bf16 *t_k) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+        wgmma::mma_rs_n64<0>(s, q_frag[kk], wgmma::desc_k_major(t_k, BN, 16 * kk), kk > 0);
+}
 
-    auto issue_scores = [&](int stage) {  // S = Q K^T, K from the ring's stage (K-major)
-        const bf16 *t_k = s_k + stage * BN * D;
+// Issues O += P V for one key tile (V MN-major, from the ring); the caller commits.
+template <int D>
+__device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&p_frag)[BN / 16][4],
+                                         const bf16 *t_v) {
 #pragma unroll
-        for (int kk = 0; kk < D / 16; kk++)
-            wgmma::mma_rs_n64<0>(s, q_frag[kk], wgmma::desc_k_major(t_k, BN, 16 * kk), kk > 0);
-        wgmma::commit();
-    };
-    // Mask (partial or ragged tiles; all of a tile this query tile's lists do not show,
-    // the other's merged in), then s becomes P in base 2 against the new row maximum;
-    // row_sum is updated, rescale[r] is what O must be multiplied by.
-    auto softmax = [&](int step, int stage) {
-        const int flags = step >> (2 * wg);
-        const bool ragged = ((step >> 4) + 1) * BN > S;  // keys past seq_len: lo = hi = 0
-        if (!(flags & 2) || ragged) {
-            if (flags & 1) mask_scores(s, s_lo + stage * BN, s_hi + stage * BN, q_row);
-            else
-#pragma unroll
-                for (int j = 0; j < BN / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = -INFINITY;
-        }
+    for (int kk = 0; kk < BN / 16; kk++)
+        wgmma::mma_rs<D, 1>(o, p_frag[kk], wgmma::desc_mn_major(t_v, BN, 16 * kk, 0), true);
+}
+
+// ---------------------------------------------------------------- online softmax
+
+// Running softmax state of this thread's two rows (accumulator rows lane/4 and lane/4 + 8)
+// in scaled base-2 units: the row maximum and this thread's part of the row sum.
+struct OnlineSoftmax {
+    float row_max[2], row_sum[2];
+
+    __device__ void init() {
+        row_max[0] = row_max[1] = -INFINITY;
+        row_sum[0] = row_sum[1] = 0.0f;
+    }
+
+    // The masked scores of one key tile become P = 2^(s * scale_log2 - new maximum);
+    // rescale[r] is what O's row r must be multiplied by.
+    __device__ void update(float (&s)[BN / 8][4], float scale_log2, float (&rescale)[2]) {
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             float tile_max = -INFINITY;
@@ -163,30 +160,120 @@ __global__ void __launch_bounds__(FWD_THREADS, 1)
             }
             row_sum[r] = row_sum[r] * rescale[r] + sum;
         }
-    };
+    }
 
-    if (step >= 0) {  // step 0: scores and P before the pipelined loop
+    template <int N>
+    __device__ static void rescale_o(float (&o)[N][4], const float (&rescale)[2]) {
+#pragma unroll
+        for (int n = 0; n < N; n++) {
+            o[n][0] *= rescale[0];
+            o[n][1] *= rescale[0];
+            o[n][2] *= rescale[1];
+            o[n][3] *= rescale[1];
+        }
+    }
+
+    // After the last tile: row_sum becomes the whole row's sum (the row's 4 lanes).
+    __device__ void finalize() {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            row_sum[r] += __shfl_xor_sync(0xffffffff, row_sum[r], 1);
+            row_sum[r] += __shfl_xor_sync(0xffffffff, row_sum[r], 2);
+        }
+    }
+    // The output scale of row r; a query that sees nothing outputs 0.
+    __device__ float inv_sum(int r) const { return row_sum[r] > 0.0f ? 1.0f / row_sum[r] : 0.0f; }
+    // Natural-log sum-exp of row r's scaled scores, -inf for a query that sees nothing.
+    __device__ float lse(int r) const {
+        return row_sum[r] > 0.0f ? (row_max[r] + log2f(row_sum[r])) * LN2 : -INFINITY;
+    }
+};
+
+// ---------------------------------------------------------------- epilogue
+
+// O = o / row sum as bf16, and the LSE, for this thread's rows below seq_len.
+template <int D>
+__device__ __forceinline__ void store_out_lse(const FwdParams &p, const FwdBlock &blk, int q_row,
+                                              const float (&o)[D / 8][4], const OnlineSoftmax &softmax) {
+    const AttnDims &d = p.dims;
+    const int l = lane_id();
+    bf16 *out_head = p.out + blk.batch * d.q_batch_stride + blk.head * D;
+    float *lse_row = p.lse + ((int64_t)blk.batch * d.n_heads + blk.head) * d.seq_len;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int qi = q_row + 8 * r;
+        if (qi >= d.seq_len) continue;
+        const float inv = softmax.inv_sum(r);
+        bf16 *dst = out_head + (int64_t)qi * d.q_row_stride + 2 * (l % 4);
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+            *reinterpret_cast<__nv_bfloat162 *>(dst + 8 * n) =
+                __floats2bfloat162_rn(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+        if (l % 4 == 0) lse_row[qi] = softmax.lse(r);
+    }
+}
+
+// ---------------------------------------------------------------- kernel
+
+// Both warpgroups walk the merged key tiles and share each K/V tile of the ring. Q stays
+// in registers as the A operand of S = Q K^T (m64n64k16 with both operands in shared
+// memory would need all of the shared-memory bandwidth). Per key tile j, software-pipelined
+// inside the warpgroup: issue S(j+1) = Q K(j+1)^T and O += P(j) V(j), then mask and
+// softmax S(j+1) while P(j) V(j) still runs on the tensor cores, then rescale O once it
+// has landed. Registers at D = 128: Q 32 + O 64 + S 32 + P 16 per thread, so one block of
+// 256 threads per SM.
+template <int D>
+__global__ void __launch_bounds__(FWD_THREADS, 1) attn_fwd_kernel(const __grid_constant__ FwdParams p) {
+    static_assert(sizeof(FwdSmem<D>) <= MAX_SMEM_PER_BLOCK, "shared memory of one block");
+    extern __shared__ unsigned char smem_raw[];
+    FwdSmem<D> &smem = *reinterpret_cast<FwdSmem<D> *>(smem_raw);
+    const AttnDims &d = p.dims;
+    const FwdBlock blk = fwd_block(d);
+    const int wg = threadIdx.x / NUM_THREADS;
+    const int q_row = (blk.q_tile0 + wg) * BM + warp_row();
+    const int64_t kv_off = blk.batch * d.kv_batch_stride + blk.kv_head * D;
+    const KeySource keys = {p.k + kv_off, p.v + kv_off, p.mask.lo + (int64_t)blk.batch * d.seq_len,
+                            p.mask.hi + (int64_t)blk.batch * d.seq_len, d.kv_row_stride, d.seq_len};
+
+    if (threadIdx.x == 0) start_walk(smem, p.mask.by_query, blk);
+    __syncthreads();  // smem.step
+    FwdStep step = smem.step[0];
+#pragma unroll
+    for (int i = 0; i < FWD_STAGES - 1; i++) load_step(smem, keys, smem.step[i], i);
+    uint32_t q_frag[D / 16][4];
+    load_q_frags<D>(q_frag, p.q + blk.batch * d.q_batch_stride + blk.head * D, d.q_row_stride, q_row, d.seq_len,
+                    !step.done());
+
+    float o[D / 8][4];            // [64 x D] unnormalised output over the warpgroup
+    float s[BN / 8][4];           // [64 x BN] scores of the next key tile
+    uint32_t p_frag[BN / 16][4];  // P of this key tile as A fragments (k = keys)
+    float rescale[2];
+    OnlineSoftmax softmax;
+    softmax.init();
+    zero(o);
+
+    if (!step.done()) {  // step 0: scores and P before the pipelined loop
         cp_async_wait<FWD_STAGES - 2>();
         wgmma::fence_async_shared();
         __syncthreads();  // step 0 landed
         wgmma::fence();
-        issue_scores(0);
+        issue_scores<D>(s, q_frag, smem.keys.k[0]);
+        wgmma::commit();
         wgmma::wait<0>();
         wgmma::pin(s);
-        softmax(step, 0);
+        mask_tile(s, step.of(wg), ragged_tile(step.tile, d.seq_len), smem.keys.lo[0], smem.keys.hi[0], q_row);
+        softmax.update(s, d.scale_log2, rescale);
         acc_to_a<BN>(p_frag, s);  // O is still 0: no rescale
     }
     // Step j's P is in p_frag. The wgmma sequences carry no branch between issue and
     // wait (ptxas serializes them otherwise), so the last step's P V is peeled off.
-    for (int j = 0; step >= 0; j++) {
+    for (int j = 0; !step.done(); j++) {
         const int stage = j % FWD_STAGES, next_stage = (j + 1) % FWD_STAGES;
-        const int next_step = s_step[next_stage];
-        const bf16 *t_v = s_v + stage * BN * D;
-        if (next_step < 0) {
+        const FwdStep next = smem.step[next_stage];
+        const bf16 *t_v = smem.keys.v[stage];
+        if (next.done()) {
             wgmma::fence();
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++)
-                wgmma::mma_rs<D, 1>(o, p_frag[kk], wgmma::desc_mn_major(t_v, BN, 16 * kk, 0), true);
+            issue_pv<D>(o, p_frag, t_v);
             wgmma::commit();
             wgmma::wait<0>();
             wgmma::pin(o);
@@ -196,58 +283,40 @@ __global__ void __launch_bounds__(FWD_THREADS, 1)
         cp_async_wait<FWD_STAGES - 3>();
         wgmma::fence_async_shared();
         // Step j + 1 landed; every warpgroup has finished step j - 1, so its stage
-        // (the slot of step j + FWD_STAGES - 1) is free, and s_step's slot of step j + 1
+        // (the slot of step j + FWD_STAGES - 1) is free, and the published step j + 1
         // is read by everyone before thread 0 reuses the slot of step j.
         __syncthreads();
-        load_kv(s_step[(j + FWD_STAGES - 1) % FWD_STAGES], (j + FWD_STAGES - 1) % FWD_STAGES);
-        if (threadIdx.x == 0) s_step[stage] = next_packed_step(walk);  // step j + FWD_STAGES
+        const int refill = (j + FWD_STAGES - 1) % FWD_STAGES;
+        load_step(smem, keys, smem.step[refill], refill);
+        if (threadIdx.x == 0) smem.step[stage] = smem.walk.next();  // step j + FWD_STAGES
 
         wgmma::fence();
-        issue_scores(next_stage);
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++)  // O += P V, V MN-major
-            wgmma::mma_rs<D, 1>(o, p_frag[kk], wgmma::desc_mn_major(t_v, BN, 16 * kk, 0), true);
+        issue_scores<D>(s, q_frag, smem.keys.k[next_stage]);
+        wgmma::commit();
+        issue_pv<D>(o, p_frag, t_v);
         wgmma::commit();
         wgmma::wait<1>();  // the scores; P V may still run
         wgmma::pin(s);
-        softmax(next_step, next_stage);
+        mask_tile(s, next.of(wg), ragged_tile(next.tile, d.seq_len), smem.keys.lo[next_stage],
+                  smem.keys.hi[next_stage], q_row);
+        softmax.update(s, d.scale_log2, rescale);
         wgmma::wait<0>();
         wgmma::pin(o);
         wgmma::pin(p_frag);
-#pragma unroll
-        for (int n = 0; n < D / 8; n++) {
-            o[n][0] *= rescale[0];
-            o[n][1] *= rescale[0];
-            o[n][2] *= rescale[1];
-            o[n][3] *= rescale[1];
-        }
+        OnlineSoftmax::rescale_o(o, rescale);
         acc_to_a<BN>(p_frag, s);
-        step = next_step;
+        step = next;
     }
 
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float sum = row_sum[r];
-        sum += __shfl_xor_sync(0xffffffff, sum, 1);
-        sum += __shfl_xor_sync(0xffffffff, sum, 2);
-        const int qi = q_row + 8 * r;
-        if (qi >= S) continue;
-        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // a query that sees nothing outputs 0
-        bf16 *dst = out + ((int64_t)(b * S + qi) * H + h) * D + 2 * (l % 4);
-#pragma unroll
-        for (int n = 0; n < D / 8; n++)
-            *reinterpret_cast<__nv_bfloat162 *>(dst + 8 * n) =
-                __floats2bfloat162_rn(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
-        if (l % 4 == 0)
-            lse[((int64_t)b * H + h) * S + qi] = sum > 0.0f ? (row_max[r] + log2f(sum)) * LN2 : -INFINITY;
-    }
+    softmax.finalize();
+    store_out_lse<D>(p, blk, q_row, o, softmax);
 }
 
+// ---------------------------------------------------------------- host
+
 template <int D>
-void forward(const AttnShape *s, const AttnMask *m, const bf16 *q, const bf16 *k, const bf16 *v, bf16 *out, float *lse, cudaStream_t stream) {
-    const int n_blocks_q = (m->by_query.n_lines + FWD_Q_TILES - 1) / FWD_Q_TILES;
-    launch(attn_fwd_kernel<D>, dim3(s->n_heads, n_blocks_q, s->batch), FWD_THREADS, fwd_smem_bytes<D>(), stream,
-           *s, *m, m->lo, m->hi, q, k, v, out, lse);
+void forward(const FwdParams &p, cudaStream_t stream) {
+    launch(attn_fwd_kernel<D>, fwd_grid(p.dims), FWD_THREADS, sizeof(FwdSmem<D>), stream, p);
 }
 
 }  // namespace
@@ -255,7 +324,7 @@ void forward(const AttnShape *s, const AttnMask *m, const bf16 *q, const bf16 *k
 extern "C" void attention_forward_cuda(const AttnShape *shape, const AttnMask *mask, const attn_bf16 *q,
                                        const attn_bf16 *k, const attn_bf16 *v, attn_bf16 *out,
                                        float *lse, cudaStream_t stream) {
-    check_args(shape, mask);
-    if (shape->head_dim == 64) forward<64>(shape, mask, q, k, v, out, lse, stream);
-    else forward<128>(shape, mask, q, k, v, out, lse, stream);
+    const FwdParams p = fwd_params(shape, mask, q, k, v, out, lse);
+    if (p.dims.head_dim == 64) forward<64>(p, stream);
+    else forward<128>(p, stream);
 }

@@ -1,14 +1,25 @@
-// Shared pieces of the attention kernels (attention_fwd.cu, attention_bwd.cu): tile sizes,
-// cp.async and bulk-copy primitives, register-fragment helpers, the swizzled tile loader,
-// the tile-list views of an AttnMask, and the host-side argument check. Internal to
-// attention/. FlashAttention-2/3 structure (KERNELS.md) on Hopper wgmma (wgmma.cuh):
-// 128-byte-swizzled shared tiles filled by cp.async, bf16 products with fp32 accumulators,
-// online softmax in base 2, P and dS kept in registers as the A operand of the next product.
-//
-// Every kernel works in warpgroups whose warp w holds rows 16w..16w+15 of each 64-row tile
-// (queries in the forward and the dQ pass, keys in the dK/dV pass), so row reductions
-// need only a 4-lane shuffle. Measurements and the reasons for these choices:
-// docs/KERNEL_NOTES.md.
+// Shared pieces of the attention kernels (attention_fwd.cu, attention_bwd.cu). Internal to
+// attention/. Each kernel is split the way FlashAttention-3's Hopper kernels are: a params
+// struct built on the host, a typed shared-memory struct, a block scheduler (which tiles a
+// block owns), a main loop of loads and wgmma products (wgmma.cuh), softmax or gradient
+// element work, and epilogue functions that write the results. This header holds what
+// more than one kernel uses:
+//   - primitives: cp.async and bulk copies, named barriers, register-fragment helpers;
+//   - the mask as the kernels read it (MaskView) and the tile walk over it (TileList,
+//     TileStep, MergedLines);
+//   - loaders: swizzled tiles, 64-entry pairs, key tiles with their intervals (KeyRing);
+//   - score masking of one tile;
+//   - host: the shape and mask checks (AttnDims, mask_view) and the launch helper.
+// A kernel's shared memory is one struct (FwdSmem, DkdvSmem, DqSmem) laid over the whole
+// dynamic allocation, whose size is sizeof the struct. No kernel declares a static
+// __shared__ variable, so the allocation starts at the base of the block's shared window,
+// which is 1024-byte aligned as the swizzled tiles' alignas(1024) members need.
+// Shared tiles use the 128-byte swizzle and are filled by cp.async; products are bf16 with
+// fp32 accumulators; softmax runs in base 2; P and dS stay in registers as the A operand
+// of the next product. Every kernel works in warpgroups whose warp w holds rows
+// 16w..16w+15 of each 64-row tile (queries in the forward and the dQ pass, keys in the
+// dK/dV pass), so row reductions need only a 4-lane shuffle. docs/KERNEL_NOTES.md has the
+// design and the measurements behind it.
 #pragma once
 #include "attention/attention_cuda.h"
 
@@ -24,12 +35,16 @@ namespace {
 constexpr int BM = ATTN_TILE;  // query rows per tile
 constexpr int BN = ATTN_TILE;  // key rows per tile
 constexpr int NUM_WARPS = 4;
-constexpr int NUM_THREADS = 32 * NUM_WARPS;
+constexpr int NUM_THREADS = 32 * NUM_WARPS;  // one warpgroup
 constexpr int WARP_ROWS = 16;  // accumulator rows per warp
 static_assert(BM == NUM_WARPS * WARP_ROWS && BN == NUM_WARPS * WARP_ROWS,
               "each warp owns 16 rows of a 64-row tile");
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
+// sm_90 shared memory: what one block may opt into, and per SM, where every resident
+// block also takes 1 KiB reserved by the system.
+constexpr size_t MAX_SMEM_PER_BLOCK = 227 * 1024;
+constexpr size_t SMEM_PER_SM = 228 * 1024, SMEM_RESERVED_PER_BLOCK = 1024;
 
 // ---------------------------------------------------------------- primitives
 
@@ -38,6 +53,13 @@ __device__ __forceinline__ uint32_t smem_addr(const void *p) {
 }
 
 __device__ __forceinline__ int lane_id() { return threadIdx.x % 32; }
+
+// The accumulator row of this thread inside its warpgroup's 64-row tile: lane/4 of the
+// warp's 16 rows (the thread also holds that row + 8).
+__device__ __forceinline__ int warp_row() { return (threadIdx.x / 32) % NUM_WARPS * WARP_ROWS + lane_id() / 4; }
+
+// Whether tile `tile` (BN keys from tile * BN) runs past seq_len.
+__device__ __forceinline__ bool ragged_tile(int tile, int seq_len) { return (tile + 1) * BN > seq_len; }
 
 // 16 bytes global -> shared, asynchronously; zero-filled when !valid (src is not read).
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
@@ -49,13 +71,19 @@ __device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid
                  "r"(valid ? 4 : 0));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() {
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+// cp.async.wait_group N: all but the N most recent groups of this thread have landed.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads, e.g. one warpgroup.
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+// Hardware barrier ids of bar.sync; 0 is __syncthreads. A barrier per warpgroup takes the
+// ids [id, id + number of warpgroups).
+enum class NamedBarrier : int {
+    DqStaged = 1,  // dK/dV kernel: this warpgroup's dQ columns are in shared memory
+};
+__device__ __forceinline__ void named_barrier_sync(NamedBarrier id, int warpgroup, int threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"((int)id + warpgroup), "r"(threads) : "memory");
 }
 
 // dst[0 .. bytes/4) += src[...] in fp32, done by the copy engine from shared memory
@@ -104,8 +132,109 @@ __device__ __forceinline__ void zero(float (&acc)[N][4]) {
     for (int i = 0; i < N; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
 }
 
-// 64 entries [i0, i0 + 64) of two int/float arrays into shared memory, zero past `end`.
-// For key intervals, zero means lo = hi = 0: visible to nobody.
+// ---------------------------------------------------------------- the mask, device side
+
+// How a tile line sees a tile (mask.h's TileKind): not at all, partly, or whole.
+enum class TileClass : uint8_t { Empty, Partial, Full };
+
+// One line of a row's tile matrix: full tiles first (no mask work), then partial.
+struct TileList {
+    const int32_t *full, *partial;
+    int n_full, n_total;
+    __device__ int tile(int i) const { return i < n_full ? full[i] : partial[i - n_full]; }
+    __device__ TileClass cls(int i) const { return i < n_full ? TileClass::Full : TileClass::Partial; }
+};
+
+// One orientation of a mask's tile lists (device pointers): for line i of row r (slot
+// r * n_lines + i), full_count[slot] full and partial_count[slot] partial tiles, ascending,
+// at full_idx / partial_idx + slot * line_len. Query-major lines are query tiles listing
+// key tiles; key-major the reverse.
+struct TileListsView {
+    const int32_t *partial_count, *full_count, *partial_idx, *full_idx;
+    int n_lines, line_len;
+
+    // A line past the last (the missing partner of an odd last tile) is empty.
+    __device__ TileList line(int row, int i) const {
+        if (i >= n_lines) return {nullptr, nullptr, 0, 0};
+        const int64_t slot = (int64_t)row * n_lines + i;
+        const int n_full = full_count[slot];
+        return {full_idx + slot * line_len, partial_idx + slot * line_len, n_full, n_full + partial_count[slot]};
+    }
+};
+
+// The mask as the kernels read it: both orientations of the tile lists and the key
+// intervals lo/hi [batch, seq_len] (key k visible to query q iff lo[k] <= q < hi[k]).
+struct MaskView {
+    TileListsView by_query, by_key;
+    const int32_t *lo, *hi;
+};
+
+// One step of a walk over the tile lines of a block's N tiles: the tile, and how each
+// line sees it.
+template <int N>
+struct TileStep {
+    int tile;  // INT_MAX past the last step
+    TileClass cls[N];
+
+    __device__ bool done() const { return tile == INT_MAX; }
+    // cls[line] for a run-time line, as selects (an indexed register array would go to
+    // local memory).
+    __device__ TileClass of(int line) const {
+        TileClass c = cls[0];
+#pragma unroll
+        for (int i = 1; i < N; i++)
+            if (line == i) c = cls[i];
+        return c;
+    }
+};
+
+// The union of N tile lines (each a full and a partial list, both ascending), visited in
+// ascending order. A line that does not list a step's tile (Empty) must hide every pair
+// of it. A plain aggregate, so a block can keep one in shared memory.
+template <int N>
+struct MergedLines {
+    TileList line[N];
+    int pos_full[N], pos_partial[N];
+
+    // Lines [line0, line0 + N) of row `row`.
+    __device__ void init(const TileListsView &lists, int row, int line0) {
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            line[i] = lists.line(row, line0 + i);
+            pos_full[i] = pos_partial[i] = 0;
+        }
+    }
+    __device__ int head_full(int i) const {
+        return pos_full[i] < line[i].n_full ? line[i].full[pos_full[i]] : INT_MAX;
+    }
+    __device__ int head_partial(int i) const {
+        return pos_partial[i] < line[i].n_total - line[i].n_full ? line[i].partial[pos_partial[i]] : INT_MAX;
+    }
+    __device__ TileStep<N> next() {
+        TileStep<N> step;
+        step.tile = INT_MAX;
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            step.tile = min(step.tile, min(head_full(i), head_partial(i)));
+            step.cls[i] = TileClass::Empty;
+        }
+        if (step.done()) return step;
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            const bool full = head_full(i) == step.tile, partial = head_partial(i) == step.tile;
+            step.cls[i] = full ? TileClass::Full : partial ? TileClass::Partial : TileClass::Empty;
+            pos_full[i] += full;
+            pos_partial[i] += partial;
+        }
+        return step;
+    }
+};
+
+// ---------------------------------------------------------------- loaders
+
+// 64 entries [i0, i0 + 64) of two int/float arrays into shared memory, zero past `end`,
+// by the block's first 128 threads. For key intervals, zero means lo = hi = 0: visible to
+// nobody.
 template <typename T>
 __device__ __forceinline__ void load_pair64(T *dst_a, T *dst_b, const T *a, const T *b, int i0,
                                             int end) {
@@ -114,92 +243,6 @@ __device__ __forceinline__ void load_pair64(T *dst_a, T *dst_b, const T *a, cons
     bool valid = i0 + i < end;
     if (threadIdx.x < 64) cp_async4(dst_a + i, a + (valid ? i0 + i : 0), valid);
     else cp_async4(dst_b + i, b + (valid ? i0 + i : 0), valid);
-}
-
-// ---------------------------------------------------------------- tile lists
-
-// One line of a row's tile matrix: full tiles first (no mask work), then partial.
-struct TileList {
-    const int32_t *full, *partial;
-    int n_full, n_total;
-    __device__ int tile(int i) const { return i < n_full ? full[i] : partial[i - n_full]; }
-    __device__ bool is_partial(int i) const { return i >= n_full; }
-};
-
-// The line of query tile q_tile (key-major: of key tile k_tile) of a row; a tile past the
-// last (the missing partner of an odd last tile) has an empty line.
-__device__ TileList line_list(const TileLists &l, int row, int line) {
-    if (line >= l.n_lines) return {nullptr, nullptr, 0, 0};
-    int64_t slot = (int64_t)row * l.n_lines + line;
-    int n_full = l.full_count[slot];
-    return {l.full_idx + slot * l.line_len, l.partial_idx + slot * l.line_len, n_full,
-            n_full + l.partial_count[slot]};
-}
-__device__ TileList query_major_list(const AttnMask &m, int row, int q_tile) {
-    return line_list(m.by_query, row, q_tile);
-}
-__device__ TileList key_major_list(const AttnMask &m, int row, int k_tile) {
-    return line_list(m.by_key, row, k_tile);
-}
-
-// The union of N tile lines (each a full and a partial list, both ascending), visited in
-// ascending order. Per tile, flags: bit 2i set when line i lists it, bit 2i + 1 when
-// line i sees it whole (no mask work). A line that does not list a tile (empty for it)
-// must hide every pair of it. A plain aggregate, so a block can keep one in shared memory.
-template <int N>
-struct MergedLines {
-    TileList line[N];
-    int pos_full[N], pos_partial[N];
-
-    __device__ void init(const TileList (&lines)[N]) {
-#pragma unroll
-        for (int i = 0; i < N; i++) line[i] = lines[i];
-        restart();
-    }
-    __device__ void restart() {
-#pragma unroll
-        for (int i = 0; i < N; i++) pos_full[i] = pos_partial[i] = 0;
-    }
-    __device__ int head_full(int i) const {
-        return pos_full[i] < line[i].n_full ? line[i].full[pos_full[i]] : INT_MAX;
-    }
-    __device__ int head_partial(int i) const {
-        return pos_partial[i] < line[i].n_total - line[i].n_full ? line[i].partial[pos_partial[i]] : INT_MAX;
-    }
-    // The next tile, INT_MAX when done; its flags as above.
-    __device__ int next(int &flags) {
-        int t = INT_MAX;
-#pragma unroll
-        for (int i = 0; i < N; i++) t = min(t, min(head_full(i), head_partial(i)));
-        flags = 0;
-        if (t == INT_MAX) return t;
-#pragma unroll
-        for (int i = 0; i < N; i++) {
-            const bool full = head_full(i) == t, partial = head_partial(i) == t;
-            flags |= ((full || partial) | full << 1) << (2 * i);
-            pos_full[i] += full;
-            pos_partial[i] += partial;
-        }
-        return t;
-    }
-    __device__ static bool sees_whole(int flags, int i) { return flags >> (2 * i + 1) & 1; }
-};
-
-// Scores [16 x BN] of one warp: -inf where key k (columns, lo/hi from shared memory)
-// is hidden from query q_row (accumulator row lane/4) or q_row + 8.
-__device__ __forceinline__ void mask_scores(float (&s)[BN / 8][4], const int32_t *tile_lo,
-                                            const int32_t *tile_hi, int q_row) {
-    int l = lane_id();
-#pragma unroll
-    for (int j = 0; j < BN / 8; j++) {
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            int col = 8 * j + 2 * (l % 4) + e;
-            int lo = tile_lo[col], hi = tile_hi[col];
-            if (!(lo <= q_row && q_row < hi)) s[j][e] = -INFINITY;
-            if (!(lo <= q_row + 8 && q_row + 8 < hi)) s[j][2 + e] = -INFINITY;
-        }
-    }
 }
 
 // Rows [row0, row0 + ROWS) of one head of a [seq_len, row_stride] bf16 matrix into a
@@ -223,30 +266,134 @@ __device__ __forceinline__ void load_tile_swizzled(bf16 *tile, const bf16 *head_
     }
 }
 
+// Shared memory for a ring of key tiles: K and V swizzled (1024-byte aligned, wgmma.cuh)
+// and the intervals of their keys.
+template <int D, int STAGES>
+struct KeyRing {
+    alignas(1024) bf16 k[STAGES][BN * D];
+    alignas(1024) bf16 v[STAGES][BN * D];
+    int32_t lo[STAGES][BN], hi[STAGES][BN];
+};
+
+// Where a block's key tiles come from: one KV head of K and V ([seq_len, row_stride]) and
+// the intervals of its batch row.
+struct KeySource {
+    const bf16 *k, *v;
+    const int32_t *lo, *hi;
+    int row_stride, seq_len;
+};
+
+// Key tile `tile` into stage `stage` of a ring, by THREADS threads (the intervals by the
+// first 128); keys past seq_len are zeros with lo = hi = 0. Issues the copies only.
+template <int THREADS, int D, int STAGES>
+__device__ __forceinline__ void load_key_tile(KeyRing<D, STAGES> &ring, int stage, const KeySource &src, int tile) {
+    const int k0 = tile * BN;
+    load_tile_swizzled<BN, D, THREADS>(ring.k[stage], src.k, src.row_stride, k0, src.seq_len);
+    load_tile_swizzled<BN, D, THREADS>(ring.v[stage], src.v, src.row_stride, k0, src.seq_len);
+    if (THREADS == NUM_THREADS || threadIdx.x < NUM_THREADS)
+        load_pair64(ring.lo[stage], ring.hi[stage], src.lo, src.hi, k0, src.seq_len);
+}
+
+// ---------------------------------------------------------------- score masking
+
+// Scores [16 x BN] of one warp: -inf where key k (columns, lo/hi from shared memory)
+// is hidden from query q_row (accumulator row lane/4) or q_row + 8.
+__device__ __forceinline__ void mask_scores(float (&s)[BN / 8][4], const int32_t *tile_lo,
+                                            const int32_t *tile_hi, int q_row) {
+    int l = lane_id();
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) {
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            int col = 8 * j + 2 * (l % 4) + e;
+            int lo = tile_lo[col], hi = tile_hi[col];
+            if (!(lo <= q_row && q_row < hi)) s[j][e] = -INFINITY;
+            if (!(lo <= q_row + 8 && q_row + 8 < hi)) s[j][2 + e] = -INFINITY;
+        }
+    }
+}
+
+// The scores of a key tile that the warp's query tile sees as `cls`: a full tile needs
+// nothing unless ragged (its keys past seq_len are staged as lo = hi = 0), a partial one
+// the per-element test, and one its lists do not show (another query tile's, merged in)
+// is hidden whole.
+__device__ __forceinline__ void mask_tile(float (&s)[BN / 8][4], TileClass cls, bool ragged,
+                                          const int32_t *tile_lo, const int32_t *tile_hi, int q_row) {
+    if (cls == TileClass::Full && !ragged) return;
+    if (cls != TileClass::Empty) mask_scores(s, tile_lo, tile_hi, q_row);
+    else
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = -INFINITY;
+}
+
 // ---------------------------------------------------------------- host side
 
-inline void check_args(const AttnShape *s, const AttnMask *m) {
+constexpr int n_tiles(int seq_len, int block) { return (seq_len + block - 1) / block; }
+
+// Shape and strides of the tensors (attention_cuda.h's layouts, elements), shared by the
+// forward and backward params.
+struct AttnDims {
+    int batch, seq_len, n_heads, n_kv_heads, head_dim;
+    int group;                     // query heads per KV head
+    int n_q_tiles, n_k_tiles;
+    int s_pad;                     // seq_len padded to whole query tiles
+    int64_t n_kv;                  // elements of K (of V, dK, dV)
+    int q_row_stride, kv_row_stride;  // one token: n_heads * head_dim, n_kv_heads * head_dim
+    int64_t q_batch_stride, kv_batch_stride;
+    float scale, scale_log2;  // softmax scale, and times log2(e) for the base-2 exponent
+};
+
+inline AttnDims attn_dims(const AttnShape *s) {
     CHECK(s->batch > 0 && s->seq_len > 0 && s->n_heads > 0 && s->n_kv_heads > 0,
           "attention_cuda: batch %d, seq_len %d, n_heads %d, n_kv_heads %d must be positive",
           s->batch, s->seq_len, s->n_heads, s->n_kv_heads);
     CHECK(s->n_heads % s->n_kv_heads == 0,
           "attention_cuda: n_heads %d is not a multiple of n_kv_heads %d", s->n_heads, s->n_kv_heads);
-    CHECK(s->head_dim == 64 || s->head_dim == 128, "attention_cuda: head_dim %d (supported: 64, 128)",
-          s->head_dim);
+    CHECK(s->head_dim == 64 || s->head_dim == 128,
+          "attention_cuda: head_dim %d (supported: 64, 128)", s->head_dim);
     CHECK(s->scale > 0.0f, "attention_cuda: scale %g must be positive", s->scale);
-    CHECK(m->block_m == ATTN_TILE && m->block_n == ATTN_TILE,
-          "attention_cuda: mask tiles %dx%d, the kernels need %dx%d", m->block_m, m->block_n,
-          ATTN_TILE, ATTN_TILE);
-    CHECK(m->n_rows == s->batch && m->seq_len == s->seq_len,
-          "attention_cuda: mask built for %d rows x %d, inputs are %d x %d", m->n_rows, m->seq_len,
-          s->batch, s->seq_len);
+    AttnDims d;
+    d.batch = s->batch;
+    d.seq_len = s->seq_len;
+    d.n_heads = s->n_heads;
+    d.n_kv_heads = s->n_kv_heads;
+    d.head_dim = s->head_dim;
+    d.group = s->n_heads / s->n_kv_heads;
+    d.n_q_tiles = n_tiles(s->seq_len, BM);
+    d.n_k_tiles = n_tiles(s->seq_len, BN);
+    d.s_pad = d.n_q_tiles * BM;
+    d.n_kv = (int64_t)s->batch * s->seq_len * s->n_kv_heads * s->head_dim;
+    d.q_row_stride = s->n_heads * s->head_dim;
+    d.kv_row_stride = s->n_kv_heads * s->head_dim;
+    d.q_batch_stride = (int64_t)s->seq_len * d.q_row_stride;
+    d.kv_batch_stride = (int64_t)s->seq_len * d.kv_row_stride;
+    d.scale = s->scale;
+    d.scale_log2 = s->scale * LOG2E;
+    return d;
 }
 
-// Launches kernel<<<grid, threads, smem>>> after raising its dynamic shared-memory limit.
-template <typename Kernel, typename... Args>
-void launch(Kernel kernel, dim3 grid, int threads, size_t smem, cudaStream_t stream, Args... args) {
+// The one host function that reads the caller's mask and intervals: checks that the mask
+// was built for these inputs and the kernels' tiles, and returns the kernels' view of it.
+inline TileListsView lists_view(const TileLists &l) {
+    return {l.partial_count, l.full_count, l.partial_idx, l.full_idx, l.n_lines, l.line_len};
+}
+
+inline MaskView mask_view(const AttnDims &d, const AttnMask *m) {
+    CHECK(m->block_m == BM && m->block_n == BN,
+          "attention_cuda: mask tiles %dx%d, the kernels need %dx%d (ATTN_TILE)", m->block_m,
+          m->block_n, BM, BN);
+    CHECK(m->n_rows == d.batch && m->seq_len == d.seq_len,
+          "attention_cuda: mask built for %d rows x %d, inputs are %d x %d", m->n_rows, m->seq_len,
+          d.batch, d.seq_len);
+    return {lists_view(m->by_query), lists_view(m->by_key), m->lo, m->hi};
+}
+
+// Launches kernel<<<grid, threads, smem>>>(params) after raising its dynamic shared-memory
+// limit.
+template <typename Params>
+void launch(void (*kernel)(Params), dim3 grid, int threads, size_t smem, cudaStream_t stream, const Params &params) {
     cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    kernel<<<grid, threads, smem, stream>>>(args...);
+    kernel<<<grid, threads, smem, stream>>>(params);
     cudaCheckLaunch();
 }
 

@@ -142,6 +142,10 @@ int main(int argc, char **argv) {
             cudaCheckLaunch();
         }
         cudaCheck(cudaMalloc(&lse, (size_t)H * S * sizeof(float)));
+        const AttnShape shape = {1, S, H, H, D, 1.0f / sqrtf((float)D)};
+        void *workspace;  // backward scratch for either mode
+        cudaCheck(cudaMalloc(&workspace, std::max(attention_backward_workspace_bytes(&shape, false),
+                                                  attention_backward_workspace_bytes(&shape, true))));
         cudaCheck(cudaMalloc(&d_lo, S * sizeof(int32_t)));
         cudaCheck(cudaMalloc(&d_hi, S * sizeof(int32_t)));
         std::vector<int32_t> lo(S), hi(S);
@@ -175,12 +179,11 @@ int main(int argc, char **argv) {
             std::sort(cpu_ms.begin(), cpu_ms.end());
             std::sort(gpu_ms.begin(), gpu_ms.end());
 
-            const AttnShape shape = {1, S, H, H, D, 1.0f / sqrtf((float)D)};
             auto fwd = [&] { attention_forward_cuda(&shape, &mask, q, k, v, out, lse, 0); };
             auto fwdbwd = [&](bool deterministic) {
                 fwd();
-                attention_backward_cuda(&shape, &mask, q, k, v, out, lse, dout, dq, dk, dv, 0,
-                                        deterministic);
+                attention_backward_cuda(&shape, &mask, q, k, v, out, lse, dout, dq, dk, dv,
+                                        deterministic, workspace, 0);
             };
             const float t_fwd = median_ms(fwd);
             const float t_fb = median_ms([&] { fwdbwd(false); });
@@ -194,6 +197,7 @@ int main(int argc, char **argv) {
         }
         for (int i = 0; i < 8; i++) cudaCheck(cudaFree(*tensors[i]));
         cudaCheck(cudaFree(lse));
+        cudaCheck(cudaFree(workspace));
         cudaCheck(cudaFree(d_lo));
         cudaCheck(cudaFree(d_hi));
     }

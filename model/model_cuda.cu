@@ -95,6 +95,7 @@ struct CudaModel {
     bf16 *d_q;         // [T, H, D]
     bf16 *d_k, *d_v;   // [T, KV, D]
     bf16 *d_act;       // [T, F]
+    void *attn_workspace;  // attention backward scratch, sized for max_rows in either mode
 
     // host side
     int32_t *host_slots, *host_targets;  // [T] staging of target_slots / slot_targets
@@ -165,6 +166,11 @@ static void carve(CudaModel *m, Arena *a) {
     m->d_k = take<bf16>(a, T * KVD);
     m->d_v = take<bf16>(a, T * KVD);
     m->d_act = take<bf16>(a, T * F);
+    const AttnShape max_shape = {m->max_rows, m->seq_len, cfg->num_attention_heads, cfg->num_key_value_heads,
+                                 m->head_dim, 1.0f / sqrtf((float)m->head_dim)};
+    const size_t ws_fast = attention_backward_workspace_bytes(&max_shape, false),
+                 ws_det = attention_backward_workspace_bytes(&max_shape, true);
+    m->attn_workspace = take<char>(a, ws_fast > ws_det ? ws_fast : ws_det);
 }
 
 CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len) {
@@ -550,7 +556,8 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
                                        params + w[W_O], T, m->q_dim, C, s);
         stage(m, "bwd o matmul");
         attention_backward_cuda(&shape, &m->mask, a->q, a->k, a->v, a->attn,
-                                a->lse, m->d_attn, m->d_q, m->d_k, m->d_v, s, m->deterministic);
+                                a->lse, m->d_attn, m->d_q, m->d_k, m->d_v, m->deterministic,
+                                m->attn_workspace, s);
         stage(m, "bwd attention");
         rope_merge_qkv_backward_cuda(m->qkv, m->d_q, m->d_k, m->d_v, m->rope_cos_sin, T, H, KV, D,
                                      s);

@@ -5,8 +5,8 @@
 // Memory: the caller owns the parameters (bf16, [ParamTable.total], the table's
 // offsets) and the gradients (fp32, [ParamTable.total], the same offsets), each one
 // device allocation. The model owns one activation arena sized at creation for
-// max_rows x seq_len; a step allocates nothing on the device (the attention backward
-// takes its scratch from the stream-ordered pool, see attention_cuda.h).
+// max_rows x seq_len; a step allocates nothing on the device (the arena also holds the
+// attention backward's workspace, see attention_cuda.h).
 //
 // Requires ops_cuda_init(max_tokens >= max_rows * seq_len, max_channels >= hidden_size)
 // before cuda_model_create (the ops' scratch is process-wide, see ops_cuda.h).

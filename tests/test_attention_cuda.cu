@@ -198,6 +198,9 @@ void run_case(const Case &c, TestRng *rng, int deterministic_runs) {
     attn_bf16 *d_out = device_alloc<attn_bf16>(n_q), *d_dq = device_alloc<attn_bf16>(n_q);
     attn_bf16 *d_dk = device_alloc<attn_bf16>(n_kv), *d_dv = device_alloc<attn_bf16>(n_kv);
     float *d_lse = device_alloc<float>(n_lse);
+    // Backward workspaces of exactly the reported sizes (memcheck sees any overrun).
+    void *d_ws[2] = {device_alloc<char>(attention_backward_workspace_bytes(&shape, false)),
+                     device_alloc<char>(attention_backward_workspace_bytes(&shape, true))};
 
     float *out_ref = host_alloc<float>(n_q), *lse_ref = host_alloc<float>(n_lse);
     float *dq_ref = host_alloc<float>(n_q), *dk_ref = host_alloc<float>(n_kv), *dv_ref = host_alloc<float>(n_kv);
@@ -240,7 +243,7 @@ void run_case(const Case &c, TestRng *rng, int deterministic_runs) {
         cudaCheck(cudaMemset(d_dk, 0xff, n_kv * 2));
         cudaCheck(cudaMemset(d_dv, 0xff, n_kv * 2));
         attention_backward_cuda(&shape, &mask, d_q, d_k, d_v, d_out, d_lse, d_dout, d_dq,
-                                d_dk, d_dv, 0, deterministic);
+                                d_dk, d_dv, deterministic, d_ws[deterministic], 0);
         cudaCheck(cudaDeviceSynchronize());
         std::vector<float> dq = download_bf16(d_dq, n_q), dk = download_bf16(d_dk, n_kv),
                            dv = download_bf16(d_dv, n_kv);
@@ -267,7 +270,7 @@ void run_case(const Case &c, TestRng *rng, int deterministic_runs) {
     int differing_runs = 0;
     for (int run = 0; run < deterministic_runs; run++) {
         attention_backward_cuda(&shape, &mask, d_q, d_k, d_v, d_out, d_lse, d_dout, d_dq,
-                                d_dk, d_dv, 0, true);
+                                d_dk, d_dv, true, d_ws[1], 0);
         cudaCheck(cudaDeviceSynchronize());
         differing_runs += download_bits(d_dq, n_q) != dq0 || download_bits(d_dk, n_kv) != dk0 ||
                           download_bits(d_dv, n_kv) != dv0;
@@ -283,7 +286,7 @@ void run_case(const Case &c, TestRng *rng, int deterministic_runs) {
     cudaCheck(cudaMemset(mask.by_key.full_count, 0, (size_t)B * mask.by_key.n_lines * 4));
     attention_forward_cuda(&shape, &mask, d_q, d_k, d_v, d_out, d_lse, 0);
     attention_backward_cuda(&shape, &mask, d_q, d_k, d_v, d_out, d_lse, d_dout, d_dq,
-                            d_dk, d_dv, 0, false);
+                            d_dk, d_dv, false, d_ws[0], 0);
     cudaCheck(cudaDeviceSynchronize());
     int nonzero = 0;
     for (const std::vector<float> &x : {download_bf16(d_out, n_q), download_bf16(d_dq, n_q),
@@ -295,7 +298,7 @@ void run_case(const Case &c, TestRng *rng, int deterministic_runs) {
     attn_mask_free_device(&gpu_built);
     attn_mask_free(&host_mask);
     for (void *p : {(void *)d_q, (void *)d_k, (void *)d_v, (void *)d_dout, (void *)d_out, (void *)d_dq,
-                    (void *)d_dk, (void *)d_dv, (void *)d_lse, (void *)d_lo, (void *)d_hi})
+                    (void *)d_dk, (void *)d_dv, (void *)d_lse, (void *)d_lo, (void *)d_hi, d_ws[0], d_ws[1]})
         cudaCheck(cudaFree(p));
     for (void *p : {(void *)lo, (void *)hi, (void *)out_ref, (void *)lse_ref, (void *)dq_ref,
                     (void *)dk_ref, (void *)dv_ref})

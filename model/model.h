@@ -13,6 +13,21 @@ typedef struct {
     bool tie_word_embeddings;
 } ModelConfig;
 
+// The widths every part of the model derives from a ModelConfig.
+typedef struct {
+    int head_dim;  // D: one attention head (hidden_size / num_attention_heads)
+    int q_dim;     // H * D: q_proj output, attention output, o_proj input
+    int kv_dim;    // KV * D: k_proj and v_proj output each
+    int qkv_dim;   // q_dim + 2 * kv_dim: the stacked [q; k; v] projection
+} ModelDims;
+
+// Validates the config (fatal, naming the model.* key, for anything the model cannot
+// run: a non-positive size, a head dim that does not divide hidden_size or is odd
+// (RoPE rotates halves), query heads that are not a multiple of the key/value heads,
+// a non-positive rms_norm_eps or rope_theta) and returns its dimensions. The one place
+// that derives them: the parameter table and both backends call it.
+ModelDims model_dims(const ModelConfig *cfg);
+
 // One tensor inside the flat parameter buffer (the same offsets index the
 // gradient buffer and each optimizer-state buffer).
 typedef struct {
@@ -31,7 +46,7 @@ typedef struct {
     size_t total;        // elements in the flat buffer
 } ParamTable;
 
-// Tensor order: model.embed_tokens.weight; per layer i: input_layernorm, q_proj,
+// Validates cfg (model_dims). Tensor order: model.embed_tokens.weight; per layer i: input_layernorm, q_proj,
 // k_proj, v_proj, o_proj, post_attention_layernorm, gate_proj, up_proj, down_proj;
 // model.norm.weight; lm_head.weight (absent when tied).
 void param_table_build(const ModelConfig *cfg, ParamTable *out);

@@ -34,7 +34,8 @@ typedef struct {
 struct CpuModel {
     ModelConfig cfg;
     ParamTable table;
-    int max_rows, seq_len, head_dim, q_dim, kv_dim;
+    ModelDims dims;
+    int max_rows, seq_len;
     int chunk_capacity, chunk_rows;  // logit rows allocated / used per chunk
     ParamOffsets off;  // tensor offsets in the flat parameter/gradient buffers
     float **allocations;    // every buffer below, for cpu_model_free
@@ -76,19 +77,17 @@ CpuModel *cpu_model_create(const ModelConfig *cfg, int max_rows, int seq_len) {
               __LINE__, max_rows, seq_len);
     CpuModel *m = xcalloc(1, sizeof(CpuModel));
     m->cfg = *cfg;
-    param_table_build(cfg, &m->table);  // validates cfg
+    m->dims = model_dims(cfg);
+    param_table_build(cfg, &m->table);
     m->max_rows = max_rows;
     m->seq_len = seq_len;
-    m->head_dim = cfg->hidden_size / cfg->num_attention_heads;
-    m->q_dim = cfg->num_attention_heads * m->head_dim;
-    m->kv_dim = cfg->num_key_value_heads * m->head_dim;
 
     const int L = cfg->num_hidden_layers;
     param_offsets_resolve(cfg, &m->table, &m->off);
 
     const size_t T = (size_t)max_rows * seq_len, C = cfg->hidden_size,
                  F = cfg->intermediate_size, V = cfg->vocab_size;
-    const size_t QD = m->q_dim, KVD = m->kv_dim, H = cfg->num_attention_heads;
+    const size_t QD = m->dims.q_dim, KVD = m->dims.kv_dim, H = cfg->num_attention_heads;
     m->residual = xmalloc((size_t)(L + 1) * sizeof(float *));
     for (int l = 0; l <= L; l++) m->residual[l] = alloc_floats(m, T * C);
     m->layers = xcalloc((size_t)L, sizeof(LayerActivations));
@@ -161,14 +160,15 @@ static void zero_floats(float *x, size_t n) { memset(x, 0, n * sizeof(float)); }
 
 static AttnShape attention_shape(const CpuModel *m, const ModelBatch *b) {
     return (AttnShape){b->n_rows, b->seq_len, m->cfg.num_attention_heads,
-                       m->cfg.num_key_value_heads, m->head_dim, 1.0f / sqrtf((float)m->head_dim)};
+                       m->cfg.num_key_value_heads, m->dims.head_dim,
+                       1.0f / sqrtf((float)m->dims.head_dim)};
 }
 
 // Embedding and all layers up to the final norm; fills every saved activation.
 static void forward_body(CpuModel *m, const float *params, const ModelBatch *b) {
     const ModelConfig *cfg = &m->cfg;
     const int T = b->n_rows * b->seq_len, C = cfg->hidden_size, F = cfg->intermediate_size;
-    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->head_dim;
+    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->dims.head_dim;
     const AttnShape shape = attention_shape(m, b);
 
     embedding_forward(m->residual[0], b->token, params + m->off.embed, T, C);
@@ -177,13 +177,13 @@ static void forward_body(CpuModel *m, const float *params, const ModelBatch *b) 
         LayerActivations *a = &m->layers[l];
         const float *x = m->residual[l];
         rmsnorm_forward(a->ln1, a->ln1_rstd, x, params + w[W_INPUT_NORM], T, C, cfg->rms_norm_eps);
-        matmul_forward(a->q, a->ln1, params + w[W_Q], T, C, m->q_dim);
-        matmul_forward(a->k, a->ln1, params + w[W_K], T, C, m->kv_dim);
-        matmul_forward(a->v, a->ln1, params + w[W_V], T, C, m->kv_dim);
+        matmul_forward(a->q, a->ln1, params + w[W_Q], T, C, m->dims.q_dim);
+        matmul_forward(a->k, a->ln1, params + w[W_K], T, C, m->dims.kv_dim);
+        matmul_forward(a->v, a->ln1, params + w[W_V], T, C, m->dims.kv_dim);
         rope_forward(a->q, b->pos, T, H, D, cfg->rope_theta);
         rope_forward(a->k, b->pos, T, KV, D, cfg->rope_theta);
         attention_forward_cpu(&shape, b->mask, b->lo, b->hi, a->q, a->k, a->v, a->attn, a->lse);
-        matmul_forward(m->proj_out, a->attn, params + w[W_O], T, m->q_dim, C);
+        matmul_forward(m->proj_out, a->attn, params + w[W_O], T, m->dims.q_dim, C);
         add_arrays(a->mid, x, m->proj_out, (size_t)T * C);
 
         rmsnorm_forward(a->ln2, a->ln2_rstd, a->mid, params + w[W_POST_NORM], T, C,
@@ -253,7 +253,7 @@ double cpu_model_forward_backward(CpuModel *m, const float *params, float *grads
 
     const ModelConfig *cfg = &m->cfg;
     const int T = b->n_rows * b->seq_len, C = cfg->hidden_size, F = cfg->intermediate_size;
-    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->head_dim;
+    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->dims.head_dim;
     const int L = cfg->num_hidden_layers;
     const AttnShape shape = attention_shape(m, b);
 
@@ -277,20 +277,20 @@ double cpu_model_forward_backward(CpuModel *m, const float *params, float *grads
                          params + w[W_POST_NORM], a->ln2_rstd, T, C);
 
         // Attention block: mid = residual[l] + o_proj(attention(rope(q), rope(k), v)).
-        zero_floats(m->d_attn, (size_t)T * m->q_dim);
+        zero_floats(m->d_attn, (size_t)T * m->dims.q_dim);
         matmul_backward(m->d_attn, grads + w[W_O], m->d_residual, a->attn, params + w[W_O], T,
-                        m->q_dim, C);
+                        m->dims.q_dim, C);
         attention_backward_cpu(&shape, b->mask, b->lo, b->hi, a->q, a->k, a->v, a->attn, a->lse,
                                m->d_attn, m->d_q, m->d_k, m->d_v);
         rope_backward(m->d_q, b->pos, T, H, D, cfg->rope_theta);
         rope_backward(m->d_k, b->pos, T, KV, D, cfg->rope_theta);
         zero_floats(m->d_normed, (size_t)T * C);
         matmul_backward(m->d_normed, grads + w[W_Q], m->d_q, a->ln1, params + w[W_Q], T, C,
-                        m->q_dim);
+                        m->dims.q_dim);
         matmul_backward(m->d_normed, grads + w[W_K], m->d_k, a->ln1, params + w[W_K], T, C,
-                        m->kv_dim);
+                        m->dims.kv_dim);
         matmul_backward(m->d_normed, grads + w[W_V], m->d_v, a->ln1, params + w[W_V], T, C,
-                        m->kv_dim);
+                        m->dims.kv_dim);
         rmsnorm_backward(m->d_residual, grads + w[W_INPUT_NORM], m->d_normed, m->residual[l],
                          params + w[W_INPUT_NORM], a->ln1_rstd, T, C);
     }

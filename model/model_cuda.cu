@@ -53,7 +53,8 @@ typedef struct {
 struct CudaModel {
     ModelConfig cfg;
     ParamTable table;
-    int max_rows, seq_len, head_dim, q_dim, kv_dim, chunk_rows;
+    ModelDims dims;
+    int max_rows, seq_len, chunk_rows;
     bool deterministic;
     ParamOffsets off;  // tensor offsets in the flat parameter/gradient buffers
     cudaStream_t stream;
@@ -137,14 +138,14 @@ static void carve(CudaModel *m, Arena *a) {
     const ModelConfig *cfg = &m->cfg;
     const size_t T = (size_t)m->max_rows * m->seq_len, C = cfg->hidden_size,
                  F = cfg->intermediate_size, V = cfg->vocab_size, H = cfg->num_attention_heads;
-    const size_t QD = m->q_dim, KVD = m->kv_dim, chunk = m->chunk_rows;
+    const size_t QD = m->dims.q_dim, KVD = m->dims.kv_dim, chunk = m->chunk_rows;
     const int L = cfg->num_hidden_layers;
 
     m->token = take<int32_t>(a, T);
     m->pos = take<int32_t>(a, T);
     m->lo = take<int32_t>(a, T);
     m->hi = take<int32_t>(a, T);
-    m->rope_cos_sin = take<float2>(a, T * (m->head_dim / 2));
+    m->rope_cos_sin = take<float2>(a, T * (m->dims.head_dim / 2));
     m->target_slots = take<int32_t>(a, T);
     m->slot_targets = take<int32_t>(a, T);
     m->target_losses = take<float>(a, T);
@@ -193,17 +194,15 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len) 
               __LINE__, max_rows, seq_len, INT_MAX);
     CudaModel *m = (CudaModel *)xcalloc(1, sizeof(CudaModel));
     m->cfg = *cfg;
-    param_table_build(cfg, &m->table);  // validates cfg
+    m->dims = model_dims(cfg);
+    if (!model_dims_cuda_supported(&m->dims))
+        fatal("cuda backend: head dim (model.hidden_size %d / model.num_attention_heads %d = %d) "
+              "must be 64 or 128 for the attention kernels",
+              cfg->hidden_size, cfg->num_attention_heads, m->dims.head_dim);
+    param_table_build(cfg, &m->table);
     m->max_rows = max_rows;
     m->seq_len = seq_len;
-    m->head_dim = cfg->hidden_size / cfg->num_attention_heads;
-    m->q_dim = cfg->num_attention_heads * m->head_dim;
-    m->kv_dim = cfg->num_key_value_heads * m->head_dim;
     m->deterministic = true;
-    if (m->head_dim != 64 && m->head_dim != 128)
-        fatal("%s:%d: cuda backend: head dim (model.hidden_size %d / model.num_attention_heads "
-              "%d = %d) must be 64 or 128 for the attention kernels",
-              __FILE__, __LINE__, cfg->hidden_size, cfg->num_attention_heads, m->head_dim);
     const int T = max_rows * seq_len;
     const OpsCudaState *ops = ops_cuda_state("cuda_model_create");
     if (ops->max_tokens < T || ops->max_channels < cfg->hidden_size)
@@ -218,7 +217,7 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len) 
     const size_t C = cfg->hidden_size, F = cfg->intermediate_size;
     for (int l = 0; l < L; l++) {
         const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
-        if (w[W_K] != w[W_Q] + m->q_dim * C || w[W_V] != w[W_K] + m->kv_dim * C ||
+        if (w[W_K] != w[W_Q] + m->dims.q_dim * C || w[W_V] != w[W_K] + m->dims.kv_dim * C ||
             w[W_UP] != w[W_GATE] + F * C)
             fatal("%s:%d: layer %d: q/k/v or gate/up weights are not consecutive in the "
                   "parameter table",
@@ -283,6 +282,10 @@ void cuda_model_set_deterministic(CudaModel *m, bool deterministic) {
 }
 
 size_t cuda_model_arena_bytes(const CudaModel *m) { return m->arena_bytes; }
+
+bool model_dims_cuda_supported(const ModelDims *d) {
+    return d->head_dim == 64 || d->head_dim == 128;
+}
 
 // ------------------------------------------------------------- stage timing
 
@@ -420,7 +423,8 @@ static void zero_async(CudaModel *m, void *p, size_t bytes) {
 
 static AttnShape attention_shape(const CudaModel *m, const ModelBatch *b) {
     return AttnShape{b->n_rows, b->seq_len, m->cfg.num_attention_heads,
-                     m->cfg.num_key_value_heads, m->head_dim, 1.0f / sqrtf((float)m->head_dim)};
+                     m->cfg.num_key_value_heads, m->dims.head_dim,
+                     1.0f / sqrtf((float)m->dims.head_dim)};
 }
 
 // Embedding and all layers up to the final norm; fills every saved activation. Each
@@ -429,8 +433,8 @@ static AttnShape attention_shape(const CudaModel *m, const ModelBatch *b) {
 static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) {
     const ModelConfig *cfg = &m->cfg;
     const int T = b->n_rows * b->seq_len, C = cfg->hidden_size, F = cfg->intermediate_size;
-    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->head_dim;
-    const int L = cfg->num_hidden_layers, QKV = m->q_dim + 2 * m->kv_dim;
+    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->dims.head_dim;
+    const int L = cfg->num_hidden_layers, QKV = m->dims.qkv_dim;
     const AttnShape shape = attention_shape(m, b);
     const cudaStream_t s = m->stream;
 
@@ -450,7 +454,7 @@ static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) 
         attention_forward_cuda(&shape, &m->mask, m->lo, m->hi, a->q, a->k, a->v, a->attn, a->lse,
                                s);
         stage(m, "fwd attention");
-        matmul_forward_cuda(m->proj_out, a->attn, params + w[W_O], T, m->q_dim, C, s);
+        matmul_forward_cuda(m->proj_out, a->attn, params + w[W_O], T, m->dims.q_dim, C, s);
         stage(m, "fwd o matmul");
         add_rmsnorm_forward_cuda(a->mid, m->ln, a->ln2_rstd, m->residual[l], m->proj_out,
                                  params + w[W_POST_NORM], T, C, cfg->rms_norm_eps, s);
@@ -539,8 +543,8 @@ double cuda_model_forward(CudaModel *m, const void *params_bf16, const ModelBatc
 static void backward(CudaModel *m, const bf16 *params, float *grads, const ModelBatch *b) {
     const ModelConfig *cfg = &m->cfg;
     const int T = b->n_rows * b->seq_len, C = cfg->hidden_size, F = cfg->intermediate_size;
-    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->head_dim;
-    const int L = cfg->num_hidden_layers, QKV = m->q_dim + 2 * m->kv_dim;
+    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->dims.head_dim;
+    const int L = cfg->num_hidden_layers, QKV = m->dims.qkv_dim;
     const AttnShape shape = attention_shape(m, b);
     const cudaStream_t s = m->stream;
 
@@ -576,7 +580,7 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
 
         // Attention block: mid = residual[l] + o_proj(attention(rope(q), rope(k), v)).
         matmul_backward_overwrite_cuda(m->d_attn, grads + w[W_O], m->d_residual, a->attn,
-                                       params + w[W_O], T, m->q_dim, C, s);
+                                       params + w[W_O], T, m->dims.q_dim, C, s);
         stage(m, "bwd o matmul");
         attention_backward_cuda(&shape, &m->mask, m->lo, m->hi, a->q, a->k, a->v, a->attn,
                                 a->lse, m->d_attn, m->d_q, m->d_k, m->d_v, s, m->deterministic);

@@ -25,8 +25,12 @@ extern "C" {  // model.h is a plain C header without guards of its own
 
 typedef struct CudaModel CudaModel;
 
-// Validates the config (fatal, naming the field, for anything the kernels cannot run:
-// head_dim must be 64 or 128) and allocates the activation arena once.
+// Whether the CUDA kernels run a model of these dimensions: the attention kernels are
+// built for head dims 64 and 128.
+bool model_dims_cuda_supported(const ModelDims *d);
+
+// Validates the config (model_dims, then model_dims_cuda_supported: fatal, naming the
+// fields) and allocates the activation arena once.
 CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len);
 void cuda_model_free(CudaModel *m);
 

@@ -6,36 +6,6 @@
 #include "common/check.h"
 #include "model/model.h"
 
-// Rejects configurations the model code cannot run (every field is named).
-static void validate_config(const ModelConfig *cfg) {
-    const struct { const char *name; int value; } positive[] = {
-        {"vocab_size", cfg->vocab_size},
-        {"hidden_size", cfg->hidden_size},
-        {"intermediate_size", cfg->intermediate_size},
-        {"num_hidden_layers", cfg->num_hidden_layers},
-        {"num_attention_heads", cfg->num_attention_heads},
-        {"num_key_value_heads", cfg->num_key_value_heads},
-    };
-    for (size_t i = 0; i < sizeof(positive) / sizeof(positive[0]); i++)
-        if (positive[i].value <= 0)
-            fatal("%s:%d: model.%s must be positive, got %d", __FILE__, __LINE__,
-                  positive[i].name, positive[i].value);
-    if (cfg->hidden_size % cfg->num_attention_heads != 0)
-        fatal("%s:%d: model.hidden_size %d is not a multiple of model.num_attention_heads %d",
-              __FILE__, __LINE__, cfg->hidden_size, cfg->num_attention_heads);
-    if ((cfg->hidden_size / cfg->num_attention_heads) % 2 != 0)
-        fatal("%s:%d: head dim (hidden_size / num_attention_heads = %d) must be even for RoPE",
-              __FILE__, __LINE__, cfg->hidden_size / cfg->num_attention_heads);
-    if (cfg->num_attention_heads % cfg->num_key_value_heads != 0)
-        fatal("%s:%d: model.num_attention_heads %d is not a multiple of "
-              "model.num_key_value_heads %d",
-              __FILE__, __LINE__, cfg->num_attention_heads, cfg->num_key_value_heads);
-    if (!(cfg->rms_norm_eps > 0.0f))
-        fatal("%s:%d: model.rms_norm_eps must be positive", __FILE__, __LINE__);
-    if (!(cfg->rope_theta > 0.0f))
-        fatal("%s:%d: model.rope_theta must be positive", __FILE__, __LINE__);
-}
-
 static void add_tensor(ParamTable *t, int *cap, int ndim, int64_t rows, int64_t cols,
                        bool is_norm, bool is_embedding, const char *fmt, int layer) {
     if (t->n_tensors == *cap) {
@@ -56,11 +26,9 @@ static void add_tensor(ParamTable *t, int *cap, int ndim, int64_t rows, int64_t 
 }
 
 void param_table_build(const ModelConfig *cfg, ParamTable *out) {
-    validate_config(cfg);
+    const ModelDims dims = model_dims(cfg);
     const int64_t V = cfg->vocab_size, C = cfg->hidden_size, F = cfg->intermediate_size;
-    const int64_t head_dim = C / cfg->num_attention_heads;
-    const int64_t q_dim = cfg->num_attention_heads * head_dim;
-    const int64_t kv_dim = cfg->num_key_value_heads * head_dim;
+    const int64_t q_dim = dims.q_dim, kv_dim = dims.kv_dim;
     memset(out, 0, sizeof(*out));
     int cap = 0;
     add_tensor(out, &cap, 2, V, C, false, true, "model.embed_tokens.weight", 0);

@@ -1,6 +1,6 @@
 // Shared by the model/*_cuda.cu files only (not part of the ops interface):
 // launch-size helpers, warp/block reductions, and access to the process-wide
-// state that ops_cuda_init creates (model/ops_cuda.cu).
+// state that ops_cuda_init creates (model/ops_cuda_state.cu).
 #pragma once
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -67,6 +67,12 @@ typedef struct {
 } OpsCudaState;
 
 const OpsCudaState *ops_cuda_state(const char *op);
+// The state, after checking that an N x C call of `op` fits the scratch made at init.
+const OpsCudaState *ops_cuda_state_for_tokens(const char *op, int N, int C);
+
+// Scratch bytes of the embedding backward's radix sort of n (token, row) pairs; a pure
+// host query (model/embedding_cuda.cu), which ops_cuda_init sizes the scratch by.
+size_t embedding_sort_temp_bytes(int n);
 
 // Row groups of rmsnorm's dweight reduction and blocks of the grad-norm reduction;
 // fixed (not device-dependent) so results are identical on any GPU.

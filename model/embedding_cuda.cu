@@ -4,7 +4,37 @@
 #include "model/ops_cuda.h"
 #include "model/ops_cuda_internal.cuh"
 
-enum { EMBEDDING_THREADS = 256 };
+enum { ROW_COPY_THREADS = 256, EMBEDDING_THREADS = 256 };
+
+// dst[r, :] = src[slots[r], :] for r < rows (one block per row).
+__global__ void gather_rows_kernel(bf16 *dst, const bf16 *src, const int32_t *slots, int C) {
+    const int64_t r = blockIdx.x;
+    const bf16 *from = src + (int64_t)slots[r] * C;
+    bf16 *to = dst + r * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) to[c] = from[c];
+}
+
+// dst[slots[r], :] = src[r, :] for r < rows (slots distinct, so no two blocks collide).
+__global__ void scatter_rows_kernel(bf16 *dst, const bf16 *src, const int32_t *slots, int C) {
+    const int64_t r = blockIdx.x;
+    const bf16 *from = src + r * C;
+    bf16 *to = dst + (int64_t)slots[r] * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) to[c] = from[c];
+}
+
+void gather_rows_cuda(bf16 *dst, const bf16 *src, const int32_t *slots, int rows, int C,
+                      cudaStream_t stream) {
+    if (rows == 0) return;
+    gather_rows_kernel<<<rows, ROW_COPY_THREADS, 0, stream>>>(dst, src, slots, C);
+    cudaCheckLaunch();
+}
+
+void scatter_rows_cuda(bf16 *dst, const bf16 *src, const int32_t *slots, int rows, int C,
+                       cudaStream_t stream) {
+    if (rows == 0) return;
+    scatter_rows_kernel<<<rows, ROW_COPY_THREADS, 0, stream>>>(dst, src, slots, C);
+    cudaCheckLaunch();
+}
 
 // Scratch bytes CUB's radix sort needs for n (token, row) pairs; a pure host query.
 size_t embedding_sort_temp_bytes(int n) {
@@ -13,16 +43,6 @@ size_t embedding_sort_temp_bytes(int n) {
                                               (int32_t *)nullptr, (const int32_t *)nullptr,
                                               (int32_t *)nullptr, n));
     return bytes;
-}
-
-
-// One block per token row.
-__global__ void embedding_forward_kernel(bf16 *out, const int32_t *tokens, const bf16 *wte,
-                                         int C) {
-    const int64_t n = blockIdx.x;
-    const bf16 *src = wte + (int64_t)tokens[n] * C;
-    bf16 *dst = out + n * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) dst[c] = src[c];
 }
 
 // One block per position of the sorted token list; only the first position of
@@ -60,9 +80,7 @@ __global__ void embedding_backward_kernel(float *dwte, const bf16 *dout,
 void embedding_forward_cuda(bf16 *out, const int32_t *tokens, const bf16 *wte, int N, int C,
                             cudaStream_t stream) {
     if (N < 0 || C <= 0) fatal("embedding_forward_cuda: bad shape N=%d C=%d", N, C);
-    if (N == 0) return;
-    embedding_forward_kernel<<<N, EMBEDDING_THREADS, 0, stream>>>(out, tokens, wte, C);
-    cudaCheckLaunch();
+    gather_rows_cuda(out, wte, tokens, N, C, stream);
 }
 
 void embedding_backward_cuda(float *dwte, const bf16 *dout, const int32_t *tokens, int N, int C,

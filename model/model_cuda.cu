@@ -15,14 +15,13 @@
 #include <string.h>
 #include "attention/attention_cuda.h"
 #include "common/cuda_check.h"
+#include "model/arena_cuda.cuh"
 #include "model/model_cuda.h"
 #include "model/ops_cuda.h"
 #include "model/ops_cuda_internal.cuh"
 
 // The logits of at most this many elements exist at once (128 MiB of bf16).
 enum { LOGIT_CHUNK_ELEMENTS = 1 << 26 };
-// Every buffer of the arena starts on this boundary (what cuBLASLt prefers).
-enum { ARENA_ALIGNMENT = 256 };
 
 // Optional per-stage timing (environment ONEPASS_STAGE_TIMES=1, for profiling): an
 // event on the model's stream after each stage; after each step's synchronisation the
@@ -103,20 +102,6 @@ struct CudaModel {
     bool have_rebuilt;
 };
 
-// Bump allocation inside the arena. With base == NULL it only counts bytes, so the
-// same carve function sizes the arena and then hands out its pointers.
-typedef struct {
-    char *base;
-    size_t used;
-} Arena;
-
-template <typename T>
-static T *take(Arena *a, size_t count) {
-    const size_t start = (a->used + ARENA_ALIGNMENT - 1) / ARENA_ALIGNMENT * ARENA_ALIGNMENT;
-    a->used = start + count * sizeof(T);
-    return a->base ? reinterpret_cast<T *>(a->base + start) : nullptr;
-}
-
 // The eight arrays of a TileMask and their lengths for its n_rows.
 typedef struct {
     int32_t **ptr[8];
@@ -141,48 +126,48 @@ static void carve(CudaModel *m, Arena *a) {
     const size_t QD = m->dims.q_dim, KVD = m->dims.kv_dim, chunk = m->chunk_rows;
     const int L = cfg->num_hidden_layers;
 
-    m->token = take<int32_t>(a, T);
-    m->pos = take<int32_t>(a, T);
-    m->lo = take<int32_t>(a, T);
-    m->hi = take<int32_t>(a, T);
-    m->rope_cos_sin = take<float2>(a, T * (m->dims.head_dim / 2));
-    m->target_slots = take<int32_t>(a, T);
-    m->slot_targets = take<int32_t>(a, T);
-    m->target_losses = take<float>(a, T);
+    m->token = arena_take<int32_t>(a, T);
+    m->pos = arena_take<int32_t>(a, T);
+    m->lo = arena_take<int32_t>(a, T);
+    m->hi = arena_take<int32_t>(a, T);
+    m->rope_cos_sin = arena_take<float2>(a, T * (m->dims.head_dim / 2));
+    m->target_slots = arena_take<int32_t>(a, T);
+    m->slot_targets = arena_take<int32_t>(a, T);
+    m->target_losses = arena_take<float>(a, T);
     MaskArrays mask = mask_arrays(&m->mask);  // m->mask sized for max_rows
-    for (int i = 0; i < 8; i++) *mask.ptr[i] = take<int32_t>(a, mask.count[i]);
+    for (int i = 0; i < 8; i++) *mask.ptr[i] = arena_take<int32_t>(a, mask.count[i]);
 
-    for (int l = 0; l <= L; l++) m->residual[l] = take<bf16>(a, T * C);
+    for (int l = 0; l <= L; l++) m->residual[l] = arena_take<bf16>(a, T * C);
     for (int l = 0; l < L; l++) {
         LayerActivations *la = &m->layers[l];
-        la->ln1_rstd = take<float>(a, T);
-        la->q = take<bf16>(a, T * QD);
-        la->k = take<bf16>(a, T * KVD);
-        la->v = take<bf16>(a, T * KVD);
-        la->attn = take<bf16>(a, T * QD);
-        la->lse = take<float>(a, T * H);
-        la->mid = take<bf16>(a, T * C);
-        la->ln2_rstd = take<float>(a, T);
+        la->ln1_rstd = arena_take<float>(a, T);
+        la->q = arena_take<bf16>(a, T * QD);
+        la->k = arena_take<bf16>(a, T * KVD);
+        la->v = arena_take<bf16>(a, T * KVD);
+        la->attn = arena_take<bf16>(a, T * QD);
+        la->lse = arena_take<float>(a, T * H);
+        la->mid = arena_take<bf16>(a, T * C);
+        la->ln2_rstd = arena_take<float>(a, T);
     }
-    m->ln = take<bf16>(a, T * C);
-    m->gate_up = take<bf16>(a, T * 2 * F);
-    m->qkv = take<bf16>(a, T * (QD + 2 * KVD));
-    m->act = take<bf16>(a, T * F);
-    m->proj_out = take<bf16>(a, T * C);
-    m->final_norm = take<bf16>(a, T * C);
-    m->final_rstd = take<float>(a, T);
+    m->ln = arena_take<bf16>(a, T * C);
+    m->gate_up = arena_take<bf16>(a, T * 2 * F);
+    m->qkv = arena_take<bf16>(a, T * (QD + 2 * KVD));
+    m->act = arena_take<bf16>(a, T * F);
+    m->proj_out = arena_take<bf16>(a, T * C);
+    m->final_norm = arena_take<bf16>(a, T * C);
+    m->final_rstd = arena_take<float>(a, T);
 
-    m->chunk_input = take<bf16>(a, chunk * C);
-    m->chunk_logits = take<bf16>(a, chunk * V);
-    m->chunk_dinput = take<bf16>(a, chunk * C);
+    m->chunk_input = arena_take<bf16>(a, chunk * C);
+    m->chunk_logits = arena_take<bf16>(a, chunk * V);
+    m->chunk_dinput = arena_take<bf16>(a, chunk * C);
 
-    m->d_residual = take<bf16>(a, T * C);
-    m->d_normed = take<bf16>(a, T * C);
-    m->d_attn = take<bf16>(a, T * QD);
-    m->d_q = take<bf16>(a, T * QD);
-    m->d_k = take<bf16>(a, T * KVD);
-    m->d_v = take<bf16>(a, T * KVD);
-    m->d_act = take<bf16>(a, T * F);
+    m->d_residual = arena_take<bf16>(a, T * C);
+    m->d_normed = arena_take<bf16>(a, T * C);
+    m->d_attn = arena_take<bf16>(a, T * QD);
+    m->d_q = arena_take<bf16>(a, T * QD);
+    m->d_k = arena_take<bf16>(a, T * KVD);
+    m->d_v = arena_take<bf16>(a, T * KVD);
+    m->d_act = arena_take<bf16>(a, T * F);
 }
 
 CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len) {
@@ -395,26 +380,6 @@ static int upload_batch(CudaModel *m, const ModelBatch *b) {
     return n_targets;
 }
 
-// ------------------------------------------------------------------ kernels
-
-enum { ROW_COPY_THREADS = 256 };
-
-// dst[r, :] = src[slots[r], :] for r < rows (one block per row).
-__global__ void gather_rows_kernel(bf16 *dst, const bf16 *src, const int32_t *slots, int C) {
-    const int64_t r = blockIdx.x;
-    const bf16 *from = src + (int64_t)slots[r] * C;
-    bf16 *to = dst + r * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) to[c] = from[c];
-}
-
-// dst[slots[r], :] = src[r, :] for r < rows (slots distinct, so no two blocks collide).
-__global__ void scatter_rows_kernel(bf16 *dst, const bf16 *src, const int32_t *slots, int C) {
-    const int64_t r = blockIdx.x;
-    const bf16 *from = src + r * C;
-    bf16 *to = dst + (int64_t)slots[r] * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) to[c] = from[c];
-}
-
 // ---------------------------------------------------------------- the model
 
 static void zero_async(CudaModel *m, void *p, size_t bytes) {
@@ -489,9 +454,7 @@ static void loss_head(CudaModel *m, const bf16 *params, float *grads, const Mode
     for (int start = 0; start < n_targets; start += m->chunk_rows) {
         const int rows = n_targets - start < m->chunk_rows ? n_targets - start : m->chunk_rows;
         const int32_t *slots = m->target_slots + start;
-        gather_rows_kernel<<<rows, ROW_COPY_THREADS, 0, s>>>(m->chunk_input, m->final_norm, slots,
-                                                             C);
-        cudaCheckLaunch();
+        gather_rows_cuda(m->chunk_input, m->final_norm, slots, rows, C, s);
         matmul_forward_cuda(m->chunk_logits, m->chunk_input, lm_head, rows, C, V, s);
         stage(m, "head matmul fwd");
         cross_entropy_forward_backward_cuda(m->target_losses + start,
@@ -502,9 +465,7 @@ static void loss_head(CudaModel *m, const bf16 *params, float *grads, const Mode
             matmul_backward_overwrite_cuda(m->chunk_dinput, grads + m->off.lm_head,
                                            m->chunk_logits, m->chunk_input, lm_head, rows, C, V,
                                            s);
-            scatter_rows_kernel<<<rows, ROW_COPY_THREADS, 0, s>>>(m->d_normed, m->chunk_dinput,
-                                                                  slots, C);
-            cudaCheckLaunch();
+            scatter_rows_cuda(m->d_normed, m->chunk_dinput, slots, rows, C, s);
             stage(m, "head matmul bwd");
         }
     }

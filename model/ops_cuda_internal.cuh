@@ -78,6 +78,14 @@ size_t embedding_sort_temp_bytes(int n);
 // fixed (not device-dependent) so results are identical on any GPU.
 enum { RMSNORM_MAX_GROUPS = 256, GRAD_NORM_BLOCKS = 1024 };
 
+// Row copies by slot, C bf16 channels per row, one block per row (model/embedding_cuda.cu;
+// the embedding forward is a gather from the table): gather dst[r, :] = src[slots[r], :],
+// scatter dst[slots[r], :] = src[r, :] (slots distinct), for r < rows.
+void gather_rows_cuda(bf16 *dst, const bf16 *src, const int32_t *slots, int rows, int C,
+                      cudaStream_t stream);
+void scatter_rows_cuda(bf16 *dst, const bf16 *src, const int32_t *slots, int rows, int C,
+                       cudaStream_t stream);
+
 // Empties matmul_cuda.cu's cache of cuBLASLt plans (ops_cuda_destroy calls it).
 void matmul_plans_clear(void);
 

@@ -19,23 +19,10 @@
 #include "model/model_cuda.h"
 #include "model/ops_cuda.h"
 #include "model/ops_cuda_internal.cuh"
+#include "model/stage_timer_cuda.cuh"
 
 // The logits of at most this many elements exist at once (128 MiB of bf16).
 enum { LOGIT_CHUNK_ELEMENTS = 1 << 26 };
-
-// Optional per-stage timing (environment ONEPASS_STAGE_TIMES=1, for profiling): an
-// event on the model's stream after each stage; after each step's synchronisation the
-// gaps are summed per stage name, and cuda_model_free prints the per-step means as one
-// JSON line. Events do not block the stream, so the step runs as without them. The
-// first steps (plan creation, module loading) are left out.
-enum { STAGE_MAX_MARKS = 4096, STAGE_MAX_NAMES = 48, STAGE_WARMUP_STEPS = 2 };
-typedef struct {
-    int n_marks, n_names, steps, steps_seen;
-    cudaEvent_t events[STAGE_MAX_MARKS];
-    const char *mark_names[STAGE_MAX_MARKS];  // the stage that ends at each event
-    const char *names[STAGE_MAX_NAMES];
-    double total_ms[STAGE_MAX_NAMES];
-} StageTimer;
 
 // Activations of one layer saved by the forward for the backward.
 typedef struct {
@@ -232,21 +219,17 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len) 
     carve(m, &arena);
 
     cudaCheck(cudaStreamCreate(&m->stream));  // blocking: ordered after default-stream work
-    const char *stage_times = getenv("ONEPASS_STAGE_TIMES");
-    if (stage_times && strcmp(stage_times, "1") == 0)
-        m->timer = (StageTimer *)xcalloc(1, sizeof(StageTimer));
+    m->timer = stage_timer_from_env(m->stream);
     m->host_slots = (int32_t *)xmalloc((size_t)T * sizeof(int32_t));
     m->host_targets = (int32_t *)xmalloc((size_t)T * sizeof(int32_t));
     cudaCheck(cudaMallocHost(&m->host_losses, (size_t)T * sizeof(float)));
     return m;
 }
 
-static void stage_timer_print_and_free(StageTimer *t);
-
 void cuda_model_free(CudaModel *m) {
     if (!m) return;
     cudaCheck(cudaStreamSynchronize(m->stream));
-    if (m->timer) stage_timer_print_and_free(m->timer);
+    stage_timer_print_and_free(m->timer);
     cudaCheck(cudaStreamDestroy(m->stream));
     cudaCheck(cudaFree(m->arena));
     cudaCheck(cudaFreeHost(m->host_losses));
@@ -270,62 +253,6 @@ size_t cuda_model_arena_bytes(const CudaModel *m) { return m->arena_bytes; }
 
 bool model_dims_cuda_supported(const ModelDims *d) {
     return d->head_dim == 64 || d->head_dim == 128;
-}
-
-// ------------------------------------------------------------- stage timing
-
-// Starts a step's list of marks.
-static void stage_begin(CudaModel *m) {
-    StageTimer *t = m->timer;
-    if (!t) return;
-    if (!t->events[0]) cudaCheck(cudaEventCreate(&t->events[0]));
-    cudaCheck(cudaEventRecord(t->events[0], m->stream));
-    t->n_marks = 1;
-}
-
-// Ends stage `name` (a string literal): the time since the previous mark is its.
-static void stage(CudaModel *m, const char *name) {
-    StageTimer *t = m->timer;
-    if (!t || t->n_marks == 0 || t->n_marks == STAGE_MAX_MARKS) return;
-    cudaEvent_t *event = &t->events[t->n_marks];
-    if (!*event) cudaCheck(cudaEventCreate(event));
-    cudaCheck(cudaEventRecord(*event, m->stream));
-    t->mark_names[t->n_marks++] = name;
-}
-
-// After the stream has synchronised: adds the step's gaps to the per-name totals.
-static void stage_collect(CudaModel *m) {
-    StageTimer *t = m->timer;
-    if (!t || t->n_marks == 0) return;
-    if (t->steps_seen++ < STAGE_WARMUP_STEPS) {
-        t->n_marks = 0;
-        return;
-    }
-    for (int i = 1; i < t->n_marks; i++) {
-        float ms;
-        cudaCheck(cudaEventElapsedTime(&ms, t->events[i - 1], t->events[i]));
-        int k = 0;
-        while (k < t->n_names && strcmp(t->names[k], t->mark_names[i]) != 0) k++;
-        if (k == STAGE_MAX_NAMES) continue;
-        if (k == t->n_names) t->names[t->n_names++] = t->mark_names[i];
-        t->total_ms[k] += ms;
-    }
-    t->steps++;
-    t->n_marks = 0;
-}
-
-static void stage_timer_print_and_free(StageTimer *t) {
-    double sum = 0.0;
-    printf("{\"stage_ms_per_step\": {");
-    for (int k = 0; k < t->n_names; k++) {
-        const double ms = t->total_ms[k] / (t->steps ? t->steps : 1);
-        sum += ms;
-        printf("%s\"%s\": %.3f", k ? ", " : "", t->names[k], ms);
-    }
-    printf("}, \"sum_ms\": %.3f, \"steps\": %d}\n", sum, t->steps);
-    for (int i = 0; i < STAGE_MAX_MARKS; i++)
-        if (t->events[i]) cudaCheck(cudaEventDestroy(t->events[i]));
-    free(t);
 }
 
 // ---------------------------------------------------------------- the batch
@@ -403,41 +330,60 @@ static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) 
     const AttnShape shape = attention_shape(m, b);
     const cudaStream_t s = m->stream;
 
-    stage_begin(m);
-    rope_angles_cuda(m->rope_cos_sin, m->pos, T, D, cfg->rope_theta, s);
-    embedding_forward_cuda(m->residual[0], m->token, params + m->off.embed, T, C, s);
-    rmsnorm_forward_cuda(m->ln, m->layers[0].ln1_rstd, m->residual[0],
-                         params + m->off.layer[W_INPUT_NORM], T, C, cfg->rms_norm_eps, s);
-    stage(m, "fwd embedding+norm");
+    {
+        StageRange stage(m->timer, "fwd embedding+norm");
+        rope_angles_cuda(m->rope_cos_sin, m->pos, T, D, cfg->rope_theta, s);
+        embedding_forward_cuda(m->residual[0], m->token, params + m->off.embed, T, C, s);
+        rmsnorm_forward_cuda(m->ln, m->layers[0].ln1_rstd, m->residual[0],
+                             params + m->off.layer[W_INPUT_NORM], T, C, cfg->rms_norm_eps, s);
+    }
     for (int l = 0; l < L; l++) {
         const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
         LayerActivations *a = &m->layers[l];
-        matmul_forward_cuda(m->qkv, m->ln, params + w[W_Q], T, C, QKV, s);
-        stage(m, "fwd qkv matmul");
-        rope_split_qkv_cuda(a->q, a->k, a->v, m->qkv, m->rope_cos_sin, T, H, KV, D, s);
-        stage(m, "fwd rope");
-        attention_forward_cuda(&shape, &m->mask, m->lo, m->hi, a->q, a->k, a->v, a->attn, a->lse,
-                               s);
-        stage(m, "fwd attention");
-        matmul_forward_cuda(m->proj_out, a->attn, params + w[W_O], T, m->dims.q_dim, C, s);
-        stage(m, "fwd o matmul");
-        add_rmsnorm_forward_cuda(a->mid, m->ln, a->ln2_rstd, m->residual[l], m->proj_out,
-                                 params + w[W_POST_NORM], T, C, cfg->rms_norm_eps, s);
-        stage(m, "fwd add+norm");
-        matmul_forward_cuda(m->gate_up, m->ln, params + w[W_GATE], T, C, 2 * F, s);
-        stage(m, "fwd gate_up matmul");
-        swiglu_stacked_forward_cuda(m->act, m->gate_up, T, F, s);
-        stage(m, "fwd swiglu");
-        matmul_forward_cuda(m->proj_out, m->act, params + w[W_DOWN], T, F, C, s);
-        stage(m, "fwd down matmul");
+        {
+            StageRange stage(m->timer, "fwd qkv matmul");
+            matmul_forward_cuda(m->qkv, m->ln, params + w[W_Q], T, C, QKV, s);
+        }
+        {
+            StageRange stage(m->timer, "fwd rope");
+            rope_split_qkv_cuda(a->q, a->k, a->v, m->qkv, m->rope_cos_sin, T, H, KV, D, s);
+        }
+        {
+            StageRange stage(m->timer, "fwd attention");
+            attention_forward_cuda(&shape, &m->mask, m->lo, m->hi, a->q, a->k, a->v, a->attn,
+                                   a->lse, s);
+        }
+        {
+            StageRange stage(m->timer, "fwd o matmul");
+            matmul_forward_cuda(m->proj_out, a->attn, params + w[W_O], T, m->dims.q_dim, C, s);
+        }
+        {
+            StageRange stage(m->timer, "fwd add+norm");
+            add_rmsnorm_forward_cuda(a->mid, m->ln, a->ln2_rstd, m->residual[l], m->proj_out,
+                                     params + w[W_POST_NORM], T, C, cfg->rms_norm_eps, s);
+        }
+        {
+            StageRange stage(m->timer, "fwd gate_up matmul");
+            matmul_forward_cuda(m->gate_up, m->ln, params + w[W_GATE], T, C, 2 * F, s);
+        }
+        {
+            StageRange stage(m->timer, "fwd swiglu");
+            swiglu_stacked_forward_cuda(m->act, m->gate_up, T, F, s);
+        }
+        {
+            StageRange stage(m->timer, "fwd down matmul");
+            matmul_forward_cuda(m->proj_out, m->act, params + w[W_DOWN], T, F, C, s);
+        }
         const bool last = l + 1 == L;
         bf16 *next_norm = last ? m->final_norm : m->ln;
         float *next_rstd = last ? m->final_rstd : m->layers[l + 1].ln1_rstd;
         const bf16 *next_weight =
             params + (last ? m->off.final_norm : w[LAYER_TENSORS + W_INPUT_NORM]);
-        add_rmsnorm_forward_cuda(m->residual[l + 1], next_norm, next_rstd, a->mid, m->proj_out,
-                                 next_weight, T, C, cfg->rms_norm_eps, s);
-        stage(m, "fwd add+norm");
+        {
+            StageRange stage(m->timer, "fwd add+norm");
+            add_rmsnorm_forward_cuda(m->residual[l + 1], next_norm, next_rstd, a->mid,
+                                     m->proj_out, next_weight, T, C, cfg->rms_norm_eps, s);
+        }
     }
 }
 
@@ -450,23 +396,29 @@ static void loss_head(CudaModel *m, const bf16 *params, float *grads, const Mode
     const int T = b->n_rows * b->seq_len, C = m->cfg.hidden_size, V = m->cfg.vocab_size;
     const bf16 *lm_head = params + m->off.lm_head;
     const cudaStream_t s = m->stream;
-    if (grads) zero_async(m, m->d_normed, (size_t)T * C * sizeof(bf16));
     for (int start = 0; start < n_targets; start += m->chunk_rows) {
         const int rows = n_targets - start < m->chunk_rows ? n_targets - start : m->chunk_rows;
         const int32_t *slots = m->target_slots + start;
-        gather_rows_cuda(m->chunk_input, m->final_norm, slots, rows, C, s);
-        matmul_forward_cuda(m->chunk_logits, m->chunk_input, lm_head, rows, C, V, s);
-        stage(m, "head matmul fwd");
-        cross_entropy_forward_backward_cuda(m->target_losses + start,
-                                            grads ? m->chunk_logits : nullptr, m->chunk_logits,
-                                            m->slot_targets + start, rows, V, loss_scale, s);
-        stage(m, "head cross-entropy");
+        {
+            StageRange stage(m->timer, "head matmul fwd");
+            gather_rows_cuda(m->chunk_input, m->final_norm, slots, rows, C, s);
+            matmul_forward_cuda(m->chunk_logits, m->chunk_input, lm_head, rows, C, V, s);
+        }
+        {
+            StageRange stage(m->timer, "head cross-entropy");
+            cross_entropy_forward_backward_cuda(m->target_losses + start,
+                                                grads ? m->chunk_logits : nullptr,
+                                                m->chunk_logits, m->slot_targets + start, rows,
+                                                V, loss_scale, s);
+        }
         if (grads) {
+            StageRange stage(m->timer, "head matmul bwd");
+            // Before the first scatter: the rows without a target stay zero.
+            if (start == 0) zero_async(m, m->d_normed, (size_t)T * C * sizeof(bf16));
             matmul_backward_overwrite_cuda(m->chunk_dinput, grads + m->off.lm_head,
                                            m->chunk_logits, m->chunk_input, lm_head, rows, C, V,
                                            s);
             scatter_rows_cuda(m->d_normed, m->chunk_dinput, slots, rows, C, s);
-            stage(m, "head matmul bwd");
         }
     }
 }
@@ -479,7 +431,7 @@ static double read_losses(CudaModel *m, const ModelBatch *b, int n_targets, floa
                                   (size_t)n_targets * sizeof(float), cudaMemcpyDeviceToHost,
                                   m->stream));
     cudaCheck(cudaStreamSynchronize(m->stream));
-    stage_collect(m);
+    stage_timer_collect(m->timer);
     if (losses) memset(losses, 0, (size_t)b->n_rows * b->seq_len * sizeof(float));
     double total = 0.0;
     for (int i = 0; i < n_targets; i++) {
@@ -509,58 +461,90 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
     const AttnShape shape = attention_shape(m, b);
     const cudaStream_t s = m->stream;
 
-    zero_async(m, m->d_residual, (size_t)T * C * sizeof(bf16));
-    rmsnorm_backward_cuda(m->d_residual, grads + m->off.final_norm, m->d_normed,
-                          m->residual[L], params + m->off.final_norm, m->final_rstd, T, C, s);
-    stage(m, "bwd norm");
+    {
+        StageRange stage(m->timer, "bwd norm");
+        zero_async(m, m->d_residual, (size_t)T * C * sizeof(bf16));
+        rmsnorm_backward_cuda(m->d_residual, grads + m->off.final_norm, m->d_normed,
+                              m->residual[L], params + m->off.final_norm, m->final_rstd, T, C, s);
+    }
     for (int l = L - 1; l >= 0; l--) {
         const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
         LayerActivations *a = &m->layers[l];
         // MLP block: residual[l+1] = mid + down(swiglu(gate(ln2), up(ln2))).
         // d_residual holds d residual[l+1], which is also the residual path's d mid.
         // Recompute ln2, gate|up and the down_proj input.
-        rmsnorm_forward_cuda(m->ln, a->ln2_rstd, a->mid, params + w[W_POST_NORM], T, C,
-                             cfg->rms_norm_eps, s);
-        stage(m, "bwd norm recompute");
-        matmul_forward_cuda(m->gate_up, m->ln, params + w[W_GATE], T, C, 2 * F, s);
-        stage(m, "bwd gate_up recompute");
-        swiglu_stacked_forward_cuda(m->act, m->gate_up, T, F, s);
-        stage(m, "bwd swiglu recompute");
-        matmul_backward_overwrite_cuda(m->d_act, grads + w[W_DOWN], m->d_residual, m->act,
-                                       params + w[W_DOWN], T, F, C, s);
-        stage(m, "bwd down matmul");
-        // In place: gate and up are not needed again.
-        swiglu_stacked_backward_cuda(m->gate_up, m->d_act, m->gate_up, T, F, s);
-        stage(m, "bwd swiglu");
-        matmul_backward_overwrite_cuda(m->d_normed, grads + w[W_GATE], m->gate_up, m->ln,
-                                       params + w[W_GATE], T, C, 2 * F, s);
-        stage(m, "bwd gate_up matmul");
-        rmsnorm_backward_cuda(m->d_residual, grads + w[W_POST_NORM], m->d_normed, a->mid,
-                              params + w[W_POST_NORM], a->ln2_rstd, T, C, s);
-        stage(m, "bwd norm");
+        {
+            StageRange stage(m->timer, "bwd norm recompute");
+            rmsnorm_forward_cuda(m->ln, a->ln2_rstd, a->mid, params + w[W_POST_NORM], T, C,
+                                 cfg->rms_norm_eps, s);
+        }
+        {
+            StageRange stage(m->timer, "bwd gate_up recompute");
+            matmul_forward_cuda(m->gate_up, m->ln, params + w[W_GATE], T, C, 2 * F, s);
+        }
+        {
+            StageRange stage(m->timer, "bwd swiglu recompute");
+            swiglu_stacked_forward_cuda(m->act, m->gate_up, T, F, s);
+        }
+        {
+            StageRange stage(m->timer, "bwd down matmul");
+            matmul_backward_overwrite_cuda(m->d_act, grads + w[W_DOWN], m->d_residual, m->act,
+                                           params + w[W_DOWN], T, F, C, s);
+        }
+        {
+            StageRange stage(m->timer, "bwd swiglu");
+            // In place: gate and up are not needed again.
+            swiglu_stacked_backward_cuda(m->gate_up, m->d_act, m->gate_up, T, F, s);
+        }
+        {
+            StageRange stage(m->timer, "bwd gate_up matmul");
+            matmul_backward_overwrite_cuda(m->d_normed, grads + w[W_GATE], m->gate_up, m->ln,
+                                           params + w[W_GATE], T, C, 2 * F, s);
+        }
+        {
+            StageRange stage(m->timer, "bwd norm");
+            rmsnorm_backward_cuda(m->d_residual, grads + w[W_POST_NORM], m->d_normed, a->mid,
+                                  params + w[W_POST_NORM], a->ln2_rstd, T, C, s);
+        }
 
         // Attention block: mid = residual[l] + o_proj(attention(rope(q), rope(k), v)).
-        matmul_backward_overwrite_cuda(m->d_attn, grads + w[W_O], m->d_residual, a->attn,
-                                       params + w[W_O], T, m->dims.q_dim, C, s);
-        stage(m, "bwd o matmul");
-        attention_backward_cuda(&shape, &m->mask, m->lo, m->hi, a->q, a->k, a->v, a->attn,
-                                a->lse, m->d_attn, m->d_q, m->d_k, m->d_v, s, m->deterministic);
-        stage(m, "bwd attention");
-        rope_merge_qkv_backward_cuda(m->qkv, m->d_q, m->d_k, m->d_v, m->rope_cos_sin, T, H, KV, D,
-                                     s);
-        stage(m, "bwd rope");
-        rmsnorm_forward_cuda(m->ln, a->ln1_rstd, m->residual[l], params + w[W_INPUT_NORM], T, C,
-                             cfg->rms_norm_eps, s);  // recompute ln1
-        stage(m, "bwd norm recompute");
-        matmul_backward_overwrite_cuda(m->d_normed, grads + w[W_Q], m->qkv, m->ln,
-                                       params + w[W_Q], T, C, QKV, s);
-        stage(m, "bwd qkv matmul");
-        rmsnorm_backward_cuda(m->d_residual, grads + w[W_INPUT_NORM], m->d_normed,
-                              m->residual[l], params + w[W_INPUT_NORM], a->ln1_rstd, T, C, s);
-        stage(m, "bwd norm");
+        {
+            StageRange stage(m->timer, "bwd o matmul");
+            matmul_backward_overwrite_cuda(m->d_attn, grads + w[W_O], m->d_residual, a->attn,
+                                           params + w[W_O], T, m->dims.q_dim, C, s);
+        }
+        {
+            StageRange stage(m->timer, "bwd attention");
+            attention_backward_cuda(&shape, &m->mask, m->lo, m->hi, a->q, a->k, a->v, a->attn,
+                                    a->lse, m->d_attn, m->d_q, m->d_k, m->d_v, s,
+                                    m->deterministic);
+        }
+        {
+            StageRange stage(m->timer, "bwd rope");
+            rope_merge_qkv_backward_cuda(m->qkv, m->d_q, m->d_k, m->d_v, m->rope_cos_sin, T, H,
+                                         KV, D, s);
+        }
+        {
+            StageRange stage(m->timer, "bwd norm recompute");  // ln1
+            rmsnorm_forward_cuda(m->ln, a->ln1_rstd, m->residual[l], params + w[W_INPUT_NORM],
+                                 T, C, cfg->rms_norm_eps, s);
+        }
+        {
+            StageRange stage(m->timer, "bwd qkv matmul");
+            matmul_backward_overwrite_cuda(m->d_normed, grads + w[W_Q], m->qkv, m->ln,
+                                           params + w[W_Q], T, C, QKV, s);
+        }
+        {
+            StageRange stage(m->timer, "bwd norm");
+            rmsnorm_backward_cuda(m->d_residual, grads + w[W_INPUT_NORM], m->d_normed,
+                                  m->residual[l], params + w[W_INPUT_NORM], a->ln1_rstd, T, C,
+                                  s);
+        }
     }
-    embedding_backward_cuda(grads + m->off.embed, m->d_residual, m->token, T, C, s);
-    stage(m, "bwd embedding");
+    {
+        StageRange stage(m->timer, "bwd embedding");
+        embedding_backward_cuda(grads + m->off.embed, m->d_residual, m->token, T, C, s);
+    }
 }
 
 double cuda_model_forward_backward(CudaModel *m, const void *params_bf16, float *grads,

@@ -50,7 +50,8 @@ double cuda_model_forward_backward(CudaModel *m, const void *params_bf16, float 
 
 // Profiling: with the environment variable ONEPASS_STAGE_TIMES=1 at creation, the model
 // times each stage of every step with CUDA events and cuda_model_free prints the
-// per-step means (first two steps left out) as one JSON line on stdout.
+// per-step means (first two steps left out) as one JSON line on stdout
+// (model/stage_timer_cuda.cuh).
 
 // The stream every kernel of the model runs on.
 cudaStream_t cuda_model_stream(const CudaModel *m);

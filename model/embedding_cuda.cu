@@ -79,7 +79,7 @@ __global__ void embedding_backward_kernel(float *dwte, const bf16 *dout,
 
 void embedding_forward_cuda(bf16 *out, const int32_t *tokens, const bf16 *wte, int N, int C,
                             cudaStream_t stream) {
-    if (N < 0 || C <= 0) fatal("embedding_forward_cuda: bad shape N=%d C=%d", N, C);
+    CHECK(N >= 0 && C > 0, "embedding_forward_cuda: bad shape N=%d C=%d", N, C);
     gather_rows_cuda(out, wte, tokens, N, C, stream);
 }
 
@@ -88,9 +88,9 @@ void embedding_backward_cuda(float *dwte, const bf16 *dout, const int32_t *token
     const OpsCudaState *s = ops_cuda_state_for_tokens("embedding_backward_cuda", N, C);
     if (N == 0) return;
     size_t temp_bytes = embedding_sort_temp_bytes(N);
-    if (temp_bytes > s->sort_temp_bytes)
-        fatal("embedding_backward_cuda: sort needs %zu scratch bytes, init made %zu", temp_bytes,
-              s->sort_temp_bytes);
+    CHECK(temp_bytes <= s->sort_temp_bytes,
+          "embedding_backward_cuda: sort needs %zu scratch bytes, init made %zu", temp_bytes,
+          s->sort_temp_bytes);
     cudaCheck(cub::DeviceRadixSort::SortPairs(s->sort_temp, temp_bytes, tokens, s->sort_keys_out,
                                               s->sort_values_in, s->sort_values_out, N, 0,
                                               (int)(8 * sizeof(int32_t)), stream));

@@ -119,7 +119,7 @@ static void lt_matmul(const char *op, void *d, cudaDataType_t d_type, const bf16
 }
 
 static void check_matmul_shape(const char *op, int N, int IC, int OC) {
-    if (N < 0 || IC <= 0 || OC <= 0) fatal("%s: bad shape N=%d IC=%d OC=%d", op, N, IC, OC);
+    CHECK(N >= 0 && IC > 0 && OC > 0, "%s: bad shape N=%d IC=%d OC=%d", op, N, IC, OC);
 }
 
 void matmul_forward_cuda(bf16 *out, const bf16 *inp, const bf16 *weight, int N, int IC, int OC,

@@ -72,9 +72,8 @@ static float *alloc_floats(CpuModel *m, size_t n) {
 }
 
 CpuModel *cpu_model_create(const ModelConfig *cfg, int max_rows, int seq_len) {
-    if (max_rows <= 0 || seq_len <= 0)
-        fatal("%s:%d: cpu_model_create: max_rows %d and seq_len %d must be positive", __FILE__,
-              __LINE__, max_rows, seq_len);
+    CHECK(max_rows > 0 && seq_len > 0,
+          "cpu_model_create: max_rows %d and seq_len %d must be positive", max_rows, seq_len);
     CpuModel *m = xcalloc(1, sizeof(CpuModel));
     m->cfg = *cfg;
     m->dims = model_dims(cfg);

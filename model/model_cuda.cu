@@ -158,12 +158,11 @@ static void carve(CudaModel *m, Arena *a) {
 }
 
 CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len) {
-    if (max_rows <= 0 || seq_len <= 0)
-        fatal("%s:%d: cuda_model_create: max_rows %d and seq_len %d must be positive", __FILE__,
-              __LINE__, max_rows, seq_len);
-    if ((long long)max_rows * seq_len > INT_MAX)
-        fatal("%s:%d: cuda_model_create: max_rows %d x seq_len %d exceeds %d tokens", __FILE__,
-              __LINE__, max_rows, seq_len, INT_MAX);
+    CHECK(max_rows > 0 && seq_len > 0,
+          "cuda_model_create: max_rows %d and seq_len %d must be positive", max_rows, seq_len);
+    CHECK((long long)max_rows * seq_len <= INT_MAX,
+          "cuda_model_create: max_rows %d x seq_len %d exceeds %d tokens", max_rows, seq_len,
+          INT_MAX);
     CudaModel *m = (CudaModel *)xcalloc(1, sizeof(CudaModel));
     m->cfg = *cfg;
     m->dims = model_dims(cfg);
@@ -177,10 +176,10 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len) 
     m->deterministic = true;
     const int T = max_rows * seq_len;
     const OpsCudaState *ops = ops_cuda_state("cuda_model_create");
-    if (ops->max_tokens < T || ops->max_channels < cfg->hidden_size)
-        fatal("%s:%d: cuda_model_create: ops_cuda_init(max_tokens %d, max_channels %d) is too "
-              "small for %d tokens x %d channels",
-              __FILE__, __LINE__, ops->max_tokens, ops->max_channels, T, cfg->hidden_size);
+    CHECK(ops->max_tokens >= T && ops->max_channels >= cfg->hidden_size,
+          "cuda_model_create: ops_cuda_init(max_tokens %d, max_channels %d) is too small for "
+          "%d tokens x %d channels",
+          ops->max_tokens, ops->max_channels, T, cfg->hidden_size);
 
     const int L = cfg->num_hidden_layers;
     param_offsets_resolve(cfg, &m->table, &m->off);
@@ -189,11 +188,9 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len) 
     const size_t C = cfg->hidden_size, F = cfg->intermediate_size;
     for (int l = 0; l < L; l++) {
         const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
-        if (w[W_K] != w[W_Q] + m->dims.q_dim * C || w[W_V] != w[W_K] + m->dims.kv_dim * C ||
-            w[W_UP] != w[W_GATE] + F * C)
-            fatal("%s:%d: layer %d: q/k/v or gate/up weights are not consecutive in the "
-                  "parameter table",
-                  __FILE__, __LINE__, l);
+        CHECK(w[W_K] == w[W_Q] + m->dims.q_dim * C && w[W_V] == w[W_K] + m->dims.kv_dim * C &&
+                  w[W_UP] == w[W_GATE] + F * C,
+              "layer %d: q/k/v or gate/up weights are not consecutive in the parameter table", l);
     }
 
     // Chunks of whole 64-row tiles (better GEMM shapes) when the vocabulary allows.

@@ -76,7 +76,7 @@ void rmsnorm_backward_cpu(float *dinp, float *dweight, const float *dout, const 
 // Angles are computed in double: fp32 pos * inv_freq loses ~1e-4 rad at pos 4k.
 static void rope_rotate(float *x, const int32_t *pos, int N, int n_heads, int head_dim,
                         float theta, float direction) {
-    if (head_dim % 2 != 0) fatal("%s:%d: rope: head_dim %d is odd", __FILE__, __LINE__, head_dim);
+    CHECK(head_dim % 2 == 0, "rope: head_dim %d is odd", head_dim);
     const int half = head_dim / 2;
     double *inv_freq = xmalloc((size_t)half * sizeof(double));  // [half]
     for (int i = 0; i < half; i++) inv_freq[i] = pow((double)theta, -2.0 * i / head_dim);
@@ -155,9 +155,8 @@ void matmul_backward_cpu(float *dinp, float *dweight, const float *dout, const f
 double cross_entropy_forward_backward_cpu(float *losses, float *dlogits, const float *logits,
                                           const int32_t *targets, int N, int V, float loss_scale) {
     for (int n = 0; n < N; n++)
-        if (targets[n] < -1 || targets[n] >= V)
-            fatal("%s:%d: cross_entropy: target %d at row %d is outside [-1, %d)", __FILE__,
-                  __LINE__, targets[n], n, V);
+        CHECK(targets[n] >= -1 && targets[n] < V,
+              "cross_entropy: target %d at row %d is outside [-1, %d)", targets[n], n, V);
     double *row_loss = xmalloc((size_t)N * sizeof(double));  // [N]
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {

@@ -11,7 +11,7 @@ static OpsCudaState g_state;
 static bool g_state_ready;
 
 const OpsCudaState *ops_cuda_state(const char *op) {
-    if (!g_state_ready) fatal("%s: ops_cuda_init has not been called", op);
+    CHECK(g_state_ready, "%s: ops_cuda_init has not been called", op);
     return &g_state;
 }
 
@@ -21,10 +21,10 @@ __global__ void iota_kernel(int32_t *out, int n) {
 }
 
 void ops_cuda_init(int max_tokens, int max_channels) {
-    if (g_state_ready) fatal("ops_cuda_init: already initialised (call ops_cuda_destroy first)");
-    if (max_tokens <= 0 || max_channels <= 0)
-        fatal("ops_cuda_init: max_tokens %d and max_channels %d must be positive", max_tokens,
-              max_channels);
+    CHECK(!g_state_ready, "ops_cuda_init: already initialised (call ops_cuda_destroy first)");
+    CHECK(max_tokens > 0 && max_channels > 0,
+          "ops_cuda_init: max_tokens %d and max_channels %d must be positive", max_tokens,
+          max_channels);
     OpsCudaState *s = &g_state;
     s->max_tokens = max_tokens;
     s->max_channels = max_channels;
@@ -69,9 +69,9 @@ void ops_cuda_destroy(void) {
 
 const OpsCudaState *ops_cuda_state_for_tokens(const char *op, int N, int C) {
     const OpsCudaState *s = ops_cuda_state(op);
-    if (N < 0 || C <= 0) fatal("%s: bad shape N=%d C=%d", op, N, C);
-    if (N > s->max_tokens || C > s->max_channels)
-        fatal("%s: N=%d C=%d exceed ops_cuda_init's max_tokens=%d max_channels=%d", op, N, C,
-              s->max_tokens, s->max_channels);
+    CHECK(N >= 0 && C > 0, "%s: bad shape N=%d C=%d", op, N, C);
+    CHECK(N <= s->max_tokens && C <= s->max_channels,
+          "%s: N=%d C=%d exceed ops_cuda_init's max_tokens=%d max_channels=%d", op, N, C,
+          s->max_tokens, s->max_channels);
     return s;
 }

@@ -87,26 +87,19 @@ void params_init(const ModelConfig *cfg, const ParamTable *t, uint64_t seed, flo
 }
 
 void model_batch_check(const ModelBatch *b, const ModelConfig *cfg, int max_rows, int seq_len) {
-    if (b->n_rows <= 0 || b->n_rows > max_rows)
-        fatal("%s:%d: batch n_rows %d outside [1, %d] (the model's max_rows)", __FILE__, __LINE__,
-              b->n_rows, max_rows);
-    if (b->seq_len != seq_len)
-        fatal("%s:%d: batch seq_len %d differs from the model's %d", __FILE__, __LINE__,
-              b->seq_len, seq_len);
-    if (!b->mask || b->mask->n_rows != b->n_rows || b->mask->seq_len != b->seq_len)
-        fatal("%s:%d: batch tile mask missing or not built for %d rows x %d", __FILE__, __LINE__,
-              b->n_rows, b->seq_len);
+    CHECK(b->n_rows > 0 && b->n_rows <= max_rows,
+          "batch n_rows %d outside [1, %d] (the model's max_rows)", b->n_rows, max_rows);
+    CHECK(b->seq_len == seq_len, "batch seq_len %d differs from the model's %d", b->seq_len,
+          seq_len);
+    CHECK(b->mask && b->mask->n_rows == b->n_rows && b->mask->seq_len == b->seq_len,
+          "batch tile mask missing or not built for %d rows x %d", b->n_rows, b->seq_len);
     const int T = b->n_rows * b->seq_len, V = cfg->vocab_size;
     for (int n = 0; n < T; n++) {
-        if (b->token[n] < 0 || b->token[n] >= V)
-            fatal("%s:%d: batch token %d at slot %d outside [0, %d)", __FILE__, __LINE__,
-                  b->token[n], n, V);
-        if (b->target[n] < -1 || b->target[n] >= V)
-            fatal("%s:%d: batch target %d at slot %d outside [-1, %d)", __FILE__, __LINE__,
-                  b->target[n], n, V);
-        if (b->pos[n] < 0)
-            fatal("%s:%d: batch position %d at slot %d is negative", __FILE__, __LINE__, b->pos[n],
-                  n);
+        CHECK(b->token[n] >= 0 && b->token[n] < V, "batch token %d at slot %d outside [0, %d)",
+              b->token[n], n, V);
+        CHECK(b->target[n] >= -1 && b->target[n] < V,
+              "batch target %d at slot %d outside [-1, %d)", b->target[n], n, V);
+        CHECK(b->pos[n] >= 0, "batch position %d at slot %d is negative", b->pos[n], n);
     }
 }
 
@@ -118,7 +111,7 @@ static const char *const LAYER_TENSOR_NAMES[LAYER_TENSORS] = {
 
 static size_t offset_of(const ParamTable *t, const char *name) {
     const ParamTensor *p = param_table_find(t, name);
-    if (!p) fatal("%s:%d: parameter %s missing from the table", __FILE__, __LINE__, name);
+    CHECK(p, "parameter %s missing from the table", name);
     return p->offset;
 }
 

@@ -120,7 +120,7 @@ __global__ void rmsnorm_dweight_finish_kernel(float *dweight, const float *parti
 static void add_rmsnorm_launch(const char *op, bf16 *sum, bf16 *out, float *rstd, const bf16 *a,
                                const bf16 *b, const bf16 *weight, int N, int C, float eps,
                                cudaStream_t stream) {
-    if (N < 0 || C <= 0) fatal("%s: bad shape N=%d C=%d", op, N, C);
+    CHECK(N >= 0 && C > 0, "%s: bad shape N=%d C=%d", op, N, C);
     if (N == 0) return;
     const int blocks = (N + RMSNORM_ROWS_PER_BLOCK - 1) / RMSNORM_ROWS_PER_BLOCK;
     const void *rows[] = {sum, out, a, b, weight};
@@ -141,7 +141,7 @@ void rmsnorm_forward_cuda(bf16 *out, float *rstd, const bf16 *inp, const bf16 *w
 
 void add_rmsnorm_forward_cuda(bf16 *sum, bf16 *out, float *rstd, const bf16 *a, const bf16 *b,
                               const bf16 *weight, int N, int C, float eps, cudaStream_t stream) {
-    if (!sum || !b) fatal("add_rmsnorm_forward_cuda: sum and b must not be NULL");
+    CHECK(sum && b, "add_rmsnorm_forward_cuda: sum and b must not be NULL");
     add_rmsnorm_launch("add_rmsnorm_forward_cuda", sum, out, rstd, a, b, weight, N, C, eps,
                        stream);
 }

@@ -72,10 +72,10 @@ __global__ void rope_kernel(RopeGroups g, const float2 *cos_sin, const int32_t *
 // Unused groups have zero heads (their pointers are never dereferenced).
 static void rope_launch(const char *op, RopeGroups g, const float2 *cos_sin, const int32_t *pos,
                         int N, int head_dim, float theta, float direction, cudaStream_t stream) {
-    if (N < 0 || head_dim <= 0 || head_dim % 2 != 0)
-        fatal("%s: bad shape N=%d head_dim=%d (head_dim must be even)", op, N, head_dim);
+    CHECK(N >= 0 && head_dim > 0 && head_dim % 2 == 0,
+          "%s: bad shape N=%d head_dim=%d (head_dim must be even)", op, N, head_dim);
     for (int i = 0; i < ROPE_MAX_GROUPS; i++)
-        if (g.heads[i] < 0) fatal("%s: negative head count %d", op, g.heads[i]);
+        CHECK(g.heads[i] >= 0, "%s: negative head count %d", op, g.heads[i]);
     if (N == 0) return;
     bool packed = (head_dim / 2) % 8 == 0;
     for (int i = 0; i < ROPE_MAX_GROUPS; i++)
@@ -132,8 +132,8 @@ static RopeGroups rope_qkv_groups(const bf16 *src_q, const bf16 *src_k, const bf
 
 void rope_angles_cuda(float2 *cos_sin, const int32_t *pos, int N, int head_dim, float theta,
                       cudaStream_t stream) {
-    if (N < 0 || head_dim <= 0 || head_dim % 2 != 0)
-        fatal("rope_angles_cuda: bad shape N=%d head_dim=%d (head_dim must be even)", N, head_dim);
+    CHECK(N >= 0 && head_dim > 0 && head_dim % 2 == 0,
+          "rope_angles_cuda: bad shape N=%d head_dim=%d (head_dim must be even)", N, head_dim);
     if (N == 0) return;
     const int64_t total = (int64_t)N * (head_dim / 2);
     rope_angles_kernel<<<grid_for(total, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0, stream>>>(

@@ -104,13 +104,13 @@ void swiglu_backward_cuda(bf16 *dgate, bf16 *dup, const bf16 *dout, const bf16 *
 
 void swiglu_stacked_forward_cuda(bf16 *out, const bf16 *gate_up, int N, int F,
                                  cudaStream_t stream) {
-    if (N < 0 || F <= 0) fatal("swiglu_stacked_forward_cuda: bad shape N=%d F=%d", N, F);
+    CHECK(N >= 0 && F > 0, "swiglu_stacked_forward_cuda: bad shape N=%d F=%d", N, F);
     swiglu_forward_launch(out, gate_up, gate_up + F, N, F, 2 * (int64_t)F, stream);
 }
 
 void swiglu_stacked_backward_cuda(bf16 *d_gate_up, const bf16 *dout, const bf16 *gate_up, int N,
                                   int F, cudaStream_t stream) {
-    if (N < 0 || F <= 0) fatal("swiglu_stacked_backward_cuda: bad shape N=%d F=%d", N, F);
+    CHECK(N >= 0 && F > 0, "swiglu_stacked_backward_cuda: bad shape N=%d F=%d", N, F);
     swiglu_backward_launch(d_gate_up, d_gate_up + F, dout, gate_up, gate_up + F, N, F,
                            2 * (int64_t)F, stream);
 }

@@ -15,8 +15,8 @@ static uint32_t pointer_alignment(const void *p) {
 }
 
 // Everything cuBLASLt needs for one product shape: the descriptors and the algorithm
-// its heuristic picked. Building these costs tens of microseconds of host time per
-// call (more than a small product takes on the GPU), so each shape is planned once.
+// its heuristic picked. Building these takes more host time than a small product takes
+// on the GPU, so each shape is planned once.
 typedef struct {
     int m, n, k;
     bool transpose_a, transpose_b;

@@ -2,9 +2,8 @@
 // CUDA backend. Forward keeps every activation the backward needs; backward walks
 // the layers in reverse, ADDING parameter gradients into the caller's buffer.
 // T = n_rows * seq_len tokens, C hidden, F intermediate, V vocab, H query heads,
-// KV key/value heads, D head dim (C / H).
+// KV key/value heads, D head dim (ModelDims).
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
 #include "attention/attention.h"
 #include "common/check.h"

@@ -4,13 +4,12 @@
 // Memory: per layer the forward keeps only the residual stream (input and mid),
 // rstd, q/k/v, the attention output and lse. The backward recomputes the two norm
 // outputs (bitwise the forward's: same kernel, same input) and the stacked gate|up
-// product; that costs one MLP matmul per layer (~8% of the step) and saves ~55% of the
-// activations (docs/KERNEL_NOTES.md, "Training step").
+// product: one more MLP matmul per layer buys a much smaller activation arena (the
+// measured trade: docs/BENCHMARKS.md, "Training step").
 // T = n_rows * seq_len tokens, C hidden, F intermediate, V vocab, H query heads,
-// KV key/value heads, D head dim (C / H). Activations bf16, rstd/lse/losses fp32.
+// KV key/value heads, D head dim (ModelDims). Activations bf16, rstd/lse/losses fp32.
 #include <limits.h>
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "attention/attention_cuda.h"

@@ -1,5 +1,6 @@
 // The model configuration: its validation and the dimensions derived from it, in one
 // place for the parameter table and both backends.
+#include <math.h>
 #include "common/check.h"
 #include "model/model.h"
 
@@ -34,4 +35,10 @@ ModelDims model_dims(const ModelConfig *cfg) {
     d.kv_dim = cfg->num_key_value_heads * d.head_dim;
     d.qkv_dim = d.q_dim + 2 * d.kv_dim;
     return d;
+}
+
+AttnShape model_attention_shape(const ModelConfig *cfg, const ModelDims *d, int n_rows,
+                                int seq_len) {
+    return (AttnShape){n_rows, seq_len, cfg->num_attention_heads, cfg->num_key_value_heads,
+                       d->head_dim, 1.0f / sqrtf((float)d->head_dim)};
 }

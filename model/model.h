@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "attention/attention.h"
 #include "attention/mask.h"
 
 typedef struct {
@@ -27,6 +28,10 @@ typedef struct {
 // a non-positive rms_norm_eps or rope_theta) and returns its dimensions. The one place
 // that derives them: the parameter table and both backends call it.
 ModelDims model_dims(const ModelConfig *cfg);
+// The attention shape of n_rows x seq_len tokens under this model: its query and
+// key/value heads, the head dim and the softmax scale 1 / sqrt(head_dim).
+AttnShape model_attention_shape(const ModelConfig *cfg, const ModelDims *d, int n_rows,
+                                int seq_len);
 
 // One tensor inside the flat parameter buffer (the same offsets index the
 // gradient buffer and each optimizer-state buffer).

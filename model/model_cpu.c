@@ -3,7 +3,6 @@
 // the layers in reverse, ADDING parameter gradients into the caller's buffer.
 // T = n_rows * seq_len tokens, C hidden, F intermediate, V vocab, H query heads,
 // KV key/value heads, D head dim (ModelDims).
-#include <math.h>
 #include <string.h>
 #include "attention/attention.h"
 #include "common/check.h"
@@ -156,18 +155,12 @@ static void add_arrays(float *out, const float *a, const float *b, size_t n) {
 
 static void zero_floats(float *x, size_t n) { memset(x, 0, n * sizeof(float)); }
 
-static AttnShape attention_shape(const CpuModel *m, const ModelBatch *b) {
-    return (AttnShape){b->n_rows, b->seq_len, m->cfg.num_attention_heads,
-                       m->cfg.num_key_value_heads, m->dims.head_dim,
-                       1.0f / sqrtf((float)m->dims.head_dim)};
-}
-
 // Embedding and all layers up to the final norm; fills every saved activation.
 static void forward_body(CpuModel *m, const float *params, const ModelBatch *b) {
     const ModelConfig *cfg = &m->cfg;
     const int T = b->n_rows * b->seq_len, C = cfg->hidden_size, F = cfg->intermediate_size;
     const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->dims.head_dim;
-    const AttnShape shape = attention_shape(m, b);
+    const AttnShape shape = model_attention_shape(cfg, &m->dims, b->n_rows, b->seq_len);
 
     embedding_forward_cpu(m->residual[0], b->token, params + m->off.embed, T, C);
     for (int l = 0; l < cfg->num_hidden_layers; l++) {
@@ -254,7 +247,7 @@ double cpu_model_forward_backward(CpuModel *m, const float *params, float *grads
     const int T = b->n_rows * b->seq_len, C = cfg->hidden_size, F = cfg->intermediate_size;
     const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->dims.head_dim;
     const int L = cfg->num_hidden_layers;
-    const AttnShape shape = attention_shape(m, b);
+    const AttnShape shape = model_attention_shape(cfg, &m->dims, b->n_rows, b->seq_len);
 
     zero_floats(m->d_residual, (size_t)T * C);
     rmsnorm_backward_cpu(m->d_residual, grads + m->off.final_norm, m->d_normed, m->residual[L],

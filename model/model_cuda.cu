@@ -9,7 +9,6 @@
 // T = n_rows * seq_len tokens, C hidden, F intermediate, V vocab, H query heads,
 // KV key/value heads, D head dim (ModelDims). Activations bf16, rstd/lse/losses fp32.
 #include <limits.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "attention/attention_cuda.h"
@@ -309,12 +308,6 @@ static void zero_async(CudaModel *m, void *p, size_t bytes) {
     cudaCheck(cudaMemsetAsync(p, 0, bytes, m->stream));
 }
 
-static AttnShape attention_shape(const CudaModel *m, const ModelBatch *b) {
-    return AttnShape{b->n_rows, b->seq_len, m->cfg.num_attention_heads,
-                     m->cfg.num_key_value_heads, m->dims.head_dim,
-                     1.0f / sqrtf((float)m->dims.head_dim)};
-}
-
 // Embedding and all layers up to the final norm; fills every saved activation. Each
 // residual add is fused into the norm that follows it (the next layer's input norm,
 // or the final norm after the last layer).
@@ -323,7 +316,7 @@ static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) 
     const int T = b->n_rows * b->seq_len, C = cfg->hidden_size, F = cfg->intermediate_size;
     const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->dims.head_dim;
     const int L = cfg->num_hidden_layers, QKV = m->dims.qkv_dim;
-    const AttnShape shape = attention_shape(m, b);
+    const AttnShape shape = model_attention_shape(cfg, &m->dims, b->n_rows, b->seq_len);
     const cudaStream_t s = m->stream;
 
     {
@@ -454,7 +447,7 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
     const int T = b->n_rows * b->seq_len, C = cfg->hidden_size, F = cfg->intermediate_size;
     const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->dims.head_dim;
     const int L = cfg->num_hidden_layers, QKV = m->dims.qkv_dim;
-    const AttnShape shape = attention_shape(m, b);
+    const AttnShape shape = model_attention_shape(cfg, &m->dims, b->n_rows, b->seq_len);
     const cudaStream_t s = m->stream;
 
     {

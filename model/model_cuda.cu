@@ -61,7 +61,7 @@ struct CudaModel {
     bf16 *gate_up;             // [T, 2F] rows [gate_proj | up_proj] (one product with the
                                // stacked weights); the backward overwrites it with
                                // [d gate | d up]
-    bf16 *qkv;                 // [T, QD + 2 KVD] stacked q|k|v product before RoPE; in
+    bf16 *qkv;                 // [T, (H + 2 KV) D] stacked q|k|v product before RoPE; in
                                // the backward, the stacked gradient [dq | dk | dv]
     bf16 *act;                 // [T, F] silu(gate) * up, the down_proj input (recomputed
                                // by the backward, so one buffer serves every layer)
@@ -136,7 +136,7 @@ static void carve(CudaModel *m, Arena *a) {
     }
     m->ln = arena_take<bf16>(a, T * C);
     m->gate_up = arena_take<bf16>(a, T * 2 * F);
-    m->qkv = arena_take<bf16>(a, T * (QD + 2 * KVD));
+    m->qkv = arena_take<bf16>(a, T * m->dims.qkv_dim);
     m->act = arena_take<bf16>(a, T * F);
     m->proj_out = arena_take<bf16>(a, T * C);
     m->final_norm = arena_take<bf16>(a, T * C);

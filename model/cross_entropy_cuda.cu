@@ -89,7 +89,7 @@ __global__ void cross_entropy_kernel(float *losses, bf16 *dlogits, const bf16 *l
 void cross_entropy_forward_backward_cuda(float *losses, bf16 *dlogits, const bf16 *logits,
                                          const int32_t *targets, int N, int V, float loss_scale,
                                          cudaStream_t stream) {
-    if (N < 0 || V <= 0) fatal("cross_entropy_forward_backward_cuda: bad shape N=%d V=%d", N, V);
+    CHECK(N >= 0 && V > 0, "cross_entropy_forward_backward_cuda: bad shape N=%d V=%d", N, V);
     if (N == 0) return;
     const bool packed = V % 8 == 0 && pack_aligned(logits, 16) &&
                         (!dlogits || pack_aligned(dlogits, 16));

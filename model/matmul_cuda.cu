@@ -15,8 +15,8 @@ static uint32_t pointer_alignment(const void *p) {
 }
 
 // Everything cuBLASLt needs for one product shape: the descriptors and the algorithm
-// its heuristic picked. Building these costs tens of microseconds of host time per
-// call (more than a small product takes on the GPU), so each shape is planned once.
+// its heuristic picked. Building these takes more host time than a small product takes
+// on the GPU, so each shape is planned once.
 typedef struct {
     int m, n, k;
     bool transpose_a, transpose_b;
@@ -119,7 +119,7 @@ static void lt_matmul(const char *op, void *d, cudaDataType_t d_type, const bf16
 }
 
 static void check_matmul_shape(const char *op, int N, int IC, int OC) {
-    if (N < 0 || IC <= 0 || OC <= 0) fatal("%s: bad shape N=%d IC=%d OC=%d", op, N, IC, OC);
+    CHECK(N >= 0 && IC > 0 && OC > 0, "%s: bad shape N=%d IC=%d OC=%d", op, N, IC, OC);
 }
 
 void matmul_forward_cuda(bf16 *out, const bf16 *inp, const bf16 *weight, int N, int IC, int OC,

@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "attention/attention.h"
 #include "attention/mask.h"
 
 typedef struct {
@@ -12,6 +13,25 @@ typedef struct {
     float rms_norm_eps, rope_theta;
     bool tie_word_embeddings;
 } ModelConfig;
+
+// The widths every part of the model derives from a ModelConfig.
+typedef struct {
+    int head_dim;  // D: one attention head (hidden_size / num_attention_heads)
+    int q_dim;     // H * D: q_proj output, attention output, o_proj input
+    int kv_dim;    // KV * D: k_proj and v_proj output each
+    int qkv_dim;   // q_dim + 2 * kv_dim: the stacked [q; k; v] projection
+} ModelDims;
+
+// Validates the config (fatal, naming the model.* key, for anything the model cannot
+// run: a non-positive size, a head dim that does not divide hidden_size or is odd
+// (RoPE rotates halves), query heads that are not a multiple of the key/value heads,
+// a non-positive rms_norm_eps or rope_theta) and returns its dimensions. The one place
+// that derives them: the parameter table and both backends call it.
+ModelDims model_dims(const ModelConfig *cfg);
+// The attention shape of n_rows x seq_len tokens under this model: its query and
+// key/value heads, the head dim and the softmax scale 1 / sqrt(head_dim).
+AttnShape model_attention_shape(const ModelConfig *cfg, const ModelDims *d, int n_rows,
+                                int seq_len);
 
 // One tensor inside the flat parameter buffer (the same offsets index the
 // gradient buffer and each optimizer-state buffer).
@@ -31,7 +51,7 @@ typedef struct {
     size_t total;        // elements in the flat buffer
 } ParamTable;
 
-// Tensor order: model.embed_tokens.weight; per layer i: input_layernorm, q_proj,
+// Validates cfg (model_dims). Tensor order: model.embed_tokens.weight; per layer i: input_layernorm, q_proj,
 // k_proj, v_proj, o_proj, post_attention_layernorm, gate_proj, up_proj, down_proj;
 // model.norm.weight; lm_head.weight (absent when tied).
 void param_table_build(const ModelConfig *cfg, ParamTable *out);

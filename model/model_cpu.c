@@ -2,9 +2,7 @@
 // CUDA backend. Forward keeps every activation the backward needs; backward walks
 // the layers in reverse, ADDING parameter gradients into the caller's buffer.
 // T = n_rows * seq_len tokens, C hidden, F intermediate, V vocab, H query heads,
-// KV key/value heads, D head dim (C / H).
-#include <math.h>
-#include <stdio.h>
+// KV key/value heads, D head dim (ModelDims).
 #include <string.h>
 #include "attention/attention.h"
 #include "common/check.h"
@@ -34,7 +32,8 @@ typedef struct {
 struct CpuModel {
     ModelConfig cfg;
     ParamTable table;
-    int max_rows, seq_len, head_dim, q_dim, kv_dim;
+    ModelDims dims;
+    int max_rows, seq_len;
     int chunk_capacity, chunk_rows;  // logit rows allocated / used per chunk
     ParamOffsets off;  // tensor offsets in the flat parameter/gradient buffers
     float **allocations;    // every buffer below, for cpu_model_free
@@ -71,24 +70,21 @@ static float *alloc_floats(CpuModel *m, size_t n) {
 }
 
 CpuModel *cpu_model_create(const ModelConfig *cfg, int max_rows, int seq_len) {
-    if (max_rows <= 0 || seq_len <= 0)
-        fatal("%s:%d: cpu_model_create: max_rows %d and seq_len %d must be positive", __FILE__,
-              __LINE__, max_rows, seq_len);
+    CHECK(max_rows > 0 && seq_len > 0,
+          "cpu_model_create: max_rows %d and seq_len %d must be positive", max_rows, seq_len);
     CpuModel *m = xcalloc(1, sizeof(CpuModel));
     m->cfg = *cfg;
-    param_table_build(cfg, &m->table);  // validates cfg
+    m->dims = model_dims(cfg);
+    param_table_build(cfg, &m->table);
     m->max_rows = max_rows;
     m->seq_len = seq_len;
-    m->head_dim = cfg->hidden_size / cfg->num_attention_heads;
-    m->q_dim = cfg->num_attention_heads * m->head_dim;
-    m->kv_dim = cfg->num_key_value_heads * m->head_dim;
 
     const int L = cfg->num_hidden_layers;
     param_offsets_resolve(cfg, &m->table, &m->off);
 
     const size_t T = (size_t)max_rows * seq_len, C = cfg->hidden_size,
                  F = cfg->intermediate_size, V = cfg->vocab_size;
-    const size_t QD = m->q_dim, KVD = m->kv_dim, H = cfg->num_attention_heads;
+    const size_t QD = m->dims.q_dim, KVD = m->dims.kv_dim, H = cfg->num_attention_heads;
     m->residual = xmalloc((size_t)(L + 1) * sizeof(float *));
     for (int l = 0; l <= L; l++) m->residual[l] = alloc_floats(m, T * C);
     m->layers = xcalloc((size_t)L, sizeof(LayerActivations));
@@ -159,43 +155,39 @@ static void add_arrays(float *out, const float *a, const float *b, size_t n) {
 
 static void zero_floats(float *x, size_t n) { memset(x, 0, n * sizeof(float)); }
 
-static AttnShape attention_shape(const CpuModel *m, const ModelBatch *b) {
-    return (AttnShape){b->n_rows, b->seq_len, m->cfg.num_attention_heads,
-                       m->cfg.num_key_value_heads, m->head_dim, 1.0f / sqrtf((float)m->head_dim)};
-}
-
 // Embedding and all layers up to the final norm; fills every saved activation.
 static void forward_body(CpuModel *m, const float *params, const ModelBatch *b) {
     const ModelConfig *cfg = &m->cfg;
     const int T = b->n_rows * b->seq_len, C = cfg->hidden_size, F = cfg->intermediate_size;
-    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->head_dim;
-    const AttnShape shape = attention_shape(m, b);
+    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->dims.head_dim;
+    const AttnShape shape = model_attention_shape(cfg, &m->dims, b->n_rows, b->seq_len);
 
-    embedding_forward(m->residual[0], b->token, params + m->off.embed, T, C);
+    embedding_forward_cpu(m->residual[0], b->token, params + m->off.embed, T, C);
     for (int l = 0; l < cfg->num_hidden_layers; l++) {
         const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
         LayerActivations *a = &m->layers[l];
         const float *x = m->residual[l];
-        rmsnorm_forward(a->ln1, a->ln1_rstd, x, params + w[W_INPUT_NORM], T, C, cfg->rms_norm_eps);
-        matmul_forward(a->q, a->ln1, params + w[W_Q], T, C, m->q_dim);
-        matmul_forward(a->k, a->ln1, params + w[W_K], T, C, m->kv_dim);
-        matmul_forward(a->v, a->ln1, params + w[W_V], T, C, m->kv_dim);
-        rope_forward(a->q, b->pos, T, H, D, cfg->rope_theta);
-        rope_forward(a->k, b->pos, T, KV, D, cfg->rope_theta);
+        rmsnorm_forward_cpu(a->ln1, a->ln1_rstd, x, params + w[W_INPUT_NORM], T, C,
+                            cfg->rms_norm_eps);
+        matmul_forward_cpu(a->q, a->ln1, params + w[W_Q], T, C, m->dims.q_dim);
+        matmul_forward_cpu(a->k, a->ln1, params + w[W_K], T, C, m->dims.kv_dim);
+        matmul_forward_cpu(a->v, a->ln1, params + w[W_V], T, C, m->dims.kv_dim);
+        rope_forward_cpu(a->q, b->pos, T, H, D, cfg->rope_theta);
+        rope_forward_cpu(a->k, b->pos, T, KV, D, cfg->rope_theta);
         attention_forward_cpu(&shape, b->mask, a->q, a->k, a->v, a->attn, a->lse);
-        matmul_forward(m->proj_out, a->attn, params + w[W_O], T, m->q_dim, C);
+        matmul_forward_cpu(m->proj_out, a->attn, params + w[W_O], T, m->dims.q_dim, C);
         add_arrays(a->mid, x, m->proj_out, (size_t)T * C);
 
-        rmsnorm_forward(a->ln2, a->ln2_rstd, a->mid, params + w[W_POST_NORM], T, C,
-                        cfg->rms_norm_eps);
-        matmul_forward(a->gate, a->ln2, params + w[W_GATE], T, C, F);
-        matmul_forward(a->up, a->ln2, params + w[W_UP], T, C, F);
-        swiglu_forward(a->act, a->gate, a->up, (int64_t)T * F);
-        matmul_forward(m->proj_out, a->act, params + w[W_DOWN], T, F, C);
+        rmsnorm_forward_cpu(a->ln2, a->ln2_rstd, a->mid, params + w[W_POST_NORM], T, C,
+                            cfg->rms_norm_eps);
+        matmul_forward_cpu(a->gate, a->ln2, params + w[W_GATE], T, C, F);
+        matmul_forward_cpu(a->up, a->ln2, params + w[W_UP], T, C, F);
+        swiglu_forward_cpu(a->act, a->gate, a->up, (int64_t)T * F);
+        matmul_forward_cpu(m->proj_out, a->act, params + w[W_DOWN], T, F, C);
         add_arrays(m->residual[l + 1], a->mid, m->proj_out, (size_t)T * C);
     }
-    rmsnorm_forward(m->final_norm, m->final_rstd, m->residual[cfg->num_hidden_layers],
-                    params + m->off.final_norm, T, C, cfg->rms_norm_eps);
+    rmsnorm_forward_cpu(m->final_norm, m->final_rstd, m->residual[cfg->num_hidden_layers],
+                        params + m->off.final_norm, T, C, cfg->rms_norm_eps);
 }
 
 // LM head and cross-entropy over the slots that have a target, a chunk of rows
@@ -221,16 +213,16 @@ static double loss_head(CpuModel *m, const float *params, float *grads, const Mo
                    (size_t)C * sizeof(float));
             m->chunk_targets[r] = b->target[slots[r]];
         }
-        matmul_forward(m->chunk_logits, m->chunk_input, lm_head, rows, C, V);
-        total += cross_entropy_forward_backward(m->chunk_losses, grads ? m->chunk_logits : NULL,
-                                                m->chunk_logits, m->chunk_targets, rows, V,
-                                                loss_scale);
+        matmul_forward_cpu(m->chunk_logits, m->chunk_input, lm_head, rows, C, V);
+        total += cross_entropy_forward_backward_cpu(m->chunk_losses, grads ? m->chunk_logits : NULL,
+                                                    m->chunk_logits, m->chunk_targets, rows, V,
+                                                    loss_scale);
         if (losses)
             for (int r = 0; r < rows; r++) losses[slots[r]] = m->chunk_losses[r];
         if (grads) {
             zero_floats(m->chunk_dinput, (size_t)rows * C);
-            matmul_backward(m->chunk_dinput, grads + m->off.lm_head, m->chunk_logits,
-                            m->chunk_input, lm_head, rows, C, V);
+            matmul_backward_cpu(m->chunk_dinput, grads + m->off.lm_head, m->chunk_logits,
+                                m->chunk_input, lm_head, rows, C, V);
             for (int r = 0; r < rows; r++)
                 memcpy(m->d_normed + (size_t)slots[r] * C, m->chunk_dinput + (size_t)r * C,
                        (size_t)C * sizeof(float));
@@ -253,47 +245,48 @@ double cpu_model_forward_backward(CpuModel *m, const float *params, float *grads
 
     const ModelConfig *cfg = &m->cfg;
     const int T = b->n_rows * b->seq_len, C = cfg->hidden_size, F = cfg->intermediate_size;
-    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->head_dim;
+    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->dims.head_dim;
     const int L = cfg->num_hidden_layers;
-    const AttnShape shape = attention_shape(m, b);
+    const AttnShape shape = model_attention_shape(cfg, &m->dims, b->n_rows, b->seq_len);
 
     zero_floats(m->d_residual, (size_t)T * C);
-    rmsnorm_backward(m->d_residual, grads + m->off.final_norm, m->d_normed, m->residual[L],
-                     params + m->off.final_norm, m->final_rstd, T, C);
+    rmsnorm_backward_cpu(m->d_residual, grads + m->off.final_norm, m->d_normed, m->residual[L],
+                         params + m->off.final_norm, m->final_rstd, T, C);
     for (int l = L - 1; l >= 0; l--) {
         const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
         const LayerActivations *a = &m->layers[l];
         // MLP block: residual[l+1] = mid + down(swiglu(gate(ln2), up(ln2))).
         // d_residual holds d residual[l+1], which is also the residual path's d mid.
         zero_floats(m->d_act, (size_t)T * F);
-        matmul_backward(m->d_act, grads + w[W_DOWN], m->d_residual, a->act, params + w[W_DOWN],
-                        T, F, C);
-        swiglu_backward(m->d_gate, m->d_up, m->d_act, a->gate, a->up, (int64_t)T * F);
+        matmul_backward_cpu(m->d_act, grads + w[W_DOWN], m->d_residual, a->act, params + w[W_DOWN],
+                            T, F, C);
+        swiglu_backward_cpu(m->d_gate, m->d_up, m->d_act, a->gate, a->up, (int64_t)T * F);
         zero_floats(m->d_normed, (size_t)T * C);
-        matmul_backward(m->d_normed, grads + w[W_GATE], m->d_gate, a->ln2, params + w[W_GATE], T,
-                        C, F);
-        matmul_backward(m->d_normed, grads + w[W_UP], m->d_up, a->ln2, params + w[W_UP], T, C, F);
-        rmsnorm_backward(m->d_residual, grads + w[W_POST_NORM], m->d_normed, a->mid,
-                         params + w[W_POST_NORM], a->ln2_rstd, T, C);
+        matmul_backward_cpu(m->d_normed, grads + w[W_GATE], m->d_gate, a->ln2, params + w[W_GATE],
+                            T, C, F);
+        matmul_backward_cpu(m->d_normed, grads + w[W_UP], m->d_up, a->ln2, params + w[W_UP], T, C,
+                            F);
+        rmsnorm_backward_cpu(m->d_residual, grads + w[W_POST_NORM], m->d_normed, a->mid,
+                             params + w[W_POST_NORM], a->ln2_rstd, T, C);
 
         // Attention block: mid = residual[l] + o_proj(attention(rope(q), rope(k), v)).
-        zero_floats(m->d_attn, (size_t)T * m->q_dim);
-        matmul_backward(m->d_attn, grads + w[W_O], m->d_residual, a->attn, params + w[W_O], T,
-                        m->q_dim, C);
+        zero_floats(m->d_attn, (size_t)T * m->dims.q_dim);
+        matmul_backward_cpu(m->d_attn, grads + w[W_O], m->d_residual, a->attn, params + w[W_O], T,
+                            m->dims.q_dim, C);
         attention_backward_cpu(&shape, b->mask, a->q, a->k, a->v, a->attn, a->lse,
                                m->d_attn, m->d_q, m->d_k, m->d_v);
-        rope_backward(m->d_q, b->pos, T, H, D, cfg->rope_theta);
-        rope_backward(m->d_k, b->pos, T, KV, D, cfg->rope_theta);
+        rope_backward_cpu(m->d_q, b->pos, T, H, D, cfg->rope_theta);
+        rope_backward_cpu(m->d_k, b->pos, T, KV, D, cfg->rope_theta);
         zero_floats(m->d_normed, (size_t)T * C);
-        matmul_backward(m->d_normed, grads + w[W_Q], m->d_q, a->ln1, params + w[W_Q], T, C,
-                        m->q_dim);
-        matmul_backward(m->d_normed, grads + w[W_K], m->d_k, a->ln1, params + w[W_K], T, C,
-                        m->kv_dim);
-        matmul_backward(m->d_normed, grads + w[W_V], m->d_v, a->ln1, params + w[W_V], T, C,
-                        m->kv_dim);
-        rmsnorm_backward(m->d_residual, grads + w[W_INPUT_NORM], m->d_normed, m->residual[l],
-                         params + w[W_INPUT_NORM], a->ln1_rstd, T, C);
+        matmul_backward_cpu(m->d_normed, grads + w[W_Q], m->d_q, a->ln1, params + w[W_Q], T, C,
+                            m->dims.q_dim);
+        matmul_backward_cpu(m->d_normed, grads + w[W_K], m->d_k, a->ln1, params + w[W_K], T, C,
+                            m->dims.kv_dim);
+        matmul_backward_cpu(m->d_normed, grads + w[W_V], m->d_v, a->ln1, params + w[W_V], T, C,
+                            m->dims.kv_dim);
+        rmsnorm_backward_cpu(m->d_residual, grads + w[W_INPUT_NORM], m->d_normed, m->residual[l],
+                             params + w[W_INPUT_NORM], a->ln1_rstd, T, C);
     }
-    embedding_backward(grads + m->off.embed, m->d_residual, b->token, T, C);
+    embedding_backward_cpu(grads + m->off.embed, m->d_residual, b->token, T, C);
     return total;
 }

@@ -4,39 +4,23 @@
 // Memory: per layer the forward keeps only the residual stream (input and mid),
 // rstd, q/k/v, the attention output and lse. The backward recomputes the two norm
 // outputs (bitwise the forward's: same kernel, same input) and the stacked gate|up
-// product; that costs one MLP matmul per layer (~8% of the step) and saves ~55% of the
-// activations (docs/KERNEL_NOTES.md, "Training step").
+// product: one more MLP matmul per layer buys a much smaller activation arena (the
+// measured trade: docs/BENCHMARKS.md, "Training step").
 // T = n_rows * seq_len tokens, C hidden, F intermediate, V vocab, H query heads,
-// KV key/value heads, D head dim (C / H). Activations bf16, rstd/lse/losses fp32.
+// KV key/value heads, D head dim (ModelDims). Activations bf16, rstd/lse/losses fp32.
 #include <limits.h>
-#include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "attention/attention_cuda.h"
 #include "common/cuda_check.h"
+#include "model/arena_cuda.cuh"
 #include "model/model_cuda.h"
 #include "model/ops_cuda.h"
 #include "model/ops_cuda_internal.cuh"
+#include "model/stage_timer_cuda.cuh"
 
 // The logits of at most this many elements exist at once (128 MiB of bf16).
 enum { LOGIT_CHUNK_ELEMENTS = 1 << 26 };
-// Every buffer of the arena starts on this boundary (what cuBLASLt prefers).
-enum { ARENA_ALIGNMENT = 256 };
-
-// Optional per-stage timing (environment ONEPASS_STAGE_TIMES=1, for profiling): an
-// event on the model's stream after each stage; after each step's synchronisation the
-// gaps are summed per stage name, and cuda_model_free prints the per-step means as one
-// JSON line. Events do not block the stream, so the step runs as without them. The
-// first steps (plan creation, module loading) are left out.
-enum { STAGE_MAX_MARKS = 4096, STAGE_MAX_NAMES = 48, STAGE_WARMUP_STEPS = 2 };
-typedef struct {
-    int n_marks, n_names, steps, steps_seen;
-    cudaEvent_t events[STAGE_MAX_MARKS];
-    const char *mark_names[STAGE_MAX_MARKS];  // the stage that ends at each event
-    const char *names[STAGE_MAX_NAMES];
-    double total_ms[STAGE_MAX_NAMES];
-} StageTimer;
 
 // Activations of one layer saved by the forward for the backward.
 typedef struct {
@@ -53,7 +37,8 @@ typedef struct {
 struct CudaModel {
     ModelConfig cfg;
     ParamTable table;
-    int max_rows, seq_len, head_dim, q_dim, kv_dim, chunk_rows;
+    ModelDims dims;
+    int max_rows, seq_len, chunk_rows;
     bool deterministic;
     ParamOffsets off;  // tensor offsets in the flat parameter/gradient buffers
     cudaStream_t stream;
@@ -77,7 +62,7 @@ struct CudaModel {
     bf16 *gate_up;             // [T, 2F] rows [gate_proj | up_proj] (one product with the
                                // stacked weights); the backward overwrites it with
                                // [d gate | d up]
-    bf16 *qkv;                 // [T, QD + 2 KVD] stacked q|k|v product before RoPE; in
+    bf16 *qkv;                 // [T, (H + 2 KV) D] stacked q|k|v product before RoPE; in
                                // the backward, the stacked gradient [dq | dk | dv]
     bf16 *act;                 // [T, F] silu(gate) * up, the down_proj input (recomputed
                                // by the backward, so one buffer serves every layer)
@@ -102,103 +87,85 @@ struct CudaModel {
     float *host_losses;                  // [T] pinned: target_losses read back
 };
 
-// Bump allocation inside the arena. With base == NULL it only counts bytes, so the
-// same carve function sizes the arena and then hands out its pointers.
-typedef struct {
-    char *base;
-    size_t used;
-} Arena;
-
-template <typename T>
-static T *take(Arena *a, size_t count) {
-    const size_t start = (a->used + ARENA_ALIGNMENT - 1) / ARENA_ALIGNMENT * ARENA_ALIGNMENT;
-    a->used = start + count * sizeof(T);
-    return a->base ? reinterpret_cast<T *>(a->base + start) : nullptr;
-}
-
 // Points every device buffer into the arena (or only counts bytes when a->base is NULL).
 static void carve(CudaModel *m, Arena *a) {
     const ModelConfig *cfg = &m->cfg;
     const size_t T = (size_t)m->max_rows * m->seq_len, C = cfg->hidden_size,
                  F = cfg->intermediate_size, V = cfg->vocab_size, H = cfg->num_attention_heads;
-    const size_t QD = m->q_dim, KVD = m->kv_dim, chunk = m->chunk_rows;
+    const size_t QD = m->dims.q_dim, KVD = m->dims.kv_dim, chunk = m->chunk_rows;
     const int L = cfg->num_hidden_layers;
 
-    m->token = take<int32_t>(a, T);
-    m->pos = take<int32_t>(a, T);
-    m->lo = take<int32_t>(a, T);
-    m->hi = take<int32_t>(a, T);
-    m->rope_cos_sin = take<float2>(a, T * (m->head_dim / 2));
-    m->target_slots = take<int32_t>(a, T);
-    m->slot_targets = take<int32_t>(a, T);
-    m->target_losses = take<float>(a, T);
-    m->mask_storage =
-        take<int32_t>(a, attn_mask_storage_count(m->max_rows, m->seq_len, ATTN_TILE, ATTN_TILE));
+    m->token = arena_take<int32_t>(a, T);
+    m->pos = arena_take<int32_t>(a, T);
+    m->lo = arena_take<int32_t>(a, T);
+    m->hi = arena_take<int32_t>(a, T);
+    m->rope_cos_sin = arena_take<float2>(a, T * (m->dims.head_dim / 2));
+    m->target_slots = arena_take<int32_t>(a, T);
+    m->slot_targets = arena_take<int32_t>(a, T);
+    m->target_losses = arena_take<float>(a, T);
+    m->mask_storage = arena_take<int32_t>(
+        a, attn_mask_storage_count(m->max_rows, m->seq_len, ATTN_TILE, ATTN_TILE));
 
-    for (int l = 0; l <= L; l++) m->residual[l] = take<bf16>(a, T * C);
+    for (int l = 0; l <= L; l++) m->residual[l] = arena_take<bf16>(a, T * C);
     for (int l = 0; l < L; l++) {
         LayerActivations *la = &m->layers[l];
-        la->ln1_rstd = take<float>(a, T);
-        la->q = take<bf16>(a, T * QD);
-        la->k = take<bf16>(a, T * KVD);
-        la->v = take<bf16>(a, T * KVD);
-        la->attn = take<bf16>(a, T * QD);
-        la->lse = take<float>(a, T * H);
-        la->mid = take<bf16>(a, T * C);
-        la->ln2_rstd = take<float>(a, T);
+        la->ln1_rstd = arena_take<float>(a, T);
+        la->q = arena_take<bf16>(a, T * QD);
+        la->k = arena_take<bf16>(a, T * KVD);
+        la->v = arena_take<bf16>(a, T * KVD);
+        la->attn = arena_take<bf16>(a, T * QD);
+        la->lse = arena_take<float>(a, T * H);
+        la->mid = arena_take<bf16>(a, T * C);
+        la->ln2_rstd = arena_take<float>(a, T);
     }
-    m->ln = take<bf16>(a, T * C);
-    m->gate_up = take<bf16>(a, T * 2 * F);
-    m->qkv = take<bf16>(a, T * (QD + 2 * KVD));
-    m->act = take<bf16>(a, T * F);
-    m->proj_out = take<bf16>(a, T * C);
-    m->final_norm = take<bf16>(a, T * C);
-    m->final_rstd = take<float>(a, T);
+    m->ln = arena_take<bf16>(a, T * C);
+    m->gate_up = arena_take<bf16>(a, T * 2 * F);
+    m->qkv = arena_take<bf16>(a, T * m->dims.qkv_dim);
+    m->act = arena_take<bf16>(a, T * F);
+    m->proj_out = arena_take<bf16>(a, T * C);
+    m->final_norm = arena_take<bf16>(a, T * C);
+    m->final_rstd = arena_take<float>(a, T);
 
-    m->chunk_input = take<bf16>(a, chunk * C);
-    m->chunk_logits = take<bf16>(a, chunk * V);
-    m->chunk_dinput = take<bf16>(a, chunk * C);
+    m->chunk_input = arena_take<bf16>(a, chunk * C);
+    m->chunk_logits = arena_take<bf16>(a, chunk * V);
+    m->chunk_dinput = arena_take<bf16>(a, chunk * C);
 
-    m->d_residual = take<bf16>(a, T * C);
-    m->d_normed = take<bf16>(a, T * C);
-    m->d_attn = take<bf16>(a, T * QD);
-    m->d_q = take<bf16>(a, T * QD);
-    m->d_k = take<bf16>(a, T * KVD);
-    m->d_v = take<bf16>(a, T * KVD);
-    m->d_act = take<bf16>(a, T * F);
-    const AttnShape max_shape = {m->max_rows, m->seq_len, cfg->num_attention_heads, cfg->num_key_value_heads,
-                                 m->head_dim, 1.0f / sqrtf((float)m->head_dim)};
+    m->d_residual = arena_take<bf16>(a, T * C);
+    m->d_normed = arena_take<bf16>(a, T * C);
+    m->d_attn = arena_take<bf16>(a, T * QD);
+    m->d_q = arena_take<bf16>(a, T * QD);
+    m->d_k = arena_take<bf16>(a, T * KVD);
+    m->d_v = arena_take<bf16>(a, T * KVD);
+    m->d_act = arena_take<bf16>(a, T * F);
+    const AttnShape max_shape = model_attention_shape(cfg, &m->dims, m->max_rows, m->seq_len);
     const size_t ws_fast = attention_backward_workspace_bytes(&max_shape, false),
                  ws_det = attention_backward_workspace_bytes(&max_shape, true);
-    m->attn_workspace = take<char>(a, ws_fast > ws_det ? ws_fast : ws_det);
+    m->attn_workspace = arena_take<char>(a, ws_fast > ws_det ? ws_fast : ws_det);
 }
 
 CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len) {
-    if (max_rows <= 0 || seq_len <= 0)
-        fatal("%s:%d: cuda_model_create: max_rows %d and seq_len %d must be positive", __FILE__,
-              __LINE__, max_rows, seq_len);
-    if ((long long)max_rows * seq_len > INT_MAX)
-        fatal("%s:%d: cuda_model_create: max_rows %d x seq_len %d exceeds %d tokens", __FILE__,
-              __LINE__, max_rows, seq_len, INT_MAX);
+    CHECK(max_rows > 0 && seq_len > 0,
+          "cuda_model_create: max_rows %d and seq_len %d must be positive", max_rows, seq_len);
+    CHECK((long long)max_rows * seq_len <= INT_MAX,
+          "cuda_model_create: max_rows %d x seq_len %d exceeds %d tokens", max_rows, seq_len,
+          INT_MAX);
     CudaModel *m = (CudaModel *)xcalloc(1, sizeof(CudaModel));
     m->cfg = *cfg;
-    param_table_build(cfg, &m->table);  // validates cfg
+    m->dims = model_dims(cfg);
+    if (!model_dims_cuda_supported(&m->dims))
+        fatal("cuda backend: head dim (model.hidden_size %d / model.num_attention_heads %d = %d) "
+              "must be 64 or 128 for the attention kernels",
+              cfg->hidden_size, cfg->num_attention_heads, m->dims.head_dim);
+    param_table_build(cfg, &m->table);
     m->max_rows = max_rows;
     m->seq_len = seq_len;
-    m->head_dim = cfg->hidden_size / cfg->num_attention_heads;
-    m->q_dim = cfg->num_attention_heads * m->head_dim;
-    m->kv_dim = cfg->num_key_value_heads * m->head_dim;
     m->deterministic = true;
-    if (m->head_dim != 64 && m->head_dim != 128)
-        fatal("%s:%d: cuda backend: head dim (model.hidden_size %d / model.num_attention_heads "
-              "%d = %d) must be 64 or 128 for the attention kernels",
-              __FILE__, __LINE__, cfg->hidden_size, cfg->num_attention_heads, m->head_dim);
     const int T = max_rows * seq_len;
     const OpsCudaState *ops = ops_cuda_state("cuda_model_create");
-    if (ops->max_tokens < T || ops->max_channels < cfg->hidden_size)
-        fatal("%s:%d: cuda_model_create: ops_cuda_init(max_tokens %d, max_channels %d) is too "
-              "small for %d tokens x %d channels",
-              __FILE__, __LINE__, ops->max_tokens, ops->max_channels, T, cfg->hidden_size);
+    CHECK(ops->max_tokens >= T && ops->max_channels >= cfg->hidden_size,
+          "cuda_model_create: ops_cuda_init(max_tokens %d, max_channels %d) is too small for "
+          "%d tokens x %d channels",
+          ops->max_tokens, ops->max_channels, T, cfg->hidden_size);
 
     const int L = cfg->num_hidden_layers;
     param_offsets_resolve(cfg, &m->table, &m->off);
@@ -207,11 +174,9 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len) 
     const size_t C = cfg->hidden_size, F = cfg->intermediate_size;
     for (int l = 0; l < L; l++) {
         const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
-        if (w[W_K] != w[W_Q] + m->q_dim * C || w[W_V] != w[W_K] + m->kv_dim * C ||
-            w[W_UP] != w[W_GATE] + F * C)
-            fatal("%s:%d: layer %d: q/k/v or gate/up weights are not consecutive in the "
-                  "parameter table",
-                  __FILE__, __LINE__, l);
+        CHECK(w[W_K] == w[W_Q] + m->dims.q_dim * C && w[W_V] == w[W_K] + m->dims.kv_dim * C &&
+                  w[W_UP] == w[W_GATE] + F * C,
+              "layer %d: q/k/v or gate/up weights are not consecutive in the parameter table", l);
     }
 
     // Chunks of whole 64-row tiles (better GEMM shapes) when the vocabulary allows.
@@ -231,21 +196,17 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len) 
     carve(m, &arena);
 
     cudaCheck(cudaStreamCreate(&m->stream));  // blocking: ordered after default-stream work
-    const char *stage_times = getenv("ONEPASS_STAGE_TIMES");
-    if (stage_times && strcmp(stage_times, "1") == 0)
-        m->timer = (StageTimer *)xcalloc(1, sizeof(StageTimer));
+    m->timer = stage_timer_from_env(m->stream);
     m->host_slots = (int32_t *)xmalloc((size_t)T * sizeof(int32_t));
     m->host_targets = (int32_t *)xmalloc((size_t)T * sizeof(int32_t));
     cudaCheck(cudaMallocHost(&m->host_losses, (size_t)T * sizeof(float)));
     return m;
 }
 
-static void stage_timer_print_and_free(StageTimer *t);
-
 void cuda_model_free(CudaModel *m) {
     if (!m) return;
     cudaCheck(cudaStreamSynchronize(m->stream));
-    if (m->timer) stage_timer_print_and_free(m->timer);
+    stage_timer_print_and_free(m->timer);
     cudaCheck(cudaStreamDestroy(m->stream));
     cudaCheck(cudaFree(m->arena));
     cudaCheck(cudaFreeHost(m->host_losses));
@@ -266,60 +227,8 @@ void cuda_model_set_deterministic(CudaModel *m, bool deterministic) {
 
 size_t cuda_model_arena_bytes(const CudaModel *m) { return m->arena_bytes; }
 
-// ------------------------------------------------------------- stage timing
-
-// Starts a step's list of marks.
-static void stage_begin(CudaModel *m) {
-    StageTimer *t = m->timer;
-    if (!t) return;
-    if (!t->events[0]) cudaCheck(cudaEventCreate(&t->events[0]));
-    cudaCheck(cudaEventRecord(t->events[0], m->stream));
-    t->n_marks = 1;
-}
-
-// Ends stage `name` (a string literal): the time since the previous mark is its.
-static void stage(CudaModel *m, const char *name) {
-    StageTimer *t = m->timer;
-    if (!t || t->n_marks == 0 || t->n_marks == STAGE_MAX_MARKS) return;
-    cudaEvent_t *event = &t->events[t->n_marks];
-    if (!*event) cudaCheck(cudaEventCreate(event));
-    cudaCheck(cudaEventRecord(*event, m->stream));
-    t->mark_names[t->n_marks++] = name;
-}
-
-// After the stream has synchronised: adds the step's gaps to the per-name totals.
-static void stage_collect(CudaModel *m) {
-    StageTimer *t = m->timer;
-    if (!t || t->n_marks == 0) return;
-    if (t->steps_seen++ < STAGE_WARMUP_STEPS) {
-        t->n_marks = 0;
-        return;
-    }
-    for (int i = 1; i < t->n_marks; i++) {
-        float ms;
-        cudaCheck(cudaEventElapsedTime(&ms, t->events[i - 1], t->events[i]));
-        int k = 0;
-        while (k < t->n_names && strcmp(t->names[k], t->mark_names[i]) != 0) k++;
-        if (k == STAGE_MAX_NAMES) continue;
-        if (k == t->n_names) t->names[t->n_names++] = t->mark_names[i];
-        t->total_ms[k] += ms;
-    }
-    t->steps++;
-    t->n_marks = 0;
-}
-
-static void stage_timer_print_and_free(StageTimer *t) {
-    double sum = 0.0;
-    printf("{\"stage_ms_per_step\": {");
-    for (int k = 0; k < t->n_names; k++) {
-        const double ms = t->total_ms[k] / (t->steps ? t->steps : 1);
-        sum += ms;
-        printf("%s\"%s\": %.3f", k ? ", " : "", t->names[k], ms);
-    }
-    printf("}, \"sum_ms\": %.3f, \"steps\": %d}\n", sum, t->steps);
-    for (int i = 0; i < STAGE_MAX_MARKS; i++)
-        if (t->events[i]) cudaCheck(cudaEventDestroy(t->events[i]));
-    free(t);
+bool model_dims_cuda_supported(const ModelDims *d) {
+    return d->head_dim == 64 || d->head_dim == 128;
 }
 
 // ---------------------------------------------------------------- the batch
@@ -370,35 +279,10 @@ static int upload_batch(CudaModel *m, const ModelBatch *b) {
     return n_targets;
 }
 
-// ------------------------------------------------------------------ kernels
-
-enum { ROW_COPY_THREADS = 256 };
-
-// dst[r, :] = src[slots[r], :] for r < rows (one block per row).
-__global__ void gather_rows_kernel(bf16 *dst, const bf16 *src, const int32_t *slots, int C) {
-    const int64_t r = blockIdx.x;
-    const bf16 *from = src + (int64_t)slots[r] * C;
-    bf16 *to = dst + r * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) to[c] = from[c];
-}
-
-// dst[slots[r], :] = src[r, :] for r < rows (slots distinct, so no two blocks collide).
-__global__ void scatter_rows_kernel(bf16 *dst, const bf16 *src, const int32_t *slots, int C) {
-    const int64_t r = blockIdx.x;
-    const bf16 *from = src + r * C;
-    bf16 *to = dst + (int64_t)slots[r] * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) to[c] = from[c];
-}
-
 // ---------------------------------------------------------------- the model
 
 static void zero_async(CudaModel *m, void *p, size_t bytes) {
     cudaCheck(cudaMemsetAsync(p, 0, bytes, m->stream));
-}
-
-static AttnShape attention_shape(const CudaModel *m, const ModelBatch *b) {
-    return AttnShape{b->n_rows, b->seq_len, m->cfg.num_attention_heads,
-                     m->cfg.num_key_value_heads, m->head_dim, 1.0f / sqrtf((float)m->head_dim)};
 }
 
 // Embedding and all layers up to the final norm; fills every saved activation. Each
@@ -407,45 +291,64 @@ static AttnShape attention_shape(const CudaModel *m, const ModelBatch *b) {
 static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) {
     const ModelConfig *cfg = &m->cfg;
     const int T = b->n_rows * b->seq_len, C = cfg->hidden_size, F = cfg->intermediate_size;
-    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->head_dim;
-    const int L = cfg->num_hidden_layers, QKV = m->q_dim + 2 * m->kv_dim;
-    const AttnShape shape = attention_shape(m, b);
+    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->dims.head_dim;
+    const int L = cfg->num_hidden_layers, QKV = m->dims.qkv_dim;
+    const AttnShape shape = model_attention_shape(cfg, &m->dims, b->n_rows, b->seq_len);
     const cudaStream_t s = m->stream;
 
-    stage_begin(m);
-    rope_angles_cuda(m->rope_cos_sin, m->pos, T, D, cfg->rope_theta, s);
-    embedding_forward_cuda(m->residual[0], m->token, params + m->off.embed, T, C, s);
-    rmsnorm_forward_cuda(m->ln, m->layers[0].ln1_rstd, m->residual[0],
-                         params + m->off.layer[W_INPUT_NORM], T, C, cfg->rms_norm_eps, s);
-    stage(m, "fwd embedding+norm");
+    {
+        StageRange stage(m->timer, "fwd embedding+norm");
+        rope_angles_cuda(m->rope_cos_sin, m->pos, T, D, cfg->rope_theta, s);
+        embedding_forward_cuda(m->residual[0], m->token, params + m->off.embed, T, C, s);
+        rmsnorm_forward_cuda(m->ln, m->layers[0].ln1_rstd, m->residual[0],
+                             params + m->off.layer[W_INPUT_NORM], T, C, cfg->rms_norm_eps, s);
+    }
     for (int l = 0; l < L; l++) {
         const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
         LayerActivations *a = &m->layers[l];
-        matmul_forward_cuda(m->qkv, m->ln, params + w[W_Q], T, C, QKV, s);
-        stage(m, "fwd qkv matmul");
-        rope_split_qkv_cuda(a->q, a->k, a->v, m->qkv, m->rope_cos_sin, T, H, KV, D, s);
-        stage(m, "fwd rope");
-        attention_forward_cuda(&shape, &m->mask, a->q, a->k, a->v, a->attn, a->lse, s);
-        stage(m, "fwd attention");
-        matmul_forward_cuda(m->proj_out, a->attn, params + w[W_O], T, m->q_dim, C, s);
-        stage(m, "fwd o matmul");
-        add_rmsnorm_forward_cuda(a->mid, m->ln, a->ln2_rstd, m->residual[l], m->proj_out,
-                                 params + w[W_POST_NORM], T, C, cfg->rms_norm_eps, s);
-        stage(m, "fwd add+norm");
-        matmul_forward_cuda(m->gate_up, m->ln, params + w[W_GATE], T, C, 2 * F, s);
-        stage(m, "fwd gate_up matmul");
-        swiglu_stacked_forward_cuda(m->act, m->gate_up, T, F, s);
-        stage(m, "fwd swiglu");
-        matmul_forward_cuda(m->proj_out, m->act, params + w[W_DOWN], T, F, C, s);
-        stage(m, "fwd down matmul");
+        {
+            StageRange stage(m->timer, "fwd qkv matmul");
+            matmul_forward_cuda(m->qkv, m->ln, params + w[W_Q], T, C, QKV, s);
+        }
+        {
+            StageRange stage(m->timer, "fwd rope");
+            rope_split_qkv_cuda(a->q, a->k, a->v, m->qkv, m->rope_cos_sin, T, H, KV, D, s);
+        }
+        {
+            StageRange stage(m->timer, "fwd attention");
+            attention_forward_cuda(&shape, &m->mask, a->q, a->k, a->v, a->attn, a->lse, s);
+        }
+        {
+            StageRange stage(m->timer, "fwd o matmul");
+            matmul_forward_cuda(m->proj_out, a->attn, params + w[W_O], T, m->dims.q_dim, C, s);
+        }
+        {
+            StageRange stage(m->timer, "fwd add+norm");
+            add_rmsnorm_forward_cuda(a->mid, m->ln, a->ln2_rstd, m->residual[l], m->proj_out,
+                                     params + w[W_POST_NORM], T, C, cfg->rms_norm_eps, s);
+        }
+        {
+            StageRange stage(m->timer, "fwd gate_up matmul");
+            matmul_forward_cuda(m->gate_up, m->ln, params + w[W_GATE], T, C, 2 * F, s);
+        }
+        {
+            StageRange stage(m->timer, "fwd swiglu");
+            swiglu_stacked_forward_cuda(m->act, m->gate_up, T, F, s);
+        }
+        {
+            StageRange stage(m->timer, "fwd down matmul");
+            matmul_forward_cuda(m->proj_out, m->act, params + w[W_DOWN], T, F, C, s);
+        }
         const bool last = l + 1 == L;
         bf16 *next_norm = last ? m->final_norm : m->ln;
         float *next_rstd = last ? m->final_rstd : m->layers[l + 1].ln1_rstd;
         const bf16 *next_weight =
             params + (last ? m->off.final_norm : w[LAYER_TENSORS + W_INPUT_NORM]);
-        add_rmsnorm_forward_cuda(m->residual[l + 1], next_norm, next_rstd, a->mid, m->proj_out,
-                                 next_weight, T, C, cfg->rms_norm_eps, s);
-        stage(m, "fwd add+norm");
+        {
+            StageRange stage(m->timer, "fwd add+norm");
+            add_rmsnorm_forward_cuda(m->residual[l + 1], next_norm, next_rstd, a->mid,
+                                     m->proj_out, next_weight, T, C, cfg->rms_norm_eps, s);
+        }
     }
 }
 
@@ -458,27 +361,29 @@ static void loss_head(CudaModel *m, const bf16 *params, float *grads, const Mode
     const int T = b->n_rows * b->seq_len, C = m->cfg.hidden_size, V = m->cfg.vocab_size;
     const bf16 *lm_head = params + m->off.lm_head;
     const cudaStream_t s = m->stream;
-    if (grads) zero_async(m, m->d_normed, (size_t)T * C * sizeof(bf16));
     for (int start = 0; start < n_targets; start += m->chunk_rows) {
         const int rows = n_targets - start < m->chunk_rows ? n_targets - start : m->chunk_rows;
         const int32_t *slots = m->target_slots + start;
-        gather_rows_kernel<<<rows, ROW_COPY_THREADS, 0, s>>>(m->chunk_input, m->final_norm, slots,
-                                                             C);
-        cudaCheckLaunch();
-        matmul_forward_cuda(m->chunk_logits, m->chunk_input, lm_head, rows, C, V, s);
-        stage(m, "head matmul fwd");
-        cross_entropy_forward_backward_cuda(m->target_losses + start,
-                                            grads ? m->chunk_logits : nullptr, m->chunk_logits,
-                                            m->slot_targets + start, rows, V, loss_scale, s);
-        stage(m, "head cross-entropy");
+        {
+            StageRange stage(m->timer, "head matmul fwd");
+            gather_rows_cuda(m->chunk_input, m->final_norm, slots, rows, C, s);
+            matmul_forward_cuda(m->chunk_logits, m->chunk_input, lm_head, rows, C, V, s);
+        }
+        {
+            StageRange stage(m->timer, "head cross-entropy");
+            cross_entropy_forward_backward_cuda(m->target_losses + start,
+                                                grads ? m->chunk_logits : nullptr,
+                                                m->chunk_logits, m->slot_targets + start, rows,
+                                                V, loss_scale, s);
+        }
         if (grads) {
+            StageRange stage(m->timer, "head matmul bwd");
+            // Before the first scatter: the rows without a target stay zero.
+            if (start == 0) zero_async(m, m->d_normed, (size_t)T * C * sizeof(bf16));
             matmul_backward_overwrite_cuda(m->chunk_dinput, grads + m->off.lm_head,
                                            m->chunk_logits, m->chunk_input, lm_head, rows, C, V,
                                            s);
-            scatter_rows_kernel<<<rows, ROW_COPY_THREADS, 0, s>>>(m->d_normed, m->chunk_dinput,
-                                                                  slots, C);
-            cudaCheckLaunch();
-            stage(m, "head matmul bwd");
+            scatter_rows_cuda(m->d_normed, m->chunk_dinput, slots, rows, C, s);
         }
     }
 }
@@ -491,7 +396,7 @@ static double read_losses(CudaModel *m, const ModelBatch *b, int n_targets, floa
                                   (size_t)n_targets * sizeof(float), cudaMemcpyDeviceToHost,
                                   m->stream));
     cudaCheck(cudaStreamSynchronize(m->stream));
-    stage_collect(m);
+    stage_timer_collect(m->timer);
     if (losses) memset(losses, 0, (size_t)b->n_rows * b->seq_len * sizeof(float));
     double total = 0.0;
     for (int i = 0; i < n_targets; i++) {
@@ -516,64 +421,95 @@ double cuda_model_forward(CudaModel *m, const void *params_bf16, const ModelBatc
 static void backward(CudaModel *m, const bf16 *params, float *grads, const ModelBatch *b) {
     const ModelConfig *cfg = &m->cfg;
     const int T = b->n_rows * b->seq_len, C = cfg->hidden_size, F = cfg->intermediate_size;
-    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->head_dim;
-    const int L = cfg->num_hidden_layers, QKV = m->q_dim + 2 * m->kv_dim;
-    const AttnShape shape = attention_shape(m, b);
+    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->dims.head_dim;
+    const int L = cfg->num_hidden_layers, QKV = m->dims.qkv_dim;
+    const AttnShape shape = model_attention_shape(cfg, &m->dims, b->n_rows, b->seq_len);
     const cudaStream_t s = m->stream;
 
-    zero_async(m, m->d_residual, (size_t)T * C * sizeof(bf16));
-    rmsnorm_backward_cuda(m->d_residual, grads + m->off.final_norm, m->d_normed,
-                          m->residual[L], params + m->off.final_norm, m->final_rstd, T, C, s);
-    stage(m, "bwd norm");
+    {
+        StageRange stage(m->timer, "bwd norm");
+        zero_async(m, m->d_residual, (size_t)T * C * sizeof(bf16));
+        rmsnorm_backward_cuda(m->d_residual, grads + m->off.final_norm, m->d_normed,
+                              m->residual[L], params + m->off.final_norm, m->final_rstd, T, C, s);
+    }
     for (int l = L - 1; l >= 0; l--) {
         const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
         LayerActivations *a = &m->layers[l];
         // MLP block: residual[l+1] = mid + down(swiglu(gate(ln2), up(ln2))).
         // d_residual holds d residual[l+1], which is also the residual path's d mid.
         // Recompute ln2, gate|up and the down_proj input.
-        rmsnorm_forward_cuda(m->ln, a->ln2_rstd, a->mid, params + w[W_POST_NORM], T, C,
-                             cfg->rms_norm_eps, s);
-        stage(m, "bwd norm recompute");
-        matmul_forward_cuda(m->gate_up, m->ln, params + w[W_GATE], T, C, 2 * F, s);
-        stage(m, "bwd gate_up recompute");
-        swiglu_stacked_forward_cuda(m->act, m->gate_up, T, F, s);
-        stage(m, "bwd swiglu recompute");
-        matmul_backward_overwrite_cuda(m->d_act, grads + w[W_DOWN], m->d_residual, m->act,
-                                       params + w[W_DOWN], T, F, C, s);
-        stage(m, "bwd down matmul");
-        // In place: gate and up are not needed again.
-        swiglu_stacked_backward_cuda(m->gate_up, m->d_act, m->gate_up, T, F, s);
-        stage(m, "bwd swiglu");
-        matmul_backward_overwrite_cuda(m->d_normed, grads + w[W_GATE], m->gate_up, m->ln,
-                                       params + w[W_GATE], T, C, 2 * F, s);
-        stage(m, "bwd gate_up matmul");
-        rmsnorm_backward_cuda(m->d_residual, grads + w[W_POST_NORM], m->d_normed, a->mid,
-                              params + w[W_POST_NORM], a->ln2_rstd, T, C, s);
-        stage(m, "bwd norm");
+        {
+            StageRange stage(m->timer, "bwd norm recompute");
+            rmsnorm_forward_cuda(m->ln, a->ln2_rstd, a->mid, params + w[W_POST_NORM], T, C,
+                                 cfg->rms_norm_eps, s);
+        }
+        {
+            StageRange stage(m->timer, "bwd gate_up recompute");
+            matmul_forward_cuda(m->gate_up, m->ln, params + w[W_GATE], T, C, 2 * F, s);
+        }
+        {
+            StageRange stage(m->timer, "bwd swiglu recompute");
+            swiglu_stacked_forward_cuda(m->act, m->gate_up, T, F, s);
+        }
+        {
+            StageRange stage(m->timer, "bwd down matmul");
+            matmul_backward_overwrite_cuda(m->d_act, grads + w[W_DOWN], m->d_residual, m->act,
+                                           params + w[W_DOWN], T, F, C, s);
+        }
+        {
+            StageRange stage(m->timer, "bwd swiglu");
+            // In place: gate and up are not needed again.
+            swiglu_stacked_backward_cuda(m->gate_up, m->d_act, m->gate_up, T, F, s);
+        }
+        {
+            StageRange stage(m->timer, "bwd gate_up matmul");
+            matmul_backward_overwrite_cuda(m->d_normed, grads + w[W_GATE], m->gate_up, m->ln,
+                                           params + w[W_GATE], T, C, 2 * F, s);
+        }
+        {
+            StageRange stage(m->timer, "bwd norm");
+            rmsnorm_backward_cuda(m->d_residual, grads + w[W_POST_NORM], m->d_normed, a->mid,
+                                  params + w[W_POST_NORM], a->ln2_rstd, T, C, s);
+        }
 
         // Attention block: mid = residual[l] + o_proj(attention(rope(q), rope(k), v)).
-        matmul_backward_overwrite_cuda(m->d_attn, grads + w[W_O], m->d_residual, a->attn,
-                                       params + w[W_O], T, m->q_dim, C, s);
-        stage(m, "bwd o matmul");
-        attention_backward_cuda(&shape, &m->mask, a->q, a->k, a->v, a->attn,
-                                a->lse, m->d_attn, m->d_q, m->d_k, m->d_v, m->deterministic,
-                                m->attn_workspace, s);
-        stage(m, "bwd attention");
-        rope_merge_qkv_backward_cuda(m->qkv, m->d_q, m->d_k, m->d_v, m->rope_cos_sin, T, H, KV, D,
-                                     s);
-        stage(m, "bwd rope");
-        rmsnorm_forward_cuda(m->ln, a->ln1_rstd, m->residual[l], params + w[W_INPUT_NORM], T, C,
-                             cfg->rms_norm_eps, s);  // recompute ln1
-        stage(m, "bwd norm recompute");
-        matmul_backward_overwrite_cuda(m->d_normed, grads + w[W_Q], m->qkv, m->ln,
-                                       params + w[W_Q], T, C, QKV, s);
-        stage(m, "bwd qkv matmul");
-        rmsnorm_backward_cuda(m->d_residual, grads + w[W_INPUT_NORM], m->d_normed,
-                              m->residual[l], params + w[W_INPUT_NORM], a->ln1_rstd, T, C, s);
-        stage(m, "bwd norm");
+        {
+            StageRange stage(m->timer, "bwd o matmul");
+            matmul_backward_overwrite_cuda(m->d_attn, grads + w[W_O], m->d_residual, a->attn,
+                                           params + w[W_O], T, m->dims.q_dim, C, s);
+        }
+        {
+            StageRange stage(m->timer, "bwd attention");
+            attention_backward_cuda(&shape, &m->mask, a->q, a->k, a->v, a->attn, a->lse,
+                                    m->d_attn, m->d_q, m->d_k, m->d_v, m->deterministic,
+                                    m->attn_workspace, s);
+        }
+        {
+            StageRange stage(m->timer, "bwd rope");
+            rope_merge_qkv_backward_cuda(m->qkv, m->d_q, m->d_k, m->d_v, m->rope_cos_sin, T, H,
+                                         KV, D, s);
+        }
+        {
+            StageRange stage(m->timer, "bwd norm recompute");  // ln1
+            rmsnorm_forward_cuda(m->ln, a->ln1_rstd, m->residual[l], params + w[W_INPUT_NORM],
+                                 T, C, cfg->rms_norm_eps, s);
+        }
+        {
+            StageRange stage(m->timer, "bwd qkv matmul");
+            matmul_backward_overwrite_cuda(m->d_normed, grads + w[W_Q], m->qkv, m->ln,
+                                           params + w[W_Q], T, C, QKV, s);
+        }
+        {
+            StageRange stage(m->timer, "bwd norm");
+            rmsnorm_backward_cuda(m->d_residual, grads + w[W_INPUT_NORM], m->d_normed,
+                                  m->residual[l], params + w[W_INPUT_NORM], a->ln1_rstd, T, C,
+                                  s);
+        }
     }
-    embedding_backward_cuda(grads + m->off.embed, m->d_residual, m->token, T, C, s);
-    stage(m, "bwd embedding");
+    {
+        StageRange stage(m->timer, "bwd embedding");
+        embedding_backward_cuda(grads + m->off.embed, m->d_residual, m->token, T, C, s);
+    }
 }
 
 double cuda_model_forward_backward(CudaModel *m, const void *params_bf16, float *grads,

@@ -25,8 +25,12 @@ extern "C" {  // model.h is a plain C header without guards of its own
 
 typedef struct CudaModel CudaModel;
 
-// Validates the config (fatal, naming the field, for anything the kernels cannot run:
-// head_dim must be 64 or 128) and allocates the activation arena once.
+// Whether the CUDA kernels run a model of these dimensions: the attention kernels are
+// built for head dims 64 and 128.
+bool model_dims_cuda_supported(const ModelDims *d);
+
+// Validates the config (model_dims, then model_dims_cuda_supported: fatal, naming the
+// fields) and allocates the activation arena once.
 CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len);
 void cuda_model_free(CudaModel *m);
 
@@ -46,7 +50,8 @@ double cuda_model_forward_backward(CudaModel *m, const void *params_bf16, float 
 
 // Profiling: with the environment variable ONEPASS_STAGE_TIMES=1 at creation, the model
 // times each stage of every step with CUDA events and cuda_model_free prints the
-// per-step means (first two steps left out) as one JSON line on stdout.
+// per-step means (first two steps left out) as one JSON line on stdout
+// (model/stage_timer_cuda.cuh).
 
 // The stream every kernel of the model runs on.
 cudaStream_t cuda_model_stream(const CudaModel *m);

@@ -11,7 +11,7 @@
 // to stream whole cache lines, narrow enough to keep the accumulator in L1.
 enum { COLUMN_BLOCK = 64 };
 
-void embedding_forward(float *out, const int32_t *tokens, const float *wte, int N, int C) {
+void embedding_forward_cpu(float *out, const int32_t *tokens, const float *wte, int N, int C) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++)
         memcpy(out + (size_t)n * C, wte + (size_t)tokens[n] * C, (size_t)C * sizeof(float));
@@ -19,7 +19,7 @@ void embedding_forward(float *out, const int32_t *tokens, const float *wte, int 
 
 // Parallel over column blocks, tokens in order inside each: deterministic even
 // when several tokens share a row of dwte.
-void embedding_backward(float *dwte, const float *dout, const int32_t *tokens, int N, int C) {
+void embedding_backward_cpu(float *dwte, const float *dout, const int32_t *tokens, int N, int C) {
 #pragma omp parallel for schedule(static)
     for (int c0 = 0; c0 < C; c0 += COLUMN_BLOCK) {
         const int c1 = c0 + COLUMN_BLOCK < C ? c0 + COLUMN_BLOCK : C;
@@ -31,8 +31,8 @@ void embedding_backward(float *dwte, const float *dout, const int32_t *tokens, i
     }
 }
 
-void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C,
-                     float eps) {
+void rmsnorm_forward_cpu(float *out, float *rstd, const float *inp, const float *weight, int N,
+                         int C, float eps) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
@@ -47,8 +47,8 @@ void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *wei
 
 // y = w * x * r with r = (mean(x^2) + eps)^(-1/2), so
 // dx_j = r * (w_j dy_j - x_j * r^2 * mean_i(w_i dy_i x_i)),  dw_i = sum_n dy_i x_i r.
-void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
-                      const float *weight, const float *rstd, int N, int C) {
+void rmsnorm_backward_cpu(float *dinp, float *dweight, const float *dout, const float *inp,
+                          const float *weight, const float *rstd, int N, int C) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
@@ -76,7 +76,7 @@ void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const floa
 // Angles are computed in double: fp32 pos * inv_freq loses ~1e-4 rad at pos 4k.
 static void rope_rotate(float *x, const int32_t *pos, int N, int n_heads, int head_dim,
                         float theta, float direction) {
-    if (head_dim % 2 != 0) fatal("%s:%d: rope: head_dim %d is odd", __FILE__, __LINE__, head_dim);
+    CHECK(head_dim % 2 == 0, "rope: head_dim %d is odd", head_dim);
     const int half = head_dim / 2;
     double *inv_freq = xmalloc((size_t)half * sizeof(double));  // [half]
     for (int i = 0; i < half; i++) inv_freq[i] = pow((double)theta, -2.0 * i / head_dim);
@@ -106,24 +106,25 @@ static void rope_rotate(float *x, const int32_t *pos, int N, int n_heads, int he
     free(inv_freq);
 }
 
-void rope_forward(float *x, const int32_t *pos, int N, int n_heads, int head_dim, float theta) {
+void rope_forward_cpu(float *x, const int32_t *pos, int N, int n_heads, int head_dim, float theta) {
     rope_rotate(x, pos, N, n_heads, head_dim, theta, 1.0f);
 }
 
-void rope_backward(float *dx, const int32_t *pos, int N, int n_heads, int head_dim, float theta) {
+void rope_backward_cpu(float *dx, const int32_t *pos, int N, int n_heads, int head_dim,
+                       float theta) {
     rope_rotate(dx, pos, N, n_heads, head_dim, theta, -1.0f);
 }
 
 static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-void swiglu_forward(float *out, const float *gate, const float *up, int64_t n) {
+void swiglu_forward_cpu(float *out, const float *gate, const float *up, int64_t n) {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) out[i] = gate[i] * sigmoidf(gate[i]) * up[i];
 }
 
 // d silu(g)/dg = s * (1 + g * (1 - s)) with s = sigmoid(g).
-void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
-                     const float *up, int64_t n) {
+void swiglu_backward_cpu(float *dgate, float *dup, const float *dout, const float *gate,
+                         const float *up, int64_t n) {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {
         const float g = gate[i], s = sigmoidf(g);
@@ -132,13 +133,13 @@ void swiglu_backward(float *dgate, float *dup, const float *dout, const float *g
     }
 }
 
-void matmul_forward(float *out, const float *inp, const float *weight, int N, int IC, int OC) {
+void matmul_forward_cpu(float *out, const float *inp, const float *weight, int N, int IC, int OC) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, weight, IC,
                 0.0f, out, OC);
 }
 
-void matmul_backward(float *dinp, float *dweight, const float *dout, const float *inp,
-                     const float *weight, int N, int IC, int OC) {
+void matmul_backward_cpu(float *dinp, float *dweight, const float *dout, const float *inp,
+                         const float *weight, int N, int IC, int OC) {
     if (dinp)  // [N,IC] += [N,OC] @ [OC,IC]
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, weight,
                     IC, 1.0f, dinp, IC);
@@ -151,12 +152,11 @@ void matmul_backward(float *dinp, float *dweight, const float *dout, const float
 // fully before writing dlogits, which is why dlogits may alias logits.
 // Also accepts dlogits == NULL (loss only) and losses == NULL (sum only).
 // The returned sum adds rows in order, so it does not depend on the threads.
-double cross_entropy_forward_backward(float *losses, float *dlogits, const float *logits,
-                                      const int32_t *targets, int N, int V, float loss_scale) {
+double cross_entropy_forward_backward_cpu(float *losses, float *dlogits, const float *logits,
+                                          const int32_t *targets, int N, int V, float loss_scale) {
     for (int n = 0; n < N; n++)
-        if (targets[n] < -1 || targets[n] >= V)
-            fatal("%s:%d: cross_entropy: target %d at row %d is outside [-1, %d)", __FILE__,
-                  __LINE__, targets[n], n, V);
+        CHECK(targets[n] >= -1 && targets[n] < V,
+              "cross_entropy: target %d at row %d is outside [-1, %d)", targets[n], n, V);
     double *row_loss = xmalloc((size_t)N * sizeof(double));  // [N]
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {

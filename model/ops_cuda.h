@@ -1,5 +1,5 @@
 // Model ops, CUDA backend: the twins of model/ops.h. Each `<op>_cuda` takes the
-// same parameters in the same order as `<op>`, with bf16 activations and weights
+// same parameters in the same order as `<op>_cpu`, with bf16 activations and weights
 // where the CPU op takes float, fp32 where precision matters (rstd, losses, weight
 // gradients, master weights, optimizer state), DEVICE pointers throughout, plus a
 // trailing stream. All launches are asynchronous on that stream.

@@ -1,6 +1,6 @@
 // Shared by the model/*_cuda.cu files only (not part of the ops interface):
 // launch-size helpers, warp/block reductions, and access to the process-wide
-// state that ops_cuda_init creates (model/ops_cuda.cu).
+// state that ops_cuda_init creates (model/ops_cuda_state.cu).
 #pragma once
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -67,10 +67,24 @@ typedef struct {
 } OpsCudaState;
 
 const OpsCudaState *ops_cuda_state(const char *op);
+// The state, after checking that an N x C call of `op` fits the scratch made at init.
+const OpsCudaState *ops_cuda_state_for_tokens(const char *op, int N, int C);
+
+// Scratch bytes of the embedding backward's radix sort of n (token, row) pairs; a pure
+// host query (model/embedding_cuda.cu), which ops_cuda_init sizes the scratch by.
+size_t embedding_sort_temp_bytes(int n);
 
 // Row groups of rmsnorm's dweight reduction and blocks of the grad-norm reduction;
 // fixed (not device-dependent) so results are identical on any GPU.
 enum { RMSNORM_MAX_GROUPS = 256, GRAD_NORM_BLOCKS = 1024 };
+
+// Row copies by slot, C bf16 channels per row, one block per row (model/embedding_cuda.cu;
+// the embedding forward is a gather from the table): gather dst[r, :] = src[slots[r], :],
+// scatter dst[slots[r], :] = src[r, :] (slots distinct), for r < rows.
+void gather_rows_cuda(bf16 *dst, const bf16 *src, const int32_t *slots, int rows, int C,
+                      cudaStream_t stream);
+void scatter_rows_cuda(bf16 *dst, const bf16 *src, const int32_t *slots, int rows, int C,
+                       cudaStream_t stream);
 
 // Empties matmul_cuda.cu's cache of cuBLASLt plans (ops_cuda_destroy calls it).
 void matmul_plans_clear(void);

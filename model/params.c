@@ -6,36 +6,6 @@
 #include "common/check.h"
 #include "model/model.h"
 
-// Rejects configurations the model code cannot run (every field is named).
-static void validate_config(const ModelConfig *cfg) {
-    const struct { const char *name; int value; } positive[] = {
-        {"vocab_size", cfg->vocab_size},
-        {"hidden_size", cfg->hidden_size},
-        {"intermediate_size", cfg->intermediate_size},
-        {"num_hidden_layers", cfg->num_hidden_layers},
-        {"num_attention_heads", cfg->num_attention_heads},
-        {"num_key_value_heads", cfg->num_key_value_heads},
-    };
-    for (size_t i = 0; i < sizeof(positive) / sizeof(positive[0]); i++)
-        if (positive[i].value <= 0)
-            fatal("%s:%d: model.%s must be positive, got %d", __FILE__, __LINE__,
-                  positive[i].name, positive[i].value);
-    if (cfg->hidden_size % cfg->num_attention_heads != 0)
-        fatal("%s:%d: model.hidden_size %d is not a multiple of model.num_attention_heads %d",
-              __FILE__, __LINE__, cfg->hidden_size, cfg->num_attention_heads);
-    if ((cfg->hidden_size / cfg->num_attention_heads) % 2 != 0)
-        fatal("%s:%d: head dim (hidden_size / num_attention_heads = %d) must be even for RoPE",
-              __FILE__, __LINE__, cfg->hidden_size / cfg->num_attention_heads);
-    if (cfg->num_attention_heads % cfg->num_key_value_heads != 0)
-        fatal("%s:%d: model.num_attention_heads %d is not a multiple of "
-              "model.num_key_value_heads %d",
-              __FILE__, __LINE__, cfg->num_attention_heads, cfg->num_key_value_heads);
-    if (!(cfg->rms_norm_eps > 0.0f))
-        fatal("%s:%d: model.rms_norm_eps must be positive", __FILE__, __LINE__);
-    if (!(cfg->rope_theta > 0.0f))
-        fatal("%s:%d: model.rope_theta must be positive", __FILE__, __LINE__);
-}
-
 static void add_tensor(ParamTable *t, int *cap, int ndim, int64_t rows, int64_t cols,
                        bool is_norm, bool is_embedding, const char *fmt, int layer) {
     if (t->n_tensors == *cap) {
@@ -56,11 +26,9 @@ static void add_tensor(ParamTable *t, int *cap, int ndim, int64_t rows, int64_t 
 }
 
 void param_table_build(const ModelConfig *cfg, ParamTable *out) {
-    validate_config(cfg);
+    const ModelDims dims = model_dims(cfg);
     const int64_t V = cfg->vocab_size, C = cfg->hidden_size, F = cfg->intermediate_size;
-    const int64_t head_dim = C / cfg->num_attention_heads;
-    const int64_t q_dim = cfg->num_attention_heads * head_dim;
-    const int64_t kv_dim = cfg->num_key_value_heads * head_dim;
+    const int64_t q_dim = dims.q_dim, kv_dim = dims.kv_dim;
     memset(out, 0, sizeof(*out));
     int cap = 0;
     add_tensor(out, &cap, 2, V, C, false, true, "model.embed_tokens.weight", 0);
@@ -119,12 +87,10 @@ void params_init(const ModelConfig *cfg, const ParamTable *t, uint64_t seed, flo
 }
 
 void model_batch_check(const ModelBatch *b, const ModelConfig *cfg, int max_rows, int seq_len) {
-    if (b->n_rows <= 0 || b->n_rows > max_rows)
-        fatal("%s:%d: batch n_rows %d outside [1, %d] (the model's max_rows)", __FILE__, __LINE__,
-              b->n_rows, max_rows);
-    if (b->seq_len != seq_len)
-        fatal("%s:%d: batch seq_len %d differs from the model's %d", __FILE__, __LINE__,
-              b->seq_len, seq_len);
+    CHECK(b->n_rows > 0 && b->n_rows <= max_rows,
+          "batch n_rows %d outside [1, %d] (the model's max_rows)", b->n_rows, max_rows);
+    CHECK(b->seq_len == seq_len, "batch seq_len %d differs from the model's %d", b->seq_len,
+          seq_len);
     CHECK(b->mask && b->mask->n_rows == b->n_rows && b->mask->seq_len == b->seq_len,
           "batch mask missing or not built for %d rows x %d", b->n_rows, b->seq_len);
     const int T = b->n_rows * b->seq_len, V = cfg->vocab_size;
@@ -134,15 +100,11 @@ void model_batch_check(const ModelBatch *b, const ModelConfig *cfg, int max_rows
                   b->mask->hi[n] <= b->seq_len,
               "batch interval [%d, %d) at slot %d outside 0 <= lo <= hi <= %d", b->mask->lo[n],
               b->mask->hi[n], n, b->seq_len);
-        if (b->token[n] < 0 || b->token[n] >= V)
-            fatal("%s:%d: batch token %d at slot %d outside [0, %d)", __FILE__, __LINE__,
-                  b->token[n], n, V);
-        if (b->target[n] < -1 || b->target[n] >= V)
-            fatal("%s:%d: batch target %d at slot %d outside [-1, %d)", __FILE__, __LINE__,
-                  b->target[n], n, V);
-        if (b->pos[n] < 0)
-            fatal("%s:%d: batch position %d at slot %d is negative", __FILE__, __LINE__, b->pos[n],
-                  n);
+        CHECK(b->token[n] >= 0 && b->token[n] < V, "batch token %d at slot %d outside [0, %d)",
+              b->token[n], n, V);
+        CHECK(b->target[n] >= -1 && b->target[n] < V,
+              "batch target %d at slot %d outside [-1, %d)", b->target[n], n, V);
+        CHECK(b->pos[n] >= 0, "batch position %d at slot %d is negative", b->pos[n], n);
     }
 }
 
@@ -154,7 +116,7 @@ static const char *const LAYER_TENSOR_NAMES[LAYER_TENSORS] = {
 
 static size_t offset_of(const ParamTable *t, const char *name) {
     const ParamTensor *p = param_table_find(t, name);
-    if (!p) fatal("%s:%d: parameter %s missing from the table", __FILE__, __LINE__, name);
+    CHECK(p, "parameter %s missing from the table", name);
     return p->offset;
 }
 

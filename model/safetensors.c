@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <libgen.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +50,7 @@ int safetensors_write(const char *path, const SafeTensorOut *tensors, int n_tens
                                   "data_offsets", (json_int_t)offset, (json_int_t)(offset + bytes));
         if (json_object_get(header, t->name)) {
             json_decref(header);
-            return fail(err, err_len, "%s: duplicate tensor name '%s'", path, t->name);
+            return fail_at(err, err_len, path, 0, "duplicate tensor name '%s'", t->name);
         }
         json_object_set_new(header, t->name, entry);
         offset += bytes;
@@ -67,7 +66,7 @@ int safetensors_write(const char *path, const SafeTensorOut *tensors, int n_tens
     FILE *f = fopen(tmp, "wb");
     if (!f) {
         free(text);
-        return fail(err, err_len, "%s: cannot create: %s", tmp, strerror(errno));
+        return fail_at(err, err_len, tmp, 0, "cannot create: %s", strerror(errno));
     }
     bool ok = fwrite(&header_len, 8, 1, f) == 1 && fwrite(text, 1, text_len, f) == text_len;
     for (size_t i = text_len; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
@@ -81,12 +80,13 @@ int safetensors_write(const char *path, const SafeTensorOut *tensors, int n_tens
     if (fclose(f) != 0) ok = false;
     if (!ok) {
         unlink(tmp);
-        return fail(err, err_len, "%s: write failed: %s", tmp, strerror(saved_errno));
+        return fail_at(err, err_len, tmp, 0, "write failed: %s", strerror(saved_errno));
     }
     if (rename(tmp, path) != 0) {
         saved_errno = errno;
         unlink(tmp);
-        return fail(err, err_len, "%s: cannot rename to %s: %s", tmp, path, strerror(saved_errno));
+        return fail_at(err, err_len, tmp, 0, "cannot rename to %s: %s", path,
+                       strerror(saved_errno));
     }
     fsync_parent_dir(path);
     return 0;
@@ -115,34 +115,37 @@ static int parse_entry(const char *path, const char *name, json_t *entry, size_t
     json_t *offsets = json_object_get(entry, "data_offsets");
     if (!json_is_string(dtype) || !json_is_array(shape) || !json_is_array(offsets) ||
         json_array_size(offsets) != 2)
-        return fail(err, err_len, "%s: tensor '%s': needs dtype, shape and data_offsets [begin, end]",
-                    path, name);
+        return fail_at(err, err_len, path, 0,
+                       "tensor '%s': needs dtype, shape and data_offsets [begin, end]", name);
     size_t elem = dtype_size(json_string_value(dtype));
-    if (!elem) return fail(err, err_len, "%s: tensor '%s': unknown dtype '%s'", path, name,
-                           json_string_value(dtype));
+    if (!elem)
+        return fail_at(err, err_len, path, 0, "tensor '%s': unknown dtype '%s'", name,
+                       json_string_value(dtype));
     if (json_array_size(shape) > SAFETENSORS_MAX_DIMS)
-        return fail(err, err_len, "%s: tensor '%s': more than %d dimensions", path, name,
-                    SAFETENSORS_MAX_DIMS);
+        return fail_at(err, err_len, path, 0, "tensor '%s': more than %d dimensions", name,
+                       SAFETENSORS_MAX_DIMS);
     info->name = strdup(name);
     snprintf(info->dtype, sizeof info->dtype, "%s", json_string_value(dtype));
     info->ndim = (int)json_array_size(shape);
     for (int d = 0; d < info->ndim; d++) {
         json_t *dim = json_array_get(shape, (size_t)d);
         if (!json_is_integer(dim) || json_integer_value(dim) < 0)
-            return fail(err, err_len, "%s: tensor '%s': shape[%d] is not a non-negative integer",
-                        path, name, d);
+            return fail_at(err, err_len, path, 0,
+                           "tensor '%s': shape[%d] is not a non-negative integer", name, d);
         info->shape[d] = json_integer_value(dim);
     }
     json_t *b = json_array_get(offsets, 0), *e = json_array_get(offsets, 1);
     if (!json_is_integer(b) || !json_is_integer(e) || json_integer_value(b) < 0 ||
         json_integer_value(e) < json_integer_value(b) || (size_t)json_integer_value(e) > data_len)
-        return fail(err, err_len, "%s: tensor '%s': data_offsets out of range (data is %zu bytes)",
-                    path, name, data_len);
+        return fail_at(err, err_len, path, 0,
+                       "tensor '%s': data_offsets out of range (data is %zu bytes)", name,
+                       data_len);
     info->begin = (size_t)json_integer_value(b);
     info->end = (size_t)json_integer_value(e);
     if (info->end - info->begin != numel_of(info->ndim, info->shape) * elem)
-        return fail(err, err_len, "%s: tensor '%s': %zu bytes do not match dtype %s and its shape",
-                    path, name, info->end - info->begin, info->dtype);
+        return fail_at(err, err_len, path, 0,
+                       "tensor '%s': %zu bytes do not match dtype %s and its shape", name,
+                       info->end - info->begin, info->dtype);
     return 0;
 }
 
@@ -150,14 +153,14 @@ int safetensors_read(const char *path, SafeTensorsFile *out, char *err, size_t e
     memset(out, 0, sizeof *out);
     out->path = strdup(path);
     FILE *f = fopen(path, "rb");
-    if (!f) return fail(err, err_len, "%s: cannot open: %s", path, strerror(errno));
+    if (!f) return fail_at(err, err_len, path, 0, "cannot open: %s", strerror(errno));
     fseek(f, 0, SEEK_END);
     long file_len = ftell(f);
     fseek(f, 0, SEEK_SET);
     uint64_t header_len = 0;
     if (file_len < 8 || fread(&header_len, 8, 1, f) != 1 || header_len > (uint64_t)file_len - 8) {
         fclose(f);
-        return fail(err, err_len, "%s: not a safetensors file (bad header length)", path);
+        return fail_at(err, err_len, path, 0, "not a safetensors file (bad header length)");
     }
     char *text = xmalloc(header_len + 1);
     out->data_len = (size_t)file_len - 8 - header_len;
@@ -168,14 +171,14 @@ int safetensors_read(const char *path, SafeTensorsFile *out, char *err, size_t e
     text[header_len] = '\0';
     if (!ok) {
         free(text);
-        return fail(err, err_len, "%s: short read", path);
+        return fail_at(err, err_len, path, 0, "short read");
     }
     json_error_t jerr;
     json_t *header = json_loads(text, 0, &jerr);
     free(text);
     if (!json_is_object(header)) {
         json_decref(header);
-        return fail(err, err_len, "%s: header is not a JSON object: %s", path, jerr.text);
+        return fail_at(err, err_len, path, 0, "header is not a JSON object: %s", jerr.text);
     }
     out->tensors = xcalloc(json_object_size(header), sizeof(SafeTensorInfo));
     int rc = 0;
@@ -184,7 +187,7 @@ int safetensors_read(const char *path, SafeTensorsFile *out, char *err, size_t e
     json_object_foreach(header, key, value) {
         if (strcmp(key, "__metadata__") == 0) {
             if (!json_is_object(value)) {
-                rc = fail(err, err_len, "%s: __metadata__ is not an object", path);
+                rc = fail_at(err, err_len, path, 0, "__metadata__ is not an object");
                 break;
             }
             out->meta = xcalloc(json_object_size(value), sizeof(SafeTensorMeta));
@@ -192,7 +195,7 @@ int safetensors_read(const char *path, SafeTensorsFile *out, char *err, size_t e
             json_t *mv;
             json_object_foreach(value, mk, mv) {
                 if (!json_is_string(mv)) {
-                    rc = fail(err, err_len, "%s: __metadata__.%s is not a string", path, mk);
+                    rc = fail_at(err, err_len, path, 0, "__metadata__.%s is not a string", mk);
                     break;
                 }
                 out->meta[out->n_meta].key = strdup(mk);
@@ -203,7 +206,7 @@ int safetensors_read(const char *path, SafeTensorsFile *out, char *err, size_t e
             continue;
         }
         if (!json_is_object(value)) {
-            rc = fail(err, err_len, "%s: tensor '%s' is not an object", path, key);
+            rc = fail_at(err, err_len, path, 0, "tensor '%s' is not an object", key);
             break;
         }
         rc = parse_entry(path, key, value, out->data_len, &out->tensors[out->n_tensors], err, err_len);
@@ -218,8 +221,8 @@ int safetensors_read(const char *path, SafeTensorsFile *out, char *err, size_t e
     qsort(sorted, (size_t)out->n_tensors, sizeof *sorted, compare_begin);
     for (int i = 1; i < out->n_tensors && rc == 0; i++)
         if (sorted[i].begin < sorted[i - 1].end)
-            rc = fail(err, err_len, "%s: tensors '%s' and '%s' overlap", path, sorted[i - 1].name,
-                      sorted[i].name);
+            rc = fail_at(err, err_len, path, 0, "tensors '%s' and '%s' overlap", sorted[i - 1].name,
+                         sorted[i].name);
     free(sorted);
     return rc;
 }
@@ -252,10 +255,10 @@ const char *safetensors_meta(const SafeTensorsFile *f, const char *key) {
 int safetensors_copy_f32(const SafeTensorsFile *f, const char *name, int ndim,
                          const int64_t *shape, float *dst, char *err, size_t err_len) {
     const SafeTensorInfo *t = safetensors_find(f, name);
-    if (!t) return fail(err, err_len, "%s: tensor '%s' is missing", f->path, name);
+    if (!t) return fail_at(err, err_len, f->path, 0, "tensor '%s' is missing", name);
     if (strcmp(t->dtype, "F32") != 0)
-        return fail(err, err_len, "%s: tensor '%s' has dtype %s, expected F32", f->path, name,
-                    t->dtype);
+        return fail_at(err, err_len, f->path, 0, "tensor '%s' has dtype %s, expected F32", name,
+                       t->dtype);
     bool same = t->ndim == ndim;
     for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];
     if (!same) {
@@ -266,8 +269,8 @@ int safetensors_copy_f32(const SafeTensorsFile *f, const char *name, int ndim,
         for (int d = 0; d < t->ndim; d++)
             snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? "," : "",
                      (long long)t->shape[d]);
-        return fail(err, err_len, "%s: tensor '%s' has shape [%s], expected [%s]", f->path, name,
-                    got, want);
+        return fail_at(err, err_len, f->path, 0, "tensor '%s' has shape [%s], expected [%s]", name,
+                       got, want);
     }
     memcpy(dst, f->data + t->begin, t->end - t->begin);
     return 0;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call for the training-step performance work: the CUDA op, model and
 # attention tests, bench_trainer on both benchmark configs, then the same step with
-# per-stage CUDA-event timing (ONEPASS_STAGE_TIMES=1, model/model_cuda.cu). Expects
+# per-stage CUDA-event timing (ONEPASS_STAGE_TIMES=1, model/stage_timer_cuda.cu). Expects
 #   scripts/device_bundle.sh build-perf .device/perf test_ops_cuda test_model_cuda \
 #       test_attention_cuda bench_trainer
 # and the call carrying .device/perf. With --det, bench_trainer also runs with the

@@ -122,7 +122,7 @@ static void run_config(const char *label, const ModelConfig *cfg) {
     printf("config %s: V=%d C=%d F=%d L=%d H=%d KV=%d head_dim=%d %s head\n", label,
            cfg->vocab_size, cfg->hidden_size, cfg->intermediate_size, cfg->num_hidden_layers,
            cfg->num_attention_heads, cfg->num_key_value_heads,
-           cfg->hidden_size / cfg->num_attention_heads,
+           model_dims(cfg).head_dim,
            cfg->tie_word_embeddings ? "tied" : "untied");
     ParamTable table;
     param_table_build(cfg, &table);

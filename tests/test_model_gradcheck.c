@@ -80,7 +80,8 @@ static void rope(double *x, const int32_t *pos, int n, int heads, int d, double 
 static double reference_loss(const Reference *r, const double *params, double *losses) {
     const ModelConfig *cfg = r->cfg;
     const int C = cfg->hidden_size, F = cfg->intermediate_size, V = cfg->vocab_size;
-    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = C / H;
+    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads;
+    const int D = model_dims(cfg).head_dim;
     const Batch *b = r->batch;
     double *x = malloc(sizeof(double) * T * C), *h = malloc(sizeof(double) * T * C);
     double *q = malloc(sizeof(double) * T * H * D), *k = malloc(sizeof(double) * T * KV * D);
@@ -208,7 +209,7 @@ static double max_abs_diff(const float *a, const float *b, size_t n) {
 // ---- the checks ----
 
 static void check_param_table(const ModelConfig *cfg, const ParamTable *table) {
-    const int C = cfg->hidden_size, D = C / cfg->num_attention_heads;
+    const int C = cfg->hidden_size, D = model_dims(cfg).head_dim;
     const int KVD = cfg->num_key_value_heads * D;
     const int expected = 1 + 9 * cfg->num_hidden_layers + 1 + !cfg->tie_word_embeddings;
     EXPECT(table->n_tensors == expected, "%d tensors, expected %d", table->n_tensors, expected);

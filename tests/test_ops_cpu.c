@@ -83,14 +83,14 @@ static void test_embedding(void) {
     fill_uniform(wte, V * C, 1.0f);
     fill_uniform(r, N * C, 1.0f);
     fill_uniform(base, V * C, 1.0f);
-    embedding_forward(out, tokens, wte, N, C);
+    embedding_forward_cpu(out, tokens, wte, N, C);
     int exact = 1;
     for (int n = 0; n < N; n++)
         for (int j = 0; j < C; j++) exact &= out[n * C + j] == wte[tokens[n] * C + j];
     EXPECT(exact, "embedding_forward copies the token rows");
 
     float *dwte = copy_floats(base, V * C);
-    embedding_backward(dwte, r, tokens, N, C);
+    embedding_backward_cpu(dwte, r, tokens, N, C);
     EmbeddingCtx ctx = {N, C, tokens, to_double(wte, V * C), to_double(r, N * C)};
     check_gradient("embedding dwte", embedding_objective, &ctx, ctx.wte, V * C, dwte, base);
     free(ctx.wte);
@@ -131,14 +131,14 @@ static void test_rmsnorm(void) {
     fill_uniform(dw_base, C, 1.0f);
     RmsNormCtx ctx = {N, C, eps, to_double(x, N * C), to_double(w, C), to_double(r, N * C)};
 
-    rmsnorm_forward(out, rstd, x, w, N, C, eps);
+    rmsnorm_forward_cpu(out, rstd, x, w, N, C, eps);
     double *ref = malloc(N * C * sizeof(double));
     for (int n = 0; n < N; n++)
         for (int j = 0; j < C; j++) ref[n * C + j] = rmsnorm_reference(&ctx, n, j);
     EXPECT(test_relative_error(out, ref, N * C) < 1e-6, "rmsnorm forward");
 
     float *dx = copy_floats(dx_base, N * C), *dw = copy_floats(dw_base, C);
-    rmsnorm_backward(dx, dw, r, x, w, rstd, N, C);
+    rmsnorm_backward_cpu(dx, dw, r, x, w, rstd, N, C);
     check_gradient("rmsnorm dinp", rmsnorm_objective, &ctx, ctx.x, N * C, dx, dx_base);
     check_gradient("rmsnorm dweight", rmsnorm_objective, &ctx, ctx.w, C, dw, dw_base);
     free(ref);
@@ -200,7 +200,7 @@ static void test_rope(void) {
     RopeCtx ctx = {N, H, D, theta, pos, to_double(x, SIZE), to_double(r, SIZE)};
 
     float *y = copy_floats(x, SIZE);
-    rope_forward(y, pos, N, H, D, theta);
+    rope_forward_cpu(y, pos, N, H, D, theta);
     double ref[SIZE];
     rope_reference(&ctx, ref);
     EXPECT(test_relative_error(y, ref, SIZE) < 1e-6, "rope forward");
@@ -216,7 +216,7 @@ static void test_rope(void) {
     // Hand value: head_dim 2, position 1 turns (1, 0) by exactly 1 radian.
     float unit[2] = {1.0f, 0.0f};
     const int32_t one = 1;
-    rope_forward(unit, &one, 1, 1, 2, 10000.0f);
+    rope_forward_cpu(unit, &one, 1, 1, 2, 10000.0f);
     EXPECT(fabsf(unit[0] - cosf(1.0f)) < 1e-6f && fabsf(unit[1] - sinf(1.0f)) < 1e-6f,
           "rope (1,0) at pos 1 -> (%g, %g)", unit[0], unit[1]);
 
@@ -230,15 +230,15 @@ static void test_rope(void) {
         memcpy(qs, q, sizeof(q));
         memcpy(ks, k, sizeof(k));
         const int32_t pq = 9 + 31 * shift, pk = 4 + 31 * shift;
-        rope_forward(qs, &pq, 1, 1, D, theta);
-        rope_forward(ks, &pk, 1, 1, D, theta);
+        rope_forward_cpu(qs, &pq, 1, 1, D, theta);
+        rope_forward_cpu(ks, &pk, 1, 1, D, theta);
         score[shift] = dot_floats(qs, ks, D);
     }
     EXPECT(fabs(score[0] - score[1]) < 1e-5, "rope scores are relative: %g vs %g", score[0],
           score[1]);
 
     float *dx = copy_floats(r, SIZE);
-    rope_backward(dx, pos, N, H, D, theta);
+    rope_backward_cpu(dx, pos, N, H, D, theta);
     check_gradient("rope dx", rope_objective, &ctx, ctx.x, SIZE, dx, NULL);
     free(y);
     free(dx);
@@ -268,12 +268,12 @@ static void test_swiglu(void) {
     fill_uniform(up, n, 2.0f);
     fill_uniform(r, n, 1.0f);
     SwigluCtx ctx = {n, to_double(gate, n), to_double(up, n), to_double(r, n)};
-    swiglu_forward(out, gate, up, n);
+    swiglu_forward_cpu(out, gate, up, n);
     double ref[n];
     for (int i = 0; i < n; i++) ref[i] = ctx.gate[i] / (1.0 + exp(-ctx.gate[i])) * ctx.up[i];
     EXPECT(test_relative_error(out, ref, n) < 1e-6, "swiglu forward");
     for (int i = 0; i < n; i++) dgate[i] = dup[i] = 1e30f;  // must be overwritten
-    swiglu_backward(dgate, dup, r, gate, up, n);
+    swiglu_backward_cpu(dgate, dup, r, gate, up, n);
     check_gradient("swiglu dgate", swiglu_objective, &ctx, ctx.gate, n, dgate, NULL);
     check_gradient("swiglu dup", swiglu_objective, &ctx, ctx.up, n, dup, NULL);
     free(ctx.gate);
@@ -312,18 +312,18 @@ static void test_matmul(void) {
     fill_uniform(dw_base, OC * IC, 1.0f);
     MatmulCtx ctx = {N, IC, OC, to_double(inp, N * IC), to_double(weight, OC * IC),
                      to_double(r, N * OC)};
-    matmul_forward(out, inp, weight, N, IC, OC);
+    matmul_forward_cpu(out, inp, weight, N, IC, OC);
     double ref[N * OC];
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) ref[n * OC + o] = matmul_reference(&ctx, n, o);
     EXPECT(test_relative_error(out, ref, N * OC) < 1e-6, "matmul forward");
 
     float *di = copy_floats(di_base, N * IC), *dw = copy_floats(dw_base, OC * IC);
-    matmul_backward(di, dw, r, inp, weight, N, IC, OC);
+    matmul_backward_cpu(di, dw, r, inp, weight, N, IC, OC);
     check_gradient("matmul dinp", matmul_objective, &ctx, ctx.inp, N * IC, di, di_base);
     check_gradient("matmul dweight", matmul_objective, &ctx, ctx.weight, OC * IC, dw, dw_base);
     float *dw_only = copy_floats(dw_base, OC * IC);
-    matmul_backward(NULL, dw_only, r, inp, weight, N, IC, OC);
+    matmul_backward_cpu(NULL, dw_only, r, inp, weight, N, IC, OC);
     EXPECT(memcmp(dw_only, dw, sizeof(float) * OC * IC) == 0, "matmul dweight without dinp");
     free(di);
     free(dw);
@@ -366,8 +366,8 @@ static void test_cross_entropy(void) {
     fill_uniform(logits, N * V, 4.0f);
     CrossEntropyCtx ctx = {N, V, scale, targets, to_double(logits, N * V)};
 
-    const double total = cross_entropy_forward_backward(losses, dlogits, logits, targets, N, V,
-                                                        scale);
+    const double total = cross_entropy_forward_backward_cpu(losses, dlogits, logits, targets, N, V,
+                                                            scale);
     double ref_total = 0.0;
     for (int n = 0; n < N; n++) {
         const double ref = targets[n] >= 0 ? cross_entropy_reference_row(&ctx, n) : 0.0;
@@ -384,14 +384,14 @@ static void test_cross_entropy(void) {
 
     // In place (dlogits aliasing logits) gives the same bytes.
     float *inplace = copy_floats(logits, N * V);
-    cross_entropy_forward_backward(losses, inplace, inplace, targets, N, V, scale);
+    cross_entropy_forward_backward_cpu(losses, inplace, inplace, targets, N, V, scale);
     EXPECT(memcmp(inplace, dlogits, sizeof(dlogits)) == 0, "cross-entropy in place");
 
     // Stability: a common shift of 1000 leaves loss and gradient (nearly) unchanged;
     // without the max subtraction exp overflows to inf.
     float shifted[N * V], shifted_losses[N], shifted_dlogits[N * V];
     for (int i = 0; i < N * V; i++) shifted[i] = logits[i] + 1000.0f;
-    const double shifted_total = cross_entropy_forward_backward(
+    const double shifted_total = cross_entropy_forward_backward_cpu(
         shifted_losses, shifted_dlogits, shifted, targets, N, V, scale);
     EXPECT(isfinite(shifted_total) && fabs(shifted_total - ref_total) < 1e-3 * ref_total,
           "shifted logits: loss %g vs %g", shifted_total, ref_total);

@@ -155,7 +155,7 @@ static void test_embedding(void) {
     embedding_forward_cuda(d_out, d_tokens, d_wte, N, C, 0);
     float *out = download_bf16(d_out, (size_t)N * C);
     float *out_ref = host_floats((size_t)N * C);
-    embedding_forward(out_ref, tokens, wte, N, C);
+    embedding_forward_cpu(out_ref, tokens, wte, N, C);
     expect_close("embedding_forward out", out, out_ref, (size_t)N * C, 0.0);
 
     float *dout = random_bf16_values((size_t)N * C, 1.0f, 0.0f);
@@ -163,7 +163,7 @@ static void test_embedding(void) {
     bf16 *d_dout = upload_bf16(dout, (size_t)N * C);
     float *d_dwte = (float *)device_alloc((size_t)V * C * sizeof(float));
     float *dwte_ref = copy_floats(dwte_init, (size_t)V * C);
-    embedding_backward(dwte_ref, dout, tokens, N, C);
+    embedding_backward_cpu(dwte_ref, dout, tokens, N, C);
     float *first_dwte = NULL;
     bool all_equal = true;
     for (int run = 0; run < 5; run++) {
@@ -201,7 +201,7 @@ static void test_rmsnorm(void) {
     rmsnorm_forward_cuda(d_out, d_rstd, d_inp, d_weight, N, C, eps, 0);
     float *out = download_bf16(d_out, NC), *rstd = download_f32(d_rstd, N);
     float *out_ref = host_floats(NC), *rstd_ref = host_floats(N);
-    rmsnorm_forward(out_ref, rstd_ref, inp, weight, N, C, eps);
+    rmsnorm_forward_cpu(out_ref, rstd_ref, inp, weight, N, C, eps);
     expect_close("rmsnorm_forward out", out, out_ref, NC, BF16_TOL);
     expect_close("rmsnorm_forward rstd", rstd, rstd_ref, N, FP32_TOL);
 
@@ -213,7 +213,7 @@ static void test_rmsnorm(void) {
     float *d_rstd_ref = upload_f32(rstd_ref, N);
     float *d_dweight = upload_f32(dweight_init, C);
     float *dinp_ref = copy_floats(dinp_init, NC), *dweight_ref = copy_floats(dweight_init, C);
-    rmsnorm_backward(dinp_ref, dweight_ref, dout, inp, weight, rstd_ref, N, C);
+    rmsnorm_backward_cpu(dinp_ref, dweight_ref, dout, inp, weight, rstd_ref, N, C);
 
     float *first_dinp = NULL, *first_dweight = NULL;
     bool all_equal = true;
@@ -252,8 +252,8 @@ static void test_rope(void) {
         const char *name;
         void (*cpu)(float *, const int32_t *, int, int, int, float);
         void (*gpu)(bf16 *, const int32_t *, int, int, int, float, cudaStream_t);
-    } directions[2] = {{"rope_forward x (in place)", rope_forward, rope_forward_cuda},
-                       {"rope_backward dx (in place)", rope_backward, rope_backward_cuda}};
+    } directions[2] = {{"rope_forward x (in place)", rope_forward_cpu, rope_forward_cuda},
+                       {"rope_backward dx (in place)", rope_backward_cpu, rope_backward_cuda}};
     for (int d = 0; d < 2; d++) {
         float *x = random_bf16_values(n, 1.0f, 0.0f);
         bf16 *d_x = upload_bf16(x, n);
@@ -279,7 +279,7 @@ static void test_swiglu(void) {
     poison(d_out, bytes);
     swiglu_forward_cuda(d_out, d_gate, d_up, n, 0);
     float *out = download_bf16(d_out, n), *out_ref = host_floats(n);
-    swiglu_forward(out_ref, gate, up, n);
+    swiglu_forward_cpu(out_ref, gate, up, n);
     expect_close("swiglu_forward out", out, out_ref, n, BF16_TOL);
 
     bf16 *d_dgate = (bf16 *)device_alloc(bytes), *d_dup = (bf16 *)device_alloc(bytes);
@@ -288,7 +288,7 @@ static void test_swiglu(void) {
     swiglu_backward_cuda(d_dgate, d_dup, d_dout, d_gate, d_up, n, 0);
     float *dgate = download_bf16(d_dgate, n), *dup = download_bf16(d_dup, n);
     float *dgate_ref = host_floats(n), *dup_ref = host_floats(n);
-    swiglu_backward(dgate_ref, dup_ref, dout, gate, up, n);
+    swiglu_backward_cpu(dgate_ref, dup_ref, dout, gate, up, n);
     expect_close("swiglu_backward dgate", dgate, dgate_ref, n, BF16_TOL);
     expect_close("swiglu_backward dup", dup, dup_ref, n, BF16_TOL);
 
@@ -327,7 +327,7 @@ static void check_matmul(int N, int IC, int OC, size_t offset) {
     poison(d_out, n_out * sizeof(bf16));
     matmul_forward_cuda(d_out, d_inp, d_weight, N, IC, OC, 0);
     float *out = download_bf16(d_out, n_out), *out_ref = host_floats(n_out);
-    matmul_forward(out_ref, inp, weight, N, IC, OC);
+    matmul_forward_cpu(out_ref, inp, weight, N, IC, OC);
     snprintf(label, sizeof label, "matmul_forward out [%d,%d]x[%d,%d]^T +%zu", N, IC, OC, IC,
              offset);
     expect_close(label, out, out_ref, n_out, BF16_TOL);
@@ -335,7 +335,7 @@ static void check_matmul(int N, int IC, int OC, size_t offset) {
     matmul_backward_cuda(d_dinp, d_dweight, d_dout, d_inp, d_weight, N, IC, OC, 0);
     float *dinp = download_bf16(d_dinp, n_inp), *dweight = download_f32(d_dweight, n_w);
     float *dinp_ref = copy_floats(dinp_init, n_inp), *dweight_ref = copy_floats(dweight_init, n_w);
-    matmul_backward(dinp_ref, dweight_ref, dout, inp, weight, N, IC, OC);
+    matmul_backward_cpu(dinp_ref, dweight_ref, dout, inp, weight, N, IC, OC);
     snprintf(label, sizeof label, "matmul_backward dinp (accumulate) +%zu", offset);
     expect_close(label, dinp, dinp_ref, n_inp, BF16_TOL);
     snprintf(label, sizeof label, "matmul_backward dweight fp32 (accumulate) +%zu", offset);
@@ -344,7 +344,7 @@ static void check_matmul(int N, int IC, int OC, size_t offset) {
     // dinp == NULL: only dweight, accumulated once more on top.
     matmul_backward_cuda(NULL, d_dweight, d_dout, d_inp, d_weight, N, IC, OC, 0);
     float *dweight2 = download_f32(d_dweight, n_w);
-    matmul_backward(NULL, dweight_ref, dout, inp, weight, N, IC, OC);
+    matmul_backward_cpu(NULL, dweight_ref, dout, inp, weight, N, IC, OC);
     snprintf(label, sizeof label, "matmul_backward dinp=NULL, dweight +%zu", offset);
     expect_close(label, dweight2, dweight_ref, n_w, 1e-3);
     free(inp), free(weight), free(dout), free(dinp_init), free(dweight_init), free(out);
@@ -381,8 +381,8 @@ static void test_cross_entropy(void) {
     float *dlogits = download_bf16(d_logits, NV);
 
     float *losses_ref = host_floats(N), *dlogits_ref = host_floats(NV);
-    const double total_ref = cross_entropy_forward_backward(losses_ref, dlogits_ref, logits,
-                                                            targets, N, V, loss_scale);
+    const double total_ref = cross_entropy_forward_backward_cpu(losses_ref, dlogits_ref, logits,
+                                                                targets, N, V, loss_scale);
     expect_close("cross_entropy losses", losses, losses_ref, N, FP32_TOL);
     expect_close("cross_entropy dlogits (in place)", dlogits, dlogits_ref, NV, BF16_TOL);
     expect_bitwise_equal("cross_entropy losses with dlogits=NULL", losses_only, losses, N);

@@ -19,6 +19,7 @@
 #include "trainer/metrics.h"
 #include "trainer/optim.h"
 #include "trainer/setup.h"
+#include "trainer/step.h"
 
 // Steps the data thread prepares ahead of the one training.
 enum { PREFETCH_DEPTH = 3 };
@@ -57,7 +58,7 @@ typedef struct {
 static void evaluate(const TrainBackendOps *ops, void *trainer, EvalSet *eval, double *eval_loss,
                      double *eval_answer_loss) {
     const PackedRows *rows = &eval->data.rows;
-    ops->forward(trainer, &eval->micro, eval->losses);
+    train_step_forward(ops, trainer, &eval->micro, eval->losses);
     double all = 0, answer = 0;
     long long n_all = 0, n_answer = 0;
     for (int r = 0; r < rows->n_rows; r++) {
@@ -221,8 +222,8 @@ int cmd_train(int argc, char **argv) {
         if (batch->trained_tokens == 0)
             fatal("step %ld: no trained token left after packing (every document longer than "
                   "data.seq_len %d was skipped)", step + 1, data_opt.seq_len);
-        const double ce_sum = ops->forward_backward(trainer, &batch->micro,
-                                                    (float)(1.0 / (double)batch->trained_tokens));
+        const double ce_sum = train_step_forward_backward(
+            ops, trainer, &batch->micro, (float)(1.0 / (double)batch->trained_tokens));
         const double loss = ce_sum / (double)batch->trained_tokens;
         if (!isfinite(loss))
             fatal("step %ld: the loss is %g; stopping without saving this state (the last "

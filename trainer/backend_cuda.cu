@@ -3,7 +3,7 @@
 // two scalars); the model's activation arena is allocated once by cuda_model_create.
 // A step allocates nothing: the attention backward's scratch comes from the
 // stream-ordered pool, which is told to keep its memory.
-#include "trainer/step_cuda.h"
+#include "trainer/backend_cuda.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -122,15 +122,19 @@ static void cuda_get_state(void *state, float *params, AdamWState *opt) {
     opt->step = t->adam_step;
 }
 
-static double cuda_forward_backward(void *state, const MicroBatches *mb, float loss_scale) {
+static void cuda_zero_grads(void *state) {
     CudaTrainer *t = (CudaTrainer *)state;
     cudaCheck(cudaMemsetAsync(t->grads, 0, t->n * sizeof(float), t->stream));
-    double sum = 0.0;
-    for (int i = 0; i < mb->n_micro; i++) {
-        const ModelBatch b = micro_batch(mb, i);
-        sum += cuda_model_forward_backward(t->model, t->weights, t->grads, &b, loss_scale);
-    }
-    return sum;
+}
+
+static double cuda_forward_backward(void *state, const ModelBatch *batch, float loss_scale) {
+    CudaTrainer *t = (CudaTrainer *)state;
+    return cuda_model_forward_backward(t->model, t->weights, t->grads, batch, loss_scale);
+}
+
+static double cuda_forward(void *state, const ModelBatch *batch, float *losses) {
+    CudaTrainer *t = (CudaTrainer *)state;
+    return cuda_model_forward(t->model, t->weights, batch, losses);
 }
 
 static void cuda_get_grads(void *state, float *grads) {
@@ -178,28 +182,9 @@ static const char *cuda_first_nonfinite(void *state, bool grads) {
     if (isfinite(*read_scalar(t, t->weight_norm))) return NULL;
     float *host = (float *)xmalloc(t->n * sizeof(float));
     cudaCheck(cudaMemcpy(host, buffer, t->n * sizeof(float), cudaMemcpyDeviceToHost));
-    const char *name = NULL;
-    for (int i = 0; i < t->table->n_tensors && !name; i++) {
-        const ParamTensor *pt = &t->table->tensors[i];
-        for (size_t k = 0; k < pt->numel; k++)
-            if (!isfinite(host[pt->offset + k])) {
-                name = pt->name;
-                break;
-            }
-    }
+    const char *name = param_table_first_nonfinite(t->table, host);
     free(host);
     return name;
-}
-
-static double cuda_forward(void *state, const MicroBatches *mb, float *losses) {
-    CudaTrainer *t = (CudaTrainer *)state;
-    double sum = 0.0;
-    for (int i = 0; i < mb->n_micro; i++) {
-        const ModelBatch b = micro_batch(mb, i);
-        const size_t off = (size_t)i * (size_t)mb->micro_rows * (size_t)mb->rows.seq_len;
-        sum += cuda_model_forward(t->model, t->weights, &b, losses ? losses + off : nullptr);
-    }
-    return sum;
 }
 
 static bool cuda_device_memory(size_t *used, size_t *total) {
@@ -224,12 +209,13 @@ const TrainBackendOps *cuda_train_backend(void) {
     ops.destroy = cuda_destroy;
     ops.set_state = cuda_set_state;
     ops.get_state = cuda_get_state;
+    ops.zero_grads = cuda_zero_grads;
     ops.forward_backward = cuda_forward_backward;
+    ops.forward = cuda_forward;
     ops.get_grads = cuda_get_grads;
     ops.grad_norm = cuda_grad_norm;
     ops.optimizer_step = cuda_optimizer_step;
     ops.first_nonfinite = cuda_first_nonfinite;
-    ops.forward = cuda_forward;
     ops.device_memory = cuda_device_memory;
     ops.host_allocator.alloc = pinned_alloc;
     ops.host_allocator.free = pinned_free;

@@ -19,9 +19,9 @@
 // with the stream-ordered pool told to keep its peak), excluding the CUDA context.
 #include "trainer/backend_cuda.h"
 extern "C" {  // plain C headers without guards of their own
-#include "trainer/step.h"
 #include "trainer/config.h"
 #include "trainer/setup.h"
+#include "trainer/step.h"
 }
 #include <math.h>
 #include <stdint.h>

@@ -17,7 +17,8 @@
 #include "trainer/checkpoint.h"
 #include "trainer/loader.h"
 #include "trainer/metrics.h"
-#include "trainer/optim.h"
+#include "trainer/adamw.h"
+#include "trainer/lr_schedule.h"
 #include "trainer/setup.h"
 #include "trainer/step.h"
 

@@ -1,7 +1,7 @@
 // The CUDA training backend (trainer/backend_cuda.cu) through the backend interface, on
 // packed rows of the synthetic data set (duplicate layout, 2 micro-batches), a model
 // with head_dim 64, GQA and an untied head. Oracles are independent of the code under
-// test: the CPU backend (fp32, on the same bf16-rounded weights) and trainer/optim.c's
+// test: the CPU backend (fp32, on the same bf16-rounded weights) and trainer/adamw_cpu.c's
 // AdamW applied on the host to the GPU's own gradients.
 //  - set_state / get_state round-trip bit for bit (weights, m, v, step);
 //  - loss within 1e-2 relative and every gradient tensor at cosine >= 0.99 vs the CPU;
@@ -15,9 +15,9 @@
 //  - backend "auto" picks cuda for this model and cpu (with the reason) for head_dim 16.
 #include "trainer/backend_cuda.h"
 extern "C" {  // plain C headers without guards of their own
-#include "trainer/step.h"
 #include "trainer/data_options.h"
 #include "trainer/setup.h"
+#include "trainer/step.h"
 }
 #include <math.h>
 #include <string.h>
@@ -123,15 +123,15 @@ int main(void) {
     EXPECT(loss_again == loss_gpu && !memcmp(grads_again, grads, n * sizeof(float)),
           "deterministic mode: a second forward+backward is bitwise identical");
 
-    // Norm, clipping and AdamW against trainer/optim.c on the same gradients.
-    const double norm = gpu->grad_norm(g), norm_host = grad_global_norm(grads, n);
+    // Norm, clipping and AdamW against trainer/adamw_cpu.c on the same gradients.
+    const double norm = gpu->grad_norm(g), norm_host = grad_global_norm_cpu(grads, n);
     EXPECT(fabs(norm - norm_host) <= 1e-5 * norm_host, "grad norm %.8g vs host %.8g", norm, norm_host);
     EXPECT(gpu->first_nonfinite(g, true) == NULL, "finite gradients reported finite");
     AdamWHyper h = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.5f, false, test_rng_int(&rng, 0, 1) == 1};
     const double max_norm = 0.5 * norm_host;  // forces clipping
     gpu->optimizer_step(g, &h, norm, max_norm);
-    grad_clip(grads, n, norm_host, max_norm);
-    adamw_step(&opt, &table, &h, params, grads);
+    grad_clip_cpu(grads, n, norm_host, max_norm);
+    adamw_step_cpu(&opt, &table, &h, params, grads);
     gpu->get_state(g, back, &opt_back);
     double worst_p, worst_m, worst_v;
     const size_t at_p = worst_index(back, params, n, h.lr, &worst_p);

@@ -16,8 +16,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include "model/model.h"
+#include "trainer/adamw.h"
 #include "trainer/loader.h"
-#include "trainer/optim.h"
 
 typedef enum { BACKEND_CPU = 0, BACKEND_CUDA = 1 } Backend;
 

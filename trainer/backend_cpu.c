@@ -36,6 +36,7 @@ static void cpu_destroy(void *state) {
 
 static void cpu_set_state(void *state, const float *params, const AdamWState *opt) {
     CpuTrainer *t = state;
+    CHECK(opt->n == t->opt.n, "optimizer state has %zu elements, model %zu", opt->n, t->opt.n);
     const size_t bytes = t->table->total * sizeof(float);
     memcpy(t->params, params, bytes);
     memcpy(t->opt.m, opt->m, bytes);
@@ -74,14 +75,14 @@ static void cpu_get_grads(void *state, float *grads) {
 
 static double cpu_grad_norm(void *state) {
     CpuTrainer *t = state;
-    return grad_global_norm(t->grads, t->table->total);
+    return grad_global_norm_cpu(t->grads, t->table->total);
 }
 
 static void cpu_optimizer_step(void *state, const AdamWHyper *h, double grad_norm,
                                double max_grad_norm) {
     CpuTrainer *t = state;
-    grad_clip(t->grads, t->table->total, grad_norm, max_grad_norm);
-    adamw_step(&t->opt, t->table, h, t->params, t->grads);
+    grad_clip_cpu(t->grads, t->table->total, grad_norm, max_grad_norm);
+    adamw_step_cpu(&t->opt, t->table, h, t->params, t->grads);
 }
 
 static const char *cpu_first_nonfinite(void *state, bool grads) {

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "common/check.h"
 #include "common/cuda_check.h"
 #include "model/model_cuda.h"
 #include "model/ops_cuda.h"
@@ -21,19 +22,18 @@ struct CudaTrainer {
     __nv_bfloat16 *weights;    // [n] bf16 copy of master, what the model runs on
     float *grads;              // [n] fp32
     float *optimizer;          // [3n + 2]: master | m | v | grad norm | weight norm
-    float *master, *m, *v, *grad_norm, *weight_norm;
+    float *master, *grad_norm, *weight_norm;
+    AdamWState adamw;          // m, v: device, in optimizer; step: updates applied
     float *host_scalar;        // [1] pinned: a norm read back
-    long adam_step;            // updates applied (AdamWState.step)
 };
 
 // ops_cuda_init's process-wide scratch, shared by every live trainer.
 static int g_live_trainers, g_ops_tokens, g_ops_channels;
 
 static void ops_acquire(int tokens, int channels) {
-    if (g_live_trainers > 0 && (tokens > g_ops_tokens || channels > g_ops_channels))
-        fatal("%s:%d: a CUDA trainer for %d tokens x %d channels cannot coexist with one made "
-              "for %d x %d (the ops' scratch is process-wide)",
-              __FILE__, __LINE__, tokens, channels, g_ops_tokens, g_ops_channels);
+    CHECK(g_live_trainers == 0 || (tokens <= g_ops_tokens && channels <= g_ops_channels),
+          "a CUDA trainer for %d tokens x %d channels cannot coexist with one made for %d x %d "
+          "(the ops' scratch is process-wide)", tokens, channels, g_ops_tokens, g_ops_channels);
     if (g_live_trainers++ > 0) return;
     ops_cuda_init(tokens, channels);
     g_ops_tokens = tokens;
@@ -81,8 +81,9 @@ static void *cuda_create(const BackendSetup *setup) {
     cudaCheck(cudaMalloc(&t->grads, t->n * sizeof(float)));
     cudaCheck(cudaMalloc(&t->optimizer, (3 * t->n + 2) * sizeof(float)));
     t->master = t->optimizer;
-    t->m = t->optimizer + t->n;
-    t->v = t->optimizer + 2 * t->n;
+    t->adamw.n = t->n;
+    t->adamw.m = t->optimizer + t->n;
+    t->adamw.v = t->optimizer + 2 * t->n;
     t->grad_norm = t->optimizer + 3 * t->n;
     t->weight_norm = t->grad_norm + 1;
     cudaCheck(cudaMallocHost(&t->host_scalar, sizeof(float)));
@@ -102,24 +103,24 @@ static void cuda_destroy(void *state) {
 
 static void cuda_set_state(void *state, const float *params, const AdamWState *opt) {
     CudaTrainer *t = (CudaTrainer *)state;
-    if (opt->n != t->n) fatal("internal: optimizer state has %zu elements, model %zu", opt->n, t->n);
+    CHECK(opt->n == t->n, "optimizer state has %zu elements, model %zu", opt->n, t->n);
     const size_t bytes = t->n * sizeof(float);
     cudaCheck(cudaMemcpyAsync(t->master, params, bytes, cudaMemcpyHostToDevice, t->stream));
-    cudaCheck(cudaMemcpyAsync(t->m, opt->m, bytes, cudaMemcpyHostToDevice, t->stream));
-    cudaCheck(cudaMemcpyAsync(t->v, opt->v, bytes, cudaMemcpyHostToDevice, t->stream));
+    cudaCheck(cudaMemcpyAsync(t->adamw.m, opt->m, bytes, cudaMemcpyHostToDevice, t->stream));
+    cudaCheck(cudaMemcpyAsync(t->adamw.v, opt->v, bytes, cudaMemcpyHostToDevice, t->stream));
     float_to_bf16_cuda(t->weights, t->master, (int64_t)t->n, t->stream);
     cudaCheck(cudaStreamSynchronize(t->stream));
-    t->adam_step = opt->step;
+    t->adamw.step = opt->step;
 }
 
 static void cuda_get_state(void *state, float *params, AdamWState *opt) {
     CudaTrainer *t = (CudaTrainer *)state;
     const size_t bytes = t->n * sizeof(float);
     cudaCheck(cudaMemcpyAsync(params, t->master, bytes, cudaMemcpyDeviceToHost, t->stream));
-    cudaCheck(cudaMemcpyAsync(opt->m, t->m, bytes, cudaMemcpyDeviceToHost, t->stream));
-    cudaCheck(cudaMemcpyAsync(opt->v, t->v, bytes, cudaMemcpyDeviceToHost, t->stream));
+    cudaCheck(cudaMemcpyAsync(opt->m, t->adamw.m, bytes, cudaMemcpyDeviceToHost, t->stream));
+    cudaCheck(cudaMemcpyAsync(opt->v, t->adamw.v, bytes, cudaMemcpyDeviceToHost, t->stream));
     cudaCheck(cudaStreamSynchronize(t->stream));
-    opt->step = t->adam_step;
+    opt->step = t->adamw.step;
 }
 
 static void cuda_zero_grads(void *state) {
@@ -150,28 +151,13 @@ static double cuda_grad_norm(void *state) {
     return *read_scalar(t, t->grad_norm);
 }
 
-// One launch per run of consecutive tensors that share the weight decay; clipping uses
-// the device norm that grad_norm left in t->grad_norm.
+// Clipping uses the device norm that grad_norm left in t->grad_norm.
 static void cuda_optimizer_step(void *state, const AdamWHyper *h, double grad_norm,
                                 double max_grad_norm) {
     (void)grad_norm;
     CudaTrainer *t = (CudaTrainer *)state;
-    t->adam_step++;
-    const ParamTable *table = t->table;
-    for (int first = 0, last; first < table->n_tensors; first = last) {
-        const bool decays = adamw_decays(&table->tensors[first], h);
-        for (last = first + 1; last < table->n_tensors; last++)
-            if (adamw_decays(&table->tensors[last], h) != decays ||
-                table->tensors[last].offset !=
-                    table->tensors[last - 1].offset + table->tensors[last - 1].numel)
-                break;
-        const size_t off = table->tensors[first].offset;
-        const size_t n = table->tensors[last - 1].offset + table->tensors[last - 1].numel - off;
-        adamw_update_cuda(t->master + off, t->weights + off, t->m + off, t->v + off,
-                          t->grads + off, n, h->lr, h->beta1, h->beta2, h->eps,
-                          decays ? h->weight_decay : 0.0f, t->adam_step, t->grad_norm,
-                          (float)max_grad_norm, t->stream);
-    }
+    adamw_step_cuda(&t->adamw, t->table, h, t->master, t->grads, t->weights, t->grad_norm,
+                    (float)max_grad_norm, t->stream);
 }
 
 // A finite norm means every element is finite; only then is the buffer left on the GPU.

@@ -99,4 +99,12 @@ void metrics_print_console(FILE *f, const StepMetrics *m, long total_steps, doub
     fflush(f);
 }
 
+long long model_matmul_params(const ParamTable *table, const ModelConfig *mc) {
+    long long n = mc->tie_word_embeddings ? (long long)mc->vocab_size * mc->hidden_size : 0;
+    for (int t = 0; t < table->n_tensors; t++)
+        if (table->tensors[t].ndim == 2 && strcmp(table->tensors[t].name, "model.embed_tokens.weight"))
+            n += (long long)table->tensors[t].numel;
+    return n;
+}
+
 double model_flops_per_token(long long n_matmul_params) { return 6.0 * (double)n_matmul_params; }

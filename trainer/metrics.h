@@ -3,6 +3,7 @@
 #pragma once
 #include <stdbool.h>
 #include <stdio.h>
+#include "model/model.h"
 
 typedef struct {
     long step;                 // 1-based: optimizer steps completed
@@ -33,6 +34,10 @@ void metrics_close(MetricsLog *log);
 // "step 12/200 | loss 3.1416 | lr 3.00e-03 | gnorm 0.812 | 51234 tok/s | MFU n/a | ETA 1m02s"
 // (then " | GPU mem 1.23 GiB" on a GPU, and the eval losses on eval steps)
 void metrics_print_console(FILE *f, const StepMetrics *m, long total_steps, double eta_s);
+
+// Weights that run through a matmul per token: all 2-D tensors but the embedding
+// lookup, plus the LM head when it is tied to the embedding.
+long long model_matmul_params(const ParamTable *table, const ModelConfig *mc);
 
 // Model FLOPs per trained-or-not token for forward+backward: 6 x (matmul weights),
 // counting the LM head even when tied; attention scores (~12 x layers x hidden x context)

@@ -1,6 +1,9 @@
 #include "trainer/step.h"
 
+#include <math.h>
 #include <stddef.h>
+
+#include "common/check.h"
 
 double train_step_forward_backward(const TrainBackendOps *ops, void *backend,
                                    const MicroBatches *mb, float loss_scale) {
@@ -23,4 +26,30 @@ double train_step_forward(const TrainBackendOps *ops, void *backend, const Micro
         sum += ops->forward(backend, &batch, losses ? losses + offset : NULL);
     }
     return sum;
+}
+
+int train_step(const TrainBackendOps *ops, void *backend, const MicroBatches *mb,
+               long long trained_tokens, const AdamWHyper *h, double max_grad_norm,
+               StepOutcome *out, char *err, size_t err_len) {
+    CHECK(trained_tokens > 0, "a step of %lld trained tokens", trained_tokens);
+    const double ce_sum = train_step_forward_backward(ops, backend, mb,
+                                                      (float)(1.0 / (double)trained_tokens));
+    out->loss = ce_sum / (double)trained_tokens;
+    if (!isfinite(out->loss))
+        return fail(err, err_len, "the loss is %g; stopping without saving this state (the "
+                    "last checkpoint, if any, is intact)", out->loss);
+    out->grad_norm = ops->grad_norm(backend);
+    if (!isfinite(out->grad_norm)) {
+        const char *bad = ops->first_nonfinite(backend, true);
+        return fail(err, err_len, "non-finite gradient in tensor %s; stopping without saving "
+                    "this state (the last checkpoint, if any, is intact)",
+                    bad ? bad : "(none: the norm overflowed)");
+    }
+    ops->optimizer_step(backend, h, out->grad_norm, max_grad_norm);
+    const char *bad_weight = ops->first_nonfinite(backend, false);
+    if (bad_weight)
+        return fail(err, err_len, "the update made weights of tensor %s non-finite; stopping "
+                    "without saving this state (the last checkpoint, if any, is intact)",
+                    bad_weight);
+    return 0;
 }

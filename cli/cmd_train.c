@@ -276,7 +276,9 @@ int cmd_train(int argc, char **argv) {
     Prefetcher *prefetcher = prefetcher_start(&loader, settings.micro_rows, PREFETCH_DEPTH,
                                               ops->host_allocator);
     MetricsLog metrics;
-    metrics_open(&metrics, out_dir, state.progress.step);
+    char err[1024];
+    if (metrics_open(&metrics, out_dir, state.progress.step, err, sizeof err) != 0)
+        fatal("%s", err);
     install_stop_handlers();
     const StepLoop loop = {
         .settings = &settings, .mc = &mc, .seq_len = data_opt.seq_len, .out_dir = out_dir,

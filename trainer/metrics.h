@@ -2,6 +2,7 @@
 // console line (step, loss, lr, grad norm, tokens/s, MFU, ETA).
 #pragma once
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include "model/model.h"
 
@@ -26,8 +27,9 @@ typedef struct {
 
 // Opens <out_dir>/metrics.jsonl. On a resume from step `resume_step` > 0 the file keeps
 // only its lines with step <= resume_step, so a resumed run's file reads like an
-// uninterrupted one; otherwise it starts empty.
-void metrics_open(MetricsLog *log, const char *out_dir, long resume_step);
+// uninterrupted one; otherwise it starts empty. Returns 0, or -1 with a message.
+int metrics_open(MetricsLog *log, const char *out_dir, long resume_step, char *err,
+                 size_t err_len);
 void metrics_write(MetricsLog *log, const StepMetrics *m);  // one line, flushed
 void metrics_close(MetricsLog *log);
 

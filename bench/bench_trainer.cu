@@ -1,5 +1,5 @@
 // Benchmark (not a test) of one full CUDA training step through the trainer's CUDA
-// backend (trainer/step_cuda.cu, the code `train` runs): forward + backward, global
+// backend (trainer/backend_cuda.cu, the code `train` runs): forward + backward, global
 // gradient norm, clipped AdamW on the fp32 master weights, bf16 copy of the weights. The workload is
 // shared/anchors/anchor_trainer.py's, so the numbers compare directly with the
 // PyTorch + FlexAttention anchor:
@@ -17,10 +17,11 @@
 // density = non-empty fraction of 128x128 tiles (FlexAttention's BlockMask blocks).
 // Memory: device memory taken from the first allocation to the end (cudaMemGetInfo,
 // with the stream-ordered pool told to keep its peak), excluding the CUDA context.
-#include "trainer/step_cuda.h"
+#include "trainer/backend_cuda.h"
 extern "C" {  // plain C headers without guards of their own
 #include "trainer/config.h"
 #include "trainer/setup.h"
+#include "trainer/step.h"
 }
 #include <math.h>
 #include <stdint.h>
@@ -127,7 +128,7 @@ int main(int argc, char **argv) {
     double first_loss = 0.0, last_loss = 0.0;
     for (int step = 0; step < WARMUP_STEPS + steps; step++) {
         const double start = now_seconds();
-        const double loss = gpu->forward_backward(trainer, &micro, 1.0f / (float)S) / S;
+        const double loss = train_step_forward_backward(gpu, trainer, &micro, 1.0f / (float)S) / S;
         const double model_done = now_seconds();
         gpu->optimizer_step(trainer, &hyper, gpu->grad_norm(trainer), grad_clip);
         cudaCheck(cudaDeviceSynchronize());

@@ -6,9 +6,10 @@
 // N = tokens, C = channels, V = vocabulary. "Accumulate" means the op ADDS into
 // the output (micro-batch gradient accumulation), exactly like the CPU op.
 //
-// Ops that use scratch (embedding_backward, rmsnorm_backward, matmul_*,
-// grad_global_norm) share the buffers made by ops_cuda_init, so they must be
-// ordered on one stream (or the streams synchronised) — never run concurrently.
+// Ops that use scratch (embedding_backward, rmsnorm_backward, matmul_*, and
+// trainer/adamw.h's grad_global_norm_cuda) share the buffers made by ops_cuda_init,
+// so they must be ordered on one stream (or the streams synchronised) — never run
+// concurrently.
 // Every reduction that feeds a gradient runs in a fixed order: results are
 // bitwise reproducible run to run (no float atomics).
 #pragma once
@@ -133,25 +134,6 @@ void residual_add_cuda(__nv_bfloat16 *out, const __nv_bfloat16 *a, const __nv_bf
                        int64_t n, cudaStream_t stream);
 void float_to_bf16_cuda(__nv_bfloat16 *out, const float *in, int64_t n, cudaStream_t stream);
 void bf16_to_float_cuda(float *out, const __nv_bfloat16 *in, int64_t n, cudaStream_t stream);
-
-// ---- optimizer (model/adamw_cuda.cu), twins of trainer/optim.h ----
-
-// norm_out[1] (device fp32) = L2 norm of grads[n]; two fixed-order stages
-// (GRAD_NORM_BLOCKS grid-stride partials, then one block), so deterministic.
-void grad_global_norm_cuda(float *norm_out, const float *grads, size_t n, cudaStream_t stream);
-
-// One AdamW update (PyTorch order, as trainer/optim.c) of one contiguous tensor of
-// n elements: params (fp32 master), m, v (fp32) updated in place; params_bf16[n]
-// receives the bf16 copy of the new params (skipped when NULL). `step` is the
-// update count after incrementing (>= 1) for bias correction; weight_decay = 0
-// for tensors that are not decayed. Gradient clipping: when grad_norm (device
-// scalar from grad_global_norm_cuda) is not NULL and max_grad_norm > 0 and the
-// norm exceeds it, grads are scaled by max_grad_norm / (norm + 1e-6) inside the
-// kernel (grads themselves are not modified).
-void adamw_update_cuda(float *params, __nv_bfloat16 *params_bf16, float *m, float *v,
-                       const float *grads, size_t n, float lr, float beta1, float beta2, float eps,
-                       float weight_decay, long step, const float *grad_norm, float max_grad_norm,
-                       cudaStream_t stream);
 
 #ifdef __cplusplus
 }

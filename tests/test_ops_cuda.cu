@@ -1,7 +1,7 @@
-// Every CUDA model op (model/ops_cuda.h) against its CPU twin (model/ops.h, and
-// trainer/optim.h for the optimizer). Inputs are random (fresh each run, replay
-// with TEST_SEED) and rounded to bf16, so the CPU op sees exactly the values the
-// GPU op reads; outputs are poisoned with NaN bit patterns first, so an element
+// Every CUDA model op (model/ops_cuda.h) against its CPU twin (model/ops.h), and the
+// CUDA AdamW against the CPU one (trainer/adamw.h). Inputs are random (fresh each
+// run, replay with TEST_SEED) and rounded to bf16, so the CPU op sees exactly the
+// values the GPU op reads; outputs are poisoned with NaN bit patterns first, so an element
 // the op never writes shows up as non-finite. Accumulating outputs start random.
 // Metric: ||gpu - cpu|| / ||cpu||, at most 1e-2 for bf16 outputs.
 #include <cuda_bf16.h>
@@ -11,11 +11,11 @@
 extern "C" {
 #include "model/model.h"
 #include "model/ops.h"
-#include "trainer/optim.h"
 }
 #include "common/cuda_check.h"
 #include "model/ops_cuda.h"
 #include "tests/test_util.h"
+#include "trainer/adamw.h"
 
 typedef __nv_bfloat16 bf16;
 
@@ -449,14 +449,14 @@ static void test_grad_norm(void) {
     grad_global_norm_cuda(d_norm, d_grads, n, 0);
     grad_global_norm_cuda(d_norm + 1, d_grads, n, 0);
     float *norms = download_f32(d_norm, 2);
-    const float norm_ref = (float)grad_global_norm(grads, n);
+    const float norm_ref = (float)grad_global_norm_cpu(grads, n);
     expect_close("grad_global_norm (10M elements)", norms, &norm_ref, 1, 1e-5);
     expect_bitwise_equal("grad_global_norm, 2 runs", &norms[0], &norms[1], 1);
     free(grads), free(norms);
 }
 
-// Three AdamW steps over a small model's parameter table, against adamw_step of
-// trainer/optim.c with grad_clip: step 1 clips, step 2 has clipping off, step 3
+// Three AdamW steps over a small model's parameter table, adamw_step_cuda against
+// adamw_step_cpu with grad_clip_cpu: step 1 clips, step 2 has clipping off, step 3
 // has a limit above the norm. Decay follows adamw_decays per tensor.
 static void test_adamw(void) {
     printf("adamw\n");
@@ -485,6 +485,7 @@ static void test_adamw(void) {
     float *d_grads = (float *)device_alloc(n * sizeof(float));
     float *d_norm = (float *)device_alloc(sizeof(float));
     const float max_norms[3] = {1.0f, 0.0f, 1e9f};
+    AdamWState device_state = {n, d_m, d_v, 0};
 
     for (int step = 1; step <= 3; step++) {
         char label[96];
@@ -493,19 +494,13 @@ static void test_adamw(void) {
         poison(d_params_bf16, n * sizeof(bf16));
         float *params_before = copy_floats(params, n);
 
-        const double norm_ref = grad_global_norm(grads, n);
-        grad_clip(grads, n, norm_ref, max_norms[step - 1]);
-        adamw_step(&state, &table, &hyper, params, grads);
+        const double norm_ref = grad_global_norm_cpu(grads, n);
+        grad_clip_cpu(grads, n, norm_ref, max_norms[step - 1]);
+        adamw_step_cpu(&state, &table, &hyper, params, grads);
 
         grad_global_norm_cuda(d_norm, d_grads, n, 0);
-        for (int ti = 0; ti < table.n_tensors; ti++) {
-            const ParamTensor *t = &table.tensors[ti];
-            const float decay = adamw_decays(t, &hyper) ? hyper.weight_decay : 0.0f;
-            adamw_update_cuda(d_params + t->offset, d_params_bf16 + t->offset, d_m + t->offset,
-                              d_v + t->offset, d_grads + t->offset, t->numel, hyper.lr,
-                              hyper.beta1, hyper.beta2, hyper.eps, decay, step, d_norm,
-                              max_norms[step - 1], 0);
-        }
+        adamw_step_cuda(&device_state, &table, &hyper, d_params, d_grads, d_params_bf16, d_norm,
+                        max_norms[step - 1], 0);
         float *got = download_f32(d_params, n), *m = download_f32(d_m, n);
         float *v = download_f32(d_v, n), *got_bf16 = download_bf16(d_params_bf16, n);
         // Compare the update (params - params_before), which is ~1% of the params.

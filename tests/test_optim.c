@@ -5,7 +5,8 @@
 
 #include "common/check.h"
 #include "test_util.h"
-#include "trainer/optim.h"
+#include "trainer/adamw.h"
+#include "trainer/lr_schedule.h"
 
 // A hand-made table: a matrix, a norm weight and an embedding (no model code needed).
 static ParamTable make_table(void) {
@@ -50,7 +51,7 @@ static void test_adamw_matches_reference(TestRng *rng) {
         for (int t = 1; t <= 6; t++) {
             h.lr = 1e-3f * (float)t;  // a changing learning rate, as under the schedule
             for (size_t i = 0; i < table.total; i++) g[i] = test_rng_uniform(rng) * 0.1f;
-            adamw_step(&s, &table, &h, p, g);
+            adamw_step_cpu(&s, &table, &h, p, g);
             for (int ti = 0; ti < table.n_tensors; ti++) {
                 const ParamTensor *pt = &table.tensors[ti];
                 bool decayed = pt->is_norm ? h.decay_norms : pt->is_embedding ? h.decay_embeddings : true;
@@ -82,7 +83,7 @@ static void test_decay_exclusion(TestRng *rng) {
         float *before = xmalloc(table.total * sizeof(float));
         float *g = xcalloc(table.total, sizeof(float));
         for (size_t i = 0; i < table.total; i++) before[i] = p[i] = test_rng_uniform(rng) + 2.0f;
-        adamw_step(&s, &table, &h, p, g);
+        adamw_step_cpu(&s, &table, &h, p, g);
         for (int ti = 0; ti < table.n_tensors; ti++) {
             const ParamTensor *pt = &table.tensors[ti];
             bool want_decay = pt->is_norm ? (flags & 1) : pt->is_embedding ? (flags & 2) : true;
@@ -110,18 +111,18 @@ static void test_clipping(TestRng *rng) {
             orig[i] = g[i] = test_rng_uniform(rng) * (float)(trial + 1);
             sum += (double)g[i] * g[i];
         }
-        double norm = grad_global_norm(g, N);
+        double norm = grad_global_norm_cpu(g, N);
         EXPECT(fabs(norm - sqrt(sum)) < 1e-9 * sqrt(sum), "norm %g vs %g", norm, sqrt(sum));
         double max_norm = norm * 0.25;
-        float scale = grad_clip(g, N, norm, max_norm);
-        EXPECT(fabs(grad_global_norm(g, N) - max_norm) < 1e-4 * max_norm, "clipped norm %g, want %g",
-              grad_global_norm(g, N), max_norm);
+        float scale = grad_clip_cpu(g, N, norm, max_norm);
+        EXPECT(fabs(grad_global_norm_cpu(g, N) - max_norm) < 1e-4 * max_norm,
+               "clipped norm %g, want %g", grad_global_norm_cpu(g, N), max_norm);
         EXPECT(fabsf(g[17] - orig[17] * scale) == 0.0f, "every element scaled by the same factor");
         // Below the threshold, and with clipping disabled: untouched.
         memcpy(g, orig, sizeof g);
-        EXPECT(grad_clip(g, N, norm, norm * 2) == 1.0f && memcmp(g, orig, sizeof g) == 0,
+        EXPECT(grad_clip_cpu(g, N, norm, norm * 2) == 1.0f && memcmp(g, orig, sizeof g) == 0,
               "no clipping below the threshold");
-        EXPECT(grad_clip(g, N, norm, 0.0) == 1.0f && memcmp(g, orig, sizeof g) == 0,
+        EXPECT(grad_clip_cpu(g, N, norm, 0.0) == 1.0f && memcmp(g, orig, sizeof g) == 0,
               "grad_clip 0 disables clipping");
     }
 }

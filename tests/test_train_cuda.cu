@@ -1,7 +1,7 @@
-// The CUDA training backend (trainer/step_cuda.cu) through the backend interface, on
+// The CUDA training backend (trainer/backend_cuda.cu) through the backend interface, on
 // packed rows of the synthetic data set (duplicate layout, 2 micro-batches), a model
 // with head_dim 64, GQA and an untied head. Oracles are independent of the code under
-// test: the CPU backend (fp32, on the same bf16-rounded weights) and trainer/optim.c's
+// test: the CPU backend (fp32, on the same bf16-rounded weights) and trainer/adamw_cpu.c's
 // AdamW applied on the host to the GPU's own gradients.
 //  - set_state / get_state round-trip bit for bit (weights, m, v, step);
 //  - loss within 1e-2 relative and every gradient tensor at cosine >= 0.99 vs the CPU;
@@ -13,11 +13,11 @@
 //    forward+backward loss; a NaN planted in one tensor is found and named;
 //  - steps after the first allocate no device memory;
 //  - backend "auto" picks cuda for this model and cpu (with the reason) for head_dim 16.
-#include "trainer/step_cuda.h"
+#include "trainer/backend_cuda.h"
 extern "C" {  // plain C headers without guards of their own
 #include "trainer/data_options.h"
 #include "trainer/setup.h"
-#include "trainer/data_options.h"
+#include "trainer/step.h"
 }
 #include <math.h>
 #include <string.h>
@@ -98,8 +98,8 @@ int main(void) {
     float *rounded = (float *)xmalloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) rounded[i] = __bfloat162float(__float2bfloat16(params[i]));
     cpu->set_state(c, rounded, &opt);
-    const double loss_gpu = gpu->forward_backward(g, &micro, loss_scale) / (double)trained;
-    const double loss_cpu = cpu->forward_backward(c, &micro, loss_scale) / (double)trained;
+    const double loss_gpu = train_step_forward_backward(gpu, g, &micro, loss_scale) / (double)trained;
+    const double loss_cpu = train_step_forward_backward(cpu, c, &micro, loss_scale) / (double)trained;
     EXPECT(fabs(loss_gpu - loss_cpu) <= 1e-2 * fabs(loss_cpu), "loss %.6f vs CPU %.6f", loss_gpu,
           loss_cpu);
     float *grads = (float *)xmalloc(n * sizeof(float)), *grads_cpu = (float *)xmalloc(n * sizeof(float));
@@ -118,20 +118,20 @@ int main(void) {
 
     // Determinism.
     float *grads_again = (float *)xmalloc(n * sizeof(float));
-    const double loss_again = gpu->forward_backward(g, &micro, loss_scale) / (double)trained;
+    const double loss_again = train_step_forward_backward(gpu, g, &micro, loss_scale) / (double)trained;
     gpu->get_grads(g, grads_again);
     EXPECT(loss_again == loss_gpu && !memcmp(grads_again, grads, n * sizeof(float)),
           "deterministic mode: a second forward+backward is bitwise identical");
 
-    // Norm, clipping and AdamW against trainer/optim.c on the same gradients.
-    const double norm = gpu->grad_norm(g), norm_host = grad_global_norm(grads, n);
+    // Norm, clipping and AdamW against trainer/adamw_cpu.c on the same gradients.
+    const double norm = gpu->grad_norm(g), norm_host = grad_global_norm_cpu(grads, n);
     EXPECT(fabs(norm - norm_host) <= 1e-5 * norm_host, "grad norm %.8g vs host %.8g", norm, norm_host);
     EXPECT(gpu->first_nonfinite(g, true) == NULL, "finite gradients reported finite");
     AdamWHyper h = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.5f, false, test_rng_int(&rng, 0, 1) == 1};
     const double max_norm = 0.5 * norm_host;  // forces clipping
     gpu->optimizer_step(g, &h, norm, max_norm);
-    grad_clip(grads, n, norm_host, max_norm);
-    adamw_step(&opt, &table, &h, params, grads);
+    grad_clip_cpu(grads, n, norm_host, max_norm);
+    adamw_step_cpu(&opt, &table, &h, params, grads);
     gpu->get_state(g, back, &opt_back);
     double worst_p, worst_m, worst_v;
     const size_t at_p = worst_index(back, params, n, h.lr, &worst_p);
@@ -149,35 +149,35 @@ int main(void) {
     // fresh upload of the downloaded state.
     float *losses = (float *)xmalloc((size_t)data.rows.n_rows * SEQ_LEN * sizeof(float));
     float *losses_ref = (float *)xmalloc((size_t)data.rows.n_rows * SEQ_LEN * sizeof(float));
-    const double eval_after_step = gpu->forward(g, &micro, losses);
+    const double eval_after_step = train_step_forward(gpu, g, &micro, losses);
     gpu->set_state(g, back, &opt_back);
-    const double eval_uploaded = gpu->forward(g, &micro, NULL);
+    const double eval_uploaded = train_step_forward(gpu, g, &micro, NULL);
     EXPECT(eval_after_step == eval_uploaded, "bf16 weights updated in the step (%.9g vs %.9g)",
           eval_after_step, eval_uploaded);
 
     // Eval forward against the CPU, and against forward+backward's loss.
     for (size_t i = 0; i < n; i++) rounded[i] = __bfloat162float(__float2bfloat16(back[i]));
     cpu->set_state(c, rounded, &opt_back);
-    const double eval_cpu = cpu->forward(c, &micro, losses_ref);
+    const double eval_cpu = train_step_forward(cpu, c, &micro, losses_ref);
     double diff = 0;
     for (size_t i = 0; i < (size_t)data.rows.n_rows * SEQ_LEN; i++) diff += fabs(losses[i] - losses_ref[i]);
     diff /= (double)trained;
     EXPECT(fabs(eval_after_step - eval_cpu) <= 1e-2 * fabs(eval_cpu) && diff <= 3e-2,
           "eval: CE sum %.4f vs CPU %.4f, mean |per-position diff| %.4f", eval_after_step, eval_cpu,
           diff);
-    const double fb = gpu->forward_backward(g, &micro, loss_scale);
+    const double fb = train_step_forward_backward(gpu, g, &micro, loss_scale);
     EXPECT(fabs(fb - eval_after_step) <= 1e-6 * fabs(fb), "forward %.9g vs forward+backward %.9g",
           eval_after_step, fb);
 
     // No device allocation after the first step.
     size_t used_before, used_after, total;
     for (int i = 0; i < 2; i++) {
-        gpu->forward_backward(g, &micro, loss_scale);
+        train_step_forward_backward(gpu, g, &micro, loss_scale);
         gpu->optimizer_step(g, &h, gpu->grad_norm(g), 1.0);
     }
     gpu->device_memory(&used_before, &total);
     for (int i = 0; i < 3; i++) {
-        gpu->forward_backward(g, &micro, loss_scale);
+        train_step_forward_backward(gpu, g, &micro, loss_scale);
         gpu->optimizer_step(g, &h, gpu->grad_norm(g), 1.0);
         gpu->first_nonfinite(g, false);
     }

@@ -1,14 +1,14 @@
-// Backend choice and the CPU backend (fp32, OpenBLAS + OpenMP, the reference).
+// The backend registry: which backend a run gets, and its operations.
 #include "trainer/backend.h"
 
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "common/check.h"
+#include "trainer/backend_cpu.h"
 #ifdef ONEPASS_HAVE_CUDA
-#include "trainer/step_cuda.h"
+#include "trainer/backend_cuda.h"
 #endif
 
 #ifdef ONEPASS_HAVE_CUDA
@@ -55,125 +55,19 @@ Backend backend_choose(const char *name, const ModelConfig *mc, char *why, size_
 #endif
 }
 
-// ------------------------------------------------------------------ CPU backend
-
-typedef struct {
-    const ParamTable *table;
-    CpuModel *model;
-    float *params;  // [table->total]
-    float *grads;   // [table->total]
-    AdamWState opt;
-} CpuTrainer;
-
-static void *cpu_create(const BackendSetup *setup) {
-    CpuTrainer *t = xcalloc(1, sizeof *t);
-    t->table = setup->table;
-    t->model = cpu_model_create(setup->mc, setup->micro_rows, setup->seq_len);
-    t->params = xcalloc(setup->table->total, sizeof(float));
-    t->grads = xcalloc(setup->table->total, sizeof(float));
-    adamw_init(&t->opt, setup->table->total);
-    return t;
-}
-
-static void cpu_destroy(void *state) {
-    CpuTrainer *t = state;
-    cpu_model_free(t->model);
-    free(t->params);
-    free(t->grads);
-    adamw_free(&t->opt);
-    free(t);
-}
-
-static void cpu_set_state(void *state, const float *params, const AdamWState *opt) {
-    CpuTrainer *t = state;
-    const size_t bytes = t->table->total * sizeof(float);
-    memcpy(t->params, params, bytes);
-    memcpy(t->opt.m, opt->m, bytes);
-    memcpy(t->opt.v, opt->v, bytes);
-    t->opt.step = opt->step;
-}
-
-static void cpu_get_state(void *state, float *params, AdamWState *opt) {
-    CpuTrainer *t = state;
-    const size_t bytes = t->table->total * sizeof(float);
-    memcpy(params, t->params, bytes);
-    memcpy(opt->m, t->opt.m, bytes);
-    memcpy(opt->v, t->opt.v, bytes);
-    opt->step = t->opt.step;
-}
-
-static double cpu_forward_backward(void *state, const MicroBatches *mb, float loss_scale) {
-    CpuTrainer *t = state;
-    memset(t->grads, 0, t->table->total * sizeof(float));
-    double sum = 0.0;
-    for (int i = 0; i < mb->n_micro; i++) {
-        const ModelBatch b = micro_batch(mb, i);
-        sum += cpu_model_forward_backward(t->model, t->params, t->grads, &b, loss_scale);
-    }
-    return sum;
-}
-
-static void cpu_get_grads(void *state, float *grads) {
-    CpuTrainer *t = state;
-    memcpy(grads, t->grads, t->table->total * sizeof(float));
-}
-
-static double cpu_grad_norm(void *state) {
-    CpuTrainer *t = state;
-    return grad_global_norm(t->grads, t->table->total);
-}
-
-static void cpu_optimizer_step(void *state, const AdamWHyper *h, double grad_norm,
-                               double max_grad_norm) {
-    CpuTrainer *t = state;
-    grad_clip(t->grads, t->table->total, grad_norm, max_grad_norm);
-    adamw_step(&t->opt, t->table, h, t->params, t->grads);
-}
-
-static const char *cpu_first_nonfinite(void *state, bool grads) {
-    CpuTrainer *t = state;
-    const float *buffer = grads ? t->grads : t->params;
-    for (int i = 0; i < t->table->n_tensors; i++) {
-        const ParamTensor *pt = &t->table->tensors[i];
-        for (size_t k = 0; k < pt->numel; k++)
-            if (!isfinite(buffer[pt->offset + k])) return pt->name;
-    }
-    return NULL;
-}
-
-static double cpu_forward(void *state, const MicroBatches *mb, float *losses) {
-    CpuTrainer *t = state;
-    double sum = 0.0;
-    for (int i = 0; i < mb->n_micro; i++) {
-        const ModelBatch b = micro_batch(mb, i);
-        const size_t off = (size_t)i * (size_t)mb->micro_rows * (size_t)mb->rows.seq_len;
-        sum += cpu_model_forward(t->model, t->params, &b, losses ? losses + off : NULL);
-    }
-    return sum;
-}
-
-static void *host_malloc(size_t bytes) { return xmalloc(bytes); }
-
-static const TrainBackendOps CPU_BACKEND = {
-    .name = "cpu",
-    .create = cpu_create,
-    .destroy = cpu_destroy,
-    .set_state = cpu_set_state,
-    .get_state = cpu_get_state,
-    .forward_backward = cpu_forward_backward,
-    .get_grads = cpu_get_grads,
-    .grad_norm = cpu_grad_norm,
-    .optimizer_step = cpu_optimizer_step,
-    .first_nonfinite = cpu_first_nonfinite,
-    .forward = cpu_forward,
-    .device_memory = NULL,
-    .host_allocator = {host_malloc, free},
-};
-
 const TrainBackendOps *backend_ops(Backend backend) {
 #ifdef ONEPASS_HAVE_CUDA
     if (backend == BACKEND_CUDA) return cuda_train_backend();
 #endif
-    if (backend != BACKEND_CPU) fatal("internal: backend %d is not in this binary", (int)backend);
-    return &CPU_BACKEND;
+    CHECK(backend == BACKEND_CPU, "backend %d is not in this binary", (int)backend);
+    return cpu_train_backend();
+}
+
+const char *param_table_first_nonfinite(const ParamTable *table, const float *values) {
+    for (int i = 0; i < table->n_tensors; i++) {
+        const ParamTensor *pt = &table->tensors[i];
+        for (size_t k = 0; k < pt->numel; k++)
+            if (!isfinite(values[pt->offset + k])) return pt->name;
+    }
+    return NULL;
 }

@@ -1,7 +1,12 @@
-// The training backends behind one interface: the CPU fp32 reference (trainer/backend.c)
-// and the CUDA bf16 one (trainer/step_cuda.cu, present when ONEPASS_HAVE_CUDA). The
-// trainer and the parity command call a backend only through TrainBackendOps, so the
-// core library links without CUDA.
+// The training backends behind one interface: the CPU fp32 reference
+// (trainer/backend_cpu.c) and the CUDA bf16 one (trainer/backend_cuda.cu, present when
+// ONEPASS_HAVE_CUDA); the registry that picks one is trainer/backend.c. The trainer and
+// the parity command call a backend only through TrainBackendOps, so the core library
+// links without CUDA.
+//
+// A backend works on ONE micro-batch at a time; the loop over a step's micro-batches
+// (zero the gradients, accumulate every micro-batch's) is trainer/step.h's, the same
+// for every backend.
 //
 // A backend holds the model's whole training state: weights, gradients and AdamW
 // moments (on the GPU: fp32 master weights, m, v, fp32 gradients and the bf16 weights
@@ -11,8 +16,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include "model/model.h"
+#include "trainer/adamw.h"
 #include "trainer/loader.h"
-#include "trainer/optim.h"
 
 typedef enum { BACKEND_CPU = 0, BACKEND_CUDA = 1 } Backend;
 
@@ -38,9 +43,16 @@ typedef struct {
     // params [table.total] fp32 and opt (n == table.total) in and out.
     void (*set_state)(void *state, const float *params, const AdamWState *opt);
     void (*get_state)(void *state, float *params, AdamWState *opt);
-    // Zeroes the gradients, then forward+backward of every micro-batch, accumulating
-    // gradients of sum(CE) * loss_scale. Returns the unscaled CE sum over all targets.
-    double (*forward_backward)(void *state, const MicroBatches *mb, float loss_scale);
+
+    // One micro-batch (host arrays, at most setup's micro_rows x seq_len) at a time.
+    void (*zero_grads)(void *state);
+    // Forward+backward, ADDING the gradients of sum(CE) * loss_scale to those already
+    // accumulated. Returns the unscaled CE sum over the micro-batch's targets.
+    double (*forward_backward)(void *state, const ModelBatch *batch, float loss_scale);
+    // Forward only: per-position CE into losses [n_rows, seq_len] (host; NULL: not
+    // wanted). Returns the CE sum.
+    double (*forward)(void *state, const ModelBatch *batch, float *losses);
+
     void (*get_grads)(void *state, float *grads);  // grads [table.total] fp32
     double (*grad_norm)(void *state);              // L2 norm over all gradients
     // Clips the gradients to max_grad_norm (grad_norm is grad_norm()'s result) and
@@ -50,8 +62,6 @@ typedef struct {
     // The first tensor (table order) whose gradients (grads true) or weights hold a
     // non-finite value; NULL when all are finite.
     const char *(*first_nonfinite)(void *state, bool grads);
-    // Forward only: per-position CE into losses [n_rows, seq_len] (host). Returns the sum.
-    double (*forward)(void *state, const MicroBatches *mb, float *losses);
     // Device memory in use and in total (bytes); false when the backend has no device.
     bool (*device_memory)(size_t *used, size_t *total);
     // Host buffers the backend reads batches from fastest (pinned memory on the GPU).
@@ -59,3 +69,7 @@ typedef struct {
 } TrainBackendOps;
 
 const TrainBackendOps *backend_ops(Backend backend);
+
+// For the backends: the first tensor (table order) of values [table->total] (host) that
+// holds a non-finite value; NULL when all are finite.
+const char *param_table_first_nonfinite(const ParamTable *table, const float *values);

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "model/model.h"
-#include "trainer/optim.h"
+#include "trainer/adamw.h"
 
 // Everything besides tensors that a resumed run needs to continue bit-identically.
 typedef struct {

@@ -177,7 +177,7 @@ void config_free(Config *c) {
 
 static json_t *get(const Config *c, const char *key) {
     json_t *v = lookup(c->root, key, NULL, NULL);
-    if (!v) fatal("internal: config key '%s' is not in the defaults", key);
+    CHECK(v, "config key '%s' is not in the defaults", key);
     return v;
 }
 

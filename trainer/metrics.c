@@ -8,10 +8,10 @@
 #include "common/check.h"
 
 // Keeps the lines of `path` whose "step" is <= max_step (a resumed run drops what the
-// interrupted one logged past its checkpoint).
-static void truncate_after_step(const char *path, long max_step) {
+// interrupted one logged past its checkpoint). Returns 0, or -1 with a message.
+static int truncate_after_step(const char *path, long max_step, char *err, size_t err_len) {
     FILE *in = fopen(path, "r");
-    if (!in) return;
+    if (!in) return 0;
     char *kept = NULL;
     size_t kept_len = 0, kept_cap = 0;
     char *line = NULL;
@@ -32,18 +32,24 @@ static void truncate_after_step(const char *path, long max_step) {
     free(line);
     fclose(in);
     FILE *out = fopen(path, "w");
-    if (!out) fatal("%s: cannot rewrite metrics", path);
+    if (!out) {
+        free(kept);
+        return fail(err, err_len, "%s: cannot rewrite metrics", path);
+    }
     if (kept_len) fwrite(kept, 1, kept_len, out);
     fclose(out);
     free(kept);
+    return 0;
 }
 
-void metrics_open(MetricsLog *log, const char *out_dir, long resume_step) {
+int metrics_open(MetricsLog *log, const char *out_dir, long resume_step, char *err,
+                 size_t err_len) {
     char path[4096];
     snprintf(path, sizeof path, "%s/metrics.jsonl", out_dir);
-    if (resume_step > 0) truncate_after_step(path, resume_step);
+    if (resume_step > 0 && truncate_after_step(path, resume_step, err, err_len) != 0) return -1;
     log->f = fopen(path, resume_step > 0 ? "a" : "w");
-    if (!log->f) fatal("%s: cannot open for writing", path);
+    if (!log->f) return fail(err, err_len, "%s: cannot open for writing", path);
+    return 0;
 }
 
 void metrics_write(MetricsLog *log, const StepMetrics *m) {
@@ -97,6 +103,14 @@ void metrics_print_console(FILE *f, const StepMetrics *m, long total_steps, doub
         fprintf(f, " | eval_loss %.4f | eval_answer_loss %.4f", m->eval_loss, m->eval_answer_loss);
     fputc('\n', f);
     fflush(f);
+}
+
+long long model_matmul_params(const ParamTable *table, const ModelConfig *mc) {
+    long long n = mc->tie_word_embeddings ? (long long)mc->vocab_size * mc->hidden_size : 0;
+    for (int t = 0; t < table->n_tensors; t++)
+        if (table->tensors[t].ndim == 2 && strcmp(table->tensors[t].name, "model.embed_tokens.weight"))
+            n += (long long)table->tensors[t].numel;
+    return n;
 }
 
 double model_flops_per_token(long long n_matmul_params) { return 6.0 * (double)n_matmul_params; }

@@ -2,7 +2,9 @@
 // console line (step, loss, lr, grad norm, tokens/s, MFU, ETA).
 #pragma once
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
+#include "model/model.h"
 
 typedef struct {
     long step;                 // 1-based: optimizer steps completed
@@ -25,14 +27,19 @@ typedef struct {
 
 // Opens <out_dir>/metrics.jsonl. On a resume from step `resume_step` > 0 the file keeps
 // only its lines with step <= resume_step, so a resumed run's file reads like an
-// uninterrupted one; otherwise it starts empty.
-void metrics_open(MetricsLog *log, const char *out_dir, long resume_step);
+// uninterrupted one; otherwise it starts empty. Returns 0, or -1 with a message.
+int metrics_open(MetricsLog *log, const char *out_dir, long resume_step, char *err,
+                 size_t err_len);
 void metrics_write(MetricsLog *log, const StepMetrics *m);  // one line, flushed
 void metrics_close(MetricsLog *log);
 
 // "step 12/200 | loss 3.1416 | lr 3.00e-03 | gnorm 0.812 | 51234 tok/s | MFU n/a | ETA 1m02s"
 // (then " | GPU mem 1.23 GiB" on a GPU, and the eval losses on eval steps)
 void metrics_print_console(FILE *f, const StepMetrics *m, long total_steps, double eta_s);
+
+// Weights that run through a matmul per token: all 2-D tensors but the embedding
+// lookup, plus the LM head when it is tied to the embedding.
+long long model_matmul_params(const ParamTable *table, const ModelConfig *mc);
 
 // Model FLOPs per trained-or-not token for forward+backward: 6 x (matmul weights),
 // counting the LM head even when tied; attention scores (~12 x layers x hidden x context)

@@ -13,6 +13,7 @@
 #include "trainer/loader.h"
 #include "trainer/parity.h"
 #include "trainer/setup.h"
+#include "trainer/step.h"
 
 typedef struct {
     LayoutKind layout;
@@ -54,8 +55,8 @@ static void run_layout(const Config *c, const Tokenizer *tok, const ParamTable *
     if (out->trained == 0) fatal("parity: no trained token under layout %s", layout_name(layout));
     MicroBatches micro;
     micro_batches_build(&data.rows, (int)config_int(c, "train.micro_rows"), &micro);
-    const double sum = model->ops->forward_backward(model->trainer, &micro,
-                                                    (float)(1.0 / (double)out->trained));
+    const double sum = train_step_forward_backward(model->ops, model->trainer, &micro,
+                                                   (float)(1.0 / (double)out->trained));
     out->loss = sum / (double)out->trained;
     out->grads = xmalloc(table->total * sizeof(float));
     model->ops->get_grads(model->trainer, out->grads);

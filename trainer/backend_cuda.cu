@@ -3,12 +3,13 @@
 // two scalars); the model's activation arena is allocated once by cuda_model_create.
 // A step allocates nothing: the attention backward's scratch comes from the
 // stream-ordered pool, which is told to keep its memory.
-#include "trainer/step_cuda.h"
+#include "trainer/backend_cuda.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "common/check.h"
 #include "common/cuda_check.h"
 #include "model/model_cuda.h"
 #include "model/ops_cuda.h"
@@ -21,19 +22,18 @@ struct CudaTrainer {
     __nv_bfloat16 *weights;    // [n] bf16 copy of master, what the model runs on
     float *grads;              // [n] fp32
     float *optimizer;          // [3n + 2]: master | m | v | grad norm | weight norm
-    float *master, *m, *v, *grad_norm, *weight_norm;
+    float *master, *grad_norm, *weight_norm;
+    AdamWState adamw;          // m, v: device, in optimizer; step: updates applied
     float *host_scalar;        // [1] pinned: a norm read back
-    long adam_step;            // updates applied (AdamWState.step)
 };
 
 // ops_cuda_init's process-wide scratch, shared by every live trainer.
 static int g_live_trainers, g_ops_tokens, g_ops_channels;
 
 static void ops_acquire(int tokens, int channels) {
-    if (g_live_trainers > 0 && (tokens > g_ops_tokens || channels > g_ops_channels))
-        fatal("%s:%d: a CUDA trainer for %d tokens x %d channels cannot coexist with one made "
-              "for %d x %d (the ops' scratch is process-wide)",
-              __FILE__, __LINE__, tokens, channels, g_ops_tokens, g_ops_channels);
+    CHECK(g_live_trainers == 0 || (tokens <= g_ops_tokens && channels <= g_ops_channels),
+          "a CUDA trainer for %d tokens x %d channels cannot coexist with one made for %d x %d "
+          "(the ops' scratch is process-wide)", tokens, channels, g_ops_tokens, g_ops_channels);
     if (g_live_trainers++ > 0) return;
     ops_cuda_init(tokens, channels);
     g_ops_tokens = tokens;
@@ -81,8 +81,9 @@ static void *cuda_create(const BackendSetup *setup) {
     cudaCheck(cudaMalloc(&t->grads, t->n * sizeof(float)));
     cudaCheck(cudaMalloc(&t->optimizer, (3 * t->n + 2) * sizeof(float)));
     t->master = t->optimizer;
-    t->m = t->optimizer + t->n;
-    t->v = t->optimizer + 2 * t->n;
+    t->adamw.n = t->n;
+    t->adamw.m = t->optimizer + t->n;
+    t->adamw.v = t->optimizer + 2 * t->n;
     t->grad_norm = t->optimizer + 3 * t->n;
     t->weight_norm = t->grad_norm + 1;
     cudaCheck(cudaMallocHost(&t->host_scalar, sizeof(float)));
@@ -102,35 +103,39 @@ static void cuda_destroy(void *state) {
 
 static void cuda_set_state(void *state, const float *params, const AdamWState *opt) {
     CudaTrainer *t = (CudaTrainer *)state;
-    if (opt->n != t->n) fatal("internal: optimizer state has %zu elements, model %zu", opt->n, t->n);
+    CHECK(opt->n == t->n, "optimizer state has %zu elements, model %zu", opt->n, t->n);
     const size_t bytes = t->n * sizeof(float);
     cudaCheck(cudaMemcpyAsync(t->master, params, bytes, cudaMemcpyHostToDevice, t->stream));
-    cudaCheck(cudaMemcpyAsync(t->m, opt->m, bytes, cudaMemcpyHostToDevice, t->stream));
-    cudaCheck(cudaMemcpyAsync(t->v, opt->v, bytes, cudaMemcpyHostToDevice, t->stream));
+    cudaCheck(cudaMemcpyAsync(t->adamw.m, opt->m, bytes, cudaMemcpyHostToDevice, t->stream));
+    cudaCheck(cudaMemcpyAsync(t->adamw.v, opt->v, bytes, cudaMemcpyHostToDevice, t->stream));
     float_to_bf16_cuda(t->weights, t->master, (int64_t)t->n, t->stream);
     cudaCheck(cudaStreamSynchronize(t->stream));
-    t->adam_step = opt->step;
+    t->adamw.step = opt->step;
 }
 
 static void cuda_get_state(void *state, float *params, AdamWState *opt) {
     CudaTrainer *t = (CudaTrainer *)state;
     const size_t bytes = t->n * sizeof(float);
     cudaCheck(cudaMemcpyAsync(params, t->master, bytes, cudaMemcpyDeviceToHost, t->stream));
-    cudaCheck(cudaMemcpyAsync(opt->m, t->m, bytes, cudaMemcpyDeviceToHost, t->stream));
-    cudaCheck(cudaMemcpyAsync(opt->v, t->v, bytes, cudaMemcpyDeviceToHost, t->stream));
+    cudaCheck(cudaMemcpyAsync(opt->m, t->adamw.m, bytes, cudaMemcpyDeviceToHost, t->stream));
+    cudaCheck(cudaMemcpyAsync(opt->v, t->adamw.v, bytes, cudaMemcpyDeviceToHost, t->stream));
     cudaCheck(cudaStreamSynchronize(t->stream));
-    opt->step = t->adam_step;
+    opt->step = t->adamw.step;
 }
 
-static double cuda_forward_backward(void *state, const MicroBatches *mb, float loss_scale) {
+static void cuda_zero_grads(void *state) {
     CudaTrainer *t = (CudaTrainer *)state;
     cudaCheck(cudaMemsetAsync(t->grads, 0, t->n * sizeof(float), t->stream));
-    double sum = 0.0;
-    for (int i = 0; i < mb->n_micro; i++) {
-        const ModelBatch b = micro_batch(mb, i);
-        sum += cuda_model_forward_backward(t->model, t->weights, t->grads, &b, loss_scale);
-    }
-    return sum;
+}
+
+static double cuda_forward_backward(void *state, const ModelBatch *batch, float loss_scale) {
+    CudaTrainer *t = (CudaTrainer *)state;
+    return cuda_model_forward_backward(t->model, t->weights, t->grads, batch, loss_scale);
+}
+
+static double cuda_forward(void *state, const ModelBatch *batch, float *losses) {
+    CudaTrainer *t = (CudaTrainer *)state;
+    return cuda_model_forward(t->model, t->weights, batch, losses);
 }
 
 static void cuda_get_grads(void *state, float *grads) {
@@ -146,28 +151,13 @@ static double cuda_grad_norm(void *state) {
     return *read_scalar(t, t->grad_norm);
 }
 
-// One launch per run of consecutive tensors that share the weight decay; clipping uses
-// the device norm that grad_norm left in t->grad_norm.
+// Clipping uses the device norm that grad_norm left in t->grad_norm.
 static void cuda_optimizer_step(void *state, const AdamWHyper *h, double grad_norm,
                                 double max_grad_norm) {
     (void)grad_norm;
     CudaTrainer *t = (CudaTrainer *)state;
-    t->adam_step++;
-    const ParamTable *table = t->table;
-    for (int first = 0, last; first < table->n_tensors; first = last) {
-        const bool decays = adamw_decays(&table->tensors[first], h);
-        for (last = first + 1; last < table->n_tensors; last++)
-            if (adamw_decays(&table->tensors[last], h) != decays ||
-                table->tensors[last].offset !=
-                    table->tensors[last - 1].offset + table->tensors[last - 1].numel)
-                break;
-        const size_t off = table->tensors[first].offset;
-        const size_t n = table->tensors[last - 1].offset + table->tensors[last - 1].numel - off;
-        adamw_update_cuda(t->master + off, t->weights + off, t->m + off, t->v + off,
-                          t->grads + off, n, h->lr, h->beta1, h->beta2, h->eps,
-                          decays ? h->weight_decay : 0.0f, t->adam_step, t->grad_norm,
-                          (float)max_grad_norm, t->stream);
-    }
+    adamw_step_cuda(&t->adamw, t->table, h, t->master, t->grads, t->weights, t->grad_norm,
+                    (float)max_grad_norm, t->stream);
 }
 
 // A finite norm means every element is finite; only then is the buffer left on the GPU.
@@ -178,28 +168,9 @@ static const char *cuda_first_nonfinite(void *state, bool grads) {
     if (isfinite(*read_scalar(t, t->weight_norm))) return NULL;
     float *host = (float *)xmalloc(t->n * sizeof(float));
     cudaCheck(cudaMemcpy(host, buffer, t->n * sizeof(float), cudaMemcpyDeviceToHost));
-    const char *name = NULL;
-    for (int i = 0; i < t->table->n_tensors && !name; i++) {
-        const ParamTensor *pt = &t->table->tensors[i];
-        for (size_t k = 0; k < pt->numel; k++)
-            if (!isfinite(host[pt->offset + k])) {
-                name = pt->name;
-                break;
-            }
-    }
+    const char *name = param_table_first_nonfinite(t->table, host);
     free(host);
     return name;
-}
-
-static double cuda_forward(void *state, const MicroBatches *mb, float *losses) {
-    CudaTrainer *t = (CudaTrainer *)state;
-    double sum = 0.0;
-    for (int i = 0; i < mb->n_micro; i++) {
-        const ModelBatch b = micro_batch(mb, i);
-        const size_t off = (size_t)i * (size_t)mb->micro_rows * (size_t)mb->rows.seq_len;
-        sum += cuda_model_forward(t->model, t->weights, &b, losses ? losses + off : nullptr);
-    }
-    return sum;
 }
 
 static bool cuda_device_memory(size_t *used, size_t *total) {
@@ -224,12 +195,13 @@ const TrainBackendOps *cuda_train_backend(void) {
     ops.destroy = cuda_destroy;
     ops.set_state = cuda_set_state;
     ops.get_state = cuda_get_state;
+    ops.zero_grads = cuda_zero_grads;
     ops.forward_backward = cuda_forward_backward;
+    ops.forward = cuda_forward;
     ops.get_grads = cuda_get_grads;
     ops.grad_norm = cuda_grad_norm;
     ops.optimizer_step = cuda_optimizer_step;
     ops.first_nonfinite = cuda_first_nonfinite;
-    ops.forward = cuda_forward;
     ops.device_memory = cuda_device_memory;
     ops.host_allocator.alloc = pinned_alloc;
     ops.host_allocator.free = pinned_free;

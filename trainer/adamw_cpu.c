@@ -1,4 +1,5 @@
-#include "trainer/optim.h"
+// AdamW and gradient clipping on the CPU (trainer/adamw.h).
+#include "trainer/adamw.h"
 
 #include <math.h>
 #include <string.h>
@@ -24,10 +25,9 @@ bool adamw_decays(const ParamTensor *t, const AdamWHyper *h) {
     return true;
 }
 
-void adamw_step(AdamWState *s, const ParamTable *table, const AdamWHyper *h, float *params,
-                const float *grads) {
-    if (s->n != table->total) fatal("internal: optimizer state has %zu elements, model %zu", s->n,
-                                    table->total);
+void adamw_step_cpu(AdamWState *s, const ParamTable *table, const AdamWHyper *h, float *params,
+                    const float *grads) {
+    CHECK(s->n == table->total, "optimizer state has %zu elements, model %zu", s->n, table->total);
     s->step++;
     // Bias corrections folded into the step size and the denominator, in double.
     const double bias1 = 1.0 - pow(h->beta1, (double)s->step);
@@ -52,25 +52,15 @@ void adamw_step(AdamWState *s, const ParamTable *table, const AdamWHyper *h, flo
     }
 }
 
-double grad_global_norm(const float *grads, size_t n) {
+double grad_global_norm_cpu(const float *grads, size_t n) {
     double sum = 0.0;
     for (size_t i = 0; i < n; i++) sum += (double)grads[i] * grads[i];
     return sqrt(sum);
 }
 
-float grad_clip(float *grads, size_t n, double norm, double max_norm) {
+float grad_clip_cpu(float *grads, size_t n, double norm, double max_norm) {
     if (max_norm <= 0.0 || !(norm > max_norm)) return 1.0f;
     const float scale = (float)(max_norm / (norm + 1e-6));
     for (size_t i = 0; i < n; i++) grads[i] *= scale;
     return scale;
-}
-
-double lr_schedule(long step, long total_steps, long warmup, double lr, double min_lr_ratio) {
-    if (step < warmup) return lr * (double)(step + 1) / (double)warmup;
-    const long decay_steps = total_steps - warmup - 1;
-    if (decay_steps <= 0) return lr;
-    double progress = (double)(step - warmup) / (double)decay_steps;
-    if (progress > 1.0) progress = 1.0;
-    const double min_lr = lr * min_lr_ratio;
-    return min_lr + 0.5 * (lr - min_lr) * (1.0 + cos(3.14159265358979323846 * progress));
 }

@@ -1,8 +1,9 @@
-// Optimizer kernels, twins of trainer/optim.c: the global gradient norm (two
-// fixed-order stages) and the AdamW update with clipping folded in.
+// AdamW on the GPU, the twin of trainer/adamw_cpu.c (trainer/adamw.h): the global
+// gradient norm (two fixed-order stages) and the AdamW update with clipping folded in.
 #include <math.h>
-#include "model/ops_cuda.h"
+#include "common/check.h"
 #include "model/ops_cuda_internal.cuh"
+#include "trainer/adamw.h"
 
 enum { GRAD_NORM_THREADS = 256, GRAD_NORM_FINISH_THREADS = 1024 };
 
@@ -48,7 +49,7 @@ struct AdamwHyper {
     float step_size, inv_sqrt_bias2, beta1, beta2, eps, decay;
 };
 
-// Same arithmetic, in the same order, as adamw_step in trainer/optim.c.
+// Same arithmetic, in the same order, as adamw_step_cpu in trainer/adamw_cpu.c.
 __device__ inline void adamw_element(float &p, float &m, float &v, float g, const AdamwHyper &h) {
     m = h.beta1 * m + (1.0f - h.beta1) * g;
     v = h.beta2 * v + (1.0f - h.beta2) * g * g;
@@ -91,11 +92,13 @@ __global__ void adamw_kernel(float *params, bf16 *params_bf16, float *m, float *
     }
 }
 
-void adamw_update_cuda(float *params, bf16 *params_bf16, float *m, float *v, const float *grads,
-                       size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
-                       long step, const float *grad_norm, float max_grad_norm,
-                       cudaStream_t stream) {
-    if (step < 1) fatal("adamw_update_cuda: step %ld must be >= 1 (count after increment)", step);
+// One contiguous range of n elements; weight_decay 0 for tensors that are not decayed,
+// `step` the update count after incrementing.
+static void adamw_update_cuda(float *params, bf16 *params_bf16, float *m, float *v,
+                              const float *grads, size_t n, float lr, float beta1, float beta2,
+                              float eps, float weight_decay, long step, const float *grad_norm,
+                              float max_grad_norm, cudaStream_t stream) {
+    CHECK(step >= 1, "step %ld must be >= 1 (count after increment)", step);
     if (n == 0) return;
     // Bias corrections in double, folded into the step size and the denominator.
     const double bias1 = 1.0 - pow(beta1, (double)step);
@@ -115,4 +118,25 @@ void adamw_update_cuda(float *params, bf16 *params_bf16, float *m, float *v, con
                           stream>>>(params, params_bf16, m, v, grads, n, h, grad_norm,
                                     max_grad_norm);
     cudaCheckLaunch();
+}
+
+void adamw_step_cuda(AdamWState *s, const ParamTable *table, const AdamWHyper *h, float *params,
+                     const float *grads, bf16 *params_bf16, const float *grad_norm,
+                     float max_grad_norm, cudaStream_t stream) {
+    CHECK(s->n == table->total, "optimizer state has %zu elements, model %zu", s->n, table->total);
+    s->step++;
+    for (int first = 0, last; first < table->n_tensors; first = last) {
+        const bool decays = adamw_decays(&table->tensors[first], h);
+        for (last = first + 1; last < table->n_tensors; last++)
+            if (adamw_decays(&table->tensors[last], h) != decays ||
+                table->tensors[last].offset !=
+                    table->tensors[last - 1].offset + table->tensors[last - 1].numel)
+                break;
+        const size_t off = table->tensors[first].offset;
+        const size_t n = table->tensors[last - 1].offset + table->tensors[last - 1].numel - off;
+        adamw_update_cuda(params + off, params_bf16 ? params_bf16 + off : nullptr, s->m + off,
+                          s->v + off, grads + off, n, h->lr, h->beta1, h->beta2, h->eps,
+                          decays ? h->weight_decay : 0.0f, s->step, grad_norm, max_grad_norm,
+                          stream);
+    }
 }

@@ -1,4 +1,4 @@
-// The CUDA training backend (trainer/step_cuda.cu), callable from C without CUDA
+// The CUDA training backend (trainer/backend_cuda.cu), callable from C without CUDA
 // headers. Only in binaries built with CUDA (ONEPASS_HAVE_CUDA).
 #pragma once
 #include <stddef.h>

@@ -1,0 +1,73 @@
+// AdamW with decoupled weight decay and global-norm gradient clipping, as twins: the
+// CPU one (trainer/adamw_cpu.c, host memory) and the CUDA one (trainer/adamw_cuda.cu,
+// device memory; declared for CUDA translation units only). Parameters, gradients and
+// both moment buffers share the ParamTable's offsets.
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#ifdef __CUDACC__
+#include <cuda_runtime_api.h>
+#endif
+
+#ifdef __cplusplus
+extern "C" {  // model.h is a plain C header without guards of its own
+#endif
+#include "model/model.h"
+
+typedef struct {
+    float lr;            // this step's learning rate (from lr_schedule)
+    float beta1, beta2, eps;
+    float weight_decay;
+    bool decay_norms;       // apply weight decay to RMSNorm weights
+    bool decay_embeddings;  // apply weight decay to embed_tokens / lm_head
+} AdamWHyper;
+
+typedef struct {
+    size_t n;   // elements (ParamTable.total)
+    float *m;   // [n] first moment (host for adamw_step_cpu, device for adamw_step_cuda)
+    float *v;   // [n] second moment (likewise)
+    long step;  // updates applied so far (bias correction uses step after increment)
+} AdamWState;
+
+// Host moments, zeroed, at step 0.
+void adamw_init(AdamWState *s, size_t n);
+void adamw_free(AdamWState *s);
+
+// Whether the tensor gets weight decay under these settings.
+bool adamw_decays(const ParamTensor *t, const AdamWHyper *h);
+
+// One update of every tensor in the table (PyTorch AdamW order: params *= 1 - lr*wd
+// for decayed tensors, then params -= lr * m_hat / (sqrt(v_hat) + eps)). Host memory;
+// clip the gradients first with grad_clip_cpu.
+void adamw_step_cpu(AdamWState *s, const ParamTable *table, const AdamWHyper *h, float *params,
+                    const float *grads);
+
+// L2 norm over all n gradient elements (accumulated in double, fixed order).
+double grad_global_norm_cpu(const float *grads, size_t n);
+// Scales grads so their global norm is at most max_norm (no-op when max_norm <= 0 or
+// norm <= max_norm). `norm` is grad_global_norm_cpu's result. Returns the scale applied.
+float grad_clip_cpu(float *grads, size_t n, double norm, double max_norm);
+
+#ifdef __CUDACC__
+struct __nv_bfloat16;  // cuda_bf16.h's; only pointers here
+
+// adamw_step_cpu's twin with the same arithmetic, on device pointers (s->m, s->v too),
+// asynchronous on `stream`: one launch per run of consecutive tensors that share the
+// weight decay. params_bf16 [table->total] receives the bf16 copy of the new params
+// (skipped when NULL). Clipping is folded in, so the host never waits for the norm:
+// when max_grad_norm > 0 and the device scalar grad_norm (grad_global_norm_cuda's)
+// exceeds it, the gradients are scaled by max_grad_norm / (norm + 1e-6) as they are
+// read (grads themselves are not modified).
+void adamw_step_cuda(AdamWState *s, const ParamTable *table, const AdamWHyper *h, float *params,
+                     const float *grads, struct __nv_bfloat16 *params_bf16,
+                     const float *grad_norm, float max_grad_norm, cudaStream_t stream);
+
+// norm_out[1] (device fp32) = L2 norm of grads[n] (device); two fixed-order stages
+// (GRAD_NORM_BLOCKS grid-stride partials, then one block), so deterministic. Uses the
+// scratch of model/ops_cuda.h's ops_cuda_init.
+void grad_global_norm_cuda(float *norm_out, const float *grads, size_t n, cudaStream_t stream);
+#endif
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,50 @@
+// `train run` below the command line (cli/cmd_train.c): the run's settings, and the
+// host copy of the training state that checkpoints hold and the backend exchanges.
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "model/model.h"
+#include "trainer/adamw.h"
+#include "trainer/backend.h"
+#include "trainer/checkpoint.h"
+#include "trainer/config.h"
+
+// The train.* keys (and seed) of a run, read and validated once.
+typedef struct {
+    long total_steps, warmup_steps, eval_every, checkpoint_every;
+    int micro_rows;
+    long long tokens_per_step;  // trained tokens per step (the loader's budget)
+    bool shuffle, deterministic;
+    double lr, min_lr_ratio;    // the schedule's peak and its floor as a ratio
+    double max_grad_norm;       // train.grad_clip; 0: no clipping
+    double peak_flops;          // the MFU denominator in FLOP/s; 0: no MFU
+    bool peak_from_datasheet;   // peak_flops is the H200's, train.peak_tflops being 0
+    uint64_t seed;
+    AdamWHyper adamw;           // lr is set per step from the schedule
+} RunSettings;
+
+// Fatal, naming the key, for a value out of range. The MFU peak is train.peak_tflops,
+// or for the CUDA backend when that is 0 the H200's dense bf16 datasheet peak.
+RunSettings run_settings_from(const Config *c, Backend backend);
+
+// The host copy of the training state: the checkpoints' format, exchanged with the
+// backend through set_state / get_state.
+typedef struct {
+    ParamTable table;
+    float *params;  // [table.total]
+    AdamWState opt;
+    TrainProgress progress;
+} TrainState;
+
+// The seeded init at step 0.
+void train_state_init(TrainState *s, const ModelConfig *mc, uint64_t seed);
+// Replaces the state with the checkpoint in dir, which must come from a run with the
+// state's seed. Returns 0, or -1 with a message.
+int train_state_resume(TrainState *s, const char *dir, char *err, size_t err_len);
+// Downloads the backend's state into s and saves it as <out_dir>/checkpoint-<step>,
+// whose path goes to dir. Returns 0, or -1 with a message.
+int train_state_save(TrainState *s, const TrainBackendOps *ops, void *backend,
+                     const ModelConfig *mc, const char *out_dir, char *dir, size_t dir_len,
+                     char *err, size_t err_len);
+void train_state_free(TrainState *s);

@@ -1,0 +1,55 @@
+#include "trainer/step.h"
+
+#include <math.h>
+#include <stddef.h>
+
+#include "common/check.h"
+
+double train_step_forward_backward(const TrainBackendOps *ops, void *backend,
+                                   const MicroBatches *mb, float loss_scale) {
+    ops->zero_grads(backend);
+    double sum = 0.0;
+    for (int i = 0; i < mb->n_micro; i++) {
+        const ModelBatch batch = micro_batch(mb, i);
+        sum += ops->forward_backward(backend, &batch, loss_scale);
+    }
+    return sum;
+}
+
+double train_step_forward(const TrainBackendOps *ops, void *backend, const MicroBatches *mb,
+                          float *losses) {
+    double sum = 0.0;
+    for (int i = 0; i < mb->n_micro; i++) {
+        const ModelBatch batch = micro_batch(mb, i);
+        // Micro-batch i's rows start at row i * micro_rows.
+        const size_t offset = (size_t)i * (size_t)mb->micro_rows * (size_t)mb->rows.seq_len;
+        sum += ops->forward(backend, &batch, losses ? losses + offset : NULL);
+    }
+    return sum;
+}
+
+int train_step(const TrainBackendOps *ops, void *backend, const MicroBatches *mb,
+               long long trained_tokens, const AdamWHyper *h, double max_grad_norm,
+               StepOutcome *out, char *err, size_t err_len) {
+    CHECK(trained_tokens > 0, "a step of %lld trained tokens", trained_tokens);
+    const double ce_sum = train_step_forward_backward(ops, backend, mb,
+                                                      (float)(1.0 / (double)trained_tokens));
+    out->loss = ce_sum / (double)trained_tokens;
+    if (!isfinite(out->loss))
+        return fail(err, err_len, "the loss is %g; stopping without saving this state (the "
+                    "last checkpoint, if any, is intact)", out->loss);
+    out->grad_norm = ops->grad_norm(backend);
+    if (!isfinite(out->grad_norm)) {
+        const char *bad = ops->first_nonfinite(backend, true);
+        return fail(err, err_len, "non-finite gradient in tensor %s; stopping without saving "
+                    "this state (the last checkpoint, if any, is intact)",
+                    bad ? bad : "(none: the norm overflowed)");
+    }
+    ops->optimizer_step(backend, h, out->grad_norm, max_grad_norm);
+    const char *bad_weight = ops->first_nonfinite(backend, false);
+    if (bad_weight)
+        return fail(err, err_len, "the update made weights of tensor %s non-finite; stopping "
+                    "without saving this state (the last checkpoint, if any, is intact)",
+                    bad_weight);
+    return 0;
+}

@@ -8,15 +8,8 @@
 #include "common/check.h"
 #include "trainer/backend_cpu.h"
 #ifdef ONEPASS_HAVE_CUDA
+#include "model/model_cuda.h"
 #include "trainer/backend_cuda.h"
-#endif
-
-#ifdef ONEPASS_HAVE_CUDA
-// The head dimensions the CUDA attention kernels are built for.
-static bool cuda_head_dim_supported(const ModelConfig *mc) {
-    const int head_dim = mc->hidden_size / mc->num_attention_heads;
-    return mc->hidden_size % mc->num_attention_heads == 0 && (head_dim == 64 || head_dim == 128);
-}
 #endif
 
 Backend backend_choose(const char *name, const ModelConfig *mc, char *why, size_t why_len) {
@@ -37,7 +30,8 @@ Backend backend_choose(const char *name, const ModelConfig *mc, char *why, size_
         snprintf(why, why_len, "backend: cpu (no CUDA device found)");
         return BACKEND_CPU;
     }
-    if (want_auto && !cuda_head_dim_supported(mc)) {
+    const ModelDims dims = model_dims(mc);  // fatal, naming the model.* key, on a bad config
+    if (want_auto && !model_dims_cuda_supported(&dims)) {
         snprintf(why, why_len, "backend: cpu (a CUDA device is visible, but the CUDA kernels need "
                  "head_dim 64 or 128 and model.hidden_size / model.num_attention_heads is %d / %d)",
                  mc->hidden_size, mc->num_attention_heads);

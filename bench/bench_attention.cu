@@ -63,8 +63,8 @@ void mask_intervals(int kind, int S, int32_t *lo, int32_t *hi) {
                 break;
             }
         for (int q = 0; q < S; q++)
-            if (visible(kind, t, q, k) != (lo[k] <= q && q < hi[k]))
-                fatal("%s:%d: mask %s is not one interval for key %d", __FILE__, __LINE__, MASKS[kind], k);
+            CHECK(visible(kind, t, q, k) == (lo[k] <= q && q < hi[k]),
+                  "mask %s is not one interval for key %d", MASKS[kind], k);
     }
 }
 
@@ -119,8 +119,8 @@ int main(int argc, char **argv) {
         } else if (atoi(argv[i]) > 0) {
             sizes.push_back(atoi(argv[i]));
         } else {
-            fatal("%s:%d: argument '%s' is neither a sequence length nor a mask (causal, "
-                  "shared_prefix, strip_thinking)", __FILE__, __LINE__, argv[i]);
+            fatal("bench_attention: argument '%s' is neither a sequence length nor a mask "
+                  "(causal, shared_prefix, strip_thinking)", argv[i]);
         }
     }
     if (sizes.empty()) sizes = {4096, 16384};

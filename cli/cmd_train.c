@@ -15,7 +15,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/data_options.h"
 #include "trainer/eval.h"
-#include "trainer/loader.h"
+#include "trainer/prefetch.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
 #include "trainer/run.h"

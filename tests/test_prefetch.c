@@ -10,7 +10,7 @@
 #include "common/check.h"
 #include "data/batch.h"
 #include "test_util.h"
-#include "trainer/loader.h"
+#include "trainer/prefetch.h"
 
 enum { SEQ_LEN = 1024 };
 

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include "model/model.h"
 #include "trainer/adamw.h"
-#include "trainer/loader.h"
+#include "trainer/prefetch.h"
 
 typedef enum { BACKEND_CPU = 0, BACKEND_CUDA = 1 } Backend;
 

@@ -1,6 +1,6 @@
 // The step loader: which conversations each optimizer step trains on, laid out and
-// packed; the step's micro-batches with their tile masks; and the prefetcher that
-// prepares upcoming steps on a CPU thread while the current one trains.
+// packed, and the step's micro-batches with their attention masks. trainer/prefetch.h
+// runs it ahead on a CPU thread.
 //
 // The step budget counts TRAINED tokens (targets != -1), which are the same under
 // every layout, so npass, mask_only and duplicate runs with one seed see the same
@@ -67,33 +67,3 @@ void micro_batches_build(const PackedRows *rows, int micro_rows, MicroBatches *o
 void micro_batches_free(MicroBatches *mb);
 // Micro-batch i as the model's input.
 ModelBatch micro_batch(const MicroBatches *mb, int i);
-
-// ---- prefetching: the data path of upcoming steps on a CPU thread ----
-
-// How the prefetcher allocates its host buffers (pinned memory for the GPU backend).
-typedef struct {
-    void *(*alloc)(size_t bytes);
-    void (*free)(void *ptr);
-} HostAllocator;
-
-// One prepared step. The rows' model inputs (token, target, pos, lo, hi) and the masks
-// live in the prefetcher's host buffers; the rows' doc/turn/role arrays are NULL.
-typedef struct {
-    MicroBatches micro;
-    int n_samples;
-    long long tokens, trained_tokens;
-    long long epoch, cursor;  // the loader's position after this step (for checkpoints)
-} PreparedStep;
-
-typedef struct Prefetcher Prefetcher;
-
-// Starts a thread that runs `loader` (now owned by the thread until prefetcher_stop)
-// ahead by up to `depth` >= 2 steps. The steps are exactly step_loader_next's, in order.
-Prefetcher *prefetcher_start(StepLoader *loader, int micro_rows, int depth, HostAllocator alloc);
-// The next step, in order; blocks until it is ready. Fatal with the loader's message
-// when the data of this step could not be prepared. Valid until prefetcher_release.
-const PreparedStep *prefetcher_next(Prefetcher *p);
-// Hands the step's buffers back for reuse.
-void prefetcher_release(Prefetcher *p, const PreparedStep *step);
-// Stops the thread (discarding prepared steps) and frees everything.
-void prefetcher_stop(Prefetcher *p);

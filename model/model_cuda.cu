@@ -14,6 +14,7 @@
 #include "attention/attention_cuda.h"
 #include "common/cuda_check.h"
 #include "model/arena_cuda.cuh"
+#include "model/batch_cuda.cuh"
 #include "model/model_cuda.h"
 #include "model/ops_cuda.h"
 #include "model/ops_cuda_internal.cuh"
@@ -46,14 +47,9 @@ struct CudaModel {
     void *arena;            // the one device allocation holding every buffer below
     size_t arena_bytes;
 
-    // the batch, uploaded
-    int32_t *token, *pos, *lo, *hi;  // [T]
+    DeviceBatch batch;      // the batch, uploaded
     float2 *rope_cos_sin;   // [T, D / 2] RoPE angles of the batch's positions
-    int32_t *target_slots;  // [T] slots (row * seq_len + position) with a target, ascending
-    int32_t *slot_targets;  // [T] the target of each of those slots
-    float *target_losses;   // [T] cross-entropy of each of those slots
-    int32_t *mask_storage;  // [attn_mask_storage_count for max_rows] the batch's tile lists
-    AttnMask mask;          // the batch's mask: lo, hi and mask_storage above
+    float *target_losses;   // [T] cross-entropy of each of the batch's target slots
     // forward
     bf16 **residual;           // [L + 1] each [T, C]: residual[l] enters layer l
     LayerActivations *layers;  // [L]
@@ -83,7 +79,6 @@ struct CudaModel {
     void *attn_workspace;  // attention backward scratch, sized for max_rows in either mode
 
     // host side
-    int32_t *host_slots, *host_targets;  // [T] staging of target_slots / slot_targets
     float *host_losses;                  // [T] pinned: target_losses read back
 };
 
@@ -95,16 +90,9 @@ static void carve(CudaModel *m, Arena *a) {
     const size_t QD = m->dims.q_dim, KVD = m->dims.kv_dim, chunk = m->chunk_rows;
     const int L = cfg->num_hidden_layers;
 
-    m->token = arena_take<int32_t>(a, T);
-    m->pos = arena_take<int32_t>(a, T);
-    m->lo = arena_take<int32_t>(a, T);
-    m->hi = arena_take<int32_t>(a, T);
+    device_batch_carve(&m->batch, a, m->max_rows, m->seq_len);
     m->rope_cos_sin = arena_take<float2>(a, T * (m->dims.head_dim / 2));
-    m->target_slots = arena_take<int32_t>(a, T);
-    m->slot_targets = arena_take<int32_t>(a, T);
     m->target_losses = arena_take<float>(a, T);
-    m->mask_storage = arena_take<int32_t>(
-        a, attn_mask_storage_count(m->max_rows, m->seq_len, ATTN_TILE, ATTN_TILE));
 
     for (int l = 0; l <= L; l++) m->residual[l] = arena_take<bf16>(a, T * C);
     for (int l = 0; l < L; l++) {
@@ -197,8 +185,7 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len) 
 
     cudaCheck(cudaStreamCreate(&m->stream));  // blocking: ordered after default-stream work
     m->timer = stage_timer_from_env(m->stream);
-    m->host_slots = (int32_t *)xmalloc((size_t)T * sizeof(int32_t));
-    m->host_targets = (int32_t *)xmalloc((size_t)T * sizeof(int32_t));
+    device_batch_host_alloc(&m->batch);
     cudaCheck(cudaMallocHost(&m->host_losses, (size_t)T * sizeof(float)));
     return m;
 }
@@ -210,8 +197,7 @@ void cuda_model_free(CudaModel *m) {
     cudaCheck(cudaStreamDestroy(m->stream));
     cudaCheck(cudaFree(m->arena));
     cudaCheck(cudaFreeHost(m->host_losses));
-    free(m->host_slots);
-    free(m->host_targets);
+    device_batch_host_free(&m->batch);
     free(m->residual);
     free(m->layers);
     param_offsets_free(&m->off);
@@ -229,54 +215,6 @@ size_t cuda_model_arena_bytes(const CudaModel *m) { return m->arena_bytes; }
 
 bool model_dims_cuda_supported(const ModelDims *d) {
     return d->head_dim == 64 || d->head_dim == 128;
-}
-
-// ---------------------------------------------------------------- the batch
-
-// Checks the batch and lists its target slots into host_slots / host_targets.
-// Returns the number of targets.
-static int collect_targets(CudaModel *m, const ModelBatch *b) {
-    model_batch_check(b, &m->cfg, m->max_rows, m->seq_len);
-    const int T = b->n_rows * b->seq_len;
-    int n_targets = 0;
-    for (int n = 0; n < T; n++) {
-        if (b->target[n] >= 0) {
-            m->host_slots[n_targets] = n;
-            m->host_targets[n_targets++] = b->target[n];
-        }
-    }
-    return n_targets;
-}
-
-// Points the model's device mask at the batch's intervals and copies its tile lists.
-static void upload_mask(CudaModel *m, const ModelBatch *b) {
-    const AttnMask *host = b->mask;
-    CHECK(host->block_m == ATTN_TILE && host->block_n == ATTN_TILE,
-          "cuda model: the batch's mask has %dx%d tiles, the kernels need %dx%d (ATTN_TILE)",
-          host->block_m, host->block_n, ATTN_TILE, ATTN_TILE);
-    m->mask = attn_mask_view(b->n_rows, b->seq_len, host->block_m, host->block_n, m->lo, m->hi,
-                             m->mask_storage);
-    cudaCheck(cudaMemcpyAsync(m->mask_storage, host->storage,
-                              attn_mask_storage_count(b->n_rows, b->seq_len, host->block_m,
-                                                      host->block_n) * sizeof(int32_t),
-                              cudaMemcpyHostToDevice, m->stream));
-}
-
-// Validates and uploads the batch; returns its number of targets.
-static int upload_batch(CudaModel *m, const ModelBatch *b) {
-    const int n_targets = collect_targets(m, b);
-    const size_t T = (size_t)b->n_rows * b->seq_len;
-    const struct { int32_t *dst; const int32_t *src; size_t n; } copies[] = {
-        {m->token, b->token, T}, {m->pos, b->pos, T}, {m->lo, b->mask->lo, T}, {m->hi, b->mask->hi, T},
-        {m->target_slots, m->host_slots, (size_t)n_targets},
-        {m->slot_targets, m->host_targets, (size_t)n_targets},
-    };
-    for (size_t i = 0; i < sizeof(copies) / sizeof(copies[0]); i++)
-        if (copies[i].n)
-            cudaCheck(cudaMemcpyAsync(copies[i].dst, copies[i].src, copies[i].n * sizeof(int32_t),
-                                      cudaMemcpyHostToDevice, m->stream));
-    upload_mask(m, b);
-    return n_targets;
 }
 
 // ---------------------------------------------------------------- the model
@@ -298,8 +236,8 @@ static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) 
 
     {
         StageRange stage(m->timer, "fwd embedding+norm");
-        rope_angles_cuda(m->rope_cos_sin, m->pos, T, D, cfg->rope_theta, s);
-        embedding_forward_cuda(m->residual[0], m->token, params + m->off.embed, T, C, s);
+        rope_angles_cuda(m->rope_cos_sin, m->batch.pos, T, D, cfg->rope_theta, s);
+        embedding_forward_cuda(m->residual[0], m->batch.token, params + m->off.embed, T, C, s);
         rmsnorm_forward_cuda(m->ln, m->layers[0].ln1_rstd, m->residual[0],
                              params + m->off.layer[W_INPUT_NORM], T, C, cfg->rms_norm_eps, s);
     }
@@ -316,7 +254,7 @@ static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) 
         }
         {
             StageRange stage(m->timer, "fwd attention");
-            attention_forward_cuda(&shape, &m->mask, a->q, a->k, a->v, a->attn, a->lse, s);
+            attention_forward_cuda(&shape, &m->batch.mask, a->q, a->k, a->v, a->attn, a->lse, s);
         }
         {
             StageRange stage(m->timer, "fwd o matmul");
@@ -363,7 +301,7 @@ static void loss_head(CudaModel *m, const bf16 *params, float *grads, const Mode
     const cudaStream_t s = m->stream;
     for (int start = 0; start < n_targets; start += m->chunk_rows) {
         const int rows = n_targets - start < m->chunk_rows ? n_targets - start : m->chunk_rows;
-        const int32_t *slots = m->target_slots + start;
+        const int32_t *slots = m->batch.target_slots + start;
         {
             StageRange stage(m->timer, "head matmul fwd");
             gather_rows_cuda(m->chunk_input, m->final_norm, slots, rows, C, s);
@@ -371,10 +309,9 @@ static void loss_head(CudaModel *m, const bf16 *params, float *grads, const Mode
         }
         {
             StageRange stage(m->timer, "head cross-entropy");
-            cross_entropy_forward_backward_cuda(m->target_losses + start,
-                                                grads ? m->chunk_logits : nullptr,
-                                                m->chunk_logits, m->slot_targets + start, rows,
-                                                V, loss_scale, s);
+            cross_entropy_forward_backward_cuda(
+                m->target_losses + start, grads ? m->chunk_logits : nullptr, m->chunk_logits,
+                m->batch.slot_targets + start, rows, V, loss_scale, s);
         }
         if (grads) {
             StageRange stage(m->timer, "head matmul bwd");
@@ -401,7 +338,7 @@ static double read_losses(CudaModel *m, const ModelBatch *b, int n_targets, floa
     double total = 0.0;
     for (int i = 0; i < n_targets; i++) {
         total += m->host_losses[i];
-        if (losses) losses[m->host_slots[i]] = m->host_losses[i];
+        if (losses) losses[m->batch.host_slots[i]] = m->host_losses[i];
     }
     return total;
 }
@@ -409,7 +346,7 @@ static double read_losses(CudaModel *m, const ModelBatch *b, int n_targets, floa
 double cuda_model_forward(CudaModel *m, const void *params_bf16, const ModelBatch *b,
                           float *losses_host) {
     const bf16 *params = (const bf16 *)params_bf16;
-    const int n_targets = upload_batch(m, b);
+    const int n_targets = device_batch_upload(&m->batch, b, &m->cfg, m->stream);
     forward_body(m, params, b);
     loss_head(m, params, nullptr, b, n_targets, 1.0f);
     return read_losses(m, b, n_targets, losses_host);
@@ -480,7 +417,7 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
         }
         {
             StageRange stage(m->timer, "bwd attention");
-            attention_backward_cuda(&shape, &m->mask, a->q, a->k, a->v, a->attn, a->lse,
+            attention_backward_cuda(&shape, &m->batch.mask, a->q, a->k, a->v, a->attn, a->lse,
                                     m->d_attn, m->d_q, m->d_k, m->d_v, m->deterministic,
                                     m->attn_workspace, s);
         }
@@ -508,14 +445,14 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
     }
     {
         StageRange stage(m->timer, "bwd embedding");
-        embedding_backward_cuda(grads + m->off.embed, m->d_residual, m->token, T, C, s);
+        embedding_backward_cuda(grads + m->off.embed, m->d_residual, m->batch.token, T, C, s);
     }
 }
 
 double cuda_model_forward_backward(CudaModel *m, const void *params_bf16, float *grads,
                                    const ModelBatch *b, float loss_scale) {
     const bf16 *params = (const bf16 *)params_bf16;
-    const int n_targets = upload_batch(m, b);
+    const int n_targets = device_batch_upload(&m->batch, b, &m->cfg, m->stream);
     forward_body(m, params, b);
     loss_head(m, params, grads, b, n_targets, loss_scale);
     // Without targets the loss is 0 and every gradient exactly 0: nothing to add.

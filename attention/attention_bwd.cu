@@ -43,23 +43,18 @@ BwdWorkspace bwd_workspace(const AttnDims &d, bool deterministic, void *base) {
     return w;
 }
 
-struct BwdParams {
-    AttnDims dims;
-    MaskView mask;
-    const bf16 *q, *k, *v, *out, *dout;
+struct BwdParams : AttnInputs {
+    const bf16 *out, *dout;
     const float *lse;
     bf16 *dq, *dk, *dv;
     BwdWorkspace ws;
 };
 
-BwdParams bwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *out, const float *lse,
-                     const bf16 *dout, bf16 *dq, bf16 *dk, bf16 *dv, bool deterministic, void *workspace) {
+BwdParams bwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q, const bf16 *k,
+                     const bf16 *v, const bf16 *out, const float *lse, const bf16 *dout, bf16 *dq,
+                     bf16 *dk, bf16 *dv, bool deterministic, void *workspace) {
     BwdParams p;
-    p.dims = attn_dims(shape);
-    p.mask = mask_view(p.dims, mask);
-    p.q = q;
-    p.k = k;
-    p.v = v;
+    static_cast<AttnInputs &>(p) = attn_inputs(shape, mask, q, k, v);
     p.out = out;
     p.dout = dout;
     p.lse = lse;

@@ -18,21 +18,15 @@ constexpr int FWD_STAGES = 4;
 
 // ---------------------------------------------------------------- params
 
-struct FwdParams {
-    AttnDims dims;
-    MaskView mask;
-    const bf16 *q, *k, *v;
+struct FwdParams : AttnInputs {
     bf16 *out;
     float *lse;  // [batch, n_heads, seq_len]
 };
 
-FwdParams fwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q, const bf16 *k, const bf16 *v, bf16 *out, float *lse) {
+FwdParams fwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q, const bf16 *k,
+                     const bf16 *v, bf16 *out, float *lse) {
     FwdParams p;
-    p.dims = attn_dims(shape);
-    p.mask = mask_view(p.dims, mask);
-    p.q = q;
-    p.k = k;
-    p.v = v;
+    static_cast<AttnInputs &>(p) = attn_inputs(shape, mask, q, k, v);
     p.out = out;
     p.lse = lse;
     return p;

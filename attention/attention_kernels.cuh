@@ -388,6 +388,24 @@ inline MaskView mask_view(const AttnDims &d, const AttnMask *m) {
     return {lists_view(m->by_query), lists_view(m->by_key), m->lo, m->hi};
 }
 
+// What both kernel families read: the shape, the mask and the inputs q, k, v.
+struct AttnInputs {
+    AttnDims dims;
+    MaskView mask;
+    const bf16 *q, *k, *v;
+};
+
+inline AttnInputs attn_inputs(const AttnShape *shape, const AttnMask *mask, const bf16 *q,
+                              const bf16 *k, const bf16 *v) {
+    AttnInputs in;
+    in.dims = attn_dims(shape);
+    in.mask = mask_view(in.dims, mask);
+    in.q = q;
+    in.k = k;
+    in.v = v;
+    return in;
+}
+
 // Launches kernel<<<grid, threads, smem>>>(params) after raising its dynamic shared-memory
 // limit.
 template <typename Params>

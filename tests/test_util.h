@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include "common/vec_math.h"
 
 static int test_passed_count, test_failed_count;
 
@@ -62,16 +63,9 @@ static inline double test_relative_error(const float *got, const double *want, s
     }
     return max_diff / max_want;
 }
-// Cosine similarity in double: 1 when both are all zeros, 0 when only one is.
+// Cosine similarity in double (common/vec_math.h).
 static inline double test_cosine(const float *a, const float *b, size_t n) {
-    double dot = 0.0, aa = 0.0, bb = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        dot += (double)a[i] * b[i];
-        aa += (double)a[i] * a[i];
-        bb += (double)b[i] * b[i];
-    }
-    if (aa == 0.0 && bb == 0.0) return 1.0;
-    return aa > 0.0 && bb > 0.0 ? dot / sqrt(aa * bb) : 0.0;
+    return cosine_similarity(a, b, n);
 }
 static inline TestRng test_rng_from_env(void) {
     const char *env = getenv("TEST_SEED");

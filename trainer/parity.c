@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/check.h"
+#include "common/vec_math.h"
 #include "trainer/data_options.h"
 #include "trainer/backend.h"
 #include "trainer/loader.h"
@@ -75,18 +76,6 @@ static double rel_diff(const float *a, const float *b, size_t n) {
     return ref > 0 ? sqrt(diff / ref) : sqrt(diff);
 }
 
-// Cosine similarity of two tensors' gradients (1 when both are all zeros).
-static double cosine(const float *a, const float *b, size_t n) {
-    double dot = 0, aa = 0, bb = 0;
-    for (size_t i = 0; i < n; i++) {
-        dot += (double)a[i] * b[i];
-        aa += (double)a[i] * a[i];
-        bb += (double)b[i] * b[i];
-    }
-    if (aa == 0 && bb == 0) return 1.0;
-    return aa > 0 && bb > 0 ? dot / sqrt(aa * bb) : 0.0;
-}
-
 static json_t *layout_json(const LayoutRun *run, const LayoutRun *npass, const ParamTable *table) {
     json_t *o = json_pack("{s:f, s:I, s:I}", "loss", run->loss, "tokens", (json_int_t)run->tokens,
                           "trained_tokens", (json_int_t)run->trained);
@@ -98,7 +87,7 @@ static json_t *layout_json(const LayoutRun *run, const LayoutRun *npass, const P
     for (int t = 0; t < table->n_tensors; t++) {
         const ParamTensor *pt = &table->tensors[t];
         const double d = rel_diff(run->grads + pt->offset, npass->grads + pt->offset, pt->numel);
-        const double cs = cosine(run->grads + pt->offset, npass->grads + pt->offset, pt->numel);
+        const double cs = cosine_similarity(run->grads + pt->offset, npass->grads + pt->offset, pt->numel);
         json_object_set_new(per_tensor, pt->name, json_real(d));
         json_object_set_new(per_tensor_cosine, pt->name, json_real(cs));
         if (d > max || t == 0) {

@@ -1,6 +1,6 @@
-// Shared by the model/*_cuda.cu files only (not part of the ops interface):
-// launch-size helpers, warp/block reductions, and access to the process-wide
-// state that ops_cuda_init creates (model/ops_cuda_state.cu).
+// Shared by the CUDA op files (model/*_cuda.cu) and the CUDA AdamW (trainer/adamw_cuda.cu),
+// not part of the ops interface: launch-size helpers, warp/block reductions, and access to
+// the process-wide state that ops_cuda_init creates (model/ops_cuda_state.cu).
 #pragma once
 #include <cublasLt.h>
 #include <cuda_bf16.h>

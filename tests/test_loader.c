@@ -125,6 +125,24 @@ int main(void) {
         step_loader_free(&l);
     }
 
+    // A sample whose document does not fit seq_len: the error names its line.
+    {
+        int longest = 0;
+        for (int i = 1; i < n; i++)
+            if (trained[i] > trained[longest]) longest = i;
+        StepLoader l;
+        step_loader_init(&l, &data.samples[longest], 1, LAYOUT_NPASS, 8, pack, 1, false, seed);
+        StepBatch b;
+        char why[1200], expected[64];
+        snprintf(expected, sizeof expected, "sample at line %d: ", data.samples[longest].line);
+        const int rc = step_loader_try_next(&l, &b, why, sizeof why);
+        EXPECT(rc != 0 && strncmp(why, expected, strlen(expected)) == 0,
+               "too-long document: rc %d, message '%s' (expected it to start '%s')", rc,
+               rc ? why : "", expected);
+        if (rc == 0) step_batch_free(&b);
+        step_loader_free(&l);
+    }
+
     for (int k = 0; k < 3; k++) free(taken[k]);
     free(trained);
     packed_dataset_free(&data);

@@ -1,8 +1,8 @@
 // The CUDA training backend: one allocation each for the bf16 weights the model runs on,
 // the fp32 gradients, and the optimizer state (fp32 master weights | AdamW m | AdamW v |
 // two scalars); the model's activation arena is allocated once by cuda_model_create.
-// A step allocates nothing: the attention backward's scratch comes from the
-// stream-ordered pool, which is told to keep its memory.
+// A step allocates nothing: the attention backward's scratch is a workspace in that
+// arena.
 #include "trainer/backend_cuda.h"
 
 #include <math.h>
@@ -67,12 +67,6 @@ static void *cuda_create(const BackendSetup *setup) {
     CudaTrainer *t = (CudaTrainer *)xcalloc(1, sizeof *t);
     t->table = setup->table;
     t->n = setup->table->total;
-    // The attention backward's scratch is stream-ordered; keeping the pool's memory makes
-    // every step after the first allocation-free.
-    cudaMemPool_t pool;
-    cudaCheck(cudaDeviceGetDefaultMemPool(&pool, 0));
-    uint64_t keep_all = UINT64_MAX;
-    cudaCheck(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
     ops_acquire(setup->micro_rows * setup->seq_len, setup->mc->hidden_size);
     t->model = cuda_model_create(setup->mc, setup->micro_rows, setup->seq_len);
     cuda_model_set_deterministic(t->model, setup->deterministic);

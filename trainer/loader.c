@@ -77,8 +77,12 @@ int step_loader_try_next(StepLoader *l, StepBatch *out, char *err, size_t err_le
                         layout_name(l->layout));
     }
     if (pack_docs(&out->docs, l->seq_len, l->pack, &out->rows, &out->n_skipped_too_long, why,
-                  sizeof why) != 0)
+                  sizeof why) != 0) {
+        const int too_long = first_doc_too_long(&out->docs, l->seq_len);
+        if (too_long >= 0)
+            return fail(err, err_len, "sample at line %d: %s", out->docs.docs[too_long].line, why);
         return fail(err, err_len, "%s", why);
+    }
     packed_rows_count(&out->rows, &out->tokens, &out->trained_tokens);
     return 0;
 }

@@ -389,6 +389,8 @@ static void grid_end(cairo_t *cr, const ShowRow *r, Plot p) {
 // Each key's visible queries are one interval: a column [lo, hi) per key, in the colour
 // of the key's segment (alpha < 1: drawn over something).
 static void paint_intervals(cairo_t *cr, const ShowRow *r, Plot p, bool by_role, double alpha) {
+    cairo_save(cr);
+    cairo_set_antialias(cr, CAIRO_ANTIALIAS_NONE);  // adjacent columns without seams
     for (int k = 0; k < r->seq_len; k++) {
         int lo = r->lo[k] < 0 ? 0 : r->lo[k], hi = r->hi[k] > r->seq_len ? r->seq_len : r->hi[k];
         if (lo >= hi) continue;
@@ -397,6 +399,7 @@ static void paint_intervals(cairo_t *cr, const ShowRow *r, Plot p, bool by_role,
         cairo_rectangle(cr, p.x + k * p.scale, p.y + lo * p.scale, p.scale, (hi - lo) * p.scale);
         cairo_fill(cr);
     }
+    cairo_restore(cr);
 }
 
 static long long visible_pairs(const ShowRow *r) {
@@ -482,6 +485,8 @@ static void paint_diff(cairo_t *cr, const void *what, double w, double h) {
                                 {WHITE, "hidden"}};
     Plot p = grid_begin(cr, r, w, h, title, subtitle, items, 3);
     int n = r->seq_len;
+    cairo_save(cr);
+    cairo_set_antialias(cr, CAIRO_ANTIALIAS_NONE);
     for (int k = 0; k < n; k++) {  // runs of one class down each key's column
         int q = 0;
         while (q < n) {
@@ -496,6 +501,7 @@ static void paint_diff(cairo_t *cr, const void *what, double w, double h) {
             q = end;
         }
     }
+    cairo_restore(cr);
     grid_end(cr, r, p);
 }
 

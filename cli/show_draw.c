@@ -264,7 +264,8 @@ static void paint_strip(cairo_t *cr, const void *what, double w, double h) {
         if (g->end - g->start > 1)
             snprintf(label, sizeof label, "%d-%d", r->pos[g->start], r->pos[g->end - 1]);
         else snprintf(label, sizeof label, "%d", r->pos[g->start]);
-        double gx = x0 + g->start * s, tw = text_width(cr, fs * 0.85, false, label);
+        double tw = text_width(cr, fs * 0.85, false, label);
+        double gx = fmin(x0 + g->start * s, x0 + bar_w - tw);  // the last one inside the panel
         for (int lane = 0; lane < 2; lane++) {
             if (gx < pos_end[lane] + fs * 0.4) continue;
             set_color(cr, INK);
@@ -441,16 +442,17 @@ static void paint_tiles(cairo_t *cr, const void *what, double w, double h) {
     const ShowRow *r = what;
     long long total = r->tiles[TILE_EMPTY] + r->tiles[TILE_PARTIAL] + r->tiles[TILE_FULL];
     char title[256], subtitle[256];
-    snprintf(title, sizeof title, "%s: %dx%d tiles, %.1f%% of the tile work skipped",
+    snprintf(title, sizeof title, "%s: %d\xc3\x97%d tiles, %.1f%% of the tile work skipped",
              layout_title(r->layout), r->tile, r->tile, percent(r->tiles[TILE_EMPTY], total));
     snprintf(subtitle, sizeof subtitle,
-             "row %d of %d: %lld empty, %lld partial, %lld full of %lld tiles (queries x keys)",
+             "row %d of %d: %lld empty, %lld partial, %lld full of %lld tiles (queries \xc3\x97 keys)",
              r->row + 1, r->n_rows, r->tiles[TILE_EMPTY], r->tiles[TILE_PARTIAL],
              r->tiles[TILE_FULL], total);
     const LegendItem items[] = {{TILE_COLORS[TILE_EMPTY], "empty: never loaded"},
                                 {TILE_COLORS[TILE_PARTIAL], "partial: lo[k] <= q < hi[k] per element"},
-                                {TILE_COLORS[TILE_FULL], "full: no mask work"}};
-    Plot p = grid_begin(cr, r, w, h, title, subtitle, items, 3);
+                                {TILE_COLORS[TILE_FULL], "full: no mask work"},
+                                {{0.80, 0.80, 0.80}, "visible pairs, shaded"}};
+    Plot p = grid_begin(cr, r, w, h, title, subtitle, items, 4);
     int n_tiles = (r->seq_len + r->tile - 1) / r->tile;
     double ts = r->tile * p.scale;
     for (int qt = 0; qt < n_tiles; qt++)

@@ -17,6 +17,7 @@
 #include "common/check.h"
 #include "trainer/config.h"
 #include "trainer/data_options.h"
+#include "trainer/setup.h"
 
 // --rows: the conversations from the one named on, this many at most.
 enum { ROWS_SAMPLES = 16 };
@@ -109,47 +110,55 @@ static void layout_view_free(LayoutView *v) {
     free(v->pairs);
 }
 
-int cmd_show(int argc, char **argv) {
-    const char *config_path;
-    char **overrides;
-    int n_overrides;
-    argc = config_take_args(argc, argv, &config_path, &overrides, &n_overrides);
-    Config *config = config_load(config_path, n_overrides, overrides);
-    free(overrides);
+typedef struct {
+    const char *out_dir;
+    int line;      // --conversation: the sample's line in data.train_path
+    bool several;  // --rows
+} ShowArgs;
 
-    const char *out_dir = NULL;
-    int line = 0;
-    bool several = false;
+// The arguments left after --config/--set.
+static ShowArgs parse_args(int argc, char **argv) {
+    ShowArgs a = {0};
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) out_dir = argv[++i];
+        if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) a.out_dir = argv[++i];
         else if (strcmp(argv[i], "--conversation") == 0 && i + 1 < argc) {
             char *end;
             long v = strtol(argv[++i], &end, 10);
             if (*end || v < 1 || v > 1 << 30)
                 fatal("show: --conversation wants a line number (1, 2, ...), got '%s'", argv[i]);
-            line = (int)v;
-        } else if (strcmp(argv[i], "--rows") == 0) several = true;
+            a.line = (int)v;
+        } else if (strcmp(argv[i], "--rows") == 0) a.several = true;
         else fatal("show: unexpected argument '%s' (%s)", argv[i], USAGE);
     }
-    if (!out_dir || line == 0) fatal("show: --conversation N and --out DIR are required (%s)", USAGE);
-    if (mkdir(out_dir, 0777) != 0 && errno != EEXIST)
-        fatal("show: cannot create %s: %s", out_dir, strerror(errno));
+    if (!a.out_dir || a.line == 0)
+        fatal("show: --conversation N and --out DIR are required (%s)", USAGE);
+    return a;
+}
+
+int cmd_show(int argc, char **argv) {
+    // Configuration first, so its errors come before anything else.
+    const char *config_path;
+    char **overrides;
+    int n_overrides;
+    int n_rest = config_take_args(argc, argv, &config_path, &overrides, &n_overrides);
+    Config *config = config_load(config_path, n_overrides, overrides);
+    free(overrides);
+    ShowArgs args = parse_args(n_rest, argv);
+    if (mkdir(args.out_dir, 0777) != 0 && errno != EEXIST)
+        fatal("show: cannot create %s: %s", args.out_dir, strerror(errno));
 
     DataOptions opt = data_options_from_config(config);
-    const char *tokenizer_path = config_str(config, "data.tokenizer");
     const char *data_path = config_str(config, "data.train_path");
-    if (!tokenizer_path) fatal("config key 'data.tokenizer' is required");
     if (!data_path) fatal("config key 'data.train_path' is required");
-    char err[1024];
-    Tokenizer *tok = tokenizer_load(tokenizer_path, err, sizeof err);
-    if (!tok) fatal("config key 'data.tokenizer': %s", err);
-    int n_samples;
-    TokenizedSample *samples =
-        load_samples(tok, data_path, line, several ? ROWS_SAMPLES : 1, opt.skip_bad, &n_samples);
+    ModelConfig model_config = model_config_from(config);
+    Tokenizer *tok = tokenizer_from(config, &model_config);
+    int line = args.line, n_samples;
+    TokenizedSample *samples = load_samples(tok, data_path, line, args.several ? ROWS_SAMPLES : 1,
+                                            opt.skip_bad, &n_samples);
 
     char caption[256];
     const char *what = samples[0].kind == SAMPLE_SHARED_PREFIX ? "set" : "conversation";
-    if (several)
+    if (args.several)
         snprintf(caption, sizeof caption, "%ss %d-%d packed", what, line, line + n_samples - 1);
     else
         snprintf(caption, sizeof caption, "%s %d (%d %s)", what, line, samples[0].n_turns,
@@ -163,16 +172,16 @@ int cmd_show(int argc, char **argv) {
     for (int layout = LAYOUT_NPASS; layout <= LAYOUT_SHARED_PREFIX; layout++) {
         LayoutView *v = &views[n_shown];
         if (!layout_view((LayoutKind)layout, samples, n_samples, opt, caption, v)) continue;
-        show_draw_row(out_dir, &v->show);
-        printf("%-22s %s/%s_{strip,mask,tiles%s}.{png,svg}\n\n", "figures", out_dir,
+        show_draw_row(args.out_dir, &v->show);
+        printf("%-22s %s/%s_{strip,mask,tiles%s}.{png,svg}\n\n", "figures", args.out_dir,
                layout_name((LayoutKind)layout), v->pairs ? ",diff" : "");
         shown[n_shown++] = v->show;
     }
     char title[512];
     snprintf(title, sizeof title, "onepass layouts: %s of %s (seq_len %d, tiles %dx%d)", caption,
              data_path, opt.seq_len, ATTN_TILE, ATTN_TILE);
-    show_draw_overview(out_dir, title, shown, n_shown);
-    printf("%-22s %s/overview.{png,svg}\n", "overview", out_dir);
+    show_draw_overview(args.out_dir, title, shown, n_shown);
+    printf("%-22s %s/overview.{png,svg}\n", "overview", args.out_dir);
 
     for (int i = 0; i < n_shown; i++) layout_view_free(&views[i]);
     for (int i = 0; i < n_samples; i++) tokenized_sample_free(&samples[i]);

@@ -64,7 +64,7 @@ static bool layout_view(LayoutKind layout, const TokenizedSample *samples, int n
     char err[1024];
     for (int s = 0; s < n_samples; s++) {
         if (layout_sample(layout, &samples[s], s, &v->docs, err, sizeof err) != 0) {
-            printf("%-22s %s: %s\n\n", "layout", layout_name(layout), err);
+            printf("%-22s %s (%s: not drawn)\n\n", "layout", layout_name(layout), err);
             doc_list_free(&v->docs);
             return false;
         }
@@ -182,6 +182,7 @@ int cmd_show(int argc, char **argv) {
              data_path, opt.seq_len, ATTN_TILE, ATTN_TILE);
     show_draw_overview(args.out_dir, title, shown, n_shown);
     printf("%-22s %s/overview.{png,svg}\n", "overview", args.out_dir);
+    show_draw_finish();
 
     for (int i = 0; i < n_shown; i++) layout_view_free(&views[i]);
     for (int i = 0; i < n_samples; i++) tokenized_sample_free(&samples[i]);

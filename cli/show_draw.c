@@ -2,6 +2,7 @@
 
 #include <cairo-svg.h>
 #include <cairo.h>
+#include <fontconfig/fontconfig.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -611,4 +612,9 @@ void show_draw_overview(const char *dir, const char *title, const ShowRow *rows,
     Overview o = {title, rows, n_rows};
     write_figure(dir, "overview", COLUMN_W * n_rows, HEADER_H + OV_STRIP_H + 3 * OV_GRID_H,
                  paint_overview, &o);
+}
+
+void show_draw_finish(void) {
+    cairo_debug_reset_static_data();
+    FcFini();
 }

@@ -23,3 +23,6 @@ typedef struct {
 void show_draw_row(const char *dir, const ShowRow *row);
 // Writes DIR/overview.{png,svg}: the rows side by side, titled `title`.
 void show_draw_overview(const char *dir, const char *title, const ShowRow *rows, int n_rows);
+// Frees the font caches of cairo and fontconfig (after the last figure), so that the
+// process ends with nothing allocated.
+void show_draw_finish(void);

@@ -484,7 +484,7 @@ static void paint_diff(cairo_t *cr, const void *what, double w, double h) {
              "%d of %d trained positions see a context that their N-pass view does not have",
              c->trained_differ, c->trained);
     const LegendItem items[] = {{PAIR_SAME_COLOR, "visible, as in the inference view"},
-                                {PAIR_DIFFERS_COLOR, "visible, but the key differs from the view's"},
+                                {PAIR_DIFFERS_COLOR, "visible, but the key's context is not in the view"},
                                 {WHITE, "hidden"}};
     Plot p = grid_begin(cr, r, w, h, title, subtitle, items, 3);
     int n = r->seq_len;

@@ -5,5 +5,6 @@
 int cmd_train(int argc, char **argv);     // cli/cmd_train.c: the training run (default)
 int cmd_pack(int argc, char **argv);      // cli/cmd_pack.c: pack rows, print statistics
 int cmd_parity(int argc, char **argv);    // cli/cmd_parity.c: loss/gradient parity report
+int cmd_show(int argc, char **argv);      // cli/cmd_show.c: draw the layouts' masks and tiles
 int cmd_gen_data(int argc, char **argv);  // cli/cmd_gen_data.c: write the synthetic data sets
 int cmd_tokenizer(int argc, char **argv); // cli/cmd_tokenizer.c: train a SentencePiece model

@@ -1,9 +1,12 @@
 // The layouts' intervals (data/layout.c, packed by data/pack.c) against the tag
 // oracle layout_visibility_from_tags, for all four layouts on random conversations and
-// shared-prefix sets; plus the worked example of DESIGN.md §3 against its table.
+// shared-prefix sets and on the shipped synthetic data; plus the worked example of
+// DESIGN.md §3 against its table. tests/mutation.cmake builds this file once more against
+// an off-by-one copy of the oracle (causal `k < q`) and expects it to fail.
 #include <stdlib.h>
 #include <string.h>
 #include "common/check.h"
+#include "data/batch.h"
 #include "data/layout.h"
 #include "data/pack.h"
 #include "data/visibility.h"
@@ -139,9 +142,37 @@ static void test_worked_example(TestRng *rng) {
     tokenized_sample_free(&s);
 }
 
+// The shipped data through the tokenizer and the loader, every layout that applies.
+static void test_shipped_data(void) {
+    char err[512];
+    Tokenizer *tok = tokenizer_load("datasets/synthetic/tokenizer.model", err, sizeof err);
+    if (!tok) {
+        printf("skipping the shipped-data check: %s\n", err);
+        return;
+    }
+    const struct {
+        const char *path;
+        LayoutKind layouts[3];
+        int n_layouts;
+    } cases[] = {{"datasets/synthetic/train.jsonl", {LAYOUT_NPASS, LAYOUT_MASK_ONLY, LAYOUT_DUPLICATE}, 3},
+                 {"datasets/synthetic/shared_prefix.jsonl", {LAYOUT_NPASS, LAYOUT_SHARED_PREFIX}, 2}};
+    for (int c = 0; c < 2; c++)
+        for (int l = 0; l < cases[c].n_layouts; l++) {
+            DataOptions opt = {.layout = cases[c].layouts[l], .seq_len = 1024, .max_samples = 8};
+            PackedDataset data;
+            packed_dataset_load(tok, cases[c].path, opt, &data);
+            long mismatches = compare_rows(opt.layout, &data.rows);
+            EXPECT(mismatches == 0, "%s, %s: %ld (q, k) pairs where intervals and tags disagree",
+                   cases[c].path, layout_name(opt.layout), mismatches);
+            packed_dataset_free(&data);
+        }
+    tokenizer_free(tok);
+}
+
 int main(void) {
     TestRng rng = test_rng_from_env();
     test_worked_example(&rng);
     test_random_samples(&rng);
+    test_shipped_data();
     return test_finish();
 }

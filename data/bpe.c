@@ -545,7 +545,9 @@ static int split_and_encode(const Bpe *b, Scratch *s, pcre2_match_data *md, cons
 static int encode_stretch(const Bpe *b, Scratch *s, pcre2_match_data *md, const char *text,
                           size_t len, IdSink *out) {
     if (len == 0) return 0;
-    if (!b->nfc) return split_and_encode(b, s, md, text, len, 0, out);
+    bool ascii = true;  // ASCII is its own NFC
+    for (size_t i = 0; i < len && ascii; i++) ascii = (unsigned char)text[i] < 0x80;
+    if (!b->nfc || ascii) return split_and_encode(b, s, md, text, len, 0, out);
     utf8proc_uint8_t *normal = NULL;
     utf8proc_ssize_t n = utf8proc_map((const utf8proc_uint8_t *)text, (utf8proc_ssize_t)len, &normal,
                                       UTF8PROC_STABLE | UTF8PROC_COMPOSE);

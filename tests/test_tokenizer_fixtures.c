@@ -104,7 +104,7 @@ static void render_message(char *buf, const Message *m, bool with_reasoning) {
 }
 
 static void append(int32_t *dst, int *n, TokenSpan s) {
-    memcpy(dst + *n, s.ids, (size_t)s.n * sizeof(int32_t));
+    if (s.n > 0) memcpy(dst + *n, s.ids, (size_t)s.n * sizeof(int32_t));
     *n += s.n;
 }
 
@@ -165,6 +165,8 @@ static void test_fixture(const Fixture *f) {
     if (!t) return;
     int32_t *ids = malloc(MAX_IDS * sizeof(int32_t));
     test_reference_ids(f, t, ids);
+    // Invalid UTF-8 is an error, not a guess (the data parser refuses it before this).
+    if (f->plain_reference) EXPECT(tokenizer_encode(t, "ok\xff\xfe", ids, MAX_IDS) == -1, "%s: invalid UTF-8", f->name);
     int rc = template_check_tokenizer(t, err, sizeof err);
     if (f->has_template_tokens) {
         EXPECT(rc == 0, "%s: %s", f->name, err);

@@ -96,43 +96,49 @@ static bool read_varint(const unsigned char *&p, const unsigned char *end, uint6
     return false;
 }
 
+// One protobuf field at p (advanced past it): its number, and its varint value or its
+// length-delimited bytes [*bytes, *bytes + *len). False at the end or on a bad field.
+static bool next_field(const unsigned char *&p, const unsigned char *end, uint64_t *number,
+                       uint64_t *value, const unsigned char **bytes, uint64_t *len) {
+    uint64_t key;
+    if (p >= end || !read_varint(p, end, &key)) return false;
+    *number = key >> 3;
+    *value = 0;
+    *bytes = nullptr;
+    switch (key & 7) {
+    case 0: return read_varint(p, end, value);
+    case 1: case 5: {
+        const size_t width = (key & 7) == 1 ? 8 : 4;
+        if ((size_t)(end - p) < width) return false;
+        p += width;
+        return true;
+    }
+    case 2:
+        if (!read_varint(p, end, len) || *len > (uint64_t)(end - p)) return false;
+        *bytes = p;
+        p += *len;
+        return true;
+    default: return false;
+    }
+}
+
 // The user-defined pieces of a serialized ModelProto (the public header has no accessor):
 // field 1 is the repeated SentencePiece {1: piece, 3: type}, and type 4 is USER_DEFINED.
 static std::vector<std::string> user_defined_pieces(const std::string &proto) {
     std::vector<std::string> out;
     const unsigned char *p = (const unsigned char *)proto.data(), *end = p + proto.size();
-    uint64_t key, len, value;
-    while (p < end && read_varint(p, end, &key)) {
-        const int wire = (int)(key & 7);
-        if (wire == 0) {
-            if (!read_varint(p, end, &value)) break;
-            continue;
+    uint64_t number, value, len;
+    const unsigned char *bytes;
+    while (next_field(p, end, &number, &value, &bytes, &len)) {
+        if (number != 1 || !bytes) continue;
+        const unsigned char *q = bytes, *piece_end = bytes + len, *piece = nullptr;
+        uint64_t piece_len = 0, type = 1, n, v, l;
+        const unsigned char *b;
+        while (next_field(q, piece_end, &n, &v, &b, &l)) {
+            if (n == 1 && b) piece = b, piece_len = l;
+            if (n == 3 && !b) type = v;
         }
-        if (wire == 5 || wire == 1) {
-            p += wire == 5 ? 4 : 8;
-            continue;
-        }
-        if (wire != 2 || !read_varint(p, end, &len) || len > (uint64_t)(end - p)) break;
-        const unsigned char *field = p, *field_end = p + len;
-        p = field_end;
-        if (key >> 3 != 1) continue;
-        std::string piece;
-        uint64_t type = 1;
-        while (field < field_end && read_varint(field, field_end, &key)) {
-            const int w = (int)(key & 7);
-            if (w == 0) {
-                if (!read_varint(field, field_end, &value)) break;
-                if (key >> 3 == 3) type = value;
-            } else if (w == 5 || w == 1) {
-                field += w == 5 ? 4 : 8;
-            } else if (w == 2 && read_varint(field, field_end, &len) && len <= (uint64_t)(field_end - field)) {
-                if (key >> 3 == 1) piece.assign((const char *)field, (size_t)len);
-                field += len;
-            } else {
-                break;
-            }
-        }
-        if (type == 4 && !piece.empty()) out.push_back(piece);
+        if (type == 4 && piece && piece_len > 0) out.emplace_back((const char *)piece, (size_t)piece_len);
     }
     return out;
 }

@@ -73,5 +73,16 @@ expect_error "pack special_in_text=error" \
 expect_error "pack special_in_text=drop" "config key 'data.special_in_text': unknown value 'drop'" \
     pack --set data.special_in_text=drop --out "$tmp/rows.jsonl"
 
+# data.tokenizer takes a model folder (tokenizer.json, else tokenizer.model); one that
+# lacks the template's tokens is refused naming the token.
+for tok in qwen2 llama3 sp_dummy; do
+    if "$train" pack --set data.tokenizer=tests/data/tokenizers/$tok --set data.train_path="$shipped/eval.jsonl" \
+           --out "$tmp/rows.jsonl" >/dev/null 2>&1; then ok; else bad "pack with the $tok tokenizer folder failed"; fi
+done
+expect_error "pack with gpt2 (no template tokens)" "no id for the template token '<|system|>'" \
+    "$train" pack --set data.tokenizer=tests/data/tokenizers/gpt2 --out "$tmp/rows.jsonl"
+expect_error "pack with an empty folder" "neither tokenizer.json nor tokenizer.model" \
+    "$train" pack --set data.tokenizer="$tmp" --out "$tmp/rows.jsonl"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

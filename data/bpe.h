@@ -8,7 +8,9 @@
 //                  merges as "a b" strings or ["a", "b"] pairs; ignore_merges
 //   decoder        ByteLevel
 //   added_tokens   special or not, matched leftmost-longest on the raw text before
-//                  normalization and pre-tokenization (no lstrip, rstrip, single_word)
+//                  normalization and pre-tokenization (no lstrip, rstrip, single_word;
+//                  "normalized": true ones are matched on the raw text too, which under
+//                  NFC differs only for a token whose own text NFC changes)
 //   post_processor ignored: onepass never adds tokens around a text (the template does)
 #pragma once
 #include <stddef.h>

@@ -219,8 +219,37 @@ static void test_refusals(void) {
            "missing: '%s'", err);
 }
 
+// ignore_merges: a pre-token that is a vocabulary entry is that one id, whatever the
+// merges say (the ids below are those of the `tokenizers` package on the same file).
+static void test_ignore_merges(void) {
+    char dir[] = "/tmp/onepass_tokfix_XXXXXX", path[96], err[1024];
+    EXPECT(mkdtemp(dir) != NULL, "mkdtemp");
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    static const int32_t WANT[2][6] = {{90, 81, 74, 735, 81, 74}, {1500, 735, 81, 74}};
+    static const int WANT_N[2] = {6, 4};
+    for (int ignore = 0; ignore < 2; ignore++) {
+        json_t *root = json_load_file(FIXTURES "/gpt2/tokenizer.json", 0, NULL);
+        json_t *model = json_object_get(root, "model");
+        json_object_set_new(json_object_get(model, "vocab"), "zqj", json_integer(1500));
+        json_object_set_new(model, "ignore_merges", json_boolean(ignore));
+        json_dump_file(root, path, 0);
+        json_decref(root);
+        Tokenizer *t = tokenizer_load(path, err, sizeof err);
+        EXPECT(t != NULL, "%s", err);
+        if (!t) continue;
+        int32_t ids[16];
+        int n = tokenizer_encode(t, "zqj zqj", ids, 16);
+        EXPECT(n == WANT_N[ignore] && memcmp(ids, WANT[ignore], (size_t)n * sizeof(int32_t)) == 0,
+               "ignore_merges %d: %d ids, first %d", ignore, n, n > 0 ? ids[0] : -1);
+        tokenizer_free(t);
+    }
+    remove(path);
+    rmdir(dir);
+}
+
 int main(void) {
     for (size_t i = 0; i < sizeof FIXTURE_LIST / sizeof FIXTURE_LIST[0]; i++) test_fixture(&FIXTURE_LIST[i]);
     test_refusals();
+    test_ignore_merges();
     return test_finish();
 }

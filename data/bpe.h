@@ -10,7 +10,8 @@
 //   added_tokens   special or not, matched leftmost-longest on the raw text before
 //                  normalization and pre-tokenization (no lstrip, rstrip, single_word;
 //                  "normalized": true ones are matched on the raw text too, which under
-//                  NFC differs only for a token whose own text NFC changes)
+//                  NFC differs only where the text's NFC spells the token and the text
+//                  itself does not, e.g. a decomposed accent inside a token)
 //   post_processor ignored: onepass never adds tokens around a text (the template does)
 #pragma once
 #include <stddef.h>

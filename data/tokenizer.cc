@@ -161,16 +161,29 @@ static int sp_setup(Tokenizer *t, const std::string &path, char *err, size_t err
     return 0;
 }
 
+// One file: a tokenizer.json through data/bpe.c, anything else as a SentencePiece model.
+static Tokenizer *load_file(const std::string &file, char *err, size_t err_len) {
+    Tokenizer *t = new Tokenizer;
+    const int rc = ends_with(file, ".json") ? ((t->bpe = bpe_load(file.c_str(), err, err_len)) ? 0 : -1)
+                                            : sp_setup(t, file, err, err_len);
+    if (rc == 0) return t;
+    delete t;
+    return nullptr;
+}
+
 extern "C" Tokenizer *tokenizer_load(const char *path, char *err, size_t err_len) {
     try {
         const std::string file = resolve_path(path, err, err_len);
         if (file.empty()) return nullptr;
-        Tokenizer *t = new Tokenizer;
-        const int rc = ends_with(file, ".json") ? ((t->bpe = bpe_load(file.c_str(), err, err_len)) ? 0 : -1)
-                                                : sp_setup(t, file, err, err_len);
-        if (rc != 0) {
-            delete t;
-            return nullptr;
+        Tokenizer *t = load_file(file, err, err_len);
+        // A folder whose tokenizer.json asks for what data/bpe.c does not implement (the
+        // byte-fallback BPE of Llama-2 and TinyLlama) uses the SentencePiece model that
+        // file was converted from, saying so.
+        const std::string model = std::string(path) + "/tokenizer.model";
+        if (!t && file != path && ends_with(file, "tokenizer.json") && is_regular_file(model) &&
+            strstr(err, "is not implemented")) {
+            fprintf(stderr, "onepass: note: %s; using %s\n", err, model.c_str());
+            t = load_file(model, err, err_len);
         }
         return t;
     } catch (...) {

@@ -1,7 +1,9 @@
 // One tokenizer C API over two backends (data/tokenizer.cc is the only C++ file):
 //   - a SentencePiece `.model`,
 //   - a Hugging Face `tokenizer.json` with a byte-level BPE model (data/bpe.h),
-//   - a model folder: its tokenizer.json, else its tokenizer.model.
+//   - a model folder: its tokenizer.json, else its tokenizer.model (also when the folder
+//     has both and the tokenizer.json needs what is not implemented, e.g. Llama-2's
+//     byte-fallback BPE: then a note on stderr says so).
 #pragma once
 #include <stdint.h>
 #include <stddef.h>

@@ -207,6 +207,17 @@ static void test_refusals(void) {
                t ? "(loaded)" : err);
         tokenizer_free(t);
     }
+    // A folder with both files and a tokenizer.json it cannot use: its tokenizer.model.
+    char model[96], cwd[512], target[640];
+    snprintf(model, sizeof model, "%s/tokenizer.model", dir);
+    EXPECT(getcwd(cwd, sizeof cwd) != NULL, "getcwd");
+    snprintf(target, sizeof target, "%s/" FIXTURES "/sp_dummy/tokenizer.model", cwd);
+    EXPECT(symlink(target, model) == 0, "symlink %s", target);
+    Tokenizer *t = tokenizer_load(dir, err, sizeof err);
+    EXPECT(t && tokenizer_vocab_size(t) == 1500 && tokenizer_piece_to_id(t, "<0xFF>") >= 0,
+           "folder with an unusable tokenizer.json: '%s'", t ? "(not the .model)" : err);
+    tokenizer_free(t);
+    remove(model);
     remove(path);
     EXPECT(!tokenizer_load(dir, err, sizeof err) && strstr(err, "neither tokenizer.json nor tokenizer.model"),
            "an empty folder: '%s'", err);

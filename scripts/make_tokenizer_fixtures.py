@@ -25,7 +25,6 @@ import json
 import os
 import random
 import sys
-import tempfile
 
 import sentencepiece as spm
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
@@ -165,10 +164,11 @@ def bpe_references(data, strings):
 
 
 def train_sentencepiece(corpus, prefix, vocab_size):
-    with tempfile.NamedTemporaryFile("w", encoding="utf-8", suffix=".txt", delete=False) as f:
+    # The model records its corpus path and prefix: relative ones keep its bytes the same.
+    path = prefix + ".corpus.txt"
+    with open(path, "w", encoding="utf-8") as f:
         for text in corpus:
             f.write(text.replace("\n", " ") + "\n")
-        path = f.name
     spm.SentencePieceTrainer.train(
         input=path, model_prefix=prefix, vocab_size=vocab_size, model_type="bpe", byte_fallback=True,
         character_coverage=0.98, user_defined_symbols=TEMPLATE_TOKENS, add_dummy_prefix=True,
@@ -207,7 +207,8 @@ def main():
         tok.save(os.path.join(args.bench, "tokenizer.json"), pretty=False)
         print(f"{args.bench}/tokenizer.json: vocab {tok.get_vocab_size()}")
         return
-    out_dir = os.path.join(ROOT, "tests/data/tokenizers")
+    os.chdir(ROOT)
+    out_dir = "tests/data/tokenizers"
     os.makedirs(out_dir, exist_ok=True)
     corpus = training_corpus(rng, 20000)
     strings = test_strings(rng)
@@ -224,7 +225,7 @@ def main():
     with open(os.path.join(sp_dir, "reference.json"), "w", encoding="utf-8") as f:
         json.dump(sp_references(os.path.join(sp_dir, "tokenizer.model"), strings), f, ensure_ascii=False,
                   separators=(",", ":"))
-    print(f"wrote {out_dir}: {len(strings)} strings")
+    print(f"wrote {out_dir}/: {len(strings)} strings")
 
 
 if __name__ == "__main__":

@@ -20,16 +20,17 @@ static void bad_sample(const DataOptions *opt, PackedDataset *out, const char *p
 void packed_dataset_load(const Tokenizer *tok, const char *path, DataOptions opt,
                          PackedDataset *out) {
     memset(out, 0, sizeof *out);
+    char why[1024];
+    if (template_check_tokenizer(tok, why, sizeof why) != 0) fatal("%s", why);
     Dataset data;
     dataset_load(path, opt.skip_bad, &data);
     out->n_skipped_bad = data.n_skipped;
     out->samples = xcalloc((size_t)data.n_samples, sizeof(TokenizedSample));
-    char why[1024];
     for (int i = 0; i < data.n_samples; i++) {
         if (opt.max_samples > 0 && out->n_samples == opt.max_samples) break;
         const Sample *sample = &data.samples[i];
         TokenizedSample *ts = &out->samples[out->n_samples];
-        if (sample_tokenize(tok, sample, ts, why, sizeof why) != 0) {
+        if (sample_tokenize(tok, sample, opt.special_in_text, ts, why, sizeof why) != 0) {
             bad_sample(&opt, out, path, sample->line, why);
             continue;
         }

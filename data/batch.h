@@ -12,6 +12,7 @@ typedef struct {
     bool skip_bad;     // skip (and count) samples that fail to parse, tokenize or lay out
     PackOptions pack;  // unpacked rows; skip documents longer than seq_len
     int max_samples;   // keep only the first max_samples usable samples; 0 = all
+    SpecialInText special_in_text;  // template tokens' strings in text fields
 } DataOptions;
 
 typedef struct {
@@ -23,7 +24,8 @@ typedef struct {
     int n_skipped_too_long;    // documents skipped under pack.skip_too_long
 } PackedDataset;
 
-// Any error is fatal; one about a sample names its "path:line: ".
+// Any error is fatal; one about a sample names its "path:line: ". A tokenizer without
+// the template's tokens is refused first (template_check_tokenizer).
 void packed_dataset_load(const Tokenizer *tok, const char *path, DataOptions opt,
                          PackedDataset *out);
 void packed_dataset_free(PackedDataset *d);

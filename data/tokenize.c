@@ -1,55 +1,99 @@
 // Tokenization of parsed samples with the chat template (DESIGN.md §2).
 //
-// Rendering (data/template.h), chosen so that every segment is one SentencePiece call
-// and the special tokens alone delimit the text (no newlines are inserted):
+// Rendering (data/template.h); the special tokens alone delimit the text (no newlines
+// are inserted):
 //   prompt_t = for each non-assistant message since the previous assistant message:
 //                  role header + content            (system: <|system|>, user: <|user|>)
 //              + <|assistant|>
 //   think_t  = <think> + reasoning + </think>        (only when reasoning != NULL;
 //                                                      an empty string still renders)
 //   answer_t = content + <|end|>
+// Each part is encoded on its own and the ids concatenated: a template token through the
+// tokenizer's own matching (one id, checked at load by template_check_tokenizer), text
+// from the data with TOKENIZER_PLAIN, so a template token's string inside a message is
+// ordinary text and never its control id (or, with SPECIAL_IN_TEXT_ERROR, the sample is
+// refused naming the field). Every part but the first of a view is encoded with
+// TOKENIZER_CONTINUE: with a dummy-prefix SentencePiece model the parts then give the
+// ids of the whole rendered view.
 // Non-assistant messages after the last assistant message have nothing to train and
 // are dropped. A shared-prefix prompt is tokenized exactly like the history of a
 // conversation (p_0 a_0 … p_k, i.e. the inference view, thinking stripped), so
 // "prompt + completion" has the same ids as the last turn of that conversation.
 #include "data/tokenize.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/check.h"
 #include "data/template.h"
 
+int special_in_text_from_name(const char *name) {
+    if (name && strcmp(name, "plain") == 0) return SPECIAL_IN_TEXT_PLAIN;
+    if (name && strcmp(name, "error") == 0) return SPECIAL_IN_TEXT_ERROR;
+    return -1;
+}
+
+int template_check_tokenizer(const Tokenizer *tok, char *err, size_t err_len) {
+    for (int i = 0; i < TEMPLATE_N_SPECIAL_TOKENS; i++) {
+        int32_t ids[64];
+        int n = tokenizer_encode_flags(tok, TEMPLATE_SPECIAL_TOKENS[i], TOKENIZER_CONTINUE, ids, 64);
+        if (n != 1)
+            return fail(err, err_len, "the tokenizer has no id for the template token '%s' (it "
+                        "encodes as %d ids)", TEMPLATE_SPECIAL_TOKENS[i], n);
+    }
+    return 0;
+}
+
+// One sample's encoder: the tokenizer, the policy for template tokens in text, whether
+// the next part begins its view, and the first error.
 typedef struct {
-    char *s;
-    size_t len, cap;
-} TextBuf;
+    const Tokenizer *tok;
+    SpecialInText special_in_text;
+    bool at_view_start;
+    char *err;
+    size_t err_len;
+    int rc;
+} Encoder;
 
-static void text_append(TextBuf *b, const char *s) {
-    size_t n = strlen(s);
-    if (b->len + n + 1 > b->cap) {
-        b->cap = 2 * (b->len + n + 1);
-        b->s = xrealloc(b->s, b->cap);
-    }
-    memcpy(b->s + b->len, s, n + 1);
-    b->len += n;
-}
-
-static void text_clear(TextBuf *b) {
-    b->len = 0;
-    if (b->s) b->s[0] = '\0';
-}
-
-static int encode_text(const Tokenizer *tok, const char *text, TokenSpan *out) {
+// Appends the ids of text to out.
+static void span_append(Encoder *e, TokenSpan *out, const char *text, unsigned flags) {
+    if (e->rc != 0 || !*text) return;
+    if (!e->at_view_start) flags |= TOKENIZER_CONTINUE;
+    e->at_view_start = false;
     int cap = (int)strlen(text) + 16;
-    out->ids = xmalloc((size_t)cap * sizeof(int32_t));
-    int n = tokenizer_encode(tok, text, out->ids, cap);
+    out->ids = xrealloc(out->ids, (size_t)(out->n + cap) * sizeof(int32_t));
+    int n = tokenizer_encode_flags(e->tok, text, flags, out->ids + out->n, cap);
     if (n > cap) {
-        out->ids = xrealloc(out->ids, (size_t)n * sizeof(int32_t));
-        n = tokenizer_encode(tok, text, out->ids, n);
+        out->ids = xrealloc(out->ids, (size_t)(out->n + n) * sizeof(int32_t));
+        n = tokenizer_encode_flags(e->tok, text, flags, out->ids + out->n, n);
     }
-    out->n = n < 0 ? 0 : n;
-    return n < 0 ? -1 : 0;
+    if (n < 0) {
+        e->rc = fail(e->err, e->err_len, "the tokenizer failed on this sample");
+        return;
+    }
+    out->n += n;
+}
+
+// A template token: its control id.
+static void span_control(Encoder *e, TokenSpan *out, const char *token) {
+    span_append(e, out, token, 0);
+}
+
+// Text from the data field named "<array>[index].<key>" (for the error message).
+static void span_text(Encoder *e, TokenSpan *out, const char *text, const char *array, int index,
+                      const char *key) {
+    if (e->rc != 0 || !text) return;
+    if (e->special_in_text == SPECIAL_IN_TEXT_ERROR) {
+        for (int i = 0; i < TEMPLATE_N_SPECIAL_TOKENS; i++) {
+            if (!strstr(text, TEMPLATE_SPECIAL_TOKENS[i])) continue;
+            e->rc = fail(e->err, e->err_len, "%s[%d].%s: contains the template token '%s' "
+                         "(data.special_in_text is \"error\")", array, index, key,
+                         TEMPLATE_SPECIAL_TOKENS[i]);
+            return;
+        }
+    }
+    span_append(e, out, text, TOKENIZER_PLAIN);
 }
 
 static const char *role_header(MessageRole role) {
@@ -68,52 +112,42 @@ static void turn_free(TurnTokens *t) {
     span_free(&t->answer);
 }
 
-// Tokenizes one assistant message's think and answer segments.
-static int encode_reply(const Tokenizer *tok, const Message *m, TextBuf *buf, TurnTokens *turn) {
-    int rc = 0;
+// Tokenizes one assistant message's think and answer segments; array[index] names it.
+static void encode_reply(Encoder *e, const Message *m, const char *array, int index, TurnTokens *turn) {
     if (m->reasoning) {
-        text_clear(buf);
-        text_append(buf, TEMPLATE_THINK_OPEN);
-        text_append(buf, m->reasoning);
-        text_append(buf, TEMPLATE_THINK_CLOSE);
-        rc |= encode_text(tok, buf->s, &turn->think);
+        span_control(e, &turn->think, TEMPLATE_THINK_OPEN);
+        span_text(e, &turn->think, m->reasoning, array, index, "reasoning");
+        span_control(e, &turn->think, TEMPLATE_THINK_CLOSE);
     }
-    text_clear(buf);
-    text_append(buf, m->content ? m->content : "");
-    text_append(buf, TEMPLATE_END_OF_TURN);
-    rc |= encode_text(tok, buf->s, &turn->answer);
-    return rc;
+    span_text(e, &turn->answer, m->content ? m->content : "", array, index, "content");
+    span_control(e, &turn->answer, TEMPLATE_END_OF_TURN);
 }
 
 // Walks messages into turns (one per assistant message). The rendered non-assistant
 // messages after the last assistant message, plus the assistant header, are left
 // tokenized in *trailing_prompt (the next turn's prompt).
-static int encode_turns(const Tokenizer *tok, const Message *msgs, int n_msgs, TurnTokens **turns,
-                        int *n_turns, TokenSpan *trailing_prompt) {
-    TextBuf prompt = {0}, scratch = {0};
-    int cap = 0, rc = 0;
+static void encode_turns(Encoder *e, const Message *msgs, int n_msgs, const char *array,
+                         TurnTokens **turns, int *n_turns, TokenSpan *trailing_prompt) {
+    int cap = 0;
     *turns = NULL;
     *n_turns = 0;
-    text_clear(&prompt);
+    TokenSpan prompt = {0};
     for (int i = 0; i < n_msgs; i++) {
         const Message *m = &msgs[i];
         if (m->role != MSG_ASSISTANT) {
-            text_append(&prompt, role_header(m->role));
-            text_append(&prompt, m->content ? m->content : "");
+            span_control(e, &prompt, role_header(m->role));
+            span_text(e, &prompt, m->content ? m->content : "", array, i, "content");
             continue;
         }
         TurnTokens turn = {0};
-        text_append(&prompt, TEMPLATE_ASSISTANT_HEADER);
-        rc |= encode_text(tok, prompt.s, &turn.prompt);
-        rc |= encode_reply(tok, m, &scratch, &turn);
+        span_control(e, &prompt, TEMPLATE_ASSISTANT_HEADER);
+        turn.prompt = prompt;
+        prompt = (TokenSpan){0};
+        encode_reply(e, m, array, i, &turn);
         ARRAY_PUSH(*turns, *n_turns, cap, turn);
-        text_clear(&prompt);
     }
-    text_append(&prompt, TEMPLATE_ASSISTANT_HEADER);
-    rc |= encode_text(tok, prompt.s, trailing_prompt);
-    free(prompt.s);
-    free(scratch.s);
-    return rc;
+    span_control(e, &prompt, TEMPLATE_ASSISTANT_HEADER);
+    *trailing_prompt = prompt;
 }
 
 static void span_concat(TokenSpan *dst, const TokenSpan *src) {
@@ -122,16 +156,19 @@ static void span_concat(TokenSpan *dst, const TokenSpan *src) {
     dst->n += src->n;
 }
 
-int sample_tokenize(const Tokenizer *tok, const Sample *s, TokenizedSample *out, char *err,
-                    size_t err_len) {
+int sample_tokenize(const Tokenizer *tok, const Sample *s, SpecialInText special_in_text,
+                    TokenizedSample *out, char *err, size_t err_len) {
     memset(out, 0, sizeof *out);
     out->kind = s->kind;
     out->line = s->line;
+    Encoder e = {tok, special_in_text, true, err, err_len, 0};
     TokenSpan trailing = {0};
-    int rc = encode_turns(tok, s->messages, s->n_messages, &out->turns, &out->n_turns, &trailing);
-    if (s->kind == SAMPLE_CONVERSATION) {
+    const bool conversation = s->kind == SAMPLE_CONVERSATION;
+    encode_turns(&e, s->messages, s->n_messages, conversation ? "messages" : "prompt", &out->turns,
+                 &out->n_turns, &trailing);
+    if (conversation) {
         span_free(&trailing);
-        if (rc == 0 && out->n_turns == 0) {
+        if (e.rc == 0 && out->n_turns == 0) {
             tokenized_sample_free(out);
             return fail(err, err_len, "conversation has no assistant message");
         }
@@ -147,18 +184,16 @@ int sample_tokenize(const Tokenizer *tok, const Sample *s, TokenizedSample *out,
         free(out->turns);
         out->turns = xcalloc((size_t)s->n_completions, sizeof(TurnTokens));
         out->n_turns = s->n_completions;
-        TextBuf scratch = {0};
         for (int i = 0; i < s->n_completions; i++)
-            rc |= encode_reply(tok, &s->completions[i], &scratch, &out->turns[i]);
-        free(scratch.s);
-        if (rc == 0 && out->n_turns == 0) {
+            encode_reply(&e, &s->completions[i], "completions", i, &out->turns[i]);
+        if (e.rc == 0 && out->n_turns == 0) {
             tokenized_sample_free(out);
             return fail(err, err_len, "shared-prefix set has no completion");
         }
     }
-    if (rc != 0) {
+    if (e.rc != 0) {
         tokenized_sample_free(out);
-        return fail(err, err_len, "the tokenizer failed on this sample");
+        return -1;
     }
     return 0;
 }
@@ -170,4 +205,3 @@ void tokenized_sample_free(TokenizedSample *s) {
     s->turns = NULL;
     s->n_turns = 0;
 }
-

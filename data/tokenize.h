@@ -25,8 +25,22 @@ typedef struct {
     int line;           // source line, for error messages
 } TokenizedSample;
 
+// What a template token's string inside a text field of the data becomes (DESIGN.md §8:
+// control ids come only from the template), data.special_in_text:
+//   "plain" (default): ordinary text ids. A conversation about chat formats trains as
+//                      written, and nothing in the data can forge a turn.
+//   "error":           the sample is refused, naming the field (messages[i].content).
+typedef enum { SPECIAL_IN_TEXT_PLAIN = 0, SPECIAL_IN_TEXT_ERROR = 1 } SpecialInText;
+// The policy named "plain" or "error"; -1 for any other name.
+int special_in_text_from_name(const char *name);
+
+// 0 when the tokenizer encodes each template token as exactly one id; else -1 with the
+// token named in err.
+int template_check_tokenizer(const Tokenizer *tok, char *err, size_t err_len);
+
 // Tokenizes one parsed sample with the template. Returns 0, or -1 with a location-free
-// message in err (e.g. no assistant turn); the caller names the sample's line.
-int sample_tokenize(const Tokenizer *tok, const Sample *s, TokenizedSample *out, char *err,
-                    size_t err_len);
+// message in err (e.g. no assistant turn, or the field holding a template token under
+// SPECIAL_IN_TEXT_ERROR); the caller names the sample's line.
+int sample_tokenize(const Tokenizer *tok, const Sample *s, SpecialInText special_in_text,
+                    TokenizedSample *out, char *err, size_t err_len);
 void tokenized_sample_free(TokenizedSample *s);

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 packages=(build-essential cmake pkg-config libsentencepiece-dev sentencepiece libjansson-dev
-          libopenblas-dev gnuplot-nox libcairo2-dev fonts-dejavu-core)
+          libpcre2-dev libutf8proc-dev libopenblas-dev gnuplot-nox libcairo2-dev fonts-dejavu-core)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

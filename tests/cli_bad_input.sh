@@ -63,5 +63,26 @@ EOF
 expect_error "pack bad_completions" "bad_completions.jsonl:3: completions: empty completions list" \
     pack --set data.train_path="$fixtures/bad_completions.jsonl" --set data.layout=shared_prefix --out "$tmp/rows.jsonl"
 
+# Template tokens spelled in text fields: plain text by default, refused with the field
+# under data.special_in_text=error, any other value names the key.
+if pack --set data.train_path="$fixtures/special_in_text.jsonl" --out "$tmp/rows.jsonl" >/dev/null 2>&1; then ok
+else bad "pack special_in_text.jsonl (plain) failed"; fi
+expect_error "pack special_in_text=error" \
+    "special_in_text.jsonl:2: messages\[0\].content: contains the template token '<|assistant|>'" \
+    pack --set data.train_path="$fixtures/special_in_text.jsonl" --set data.special_in_text=error --out "$tmp/rows.jsonl"
+expect_error "pack special_in_text=drop" "config key 'data.special_in_text': unknown value 'drop'" \
+    pack --set data.special_in_text=drop --out "$tmp/rows.jsonl"
+
+# data.tokenizer takes a model folder (tokenizer.json, else tokenizer.model); one that
+# lacks the template's tokens is refused naming the token.
+for tok in qwen2 llama3 sp_dummy; do
+    if "$train" pack --set data.tokenizer=tests/data/tokenizers/$tok --set data.train_path="$shipped/eval.jsonl" \
+           --out "$tmp/rows.jsonl" >/dev/null 2>&1; then ok; else bad "pack with the $tok tokenizer folder failed"; fi
+done
+expect_error "pack with gpt2 (no template tokens)" "no id for the template token '<|system|>'" \
+    "$train" pack --set data.tokenizer=tests/data/tokenizers/gpt2 --out "$tmp/rows.jsonl"
+expect_error "pack with an empty folder" "neither tokenizer.json nor tokenizer.model" \
+    "$train" pack --set data.tokenizer="$tmp" --out "$tmp/rows.jsonl"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

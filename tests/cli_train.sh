@@ -65,5 +65,15 @@ else
     bad "train parity: $(tail -3 "$tmp/plog")"
 fi
 
+# data.tokenizer as a model folder (a tokenizer.json); one without the template's tokens
+# is refused naming the folder and the token.
+if "$train" --set out_dir="$tmp/bpe" --set train.steps=2 --set train.eval_every=2 "${tiny[@]}" \
+    --set data.tokenizer=tests/data/tokenizers/qwen2 --set model.vocab_size=1501 > "$tmp/blog" 2>&1 &&
+   grep -q '^done: 2 steps' "$tmp/blog"; then ok; else bad "run with a tokenizer.json folder: $(tail -3 "$tmp/blog")"; fi
+if ! "$train" --set out_dir="$tmp/gpt2" "${tiny[@]}" --set data.tokenizer=tests/data/tokenizers/gpt2 \
+    --set model.vocab_size=1501 > "$tmp/glog" 2>&1 &&
+   grep -q "tests/data/tokenizers/gpt2: the tokenizer has no id for the template token '<|system|>'" "$tmp/glog"
+then ok; else bad "gpt2 tokenizer (no template tokens) not refused: $(tail -2 "$tmp/glog")"; fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

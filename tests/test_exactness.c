@@ -293,7 +293,7 @@ static void test_synthetic_data(void) {
     } cases[] = {{"datasets/synthetic/train.jsonl", LAYOUT_DUPLICATE},
                  {"datasets/synthetic/shared_prefix.jsonl", LAYOUT_SHARED_PREFIX}};
     for (int c = 0; c < 2; c++) {
-        DataOptions opt = {LAYOUT_NPASS, 2048, false, {false, false}, 6};
+        DataOptions opt = {.layout = LAYOUT_NPASS, .seq_len = 2048, .max_samples = 6};
         PackedDataset ref_data, data;
         packed_dataset_load(tok, cases[c].path, opt, &ref_data);
         opt.layout = cases[c].layout;

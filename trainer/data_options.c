@@ -17,5 +17,11 @@ DataOptions data_options_from_config(const Config *c) {
     opt.skip_bad = config_bool(c, "data.skip_bad");
     opt.pack.unpacked = config_bool(c, "data.unpacked");
     opt.pack.skip_too_long = config_bool(c, "data.skip_too_long");
+    const char *special = config_str(c, "data.special_in_text");
+    int policy = special_in_text_from_name(special);
+    if (policy < 0)
+        fatal("config key 'data.special_in_text': unknown value '%s' (plain, error)",
+              special ? special : "null");
+    opt.special_in_text = (SpecialInText)policy;
     return opt;
 }

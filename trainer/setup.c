@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "common/check.h"
+#include "data/tokenize.h"
 #include "model/safetensors.h"
 
 static int int_key(const Config *c, const char *key) {
@@ -31,10 +32,14 @@ ModelConfig model_config_from(const Config *c) {
 
 Tokenizer *tokenizer_from(const Config *c, const ModelConfig *mc) {
     const char *path = config_str(c, "data.tokenizer");
-    if (!path) fatal("config key 'data.tokenizer': a SentencePiece model path is required");
+    if (!path)
+        fatal("config key 'data.tokenizer': a SentencePiece .model, a tokenizer.json or a model "
+              "folder is required");
     char err[1024];
     Tokenizer *tok = tokenizer_load(path, err, sizeof err);
     if (!tok) fatal("config key 'data.tokenizer': %s", err);
+    if (template_check_tokenizer(tok, err, sizeof err) != 0)
+        fatal("config key 'data.tokenizer': %s: %s", path, err);
     if (tokenizer_vocab_size(tok) > mc->vocab_size)
         fatal("config key 'model.vocab_size': %d is smaller than the tokenizer's %d pieces (%s)",
               mc->vocab_size, tokenizer_vocab_size(tok), path);

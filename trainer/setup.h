@@ -8,7 +8,8 @@
 // model.* keys; values the model cannot use are fatal and name the key.
 ModelConfig model_config_from(const Config *c);
 
-// data.tokenizer; fatal when it cannot be loaded or has more pieces than model.vocab_size.
+// data.tokenizer (a .model, a tokenizer.json or a model folder); fatal when it cannot be
+// loaded, lacks a template token or has more pieces than model.vocab_size.
 Tokenizer *tokenizer_from(const Config *c, const ModelConfig *mc);
 
 // params [table->total]: from `weights` (a model.safetensors file or a checkpoint

@@ -36,9 +36,9 @@ static const char USAGE[] = "usage: train show --config FILE [--set key=value]..
 
 // Tokenizes the samples from line `line` of `path` on, `count` at most.
 static TokenizedSample *load_samples(const Tokenizer *tok, const char *path, int line, int count,
-                                     bool skip_bad, int *n_out) {
+                                     const DataOptions *opt, int *n_out) {
     Dataset data;
-    dataset_load(path, skip_bad, &data);
+    dataset_load(path, opt->skip_bad, &data);
     int first = 0;
     while (first < data.n_samples && data.samples[first].line != line) first++;
     if (first == data.n_samples)
@@ -47,7 +47,8 @@ static TokenizedSample *load_samples(const Tokenizer *tok, const char *path, int
     TokenizedSample *samples = xcalloc((size_t)count, sizeof(TokenizedSample));
     char why[1024], message[1200];
     for (int i = 0; i < count; i++) {
-        if (sample_tokenize(tok, &data.samples[first + i], &samples[i], why, sizeof why) != 0) {
+        if (sample_tokenize(tok, &data.samples[first + i], opt->special_in_text, &samples[i], why,
+                            sizeof why) != 0) {
             fail_at(message, sizeof message, path, data.samples[first + i].line, "%s", why);
             fatal("%s", message);
         }
@@ -154,7 +155,7 @@ int cmd_show(int argc, char **argv) {
     Tokenizer *tok = tokenizer_from(config, &model_config);
     int line = args.line, n_samples;
     TokenizedSample *samples = load_samples(tok, data_path, line, args.several ? ROWS_SAMPLES : 1,
-                                            opt.skip_bad, &n_samples);
+                                            &opt, &n_samples);
 
     char caption[256];
     const char *what = samples[0].kind == SAMPLE_SHARED_PREFIX ? "set" : "conversation";

@@ -144,6 +144,8 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len) 
         fatal("cuda backend: head dim (model.hidden_size %d / model.num_attention_heads %d = %d) "
               "must be 64 or 128 for the attention kernels",
               cfg->hidden_size, cfg->num_attention_heads, m->dims.head_dim);
+    if (const char *feature = model_cuda_unsupported_feature(cfg))
+        fatal("cuda backend: %s is not implemented on CUDA yet; use backend \"cpu\"", feature);
     param_table_build(cfg, &m->table);
     m->max_rows = max_rows;
     m->seq_len = seq_len;
@@ -215,6 +217,13 @@ size_t cuda_model_arena_bytes(const CudaModel *m) { return m->arena_bytes; }
 
 bool model_dims_cuda_supported(const ModelDims *d) {
     return d->head_dim == 64 || d->head_dim == 128;
+}
+
+const char *model_cuda_unsupported_feature(const ModelConfig *cfg) {
+    if (cfg->attention_bias) return "q/k/v bias (attention_bias)";
+    if (cfg->qk_norm) return "q_norm/k_norm";
+    if (cfg->rope_scaling.type != ROPE_DEFAULT) return "rope_scaling";
+    return NULL;
 }
 
 // ---------------------------------------------------------------- the model

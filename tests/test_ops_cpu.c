@@ -200,7 +200,7 @@ static void test_rope(void) {
     RopeCtx ctx = {N, H, D, theta, pos, to_double(x, SIZE), to_double(r, SIZE)};
 
     float *y = copy_floats(x, SIZE);
-    rope_forward_cpu(y, pos, N, H, D, theta);
+    rope_forward_cpu(y, pos, N, H, D, theta, NULL);
     double ref[SIZE];
     rope_reference(&ctx, ref);
     EXPECT(test_relative_error(y, ref, SIZE) < 1e-6, "rope forward");
@@ -216,7 +216,7 @@ static void test_rope(void) {
     // Hand value: head_dim 2, position 1 turns (1, 0) by exactly 1 radian.
     float unit[2] = {1.0f, 0.0f};
     const int32_t one = 1;
-    rope_forward_cpu(unit, &one, 1, 1, 2, 10000.0f);
+    rope_forward_cpu(unit, &one, 1, 1, 2, 10000.0f, NULL);
     EXPECT(fabsf(unit[0] - cosf(1.0f)) < 1e-6f && fabsf(unit[1] - sinf(1.0f)) < 1e-6f,
           "rope (1,0) at pos 1 -> (%g, %g)", unit[0], unit[1]);
 
@@ -230,15 +230,15 @@ static void test_rope(void) {
         memcpy(qs, q, sizeof(q));
         memcpy(ks, k, sizeof(k));
         const int32_t pq = 9 + 31 * shift, pk = 4 + 31 * shift;
-        rope_forward_cpu(qs, &pq, 1, 1, D, theta);
-        rope_forward_cpu(ks, &pk, 1, 1, D, theta);
+        rope_forward_cpu(qs, &pq, 1, 1, D, theta, NULL);
+        rope_forward_cpu(ks, &pk, 1, 1, D, theta, NULL);
         score[shift] = dot_floats(qs, ks, D);
     }
     EXPECT(fabs(score[0] - score[1]) < 1e-5, "rope scores are relative: %g vs %g", score[0],
           score[1]);
 
     float *dx = copy_floats(r, SIZE);
-    rope_backward_cpu(dx, pos, N, H, D, theta);
+    rope_backward_cpu(dx, pos, N, H, D, theta, NULL);
     check_gradient("rope dx", rope_objective, &ctx, ctx.x, SIZE, dx, NULL);
     free(y);
     free(dx);

@@ -250,7 +250,7 @@ static void test_rope(void) {
     int32_t *d_pos = upload_i32(pos, N);
     const struct {
         const char *name;
-        void (*cpu)(float *, const int32_t *, int, int, int, float);
+        void (*cpu)(float *, const int32_t *, int, int, int, float, const RopeScaling *);
         void (*gpu)(bf16 *, const int32_t *, int, int, int, float, cudaStream_t);
     } directions[2] = {{"rope_forward x (in place)", rope_forward_cpu, rope_forward_cuda},
                        {"rope_backward dx (in place)", rope_backward_cpu, rope_backward_cuda}};
@@ -259,7 +259,7 @@ static void test_rope(void) {
         bf16 *d_x = upload_bf16(x, n);
         directions[d].gpu(d_x, d_pos, N, n_heads, head_dim, theta, 0);
         float *got = download_bf16(d_x, n);
-        directions[d].cpu(x, pos, N, n_heads, head_dim, theta);
+        directions[d].cpu(x, pos, N, n_heads, head_dim, theta, NULL);
         expect_close(directions[d].name, got, x, n, BF16_TOL);
         free(x), free(got);
     }

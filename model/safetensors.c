@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/check.h"
@@ -92,6 +94,31 @@ int safetensors_write(const char *path, const SafeTensorOut *tensors, int n_tens
     return 0;
 }
 
+float bf16_to_float(uint16_t h) {
+    const uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+// IEEE binary16: sign, 5-bit exponent (bias 15), 10-bit mantissa; subnormals, inf, NaN.
+float f16_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    uint32_t bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    } else {
+        const float v = (float)man * (1.0f / 16777216.0f);  // man * 2^-24, exact
+        memcpy(&bits, &v, 4);
+        bits |= sign;
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
 static size_t dtype_size(const char *dtype) {
     static const struct { const char *name; size_t size; } sizes[] = {
         {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4},
@@ -152,27 +179,28 @@ static int parse_entry(const char *path, const char *name, json_t *entry, size_t
 int safetensors_read(const char *path, SafeTensorsFile *out, char *err, size_t err_len) {
     memset(out, 0, sizeof *out);
     out->path = strdup(path);
-    FILE *f = fopen(path, "rb");
-    if (!f) return fail_at(err, err_len, path, 0, "cannot open: %s", strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long file_len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint64_t header_len = 0;
-    if (file_len < 8 || fread(&header_len, 8, 1, f) != 1 || header_len > (uint64_t)file_len - 8) {
-        fclose(f);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return fail_at(err, err_len, path, 0, "cannot open: %s", strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size < 8) {
+        close(fd);
         return fail_at(err, err_len, path, 0, "not a safetensors file (bad header length)");
     }
+    const size_t file_len = (size_t)st.st_size;
+    void *map = mmap(NULL, file_len, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return fail_at(err, err_len, path, 0, "cannot map: %s", strerror(errno));
+    out->map = map;
+    out->map_len = file_len;
+    uint64_t header_len = 0;
+    memcpy(&header_len, map, 8);
+    if (header_len > (uint64_t)file_len - 8)
+        return fail_at(err, err_len, path, 0, "not a safetensors file (bad header length)");
+    out->data = (const uint8_t *)map + 8 + header_len;
+    out->data_len = file_len - 8 - (size_t)header_len;
     char *text = xmalloc(header_len + 1);
-    out->data_len = (size_t)file_len - 8 - header_len;
-    out->data = xmalloc(out->data_len);
-    bool ok = fread(text, 1, header_len, f) == header_len &&
-              fread(out->data, 1, out->data_len, f) == out->data_len;
-    fclose(f);
+    memcpy(text, (const uint8_t *)map + 8, header_len);
     text[header_len] = '\0';
-    if (!ok) {
-        free(text);
-        return fail_at(err, err_len, path, 0, "short read");
-    }
     json_error_t jerr;
     json_t *header = json_loads(text, 0, &jerr);
     free(text);
@@ -235,7 +263,7 @@ void safetensors_file_free(SafeTensorsFile *f) {
     }
     free(f->tensors);
     free(f->meta);
-    free(f->data);
+    if (f->map) munmap(f->map, f->map_len);
     free(f->path);
     memset(f, 0, sizeof *f);
 }
@@ -256,9 +284,10 @@ int safetensors_copy_f32(const SafeTensorsFile *f, const char *name, int ndim,
                          const int64_t *shape, float *dst, char *err, size_t err_len) {
     const SafeTensorInfo *t = safetensors_find(f, name);
     if (!t) return fail_at(err, err_len, f->path, 0, "tensor '%s' is missing", name);
-    if (strcmp(t->dtype, "F32") != 0)
-        return fail_at(err, err_len, f->path, 0, "tensor '%s' has dtype %s, expected F32", name,
-                       t->dtype);
+    const bool f32 = strcmp(t->dtype, "F32") == 0, bf16 = strcmp(t->dtype, "BF16") == 0;
+    if (!f32 && !bf16 && strcmp(t->dtype, "F16") != 0)
+        return fail_at(err, err_len, f->path, 0,
+                       "tensor '%s' has dtype %s, expected F32, BF16 or F16", name, t->dtype);
     bool same = t->ndim == ndim;
     for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];
     if (!same) {
@@ -272,7 +301,17 @@ int safetensors_copy_f32(const SafeTensorsFile *f, const char *name, int ndim,
         return fail_at(err, err_len, f->path, 0, "tensor '%s' has shape [%s], expected [%s]", name,
                        got, want);
     }
-    memcpy(dst, f->data + t->begin, t->end - t->begin);
+    const uint8_t *src = f->data + t->begin;
+    const size_t n = numel_of(t->ndim, t->shape);
+    if (f32) {
+        memcpy(dst, src, n * sizeof(float));
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, src + 2 * i, 2);  // the map gives no 2-byte alignment guarantee
+        dst[i] = bf16 ? bf16_to_float(h) : f16_to_float(h);
+    }
     return 0;
 }
 

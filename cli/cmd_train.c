@@ -265,6 +265,11 @@ int cmd_train(int argc, char **argv) {
 
     TrainState state;
     train_state_init(&state, &mc, settings.seed);
+    const char *init_from = config_str(config, "model.init_from");
+    if (init_from) {
+        params_load_or_init(&mc, &state.table, init_from, settings.seed, state.params);
+        printf("weights: %s\n", init_from);
+    }
     printf("model: %zu parameters (%d layers, hidden %d, vocab %d)\n", state.table.total,
            mc.num_hidden_layers, mc.hidden_size, mc.vocab_size);
     StepLoader loader;

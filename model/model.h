@@ -128,6 +128,10 @@ void cpu_model_set_logit_chunk_rows(CpuModel *m, int rows);
 // (0 where target is -1) when losses is not NULL. Returns the sum over targets.
 double cpu_model_forward(CpuModel *m, const float *params, const ModelBatch *b, float *losses);
 
+// Forward only: the logits [n_rows * seq_len, vocab_size] of every slot, at once (for
+// tests and tools on small batches: no chunking).
+void cpu_model_logits(CpuModel *m, const float *params, const ModelBatch *b, float *logits);
+
 // Forward and backward. The loss is sum(CE over targets) * loss_scale, where
 // loss_scale = 1 / (trained positions of the whole optimizer step); gradients of
 // that loss are ADDED into grads (so micro-batches accumulate). Returns the

@@ -303,6 +303,13 @@ double cpu_model_forward(CpuModel *m, const float *params, const ModelBatch *b, 
     return loss_head(m, params, NULL, b, 1.0f, losses);
 }
 
+void cpu_model_logits(CpuModel *m, const float *params, const ModelBatch *b, float *logits) {
+    model_batch_check(b, &m->cfg, m->max_rows, m->seq_len);
+    forward_body(m, params, b);
+    matmul_forward_cpu(logits, m->final_norm, params + m->off.lm_head, b->n_rows * b->seq_len,
+                       m->cfg.hidden_size, m->cfg.vocab_size);
+}
+
 double cpu_model_forward_backward(CpuModel *m, const float *params, float *grads,
                                   const ModelBatch *b, float loss_scale) {
     model_batch_check(b, &m->cfg, m->max_rows, m->seq_len);

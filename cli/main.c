@@ -9,7 +9,8 @@ static void usage(FILE *f) {
           "       train pack --config FILE [--set k=v]... --out rows.jsonl [--skip-bad]\n"
           "       train parity --config FILE [--set k=v]... --json out.json\n"
           "       train gen-data --out-dir DIR [--seed N] [--train N] [--eval N] [--shared N]\n"
-          "       train tokenizer --corpus-from FILE.jsonl --out PREFIX [--vocab-size N]\n",
+          "       train tokenizer --corpus-from FILE.jsonl --out PREFIX [--vocab-size N]\n"
+          "       train export --from CHECKPOINT --out DIR [--dtype bf16|f16|f32]\n",
           f);
 }
 
@@ -27,6 +28,7 @@ int main(int argc, char **argv) {
     if (strcmp(sub, "parity") == 0) return cmd_parity(sub_argc, sub_argv);
     if (strcmp(sub, "gen-data") == 0) return cmd_gen_data(sub_argc, sub_argv);
     if (strcmp(sub, "tokenizer") == 0) return cmd_tokenizer(sub_argc, sub_argv);
+    if (strcmp(sub, "export") == 0) return cmd_export(sub_argc, sub_argv);
     fprintf(stderr, "train: unknown command '%s'\n", sub);
     usage(stderr);
     return 2;

@@ -2,6 +2,7 @@
 #include "model/safetensors.h"
 
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <libgen.h>
@@ -47,8 +48,9 @@ int safetensors_write(const char *path, const SafeTensorOut *tensors, int n_tens
         const SafeTensorOut *t = &tensors[i];
         json_t *shape = json_array();
         for (int d = 0; d < t->ndim; d++) json_array_append_new(shape, json_integer(t->shape[d]));
-        size_t bytes = numel_of(t->ndim, t->shape) * sizeof(float);
-        json_t *entry = json_pack("{s:s, s:o, s:[I, I]}", "dtype", "F32", "shape", shape,
+        const bool half = t->dtype && strcmp(t->dtype, "F32") != 0;
+        size_t bytes = numel_of(t->ndim, t->shape) * (half ? 2 : sizeof(float));
+        json_t *entry = json_pack("{s:s, s:o, s:[I, I]}", "dtype", half ? t->dtype : "F32", "shape", shape,
                                   "data_offsets", (json_int_t)offset, (json_int_t)(offset + bytes));
         if (json_object_get(header, t->name)) {
             json_decref(header);
@@ -75,7 +77,9 @@ int safetensors_write(const char *path, const SafeTensorOut *tensors, int n_tens
     free(text);
     for (int i = 0; ok && i < n_tensors; i++) {
         size_t n = numel_of(tensors[i].ndim, tensors[i].shape);
-        ok = fwrite(tensors[i].data, sizeof(float), n, f) == n;
+        const bool half = tensors[i].dtype && strcmp(tensors[i].dtype, "F32") != 0;
+        ok = half ? fwrite(tensors[i].data16, 2, n, f) == n
+                  : fwrite(tensors[i].data, sizeof(float), n, f) == n;
     }
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     int saved_errno = errno;
@@ -117,6 +121,31 @@ float f16_to_float(uint16_t h) {
     float f;
     memcpy(&f, &bits, 4);
     return f;
+}
+
+uint16_t float_to_bf16(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40);  // quiet NaN
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return (uint16_t)(bits >> 16);
+}
+
+uint16_t float_to_f16(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    const uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
+    const uint32_t abs = bits & 0x7fffffffu;
+    if (abs > 0x7f800000u) return sign | 0x7e00u;     // NaN
+    if (abs >= 0x477ff000u) return sign | 0x7c00u;    // >= 65520 rounds to infinity
+    if (abs < 0x38800000u) {                          // below 2^-14: subnormal or zero
+        // value * 2^24 rounded to an integer, nearest even (exact in float arithmetic).
+        float a;
+        memcpy(&a, &abs, 4);
+        return sign | (uint16_t)nearbyintf(a * 16777216.0f);
+    }
+    const uint32_t rounded = abs + 0xfffu + ((abs >> 13) & 1u);
+    return sign | (uint16_t)((rounded - 0x38000000u) >> 13);
 }
 
 static size_t dtype_size(const char *dtype) {

@@ -13,7 +13,9 @@ typedef struct {
     const char *name;
     int ndim;
     int64_t shape[SAFETENSORS_MAX_DIMS];
-    const float *data;  // numel floats
+    const float *data;      // numel floats (dtype NULL or "F32")
+    const char *dtype;      // NULL: "F32"; "BF16" or "F16": data16 holds the values
+    const uint16_t *data16; // numel 16-bit values
 } SafeTensorOut;
 
 typedef struct {
@@ -23,6 +25,9 @@ typedef struct {
 // Exact widening of BF16 and IEEE F16 bit patterns to float.
 float bf16_to_float(uint16_t h);
 float f16_to_float(uint16_t h);
+// Rounding to nearest even (NaN stays NaN; F16 overflows to infinity).
+uint16_t float_to_bf16(float f);
+uint16_t float_to_f16(float f);
 
 // Returns 0, or -1 with a message (naming the path) in err.
 int safetensors_write(const char *path, const SafeTensorOut *tensors, int n_tensors,

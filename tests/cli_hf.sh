@@ -27,6 +27,25 @@ first_loss=$(head -1 "$out/metrics.jsonl" | grep -o '"loss":[^,]*' | cut -d: -f2
 # The fixture's random weights give loss ~8.5 on any text; the seeded init gives ln 512 = 6.24.
 check "first loss is the checkpoint's ($first_loss)" "awk -v a=$first_loss 'BEGIN{exit !(a > 7.0)}'"
 
+ck="$out/checkpoint-000002"
+for f in config.json model.safetensors generation_config.json optimizer.safetensors tokenizer.model; do
+    check "checkpoint has $f" "[ -s '$ck/$f' ]"
+done
+check "one weight file below the shard limit" "[ ! -e '$ck/model.safetensors.index.json' ]"
+check "checkpoint weights in bf16 (the default from init_from)" "grep -aq '\"dtype\":\"BF16\"' '$ck/model.safetensors'"
+check "checkpoint config.json is qwen3" "grep -q '\"model_type\": \"qwen3\"' '$ck/config.json' && grep -q '\"dtype\": \"bfloat16\"' '$ck/config.json'"
+check "generation eos is the template's end of turn" "grep -Eq '\"eos_token_id\": [0-9]+' '$ck/generation_config.json'"
+if "$train" export --from "$ck" --out "$tmp/exported" --dtype f32 > "$tmp/export.log" 2>&1; then ok; else bad "export: $(cat "$tmp/export.log")"; fi
+check "export has no optimizer state" "[ ! -e '$tmp/exported/optimizer.safetensors' ] && [ -s '$tmp/exported/model.safetensors' ] && [ -s '$tmp/exported/tokenizer.model' ]"
+check "export in f32" "grep -aq '\"dtype\":\"F32\"' '$tmp/exported/model.safetensors'"
+"$train" export --from "$tmp/exported" --out "$tmp/again" > /dev/null 2>&1
+check "export -> export is bit-identical" "cmp -s '$tmp/exported/model.safetensors' '$tmp/again/model.safetensors' && cmp -s '$tmp/exported/config.json' '$tmp/again/config.json'"
+expect_error "export bad dtype" "train export: --dtype: dtype 'fp8' is not one of bf16, f16, f32" \
+    "$train" export --from "$ck" --out "$tmp/y" --dtype fp8
+expect_error "export without --from" "train export: --from and --out are required" "$train" export --out "$tmp/y"
+expect_error "bad save_dtype" "config key 'train.save_dtype': dtype 'f64' is not one of bf16, f16, f32" \
+    "$train" --set model.init_from=$hf --set train.save_dtype=f64 --set out_dir="$tmp/x" "${small[@]}"
+
 expect_error "contradicting model key" \
     "config key 'model.hidden_size' is 64 but model.init_from $hf/config.json says 32" \
     "$train" --set model.init_from=$hf --set model.hidden_size=64 --set out_dir="$tmp/x" "${small[@]}"

@@ -52,6 +52,7 @@ static const char *const DEFAULTS_JSON =
     "    \"eval_every\": 50,"
     "    \"eval_max_conversations\": 32,"
     "    \"checkpoint_every\": 100,"
+    "    \"save_dtype\": null,"
     "    \"resume\": null,"
     "    \"deterministic\": true,"
     "    \"micro_rows\": 4,"

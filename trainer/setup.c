@@ -8,6 +8,7 @@
 #include "common/check.h"
 #include "model/hf_model.h"
 #include "model/safetensors.h"
+#include "data/template.h"
 
 static int int_key(const Config *c, const char *key) {
     long long v = config_int(c, key);
@@ -134,4 +135,24 @@ double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void hf_export_from(const Config *c, const ModelConfig *mc, const Tokenizer *tok, HfExport *out) {
+    HfModelConfig source;
+    const bool from_hf = model_source_from(c, &source);
+    *out = (HfExport){.dtype = from_hf ? SAVE_BF16 : SAVE_F32};
+    const char *dtype = config_str(c, "train.save_dtype");
+    char err[256];
+    if (dtype && save_dtype_parse(dtype, &out->dtype, err, sizeof err))
+        fatal("config key 'train.save_dtype': %s", err);
+    const int end_of_turn = tokenizer_piece_to_id(tok, TEMPLATE_END_OF_TURN);
+    out->generation_eos_token_id = end_of_turn;
+    if (from_hf) {
+        out->hf = source;
+    } else {
+        out->hf.bos_token_id = out->hf.pad_token_id = -1;
+        if (end_of_turn >= 0) out->hf.eos_token_ids[out->hf.n_eos++] = end_of_turn;
+        out->hf.max_position_embeddings = (int)config_int(c, "data.seq_len");
+    }
+    out->hf.cfg = *mc;
 }

@@ -5,6 +5,7 @@
 #include "model/hf_model.h"
 #include "model/model.h"
 #include "trainer/config.h"
+#include "trainer/hf_export.h"
 
 // model.* keys, or with model.init_from the folder's config.json (a model.* key the
 // user set that contradicts it is fatal, naming both values); values the model cannot
@@ -21,6 +22,12 @@ Tokenizer *tokenizer_from(const Config *c, const ModelConfig *mc);
 // model.safetensors file or a directory holding one), else the seeded init.
 void params_load_or_init(const ModelConfig *mc, const ParamTable *table, const char *weights,
                          uint64_t seed, float *params);
+
+// How the run's checkpoints are written: train.save_dtype (default bf16 with
+// model.init_from, else f32), the source's token ids and max_position_embeddings (else
+// the template's end of turn as eos and data.seq_len), the end of turn as the
+// generation eos. Fatal for a bad train.save_dtype.
+void hf_export_from(const Config *c, const ModelConfig *mc, const Tokenizer *tok, HfExport *out);
 
 // Parses argv for --config/--set, fails on anything else, loads the config.
 // `extra` names one more accepted "--flag VALUE" (NULL for none); its value goes to *extra_value.

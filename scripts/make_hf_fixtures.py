@@ -30,7 +30,9 @@ COMMON = dict(vocab_size=512, hidden_size=32, intermediate_size=64, num_hidden_l
               attn_implementation="eager")  # range 0.3: logits O(1), attention peaked
 
 
-def fixtures():
+def fixtures(cuda_shapes=False):
+    if cuda_shapes:  # head_dim 64 (qwen3: 128), what the CUDA attention kernels take
+        COMMON.update(hidden_size=256, intermediate_size=512)
     # Llama with llama3 RoPE scaling: head_dim 8, theta 5e5 -> wavelengths 6.3, 167, 4443,
     # 1.2e5 against bands at 64 and 256: one kept, one smoothed, two scaled.
     yield "llama3_scaling", LlamaConfig(
@@ -49,7 +51,7 @@ def fixtures():
         rope_parameters=dict(rope_type="default", rope_theta=1000000.0)), torch.bfloat16, None
     # Qwen3: q/k norm, head_dim 16 != hidden 32 / 4 heads, untied, bf16, two shards.
     yield "qwen3_qknorm_sharded", Qwen3Config(
-        **COMMON, head_dim=16, tie_word_embeddings=False,
+        **COMMON, head_dim=128 if cuda_shapes else 16, tie_word_embeddings=False,
         rope_parameters=dict(rope_type="default", rope_theta=1000000.0)), torch.bfloat16, "100KB"
 
 
@@ -73,9 +75,11 @@ def reference(model, vocab):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="tests/data/hf")
+    ap.add_argument("--cuda-shapes", action="store_true",
+                    help="hidden 256 (head_dim 64, Qwen3's 128) for the CUDA backend; not committed")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    for name, config, dtype, shard in fixtures():
+    for name, config, dtype, shard in fixtures(args.cuda_shapes):
         torch.manual_seed(1234)
         model = AutoModelForCausalLM.from_config(config)
         with torch.no_grad():  # visible biases and norm weights, not their 0/1 init

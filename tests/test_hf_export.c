@@ -11,20 +11,13 @@
 #include "common/check.h"
 #include "model/hf_model.h"
 #include "model/safetensors.h"
+#include "tests/test_hf_util.h"
 #include "tests/test_util.h"
 #include "trainer/checkpoint.h"
 #include "trainer/hf_export.h"
 
 static char dir[] = "/tmp/test_hf_export_XXXXXX";
 
-static float *load_folder(const char *folder, HfModelConfig *hf, ParamTable *table) {
-    char err[1024];
-    if (hf_config_read(folder, hf, err, sizeof err) != 0) fatal("%s", err);
-    param_table_build(&hf->cfg, table);
-    float *params = xmalloc(table->total * sizeof(float));
-    if (hf_weights_load(folder, table, params, err, sizeof err) != 0) fatal("%s", err);
-    return params;
-}
 
 // The file of folder that holds tensor `name`: model.safetensors, else the shard the
 // index names.
@@ -80,7 +73,7 @@ static void test_round_trip_fixtures(void) {
         snprintf(out, sizeof out, "%s/%s", dir, cases[i].name);
         HfModelConfig hf;
         ParamTable table;
-        float *params = load_folder(src, &hf, &table);
+        float *params = load_hf_folder(src, &hf, &table);
         HfExport e = {.hf = hf, .dtype = cases[i].dtype, .generation_eos_token_id = -1};
         EXPECT(hf_export_write(out, &table, params, &e, err, sizeof err) == 0, "%s: %s",
                cases[i].name, err);
@@ -107,7 +100,7 @@ static void test_checkpoint_export(void) {
     snprintf(c, sizeof c, "%s/export_f32", dir);
     HfModelConfig hf;
     ParamTable table;
-    float *params = load_folder("tests/data/hf/qwen3_qknorm_sharded", &hf, &table);
+    float *params = load_hf_folder("tests/data/hf/qwen3_qknorm_sharded", &hf, &table);
     for (size_t i = 0; i < table.total; i++) params[i] *= 1.0f + 1e-3f * (float)(i % 7);  // "trained"
     AdamWState opt;
     adamw_init(&opt, table.total);

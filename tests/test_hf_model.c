@@ -11,6 +11,7 @@
 #include "common/check.h"
 #include "model/hf_model.h"
 #include "model/safetensors.h"
+#include "tests/test_hf_util.h"
 #include "tests/test_util.h"
 
 static char dir[] = "/tmp/test_hf_model_XXXXXX";
@@ -18,15 +19,6 @@ static char dir[] = "/tmp/test_hf_model_XXXXXX";
 static const char *const FIXTURES[] = {"llama3_scaling", "llama_linear_f16", "qwen2_bias_bf16",
                                        "qwen3_qknorm_sharded"};
 
-// Loads a fixture folder's config and weights; exits on error (the fixtures are ours).
-static float *load_fixture(const char *folder, HfModelConfig *hf, ParamTable *table) {
-    char err[1024];
-    if (hf_config_read(folder, hf, err, sizeof err) != 0) fatal("%s", err);
-    param_table_build(&hf->cfg, table);
-    float *params = xmalloc(table->total * sizeof(float));
-    if (hf_weights_load(folder, table, params, err, sizeof err) != 0) fatal("%s", err);
-    return params;
-}
 
 // The CPU forward's logits error (relative to the largest reference logit) and loss
 // error (relative) against the fixture's transformers reference. plain_rope: run it
@@ -36,7 +28,7 @@ static void fixture_errors(const char *name, bool plain_rope, double *logit_err,
     snprintf(folder, sizeof folder, "tests/data/hf/%s", name);
     HfModelConfig hf;
     ParamTable table;
-    float *params = load_fixture(folder, &hf, &table);
+    float *params = load_hf_folder(folder, &hf, &table);
     if (plain_rope) hf.cfg.rope_scaling.type = ROPE_DEFAULT;
     const ModelConfig *cfg = &hf.cfg;
 
@@ -225,7 +217,7 @@ static void test_weight_refusals(void) {
     const char *src = "tests/data/hf/llama3_scaling";
     HfModelConfig hf;
     ParamTable table;
-    float *params = load_fixture(src, &hf, &table);
+    float *params = load_hf_folder(src, &hf, &table);
     const int n = table.n_tensors;
     SafeTensorOut *entries = xcalloc((size_t)n + 1, sizeof *entries);
     safetensors_table_entries(&table, "", params, entries);
@@ -274,7 +266,7 @@ static void test_weight_refusals(void) {
     // embedding, refused otherwise.
     HfModelConfig tied_hf;
     ParamTable tied;
-    float *tied_params = load_fixture("tests/data/hf/qwen2_bias_bf16", &tied_hf, &tied);
+    float *tied_params = load_hf_folder("tests/data/hf/qwen2_bias_bf16", &tied_hf, &tied);
     SafeTensorOut *tied_entries = xcalloc((size_t)tied.n_tensors + 1, sizeof *tied_entries);
     safetensors_table_entries(&tied, "", tied_params, tied_entries);
     tied_entries[tied.n_tensors] = tied_entries[0];
@@ -302,7 +294,7 @@ static void test_weight_refusals(void) {
     CHECK(system(cmd) == 0, "%s", cmd);
     HfModelConfig q3;
     ParamTable q3_table;
-    float *q3_params = load_fixture("tests/data/hf/qwen3_qknorm_sharded", &q3, &q3_table);
+    float *q3_params = load_hf_folder("tests/data/hf/qwen3_qknorm_sharded", &q3, &q3_table);
     EXPECT(hf_weights_load(folder, &q3_table, q3_params, err, sizeof err) != 0 &&
                strstr(err, "tensor 'lm_head.weight' is not in model-00001-of-00002.safetensors"),
            "index pointing at the wrong shard: %s", err);

@@ -11,9 +11,8 @@
 #     ids, [lo, hi) as a 4-D mask; scripts/hf_compare.py) against onepass's eval loss,
 #     within 5e-3 relative (bf16 on CUDA against fp32 transformers).
 # Usage, from the repository root here:
-#   cmake -S . -B build-hf -DONEPASS_CUDA=ON && cmake --build build-hf -j2 \
-#     --target test_ops_cuda test_model_cuda train
-#   scripts/device_bundle.sh build-hf .device/hf test_ops_cuda test_model_cuda train
+#   scripts/test.sh   (or: cmake -S . -B build -DONEPASS_CUDA=ON && cmake --build build -j2)
+#   scripts/device_bundle.sh build .device/hf test_ops_cuda test_model_cuda train  (~47 MiB)
 #   then the device call: command "bash scripts/gpu_hf.sh", carry [".device/hf"]
 # Results: $OUT/hf.tar.gz (logs) and the summary lines on stdout.
 set -u

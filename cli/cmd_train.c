@@ -44,13 +44,14 @@ static void install_stop_handlers(void) {
     sigaction(SIGTERM, &sa, NULL);
 }
 
-// Creates out_dir and saves the resolved config in it as config.json.
+// Creates out_dir and saves the resolved config in it as run_config.json (config.json
+// means a model config to every tool of the ecosystem).
 static const char *prepare_out_dir(const Config *config, const char *resolved) {
     const char *out_dir = config_str(config, "out_dir");
     if (!out_dir) fatal("config key 'out_dir': a directory is required");
     char path[4096], err[1024];
     if (make_dirs(out_dir, err, sizeof err)) fatal("config key 'out_dir': %s", err);
-    snprintf(path, sizeof path, "%s/config.json", out_dir);
+    snprintf(path, sizeof path, "%s/run_config.json", out_dir);
     if (write_file_atomic(path, resolved, strlen(resolved), err, sizeof err)) fatal("%s", err);
     return out_dir;
 }
@@ -265,6 +266,14 @@ int cmd_train(int argc, char **argv) {
 
     TrainState state;
     train_state_init(&state, &mc, settings.seed);
+    const char *init_from = config_str(config, "model.init_from");
+    if (init_from) {
+        params_load_or_init(&mc, &state.table, init_from, settings.seed, state.params);
+        printf("weights: %s\n", init_from);
+    }
+    hf_export_from(config, &mc, tok, &state.export);
+    state.tokenizer_dir = init_from;
+    state.tokenizer_model = config_str(config, "data.tokenizer");
     printf("model: %zu parameters (%d layers, hidden %d, vocab %d)\n", state.table.total,
            mc.num_hidden_layers, mc.hidden_size, mc.vocab_size);
     StepLoader loader;

@@ -8,3 +8,4 @@ int cmd_parity(int argc, char **argv);    // cli/cmd_parity.c: loss/gradient par
 int cmd_show(int argc, char **argv);      // cli/cmd_show.c: draw the layouts' masks and tiles
 int cmd_gen_data(int argc, char **argv);  // cli/cmd_gen_data.c: write the synthetic data sets
 int cmd_tokenizer(int argc, char **argv); // cli/cmd_tokenizer.c: train a SentencePiece model
+int cmd_export(int argc, char **argv);    // cli/cmd_export.c: a checkpoint as a HF folder

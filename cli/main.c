@@ -10,7 +10,8 @@ static void usage(FILE *f) {
           "       train parity --config FILE [--set k=v]... --json out.json\n"
           "       train show --config FILE [--set k=v]... --conversation N --out DIR [--rows]\n"
           "       train gen-data --out-dir DIR [--seed N] [--train N] [--eval N] [--shared N]\n"
-          "       train tokenizer --corpus-from FILE.jsonl --out PREFIX [--vocab-size N]\n",
+          "       train tokenizer --corpus-from FILE.jsonl --out PREFIX [--vocab-size N]\n"
+          "       train export --from CHECKPOINT --out DIR [--dtype bf16|f16|f32]\n",
           f);
 }
 
@@ -29,6 +30,7 @@ int main(int argc, char **argv) {
     if (strcmp(sub, "show") == 0) return cmd_show(sub_argc, sub_argv);
     if (strcmp(sub, "gen-data") == 0) return cmd_gen_data(sub_argc, sub_argv);
     if (strcmp(sub, "tokenizer") == 0) return cmd_tokenizer(sub_argc, sub_argv);
+    if (strcmp(sub, "export") == 0) return cmd_export(sub_argc, sub_argv);
     fprintf(stderr, "train: unknown command '%s'\n", sub);
     usage(stderr);
     return 2;

@@ -1,5 +1,6 @@
 // The model configuration: its validation and the dimensions derived from it, in one
 // place for the parameter table and both backends.
+#define _DEFAULT_SOURCE  // M_PI
 #include <math.h>
 #include "common/check.h"
 #include "model/model.h"
@@ -17,20 +18,37 @@ ModelDims model_dims(const ModelConfig *cfg) {
     for (size_t i = 0; i < sizeof(positive) / sizeof(positive[0]); i++)
         if (positive[i].value <= 0)
             fatal("model.%s must be positive, got %d", positive[i].name, positive[i].value);
-    if (cfg->hidden_size % cfg->num_attention_heads != 0)
-        fatal("model.hidden_size %d is not a multiple of model.num_attention_heads %d",
-              cfg->hidden_size, cfg->num_attention_heads);
     ModelDims d;
-    d.head_dim = cfg->hidden_size / cfg->num_attention_heads;
-    if (d.head_dim % 2 != 0)
-        fatal("head dim (model.hidden_size / model.num_attention_heads = %d) must be even for "
-              "RoPE",
-              d.head_dim);
+    if (cfg->head_dim < 0) fatal("model.head_dim must be positive (or 0: derived), got %d",
+                                 cfg->head_dim);
+    if (cfg->head_dim > 0) {
+        d.head_dim = cfg->head_dim;
+        if (d.head_dim % 2 != 0) fatal("model.head_dim %d must be even for RoPE", d.head_dim);
+    } else {
+        if (cfg->hidden_size % cfg->num_attention_heads != 0)
+            fatal("model.hidden_size %d is not a multiple of model.num_attention_heads %d",
+                  cfg->hidden_size, cfg->num_attention_heads);
+        d.head_dim = cfg->hidden_size / cfg->num_attention_heads;
+        if (d.head_dim % 2 != 0)
+            fatal("head dim (model.hidden_size / model.num_attention_heads = %d) must be even "
+                  "for RoPE",
+                  d.head_dim);
+    }
     if (cfg->num_attention_heads % cfg->num_key_value_heads != 0)
         fatal("model.num_attention_heads %d is not a multiple of model.num_key_value_heads %d",
               cfg->num_attention_heads, cfg->num_key_value_heads);
     if (!(cfg->rms_norm_eps > 0.0f)) fatal("model.rms_norm_eps must be positive");
     if (!(cfg->rope_theta > 0.0f)) fatal("model.rope_theta must be positive");
+    const RopeScaling *rs = &cfg->rope_scaling;
+    if (rs->type != ROPE_DEFAULT && !(rs->factor > 0.0f))
+        fatal("model.rope_scaling.factor must be positive, got %g", (double)rs->factor);
+    if (rs->type == ROPE_LLAMA3 &&
+        (!(rs->high_freq_factor > rs->low_freq_factor) || !(rs->low_freq_factor > 0.0f) ||
+         rs->original_max_position_embeddings <= 0))
+        fatal("model.rope_scaling (llama3): needs 0 < low_freq_factor %g < high_freq_factor %g "
+              "and original_max_position_embeddings %d > 0",
+              (double)rs->low_freq_factor, (double)rs->high_freq_factor,
+              rs->original_max_position_embeddings);
     d.q_dim = cfg->num_attention_heads * d.head_dim;
     d.kv_dim = cfg->num_key_value_heads * d.head_dim;
     d.qkv_dim = d.q_dim + 2 * d.kv_dim;
@@ -41,4 +59,28 @@ AttnShape model_attention_shape(const ModelConfig *cfg, const ModelDims *d, int 
                                 int seq_len) {
     return (AttnShape){n_rows, seq_len, cfg->num_attention_heads, cfg->num_key_value_heads,
                        d->head_dim, 1.0f / sqrtf((float)d->head_dim)};
+}
+
+// HF's _compute_default/linear/llama3_rope_parameters, in double.
+void rope_inv_freq(double *inv_freq, int head_dim, float theta, const RopeScaling *scaling) {
+    const int half = head_dim / 2;
+    for (int i = 0; i < half; i++) inv_freq[i] = pow((double)theta, -2.0 * i / head_dim);
+    if (!scaling || scaling->type == ROPE_DEFAULT) return;
+    const double factor = scaling->factor;
+    if (scaling->type == ROPE_LINEAR) {
+        for (int i = 0; i < half; i++) inv_freq[i] /= factor;
+        return;
+    }
+    const double old_len = scaling->original_max_position_embeddings;
+    const double low = scaling->low_freq_factor, high = scaling->high_freq_factor;
+    const double low_freq_wavelen = old_len / low, high_freq_wavelen = old_len / high;
+    for (int i = 0; i < half; i++) {
+        const double wavelen = 2.0 * M_PI / inv_freq[i];
+        if (wavelen > low_freq_wavelen) {
+            inv_freq[i] /= factor;  // low frequencies: scaled
+        } else if (wavelen >= high_freq_wavelen) {  // the band between: interpolated
+            const double smooth = (old_len / wavelen - low) / (high - low);
+            inv_freq[i] = (1.0 - smooth) * inv_freq[i] / factor + smooth * inv_freq[i];
+        }  // high frequencies: unchanged
+    }
 }

@@ -7,26 +7,44 @@
 #include "attention/attention.h"
 #include "attention/mask.h"
 
+// RoPE frequency scaling (HF rope_scaling / rope_parameters "rope_type").
+typedef enum { ROPE_DEFAULT = 0, ROPE_LINEAR, ROPE_LLAMA3 } RopeType;
+typedef struct {
+    RopeType type;
+    float factor;                              // linear and llama3
+    float low_freq_factor, high_freq_factor;   // llama3
+    int original_max_position_embeddings;      // llama3
+} RopeScaling;
+
+// The architecture family, as HF model_type: it decides which tensors a layer has.
+typedef enum { ARCH_LLAMA = 0, ARCH_QWEN2, ARCH_QWEN3 } ModelArch;
+
 typedef struct {
     int vocab_size, hidden_size, intermediate_size, num_hidden_layers;
     int num_attention_heads, num_key_value_heads;
     float rms_norm_eps, rope_theta;
     bool tie_word_embeddings;
+    int head_dim;          // 0: hidden_size / num_attention_heads (HF's default)
+    bool attention_bias;   // q_proj, k_proj, v_proj biases (Qwen2)
+    bool qk_norm;          // q_norm, k_norm: RMSNorm over head_dim before RoPE (Qwen3)
+    RopeScaling rope_scaling;
+    ModelArch arch;        // for the exported config.json
 } ModelConfig;
 
 // The widths every part of the model derives from a ModelConfig.
 typedef struct {
-    int head_dim;  // D: one attention head (hidden_size / num_attention_heads)
+    int head_dim;  // D: one attention head (cfg.head_dim, else hidden_size / heads)
     int q_dim;     // H * D: q_proj output, attention output, o_proj input
     int kv_dim;    // KV * D: k_proj and v_proj output each
     int qkv_dim;   // q_dim + 2 * kv_dim: the stacked [q; k; v] projection
 } ModelDims;
 
 // Validates the config (fatal, naming the model.* key, for anything the model cannot
-// run: a non-positive size, a head dim that does not divide hidden_size or is odd
-// (RoPE rotates halves), query heads that are not a multiple of the key/value heads,
-// a non-positive rms_norm_eps or rope_theta) and returns its dimensions. The one place
-// that derives them: the parameter table and both backends call it.
+// run: a non-positive size, no head_dim given and heads that do not divide hidden_size,
+// an odd head dim (RoPE rotates halves), query heads that are not a multiple of the
+// key/value heads, a non-positive rms_norm_eps or rope_theta, a bad rope scaling) and
+// returns its dimensions. The one place that derives them: the parameter table and
+// both backends call it.
 ModelDims model_dims(const ModelConfig *cfg);
 // The attention shape of n_rows x seq_len tokens under this model: its query and
 // key/value heads, the head dim and the softmax scale 1 / sqrt(head_dim).
@@ -43,6 +61,7 @@ typedef struct {
     size_t numel;
     bool is_norm;        // RMSNorm weight (for weight-decay exclusion)
     bool is_embedding;   // embed_tokens or lm_head (for weight-decay exclusion)
+    bool is_bias;        // a Linear bias: zero at init, decayed as norms are (decay_norms)
 } ParamTensor;
 
 typedef struct {
@@ -52,15 +71,19 @@ typedef struct {
 } ParamTable;
 
 // Validates cfg (model_dims). Tensor order: model.embed_tokens.weight; per layer i: input_layernorm, q_proj,
-// k_proj, v_proj, o_proj, post_attention_layernorm, gate_proj, up_proj, down_proj;
-// model.norm.weight; lm_head.weight (absent when tied).
+// k_proj, v_proj, o_proj, post_attention_layernorm, gate_proj, up_proj, down_proj, then
+// q_proj.bias, k_proj.bias, v_proj.bias (attention_bias) and self_attn.q_norm, k_norm
+// (qk_norm); model.norm.weight; lm_head.weight (absent when tied).
 void param_table_build(const ModelConfig *cfg, ParamTable *out);
 void param_table_free(ParamTable *t);
 const ParamTensor *param_table_find(const ParamTable *t, const char *name);  // NULL if absent
 // Per-layer tensors, in ParamTable order, by HF name suffix after "model.layers.{i}.".
+// The optional ones (biases, q/k norms) resolve to PARAM_ABSENT when the config has none.
 typedef enum {
-    W_INPUT_NORM, W_Q, W_K, W_V, W_O, W_POST_NORM, W_GATE, W_UP, W_DOWN, LAYER_TENSORS
+    W_INPUT_NORM, W_Q, W_K, W_V, W_O, W_POST_NORM, W_GATE, W_UP, W_DOWN,
+    W_Q_BIAS, W_K_BIAS, W_V_BIAS, W_Q_NORM, W_K_NORM, LAYER_TENSORS
 } LayerTensor;
+#define PARAM_ABSENT ((size_t)-1)
 
 // Where each tensor sits in the flat buffer (element offsets), resolved once by name
 // for both model backends.
@@ -71,7 +94,12 @@ typedef struct {
 void param_offsets_resolve(const ModelConfig *cfg, const ParamTable *t, ParamOffsets *out);
 void param_offsets_free(ParamOffsets *o);
 
-// Deterministic init from a seed: N(0, 0.02) for matrices, 1 for norm weights.
+// RoPE inverse frequencies inv_freq[head_dim / 2] of theta under the scaling (NULL or
+// ROPE_DEFAULT: theta^(-2i/head_dim); linear: divided by factor; llama3: HF's
+// wavelength-banded smoothing), in double.
+void rope_inv_freq(double *inv_freq, int head_dim, float theta, const RopeScaling *scaling);
+
+// Deterministic init from a seed: N(0, 0.02) for matrices, 1 for norm weights, 0 for biases.
 void params_init(const ModelConfig *cfg, const ParamTable *t, uint64_t seed, float *params);
 
 // One micro-batch of packed rows (all [n_rows, seq_len]) with its attention mask
@@ -99,6 +127,10 @@ void cpu_model_set_logit_chunk_rows(CpuModel *m, int rows);
 // Forward only. Writes per-position cross-entropy into losses [n_rows, seq_len]
 // (0 where target is -1) when losses is not NULL. Returns the sum over targets.
 double cpu_model_forward(CpuModel *m, const float *params, const ModelBatch *b, float *losses);
+
+// Forward only: the logits [n_rows * seq_len, vocab_size] of every slot, at once (for
+// tests and tools on small batches: no chunking).
+void cpu_model_logits(CpuModel *m, const float *params, const ModelBatch *b, float *logits);
 
 // Forward and backward. The loss is sum(CE over targets) * loss_scale, where
 // loss_scale = 1 / (trained positions of the whole optimizer step); gradients of

@@ -18,6 +18,10 @@ typedef struct {
     float *ln1_rstd;  // [T]
     float *q;         // [T, H, D] after RoPE
     float *k;         // [T, KV, D] after RoPE
+    float *q_raw;     // [T, H, D] q_proj output (+ bias) before q_norm (qk_norm only)
+    float *k_raw;     // [T, KV, D] the same for k
+    float *q_rstd;    // [T, H] q_norm's saved 1/rms (qk_norm only)
+    float *k_rstd;    // [T, KV]
     float *v;         // [T, KV, D]
     float *attn;      // [T, H, D] attention output (o_proj input)
     float *lse;       // [n_rows, H, seq_len] attention log-sum-exp
@@ -58,6 +62,8 @@ struct CpuModel {
     float *d_attn;      // [T, H, D]
     float *d_q;         // [T, H, D]
     float *d_k, *d_v;   // [T, KV, D]
+    float *d_q_raw;     // [T, H, D] gradient before q_norm (qk_norm only)
+    float *d_k_raw;     // [T, KV, D]
     float *d_act;       // [T, F]
     float *d_gate;      // [T, F]
     float *d_up;        // [T, F]
@@ -95,6 +101,12 @@ CpuModel *cpu_model_create(const ModelConfig *cfg, int max_rows, int seq_len) {
         a->q = alloc_floats(m, T * QD);
         a->k = alloc_floats(m, T * KVD);
         a->v = alloc_floats(m, T * KVD);
+        if (cfg->qk_norm) {
+            a->q_raw = alloc_floats(m, T * QD);
+            a->k_raw = alloc_floats(m, T * KVD);
+            a->q_rstd = alloc_floats(m, T * H);
+            a->k_rstd = alloc_floats(m, T * cfg->num_key_value_heads);
+        }
         a->attn = alloc_floats(m, T * QD);
         a->lse = alloc_floats(m, T * H);
         a->mid = alloc_floats(m, T * C);
@@ -125,6 +137,10 @@ CpuModel *cpu_model_create(const ModelConfig *cfg, int max_rows, int seq_len) {
     m->d_q = alloc_floats(m, T * QD);
     m->d_k = alloc_floats(m, T * KVD);
     m->d_v = alloc_floats(m, T * KVD);
+    if (cfg->qk_norm) {
+        m->d_q_raw = alloc_floats(m, T * QD);
+        m->d_k_raw = alloc_floats(m, T * KVD);
+    }
     m->d_act = alloc_floats(m, T * F);
     m->d_gate = alloc_floats(m, T * F);
     m->d_up = alloc_floats(m, T * F);
@@ -155,11 +171,65 @@ static void add_arrays(float *out, const float *a, const float *b, size_t n) {
 
 static void zero_floats(float *x, size_t n) { memset(x, 0, n * sizeof(float)); }
 
+// q, k, v of one layer from its ln1 output: the projections, their biases
+// (attention_bias), q_norm/k_norm over each head (qk_norm), RoPE on q and k.
+static void attention_inputs(CpuModel *m, const float *params, const size_t *w,
+                             LayerActivations *a, const ModelBatch *b) {
+    const ModelConfig *cfg = &m->cfg;
+    const int T = b->n_rows * b->seq_len, C = cfg->hidden_size;
+    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->dims.head_dim;
+    float *q = cfg->qk_norm ? a->q_raw : a->q, *k = cfg->qk_norm ? a->k_raw : a->k;
+    matmul_forward_cpu(q, a->ln1, params + w[W_Q], T, C, m->dims.q_dim);
+    matmul_forward_cpu(k, a->ln1, params + w[W_K], T, C, m->dims.kv_dim);
+    matmul_forward_cpu(a->v, a->ln1, params + w[W_V], T, C, m->dims.kv_dim);
+    if (cfg->attention_bias) {
+        bias_forward_cpu(q, params + w[W_Q_BIAS], T, m->dims.q_dim);
+        bias_forward_cpu(k, params + w[W_K_BIAS], T, m->dims.kv_dim);
+        bias_forward_cpu(a->v, params + w[W_V_BIAS], T, m->dims.kv_dim);
+    }
+    if (cfg->qk_norm) {
+        rmsnorm_forward_cpu(a->q, a->q_rstd, q, params + w[W_Q_NORM], T * H, D, cfg->rms_norm_eps);
+        rmsnorm_forward_cpu(a->k, a->k_rstd, k, params + w[W_K_NORM], T * KV, D,
+                            cfg->rms_norm_eps);
+    }
+    rope_forward_cpu(a->q, b->pos, T, H, D, cfg->rope_theta, &cfg->rope_scaling);
+    rope_forward_cpu(a->k, b->pos, T, KV, D, cfg->rope_theta, &cfg->rope_scaling);
+}
+
+// Backward of attention_inputs from m->d_q, d_k, d_v (attention's input gradients; RoPE
+// is undone in place): adds the norm and bias gradients and points *d_q, *d_k at the
+// gradients of the q_proj and k_proj outputs (d_v's is m->d_v).
+static void attention_inputs_backward(CpuModel *m, const float *params, float *grads,
+                                      const size_t *w, const LayerActivations *a,
+                                      const ModelBatch *b, const float **d_q, const float **d_k) {
+    const ModelConfig *cfg = &m->cfg;
+    const int T = b->n_rows * b->seq_len;
+    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->dims.head_dim;
+    rope_backward_cpu(m->d_q, b->pos, T, H, D, cfg->rope_theta, &cfg->rope_scaling);
+    rope_backward_cpu(m->d_k, b->pos, T, KV, D, cfg->rope_theta, &cfg->rope_scaling);
+    *d_q = m->d_q;
+    *d_k = m->d_k;
+    if (cfg->qk_norm) {
+        zero_floats(m->d_q_raw, (size_t)T * m->dims.q_dim);
+        zero_floats(m->d_k_raw, (size_t)T * m->dims.kv_dim);
+        rmsnorm_backward_cpu(m->d_q_raw, grads + w[W_Q_NORM], m->d_q, a->q_raw,
+                             params + w[W_Q_NORM], a->q_rstd, T * H, D);
+        rmsnorm_backward_cpu(m->d_k_raw, grads + w[W_K_NORM], m->d_k, a->k_raw,
+                             params + w[W_K_NORM], a->k_rstd, T * KV, D);
+        *d_q = m->d_q_raw;
+        *d_k = m->d_k_raw;
+    }
+    if (cfg->attention_bias) {
+        bias_backward_cpu(grads + w[W_Q_BIAS], *d_q, T, m->dims.q_dim);
+        bias_backward_cpu(grads + w[W_K_BIAS], *d_k, T, m->dims.kv_dim);
+        bias_backward_cpu(grads + w[W_V_BIAS], m->d_v, T, m->dims.kv_dim);
+    }
+}
+
 // Embedding and all layers up to the final norm; fills every saved activation.
 static void forward_body(CpuModel *m, const float *params, const ModelBatch *b) {
     const ModelConfig *cfg = &m->cfg;
     const int T = b->n_rows * b->seq_len, C = cfg->hidden_size, F = cfg->intermediate_size;
-    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->dims.head_dim;
     const AttnShape shape = model_attention_shape(cfg, &m->dims, b->n_rows, b->seq_len);
 
     embedding_forward_cpu(m->residual[0], b->token, params + m->off.embed, T, C);
@@ -169,11 +239,7 @@ static void forward_body(CpuModel *m, const float *params, const ModelBatch *b) 
         const float *x = m->residual[l];
         rmsnorm_forward_cpu(a->ln1, a->ln1_rstd, x, params + w[W_INPUT_NORM], T, C,
                             cfg->rms_norm_eps);
-        matmul_forward_cpu(a->q, a->ln1, params + w[W_Q], T, C, m->dims.q_dim);
-        matmul_forward_cpu(a->k, a->ln1, params + w[W_K], T, C, m->dims.kv_dim);
-        matmul_forward_cpu(a->v, a->ln1, params + w[W_V], T, C, m->dims.kv_dim);
-        rope_forward_cpu(a->q, b->pos, T, H, D, cfg->rope_theta);
-        rope_forward_cpu(a->k, b->pos, T, KV, D, cfg->rope_theta);
+        attention_inputs(m, params, w, a, b);
         attention_forward_cpu(&shape, b->mask, a->q, a->k, a->v, a->attn, a->lse);
         matmul_forward_cpu(m->proj_out, a->attn, params + w[W_O], T, m->dims.q_dim, C);
         add_arrays(a->mid, x, m->proj_out, (size_t)T * C);
@@ -237,6 +303,13 @@ double cpu_model_forward(CpuModel *m, const float *params, const ModelBatch *b, 
     return loss_head(m, params, NULL, b, 1.0f, losses);
 }
 
+void cpu_model_logits(CpuModel *m, const float *params, const ModelBatch *b, float *logits) {
+    model_batch_check(b, &m->cfg, m->max_rows, m->seq_len);
+    forward_body(m, params, b);
+    matmul_forward_cpu(logits, m->final_norm, params + m->off.lm_head, b->n_rows * b->seq_len,
+                       m->cfg.hidden_size, m->cfg.vocab_size);
+}
+
 double cpu_model_forward_backward(CpuModel *m, const float *params, float *grads,
                                   const ModelBatch *b, float loss_scale) {
     model_batch_check(b, &m->cfg, m->max_rows, m->seq_len);
@@ -245,7 +318,6 @@ double cpu_model_forward_backward(CpuModel *m, const float *params, float *grads
 
     const ModelConfig *cfg = &m->cfg;
     const int T = b->n_rows * b->seq_len, C = cfg->hidden_size, F = cfg->intermediate_size;
-    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->dims.head_dim;
     const int L = cfg->num_hidden_layers;
     const AttnShape shape = model_attention_shape(cfg, &m->dims, b->n_rows, b->seq_len);
 
@@ -275,12 +347,12 @@ double cpu_model_forward_backward(CpuModel *m, const float *params, float *grads
                             m->dims.q_dim, C);
         attention_backward_cpu(&shape, b->mask, a->q, a->k, a->v, a->attn, a->lse,
                                m->d_attn, m->d_q, m->d_k, m->d_v);
-        rope_backward_cpu(m->d_q, b->pos, T, H, D, cfg->rope_theta);
-        rope_backward_cpu(m->d_k, b->pos, T, KV, D, cfg->rope_theta);
+        const float *d_q, *d_k;
+        attention_inputs_backward(m, params, grads, w, a, b, &d_q, &d_k);
         zero_floats(m->d_normed, (size_t)T * C);
-        matmul_backward_cpu(m->d_normed, grads + w[W_Q], m->d_q, a->ln1, params + w[W_Q], T, C,
+        matmul_backward_cpu(m->d_normed, grads + w[W_Q], d_q, a->ln1, params + w[W_Q], T, C,
                             m->dims.q_dim);
-        matmul_backward_cpu(m->d_normed, grads + w[W_K], m->d_k, a->ln1, params + w[W_K], T, C,
+        matmul_backward_cpu(m->d_normed, grads + w[W_K], d_k, a->ln1, params + w[W_K], T, C,
                             m->dims.kv_dim);
         matmul_backward_cpu(m->d_normed, grads + w[W_V], m->d_v, a->ln1, params + w[W_V], T, C,
                             m->dims.kv_dim);

@@ -144,6 +144,8 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len) 
         fatal("cuda backend: head dim (model.hidden_size %d / model.num_attention_heads %d = %d) "
               "must be 64 or 128 for the attention kernels",
               cfg->hidden_size, cfg->num_attention_heads, m->dims.head_dim);
+    if (const char *feature = model_cuda_unsupported_feature(cfg))
+        fatal("cuda backend: %s is not implemented on CUDA yet; use backend \"cpu\"", feature);
     param_table_build(cfg, &m->table);
     m->max_rows = max_rows;
     m->seq_len = seq_len;
@@ -217,6 +219,11 @@ bool model_dims_cuda_supported(const ModelDims *d) {
     return d->head_dim == 64 || d->head_dim == 128;
 }
 
+const char *model_cuda_unsupported_feature(const ModelConfig *cfg) {
+    if (cfg->qk_norm) return "q_norm/k_norm";
+    return NULL;
+}
+
 // ---------------------------------------------------------------- the model
 
 static void zero_async(CudaModel *m, void *p, size_t bytes) {
@@ -236,7 +243,8 @@ static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) 
 
     {
         StageRange stage(m->timer, "fwd embedding+norm");
-        rope_angles_cuda(m->rope_cos_sin, m->batch.pos, T, D, cfg->rope_theta, s);
+        rope_angles_cuda(m->rope_cos_sin, m->batch.pos, T, D, cfg->rope_theta, &cfg->rope_scaling,
+                         s);
         embedding_forward_cuda(m->residual[0], m->batch.token, params + m->off.embed, T, C, s);
         rmsnorm_forward_cuda(m->ln, m->layers[0].ln1_rstd, m->residual[0],
                              params + m->off.layer[W_INPUT_NORM], T, C, cfg->rms_norm_eps, s);
@@ -247,6 +255,8 @@ static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) 
         {
             StageRange stage(m->timer, "fwd qkv matmul");
             matmul_forward_cuda(m->qkv, m->ln, params + w[W_Q], T, C, QKV, s);
+            // The q, k, v biases are consecutive in the table, as the weights are.
+            if (cfg->attention_bias) bias_forward_cuda(m->qkv, params + w[W_Q_BIAS], T, QKV, s);
         }
         {
             StageRange stage(m->timer, "fwd rope");
@@ -425,6 +435,7 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
             StageRange stage(m->timer, "bwd rope");
             rope_merge_qkv_backward_cuda(m->qkv, m->d_q, m->d_k, m->d_v, m->rope_cos_sin, T, H,
                                          KV, D, s);
+            if (cfg->attention_bias) bias_backward_cuda(grads + w[W_Q_BIAS], m->qkv, T, QKV, s);
         }
         {
             StageRange stage(m->timer, "bwd norm recompute");  // ln1

@@ -28,6 +28,9 @@ typedef struct CudaModel CudaModel;
 // Whether the CUDA kernels run a model of these dimensions: the attention kernels are
 // built for head dims 64 and 128.
 bool model_dims_cuda_supported(const ModelDims *d);
+// The first architecture feature of cfg the CUDA model does not run yet ("q_norm/k_norm"),
+// or NULL when it runs them all.
+const char *model_cuda_unsupported_feature(const ModelConfig *cfg);
 
 // Validates the config (model_dims, then model_dims_cuda_supported: fatal, naming the
 // fields) and allocates the activation arena once.

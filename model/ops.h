@@ -5,6 +5,7 @@
 // "Accumulate" means the op ADDS into the gradient buffer (micro-batch accumulation).
 #pragma once
 #include <stdint.h>
+#include "model/model.h"
 
 // out[N,C] = wte[tokens[n], :]
 void embedding_forward_cpu(float *out, const int32_t *tokens, const float *wte, int N, int C);
@@ -20,10 +21,18 @@ void rmsnorm_backward_cpu(float *dinp, float *dweight, const float *dout, const 
 
 // Rotate-half RoPE in place on x[N, n_heads, head_dim] with per-token position ids
 // pos[N]: x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin over halves of head_dim,
-// angle = pos * theta^(-2i/head_dim). backward applies the inverse rotation to dx.
-void rope_forward_cpu(float *x, const int32_t *pos, int N, int n_heads, int head_dim, float theta);
+// angle = pos * inv_freq[i], inv_freq from theta under the scaling (rope_inv_freq in
+// model/model.h; NULL scaling: theta^(-2i/head_dim)). backward applies the inverse
+// rotation to dx.
+void rope_forward_cpu(float *x, const int32_t *pos, int N, int n_heads, int head_dim, float theta,
+                      const RopeScaling *scaling);
 void rope_backward_cpu(float *dx, const int32_t *pos, int N, int n_heads, int head_dim,
-                       float theta);
+                       float theta, const RopeScaling *scaling);
+
+// out[N,C] += bias[C] on every row (a Linear's bias)
+void bias_forward_cpu(float *out, const float *bias, int N, int C);
+// dbias[C] += sum over rows of dout[N,C] (accumulate; fixed order)
+void bias_backward_cpu(float *dbias, const float *dout, int N, int C);
 
 // out[n] = silu(gate[n]) * up[n] over n elements
 void swiglu_forward_cpu(float *out, const float *gate, const float *up, int64_t n);

@@ -75,11 +75,11 @@ void rmsnorm_backward_cpu(float *dinp, float *dweight, const float *dout, const 
 // the forward rotation, -1 its inverse (= transpose, the backward of a rotation).
 // Angles are computed in double: fp32 pos * inv_freq loses ~1e-4 rad at pos 4k.
 static void rope_rotate(float *x, const int32_t *pos, int N, int n_heads, int head_dim,
-                        float theta, float direction) {
+                        float theta, const RopeScaling *scaling, float direction) {
     CHECK(head_dim % 2 == 0, "rope: head_dim %d is odd", head_dim);
     const int half = head_dim / 2;
     double *inv_freq = xmalloc((size_t)half * sizeof(double));  // [half]
-    for (int i = 0; i < half; i++) inv_freq[i] = pow((double)theta, -2.0 * i / head_dim);
+    rope_inv_freq(inv_freq, head_dim, theta, scaling);
 #pragma omp parallel
     {
         float *cos_t = xmalloc((size_t)half * sizeof(float));  // [half] per token
@@ -106,13 +106,32 @@ static void rope_rotate(float *x, const int32_t *pos, int N, int n_heads, int he
     free(inv_freq);
 }
 
-void rope_forward_cpu(float *x, const int32_t *pos, int N, int n_heads, int head_dim, float theta) {
-    rope_rotate(x, pos, N, n_heads, head_dim, theta, 1.0f);
+void rope_forward_cpu(float *x, const int32_t *pos, int N, int n_heads, int head_dim, float theta,
+                      const RopeScaling *scaling) {
+    rope_rotate(x, pos, N, n_heads, head_dim, theta, scaling, 1.0f);
 }
 
 void rope_backward_cpu(float *dx, const int32_t *pos, int N, int n_heads, int head_dim,
-                       float theta) {
-    rope_rotate(dx, pos, N, n_heads, head_dim, theta, -1.0f);
+                       float theta, const RopeScaling *scaling) {
+    rope_rotate(dx, pos, N, n_heads, head_dim, theta, scaling, -1.0f);
+}
+
+void bias_forward_cpu(float *out, const float *bias, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) out[(size_t)n * C + c] += bias[c];
+}
+
+// Column blocks in parallel, rows in order inside each: deterministic.
+void bias_backward_cpu(float *dbias, const float *dout, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < C; c0 += COLUMN_BLOCK) {
+        const int c1 = c0 + COLUMN_BLOCK < C ? c0 + COLUMN_BLOCK : C;
+        double acc[COLUMN_BLOCK] = {0};
+        for (int n = 0; n < N; n++)
+            for (int c = c0; c < c1; c++) acc[c - c0] += dout[(size_t)n * C + c];
+        for (int c = c0; c < c1; c++) dbias[c] += (float)acc[c - c0];
+    }
 }
 
 static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }

@@ -24,6 +24,7 @@ typedef struct __nv_bfloat16 __nv_bfloat16;  // opaque in C: device pointers onl
 #ifdef __cplusplus
 extern "C" {
 #endif
+#include "model/model.h"  // RopeScaling (a plain C header, inside the guard)
 
 // Creates the process-wide state for the current device: the cuBLASLt handle and
 // its workspace, and scratch for calls of up to max_tokens tokens and max_channels
@@ -60,11 +61,19 @@ void add_rmsnorm_forward_cuda(__nv_bfloat16 *sum, __nv_bfloat16 *out, float *rst
                               cudaStream_t stream);
 
 // Rotate-half RoPE in place on x[N, n_heads, head_dim] (bf16) with positions pos[N];
-// angles in double like the CPU op. backward applies the inverse rotation to dx.
+// angles in double from the host's rope_inv_freq (theta under the scaling, NULL: none)
+// like the CPU op. backward applies the inverse rotation to dx.
 void rope_forward_cuda(__nv_bfloat16 *x, const int32_t *pos, int N, int n_heads, int head_dim,
-                       float theta, cudaStream_t stream);
+                       float theta, const RopeScaling *scaling, cudaStream_t stream);
 void rope_backward_cuda(__nv_bfloat16 *dx, const int32_t *pos, int N, int n_heads, int head_dim,
-                        float theta, cudaStream_t stream);
+                        float theta, const RopeScaling *scaling, cudaStream_t stream);
+
+// out[N,C] (bf16) += bias[C] (bf16) on every row, rounded once to bf16.
+void bias_forward_cuda(__nv_bfloat16 *out, const __nv_bfloat16 *bias, int N, int C,
+                       cudaStream_t stream);
+// dbias[C] (fp32) += sum over rows of dout[N,C] (bf16), in a fixed order (deterministic).
+void bias_backward_cuda(float *dbias, const __nv_bfloat16 *dout, int N, int C,
+                        cudaStream_t stream);
 
 // out[n] = silu(gate[n]) * up[n] (all bf16). out may alias gate or up.
 void swiglu_forward_cuda(__nv_bfloat16 *out, const __nv_bfloat16 *gate, const __nv_bfloat16 *up,
@@ -75,10 +84,11 @@ void swiglu_backward_cuda(__nv_bfloat16 *dgate, __nv_bfloat16 *dup, const __nv_b
                           cudaStream_t stream);
 
 // RoPE angles of N positions, computed once per batch and reused by every layer:
-// cos_sin[N, head_dim / 2] = (cos, sin) of pos * theta^(-2i / head_dim), in double and
-// rounded to float, exactly the factors rope_forward_cuda multiplies by.
+// cos_sin[N, head_dim / 2] = (cos, sin) of pos * inv_freq[i] (rope_inv_freq of theta
+// under the scaling), in double and rounded to float, exactly the factors
+// rope_forward_cuda multiplies by.
 void rope_angles_cuda(float2 *cos_sin, const int32_t *pos, int N, int head_dim, float theta,
-                      cudaStream_t stream);
+                      const RopeScaling *scaling, cudaStream_t stream);
 
 // The stacked projections: one matmul with the weights [q; k; v] (consecutive in the
 // ParamTable) gives rows qkv[N, (H + 2 KV) D] = [q | k | v]. split: q[N,H,D] and

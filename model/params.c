@@ -43,6 +43,16 @@ void param_table_build(const ModelConfig *cfg, ParamTable *out) {
         add_tensor(out, &cap, 2, F, C, false, false, "model.layers.%d.mlp.gate_proj.weight", i);
         add_tensor(out, &cap, 2, F, C, false, false, "model.layers.%d.mlp.up_proj.weight", i);
         add_tensor(out, &cap, 2, C, F, false, false, "model.layers.%d.mlp.down_proj.weight", i);
+        if (cfg->attention_bias) {
+            add_tensor(out, &cap, 1, q_dim, 0, false, false, "model.layers.%d.self_attn.q_proj.bias", i);
+            add_tensor(out, &cap, 1, kv_dim, 0, false, false, "model.layers.%d.self_attn.k_proj.bias", i);
+            add_tensor(out, &cap, 1, kv_dim, 0, false, false, "model.layers.%d.self_attn.v_proj.bias", i);
+            for (int b = 1; b <= 3; b++) out->tensors[out->n_tensors - b].is_bias = true;
+        }
+        if (cfg->qk_norm) {
+            add_tensor(out, &cap, 1, dims.head_dim, 0, true, false, "model.layers.%d.self_attn.q_norm.weight", i);
+            add_tensor(out, &cap, 1, dims.head_dim, 0, true, false, "model.layers.%d.self_attn.k_norm.weight", i);
+        }
     }
     add_tensor(out, &cap, 1, C, 0, true, false, "model.norm.weight", 0);
     if (!cfg->tie_word_embeddings) add_tensor(out, &cap, 2, V, C, false, true, "lm_head.weight", 0);
@@ -70,8 +80,8 @@ void params_init(const ModelConfig *cfg, const ParamTable *t, uint64_t seed, flo
     for (int i = 0; i < t->n_tensors; i++) {
         const ParamTensor *p = &t->tensors[i];
         float *w = params + p->offset;
-        if (p->is_norm) {
-            for (size_t j = 0; j < p->numel; j++) w[j] = 1.0f;
+        if (p->is_norm || p->is_bias) {
+            for (size_t j = 0; j < p->numel; j++) w[j] = p->is_norm ? 1.0f : 0.0f;
             continue;
         }
         // One stream per tensor (seed and tensor index), so adding a tensor
@@ -112,6 +122,8 @@ static const char *const LAYER_TENSOR_NAMES[LAYER_TENSORS] = {
     "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
     "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
     "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+    "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias",
+    "self_attn.q_norm.weight", "self_attn.k_norm.weight",
 };
 
 static size_t offset_of(const ParamTable *t, const char *name) {
@@ -130,7 +142,8 @@ void param_offsets_resolve(const ModelConfig *cfg, const ParamTable *t, ParamOff
         for (int w = 0; w < LAYER_TENSORS; w++) {
             char name[96];
             snprintf(name, sizeof(name), "model.layers.%d.%s", l, LAYER_TENSOR_NAMES[w]);
-            out->layer[l * LAYER_TENSORS + w] = offset_of(t, name);
+            const bool present = w < W_Q_BIAS || (w <= W_V_BIAS ? cfg->attention_bias : cfg->qk_norm);
+            out->layer[l * LAYER_TENSORS + w] = present ? offset_of(t, name) : PARAM_ABSENT;
         }
 }
 

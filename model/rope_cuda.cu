@@ -15,22 +15,37 @@ typedef struct {
     bool rotate[ROPE_MAX_GROUPS];
 } RopeGroups;
 
-// cos and sin of angle pos * theta^(-2i / head_dim), in double like the CPU op, then
-// rounded to float (what the rotation multiplies by).
-__device__ inline float2 rope_cos_sin(int32_t pos, int i, int head_dim, double theta) {
-    const double angle = pos * pow(theta, -2.0 * i / head_dim);
+// The inverse frequencies of rope_inv_freq (theta under the scaling), computed on the
+// host in double exactly as the CPU op does, passed by value to the kernels.
+enum { ROPE_MAX_HALF = 256 };
+typedef struct {
+    double inv[ROPE_MAX_HALF];
+} RopeFreqs;
+
+static RopeFreqs rope_freqs(const char *op, int head_dim, float theta, const RopeScaling *scaling) {
+    CHECK(head_dim > 0 && head_dim / 2 <= ROPE_MAX_HALF, "%s: head_dim %d outside (0, %d]", op,
+          head_dim, 2 * ROPE_MAX_HALF);
+    RopeFreqs f = {};
+    if (theta > 0.0f) rope_inv_freq(f.inv, head_dim, theta, scaling);
+    return f;
+}
+
+// cos and sin of angle pos * inv_freq[i], in double like the CPU op, then rounded to
+// float (what the rotation multiplies by).
+__device__ inline float2 rope_cos_sin(int32_t pos, int i, const RopeFreqs &freqs) {
+    const double angle = pos * freqs.inv[i];
     double sin_d, cos_d;
     sincos(angle, &sin_d, &cos_d);
     return make_float2((float)cos_d, (float)sin_d);
 }
 
 __global__ void rope_angles_kernel(float2 *cos_sin, const int32_t *pos, int N, int head_dim,
-                                   double theta) {
+                                   RopeFreqs freqs) {
     const int half = head_dim / 2;
     const int64_t total = (int64_t)N * half;
     for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += (int64_t)gridDim.x * blockDim.x)
-        cos_sin[idx] = rope_cos_sin(pos[idx / half], (int)(idx % half), head_dim, theta);
+        cos_sin[idx] = rope_cos_sin(pos[idx / half], (int)(idx % half), freqs);
 }
 
 // One thread per (token, head of any group, pack of VEC frequencies i): it takes those
@@ -39,7 +54,7 @@ __global__ void rope_angles_kernel(float2 *cos_sin, const int32_t *pos, int N, i
 // backward). A thread per head (not per token) keeps enough loads in flight.
 template <int VEC>
 __global__ void rope_kernel(RopeGroups g, const float2 *cos_sin, const int32_t *pos, int N,
-                            int head_dim, double theta, float direction) {
+                            int head_dim, RopeFreqs freqs, float direction) {
     const int half = head_dim / 2, packs = half / VEC;
     const int heads = g.heads[0] + g.heads[1] + g.heads[2];
     const int64_t total = (int64_t)N * heads * packs;
@@ -57,7 +72,7 @@ __global__ void rope_kernel(RopeGroups g, const float2 *cos_sin, const int32_t *
 #pragma unroll
             for (int j = 0; j < VEC; j++) {
                 const float2 cs = cos_sin ? cos_sin[n * half + i0 + j]
-                                          : rope_cos_sin(pos[n], i0 + j, head_dim, theta);
+                                          : rope_cos_sin(pos[n], i0 + j, freqs);
                 const float cos_f = cs.x, sin_f = direction * cs.y;
                 const float a = __bfloat162float(x1.x[j]), b = __bfloat162float(x2.x[j]);
                 x1.x[j] = __float2bfloat16_rn(a * cos_f - b * sin_f);
@@ -70,8 +85,10 @@ __global__ void rope_kernel(RopeGroups g, const float2 *cos_sin, const int32_t *
 }
 
 // Unused groups have zero heads (their pointers are never dereferenced).
+// theta 0: the angles come from cos_sin (no frequencies needed).
 static void rope_launch(const char *op, RopeGroups g, const float2 *cos_sin, const int32_t *pos,
-                        int N, int head_dim, float theta, float direction, cudaStream_t stream) {
+                        int N, int head_dim, float theta, const RopeScaling *scaling,
+                        float direction, cudaStream_t stream) {
     CHECK(N >= 0 && head_dim > 0 && head_dim % 2 == 0,
           "%s: bad shape N=%d head_dim=%d (head_dim must be even)", op, N, head_dim);
     for (int i = 0; i < ROPE_MAX_GROUPS; i++)
@@ -85,12 +102,13 @@ static void rope_launch(const char *op, RopeGroups g, const float2 *cos_sin, con
     const int vec = packed ? 8 : 1;
     const int64_t total = (int64_t)N * (g.heads[0] + g.heads[1] + g.heads[2]) * (head_dim / 2 / vec);
     const unsigned blocks = grid_for(total, ELEMENTWISE_THREADS);
+    const RopeFreqs freqs = rope_freqs(op, head_dim, theta, scaling);
     if (packed)
         rope_kernel<8><<<blocks, ELEMENTWISE_THREADS, 0, stream>>>(g, cos_sin, pos, N, head_dim,
-                                                                   (double)theta, direction);
+                                                                   freqs, direction);
     else
         rope_kernel<1><<<blocks, ELEMENTWISE_THREADS, 0, stream>>>(g, cos_sin, pos, N, head_dim,
-                                                                   (double)theta, direction);
+                                                                   freqs, direction);
     cudaCheckLaunch();
 }
 
@@ -102,15 +120,15 @@ static RopeGroups rope_in_place(bf16 *x, int n_heads, int head_dim) {
 }
 
 void rope_forward_cuda(bf16 *x, const int32_t *pos, int N, int n_heads, int head_dim,
-                       float theta, cudaStream_t stream) {
+                       float theta, const RopeScaling *scaling, cudaStream_t stream) {
     rope_launch("rope_forward_cuda", rope_in_place(x, n_heads, head_dim), nullptr, pos, N, head_dim,
-                theta, 1.0f, stream);
+                theta, scaling, 1.0f, stream);
 }
 
 void rope_backward_cuda(bf16 *dx, const int32_t *pos, int N, int n_heads, int head_dim,
-                        float theta, cudaStream_t stream) {
+                        float theta, const RopeScaling *scaling, cudaStream_t stream) {
     rope_launch("rope_backward_cuda", rope_in_place(dx, n_heads, head_dim), nullptr, pos, N,
-                head_dim, theta, -1.0f, stream);
+                head_dim, theta, scaling, -1.0f, stream);
 }
 
 // The stacked row [q (H heads) | k (KV heads) | v (KV heads)] against the three
@@ -131,13 +149,13 @@ static RopeGroups rope_qkv_groups(const bf16 *src_q, const bf16 *src_k, const bf
 }
 
 void rope_angles_cuda(float2 *cos_sin, const int32_t *pos, int N, int head_dim, float theta,
-                      cudaStream_t stream) {
+                      const RopeScaling *scaling, cudaStream_t stream) {
     CHECK(N >= 0 && head_dim > 0 && head_dim % 2 == 0,
           "rope_angles_cuda: bad shape N=%d head_dim=%d (head_dim must be even)", N, head_dim);
     if (N == 0) return;
     const int64_t total = (int64_t)N * (head_dim / 2);
     rope_angles_kernel<<<grid_for(total, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0, stream>>>(
-        cos_sin, pos, N, head_dim, (double)theta);
+        cos_sin, pos, N, head_dim, rope_freqs("rope_angles_cuda", head_dim, theta, scaling));
     cudaCheckLaunch();
 }
 
@@ -147,7 +165,7 @@ void rope_split_qkv_cuda(bf16 *q, bf16 *k, bf16 *v, const bf16 *qkv, const float
     rope_launch("rope_split_qkv_cuda",
                 rope_qkv_groups(qkv, qkv + q_dim, qkv + q_dim + kv_dim, true, q, k, v, n_heads,
                                 n_kv_heads, head_dim),
-                cos_sin, nullptr, N, head_dim, 0.0f, 1.0f, stream);
+                cos_sin, nullptr, N, head_dim, 0.0f, nullptr, 1.0f, stream);
 }
 
 void rope_merge_qkv_backward_cuda(bf16 *dqkv, const bf16 *dq, const bf16 *dk, const bf16 *dv,
@@ -157,5 +175,5 @@ void rope_merge_qkv_backward_cuda(bf16 *dqkv, const bf16 *dq, const bf16 *dk, co
     rope_launch("rope_merge_qkv_backward_cuda",
                 rope_qkv_groups(dq, dk, dv, false, dqkv, dqkv + q_dim, dqkv + q_dim + kv_dim,
                                 n_heads, n_kv_heads, head_dim),
-                cos_sin, nullptr, N, head_dim, 0.0f, -1.0f, stream);
+                cos_sin, nullptr, N, head_dim, 0.0f, nullptr, -1.0f, stream);
 }

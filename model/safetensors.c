@@ -2,12 +2,15 @@
 #include "model/safetensors.h"
 
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/check.h"
@@ -45,8 +48,9 @@ int safetensors_write(const char *path, const SafeTensorOut *tensors, int n_tens
         const SafeTensorOut *t = &tensors[i];
         json_t *shape = json_array();
         for (int d = 0; d < t->ndim; d++) json_array_append_new(shape, json_integer(t->shape[d]));
-        size_t bytes = numel_of(t->ndim, t->shape) * sizeof(float);
-        json_t *entry = json_pack("{s:s, s:o, s:[I, I]}", "dtype", "F32", "shape", shape,
+        const bool half = t->dtype && strcmp(t->dtype, "F32") != 0;
+        size_t bytes = numel_of(t->ndim, t->shape) * (half ? 2 : sizeof(float));
+        json_t *entry = json_pack("{s:s, s:o, s:[I, I]}", "dtype", half ? t->dtype : "F32", "shape", shape,
                                   "data_offsets", (json_int_t)offset, (json_int_t)(offset + bytes));
         if (json_object_get(header, t->name)) {
             json_decref(header);
@@ -73,7 +77,9 @@ int safetensors_write(const char *path, const SafeTensorOut *tensors, int n_tens
     free(text);
     for (int i = 0; ok && i < n_tensors; i++) {
         size_t n = numel_of(tensors[i].ndim, tensors[i].shape);
-        ok = fwrite(tensors[i].data, sizeof(float), n, f) == n;
+        const bool half = tensors[i].dtype && strcmp(tensors[i].dtype, "F32") != 0;
+        ok = half ? fwrite(tensors[i].data16, 2, n, f) == n
+                  : fwrite(tensors[i].data, sizeof(float), n, f) == n;
     }
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     int saved_errno = errno;
@@ -90,6 +96,56 @@ int safetensors_write(const char *path, const SafeTensorOut *tensors, int n_tens
     }
     fsync_parent_dir(path);
     return 0;
+}
+
+float bf16_to_float(uint16_t h) {
+    const uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+// IEEE binary16: sign, 5-bit exponent (bias 15), 10-bit mantissa; subnormals, inf, NaN.
+float f16_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    uint32_t bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    } else {
+        const float v = (float)man * (1.0f / 16777216.0f);  // man * 2^-24, exact
+        memcpy(&bits, &v, 4);
+        bits |= sign;
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t float_to_bf16(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40);  // quiet NaN
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return (uint16_t)(bits >> 16);
+}
+
+uint16_t float_to_f16(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    const uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
+    const uint32_t abs = bits & 0x7fffffffu;
+    if (abs > 0x7f800000u) return sign | 0x7e00u;     // NaN
+    if (abs >= 0x477ff000u) return sign | 0x7c00u;    // >= 65520 rounds to infinity
+    if (abs < 0x38800000u) {                          // below 2^-14: subnormal or zero
+        // value * 2^24 rounded to an integer, nearest even (exact in float arithmetic).
+        float a;
+        memcpy(&a, &abs, 4);
+        return sign | (uint16_t)nearbyintf(a * 16777216.0f);
+    }
+    const uint32_t rounded = abs + 0xfffu + ((abs >> 13) & 1u);
+    return sign | (uint16_t)((rounded - 0x38000000u) >> 13);
 }
 
 static size_t dtype_size(const char *dtype) {
@@ -152,27 +208,28 @@ static int parse_entry(const char *path, const char *name, json_t *entry, size_t
 int safetensors_read(const char *path, SafeTensorsFile *out, char *err, size_t err_len) {
     memset(out, 0, sizeof *out);
     out->path = strdup(path);
-    FILE *f = fopen(path, "rb");
-    if (!f) return fail_at(err, err_len, path, 0, "cannot open: %s", strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long file_len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint64_t header_len = 0;
-    if (file_len < 8 || fread(&header_len, 8, 1, f) != 1 || header_len > (uint64_t)file_len - 8) {
-        fclose(f);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return fail_at(err, err_len, path, 0, "cannot open: %s", strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size < 8) {
+        close(fd);
         return fail_at(err, err_len, path, 0, "not a safetensors file (bad header length)");
     }
+    const size_t file_len = (size_t)st.st_size;
+    void *map = mmap(NULL, file_len, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return fail_at(err, err_len, path, 0, "cannot map: %s", strerror(errno));
+    out->map = map;
+    out->map_len = file_len;
+    uint64_t header_len = 0;
+    memcpy(&header_len, map, 8);
+    if (header_len > (uint64_t)file_len - 8)
+        return fail_at(err, err_len, path, 0, "not a safetensors file (bad header length)");
+    out->data = (const uint8_t *)map + 8 + header_len;
+    out->data_len = file_len - 8 - (size_t)header_len;
     char *text = xmalloc(header_len + 1);
-    out->data_len = (size_t)file_len - 8 - header_len;
-    out->data = xmalloc(out->data_len);
-    bool ok = fread(text, 1, header_len, f) == header_len &&
-              fread(out->data, 1, out->data_len, f) == out->data_len;
-    fclose(f);
+    memcpy(text, (const uint8_t *)map + 8, header_len);
     text[header_len] = '\0';
-    if (!ok) {
-        free(text);
-        return fail_at(err, err_len, path, 0, "short read");
-    }
     json_error_t jerr;
     json_t *header = json_loads(text, 0, &jerr);
     free(text);
@@ -235,7 +292,7 @@ void safetensors_file_free(SafeTensorsFile *f) {
     }
     free(f->tensors);
     free(f->meta);
-    free(f->data);
+    if (f->map) munmap(f->map, f->map_len);
     free(f->path);
     memset(f, 0, sizeof *f);
 }
@@ -256,9 +313,10 @@ int safetensors_copy_f32(const SafeTensorsFile *f, const char *name, int ndim,
                          const int64_t *shape, float *dst, char *err, size_t err_len) {
     const SafeTensorInfo *t = safetensors_find(f, name);
     if (!t) return fail_at(err, err_len, f->path, 0, "tensor '%s' is missing", name);
-    if (strcmp(t->dtype, "F32") != 0)
-        return fail_at(err, err_len, f->path, 0, "tensor '%s' has dtype %s, expected F32", name,
-                       t->dtype);
+    const bool f32 = strcmp(t->dtype, "F32") == 0, bf16 = strcmp(t->dtype, "BF16") == 0;
+    if (!f32 && !bf16 && strcmp(t->dtype, "F16") != 0)
+        return fail_at(err, err_len, f->path, 0,
+                       "tensor '%s' has dtype %s, expected F32, BF16 or F16", name, t->dtype);
     bool same = t->ndim == ndim;
     for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];
     if (!same) {
@@ -272,7 +330,17 @@ int safetensors_copy_f32(const SafeTensorsFile *f, const char *name, int ndim,
         return fail_at(err, err_len, f->path, 0, "tensor '%s' has shape [%s], expected [%s]", name,
                        got, want);
     }
-    memcpy(dst, f->data + t->begin, t->end - t->begin);
+    const uint8_t *src = f->data + t->begin;
+    const size_t n = numel_of(t->ndim, t->shape);
+    if (f32) {
+        memcpy(dst, src, n * sizeof(float));
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, src + 2 * i, 2);  // the map gives no 2-byte alignment guarantee
+        dst[i] = bf16 ? bf16_to_float(h) : f16_to_float(h);
+    }
     return 0;
 }
 

@@ -13,12 +13,21 @@ typedef struct {
     const char *name;
     int ndim;
     int64_t shape[SAFETENSORS_MAX_DIMS];
-    const float *data;  // numel floats
+    const float *data;      // numel floats (dtype NULL or "F32")
+    const char *dtype;      // NULL: "F32"; "BF16" or "F16": data16 holds the values
+    const uint16_t *data16; // numel 16-bit values
 } SafeTensorOut;
 
 typedef struct {
     const char *key, *value;
 } SafeTensorMeta;
+
+// Exact widening of BF16 and IEEE F16 bit patterns to float.
+float bf16_to_float(uint16_t h);
+float f16_to_float(uint16_t h);
+// Rounding to nearest even (NaN stays NaN; F16 overflows to infinity).
+uint16_t float_to_bf16(float f);
+uint16_t float_to_f16(float f);
 
 // Returns 0, or -1 with a message (naming the path) in err.
 int safetensors_write(const char *path, const SafeTensorOut *tensors, int n_tensors,
@@ -34,22 +43,26 @@ typedef struct {
 
 typedef struct {
     char *path;
-    uint8_t *data;  // data section (malloc'd)
+    const uint8_t *data;  // data section, inside the read-only memory map of the file
     size_t data_len;
+    void *map;            // the whole file, mmap'd (never read into a malloc'd buffer)
+    size_t map_len;
     SafeTensorInfo *tensors;
     int n_tensors;
     SafeTensorMeta *meta;  // strings owned by the file
     int n_meta;
 } SafeTensorsFile;
 
-// Reads and validates a whole file (header JSON, offsets in range and non-overlapping
-// with the declared dtype and shape). Returns 0, or -1 with "path: what" in err.
+// Maps a file (mmap, read-only) and validates it (header JSON, offsets in range and
+// non-overlapping with the declared dtype and shape). Returns 0, or -1 with "path: what"
+// in err. Tensor bytes are paged in only when copied.
 int safetensors_read(const char *path, SafeTensorsFile *out, char *err, size_t err_len);
 void safetensors_file_free(SafeTensorsFile *f);
 const SafeTensorInfo *safetensors_find(const SafeTensorsFile *f, const char *name);  // NULL if absent
 const char *safetensors_meta(const SafeTensorsFile *f, const char *key);               // NULL if absent
-// Copies an F32 tensor whose shape must equal `shape` into dst. Returns 0, or -1 with
-// a message naming the tensor (absent, wrong dtype, wrong shape).
+// Copies a tensor of dtype F32, BF16 or F16 whose shape must equal `shape` into dst as
+// fp32 (exact: every BF16/F16 value is a float). Returns 0, or -1 with a message naming
+// the tensor (absent, another dtype, wrong shape).
 int safetensors_copy_f32(const SafeTensorsFile *f, const char *name, int ndim,
                          const int64_t *shape, float *dst, char *err, size_t err_len);
 

@@ -17,7 +17,7 @@ if "$train" --set out_dir="$out" --set train.steps=4 --set train.eval_every=2 "$
     > "$tmp/log" 2>&1; then ok; else bad "tiny run exits 0: $(tail -3 "$tmp/log")"; fi
 check "backend line" "grep -q '^backend: cpu (' '$tmp/log'"
 check "resolved config printed" "grep -q '\"tokens_per_step\": 1024' '$tmp/log'"
-check "config.json saved" "grep -q '\"steps\": 4' '$out/config.json'"
+check "run_config.json saved" "grep -q '\"steps\": 4' '$out/run_config.json'"
 check "4 metrics lines" "[ \$(wc -l < '$out/metrics.jsonl') -eq 4 ]"
 for key in step loss lr grad_norm tokens trained_tokens tokens_per_s elapsed_s; do
     check "metrics key $key on every line" "[ \$(grep -c '\"$key\":' '$out/metrics.jsonl') -eq 4 ]"
@@ -28,7 +28,7 @@ check "console line" "grep -Eq '$console' '$tmp/log'"
 loss() { sed -n "${1}p" "$out/metrics.jsonl" | grep -o '"loss":[^,]*' | cut -d: -f2; }
 check "loss goes down ($(loss 1) -> $(loss 4))" "awk -v a=$(loss 1) -v b=$(loss 4) 'BEGIN{exit !(b < a - 0.05)}'"
 ck="$out/checkpoint-000004"
-for f in model.safetensors optimizer.safetensors config.json; do
+for f in model.safetensors optimizer.safetensors config.json generation_config.json tokenizer.model; do
     check "checkpoint has $f" "[ -s '$ck/$f' ]"
 done
 check "no temp files left" "[ -z \"\$(find '$out' -name '*.tmp')\" ]"
@@ -70,6 +70,9 @@ fi
 if "$train" --set out_dir="$tmp/bpe" --set train.steps=2 --set train.eval_every=2 "${tiny[@]}" \
     --set data.tokenizer=tests/data/tokenizers/qwen2 --set model.vocab_size=1501 > "$tmp/blog" 2>&1 &&
    grep -q '^done: 2 steps' "$tmp/blog"; then ok; else bad "run with a tokenizer.json folder: $(tail -3 "$tmp/blog")"; fi
+# Its checkpoints carry the folder's tokenizer files.
+if cmp -s tests/data/tokenizers/qwen2/tokenizer.json "$tmp/bpe/checkpoint-000002/tokenizer.json"
+then ok; else bad "checkpoint lacks the run's tokenizer.json: $(ls "$tmp/bpe"/checkpoint-* 2>&1 | head -3)"; fi
 if ! "$train" --set out_dir="$tmp/gpt2" "${tiny[@]}" --set data.tokenizer=tests/data/tokenizers/gpt2 \
     --set model.vocab_size=1501 > "$tmp/glog" 2>&1 &&
    grep -q "tests/data/tokenizers/gpt2: the tokenizer has no id for the template token '<|system|>'" "$tmp/glog"

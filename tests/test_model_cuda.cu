@@ -2,7 +2,8 @@
 // SAME bf16-rounded weights, on packed rows of random conversations under the real
 // layout code (duplicate and npass, FFD packing, tile metadata):
 //  - loss within 1e-2 relative, per-slot losses close, every gradient tensor at cosine
-//    similarity >= 0.99, nothing NaN; head_dim 64 (untied head) and 128 (tied head);
+//    similarity >= 0.99, nothing NaN; head_dim 64 (untied head) and 128 (tied head),
+//    Qwen2's q/k/v biases, llama3 RoPE scaling, head_dim decoupled from hidden / heads;
 //  - forward-only equals forward_backward's loss; a second call adds the same
 //    gradient again; the deterministic mode is bitwise reproducible; the atomic dQ
 //    mode agrees; a mask built with other block sizes is rebuilt and gives the same loss;
@@ -296,6 +297,17 @@ int main(void) {
     const ModelConfig head128 = tiny_config(512, 1024, true);   // 4 heads of 128
     run_config("head_dim 64", &head64);
     run_config("head_dim 128", &head128);
+    ModelConfig qwen2 = head64;  // Qwen2: q/k/v biases
+    qwen2.attention_bias = true, qwen2.arch = ARCH_QWEN2;
+    run_config("qwen2 q/k/v bias, head_dim 64", &qwen2);
+    ModelConfig llama3 = head128;  // Llama 3: scaled RoPE (positions < 512: original 256)
+    llama3.rope_theta = 500000.0f;
+    const RopeScaling llama3_scaling = {ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 256};
+    llama3.rope_scaling = llama3_scaling;
+    run_config("llama3 rope scaling, head_dim 128", &llama3);
+    ModelConfig decoupled = head64;  // head_dim 128 with hidden 256 / 4 heads: q_dim 512
+    decoupled.head_dim = 128;
+    run_config("explicit head_dim 128 != hidden / heads", &decoupled);
     ops_cuda_destroy();
     return test_finish();
 }

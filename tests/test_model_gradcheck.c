@@ -76,6 +76,45 @@ static void rope(double *x, const int32_t *pos, int n, int heads, int d, double 
         }
 }
 
+// HF's inverse frequencies, transcribed from _compute_{default,linear,llama3}_rope_parameters
+// (the where-masks of the llama3 branch as written there).
+static void reference_inv_freq(double *inv, int d, double theta, const RopeScaling *s) {
+    for (int i = 0; i < d / 2; i++) {
+        const double base = 1.0 / pow(theta, (2.0 * i) / d);
+        if (s->type == ROPE_DEFAULT) { inv[i] = base; continue; }
+        if (s->type == ROPE_LINEAR) { inv[i] = base / s->factor; continue; }
+        const double old = s->original_max_position_embeddings;
+        const double low_wavelen = old / s->low_freq_factor, high_wavelen = old / s->high_freq_factor;
+        const double wavelen = 2.0 * 3.14159265358979323846 / base;
+        const double llama = wavelen > low_wavelen ? base / s->factor : base;
+        const double smooth = (old / wavelen - s->low_freq_factor) /
+                              (s->high_freq_factor - s->low_freq_factor);
+        const double smoothed = (1.0 - smooth) * llama / s->factor + smooth * llama;
+        const bool medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+        inv[i] = medium ? smoothed : llama;
+    }
+}
+
+// HF rotate-half with explicit inverse frequencies.
+static void rope_scaled(double *x, const int32_t *pos, int n, int heads, int d, const double *inv) {
+    const int half = d / 2;
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < heads; h++) {
+            double *v = x + (t * heads + h) * d;
+            for (int i = 0; i < half; i++) {
+                const double angle = pos[t] * inv[i];
+                const double a = v[i], b = v[i + half];
+                v[i] = a * cos(angle) - b * sin(angle);
+                v[i + half] = b * cos(angle) + a * sin(angle);
+            }
+        }
+}
+
+static void add_bias(double *x, const double *bias, int n, int c) {
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < c; i++) x[t * c + i] += bias[i];
+}
+
 // Sum of cross-entropy over targets; per-slot losses into `losses` when not NULL.
 static double reference_loss(const Reference *r, const double *params, double *losses) {
     const ModelConfig *cfg = r->cfg;
@@ -98,8 +137,26 @@ static double reference_loss(const Reference *r, const double *params, double *l
         linear(q, h, tensor(r, params, "model.layers.%d.self_attn.q_proj.weight", l), T, C, H * D);
         linear(k, h, tensor(r, params, "model.layers.%d.self_attn.k_proj.weight", l), T, C, KV * D);
         linear(v, h, tensor(r, params, "model.layers.%d.self_attn.v_proj.weight", l), T, C, KV * D);
-        rope(q, b->pos, T, H, D, cfg->rope_theta);
-        rope(k, b->pos, T, KV, D, cfg->rope_theta);
+        if (cfg->attention_bias) {
+            add_bias(q, tensor(r, params, "model.layers.%d.self_attn.q_proj.bias", l), T, H * D);
+            add_bias(k, tensor(r, params, "model.layers.%d.self_attn.k_proj.bias", l), T, KV * D);
+            add_bias(v, tensor(r, params, "model.layers.%d.self_attn.v_proj.bias", l), T, KV * D);
+        }
+        if (cfg->qk_norm) {  // over each head's D values, in place (rows are heads)
+            rmsnorm(q, q, tensor(r, params, "model.layers.%d.self_attn.q_norm.weight", l), T * H,
+                    D, cfg->rms_norm_eps);
+            rmsnorm(k, k, tensor(r, params, "model.layers.%d.self_attn.k_norm.weight", l), T * KV,
+                    D, cfg->rms_norm_eps);
+        }
+        if (cfg->rope_scaling.type == ROPE_DEFAULT) {
+            rope(q, b->pos, T, H, D, cfg->rope_theta);
+            rope(k, b->pos, T, KV, D, cfg->rope_theta);
+        } else {
+            double inv[64];
+            reference_inv_freq(inv, D, cfg->rope_theta, &cfg->rope_scaling);
+            rope_scaled(q, b->pos, T, H, D, inv);
+            rope_scaled(k, b->pos, T, KV, D, inv);
+        }
         for (int row = 0; row < ROWS; row++)
             for (int head = 0; head < H; head++)
                 for (int qs = 0; qs < SEQ; qs++) {
@@ -193,7 +250,7 @@ static void build_batch(Batch *b, int V) {
 static void random_params(const ParamTable *table, float *params) {
     for (int i = 0; i < table->n_tensors; i++) {
         const ParamTensor *p = &table->tensors[i];
-        const float scale = p->is_norm ? 0.3f : p->is_embedding ? 1.0f
+        const float scale = p->is_norm ? 0.3f : p->is_bias ? 0.5f : p->is_embedding ? 1.0f
                                                                 : 2.0f / sqrtf((float)p->shape[1]);
         for (size_t j = 0; j < p->numel; j++)
             params[p->offset + j] = (p->is_norm ? 1.0f : 0.0f) + scale * test_rng_uniform(&rng);
@@ -210,8 +267,9 @@ static double max_abs_diff(const float *a, const float *b, size_t n) {
 
 static void check_param_table(const ModelConfig *cfg, const ParamTable *table) {
     const int C = cfg->hidden_size, D = model_dims(cfg).head_dim;
-    const int KVD = cfg->num_key_value_heads * D;
-    const int expected = 1 + 9 * cfg->num_hidden_layers + 1 + !cfg->tie_word_embeddings;
+    const int KVD = cfg->num_key_value_heads * D, QD = cfg->num_attention_heads * D;
+    const int per_layer = 9 + 3 * cfg->attention_bias + 2 * cfg->qk_norm;
+    const int expected = 1 + per_layer * cfg->num_hidden_layers + 1 + !cfg->tie_word_embeddings;
     EXPECT(table->n_tensors == expected, "%d tensors, expected %d", table->n_tensors, expected);
     size_t total = 0;
     for (int i = 0; i < table->n_tensors; i++) {
@@ -222,10 +280,10 @@ static void check_param_table(const ModelConfig *cfg, const ParamTable *table) {
     const struct { const char *name; int64_t rows, cols; } expect[] = {
         {"model.embed_tokens.weight", cfg->vocab_size, C},
         {"model.layers.1.input_layernorm.weight", C, 0},
-        {"model.layers.1.self_attn.q_proj.weight", C, C},
+        {"model.layers.1.self_attn.q_proj.weight", QD, C},
         {"model.layers.1.self_attn.k_proj.weight", KVD, C},
         {"model.layers.0.self_attn.v_proj.weight", KVD, C},
-        {"model.layers.0.self_attn.o_proj.weight", C, C},
+        {"model.layers.0.self_attn.o_proj.weight", C, QD},
         {"model.layers.0.post_attention_layernorm.weight", C, 0},
         {"model.layers.1.mlp.gate_proj.weight", cfg->intermediate_size, C},
         {"model.layers.0.mlp.up_proj.weight", cfg->intermediate_size, C},
@@ -247,6 +305,13 @@ static void check_param_table(const ModelConfig *cfg, const ParamTable *table) {
           "embedding flags");
     EXPECT(param_table_find(table, "model.layers.2.mlp.up_proj.weight") == NULL,
           "no tensor past the last layer");
+    const ParamTensor *bias = param_table_find(table, "model.layers.1.self_attn.k_proj.bias");
+    EXPECT(cfg->attention_bias ? bias && bias->is_bias && bias->ndim == 1 && bias->shape[0] == KVD
+                               : bias == NULL,
+          "k_proj.bias [%d] iff attention_bias", KVD);
+    const ParamTensor *qn = param_table_find(table, "model.layers.0.self_attn.q_norm.weight");
+    EXPECT(cfg->qk_norm ? qn && qn->is_norm && qn->shape[0] == D : qn == NULL,
+          "q_norm.weight [%d] iff qk_norm", D);
 }
 
 static void check_params_init(const ModelConfig *cfg, const ParamTable *table) {
@@ -278,12 +343,8 @@ static void check_params_init(const ModelConfig *cfg, const ParamTable *table) {
     free(b);
 }
 
-static void run_config(bool tied) {
-    const ModelConfig cfg = {.vocab_size = 37, .hidden_size = 16, .intermediate_size = 24,
-                             .num_hidden_layers = 2, .num_attention_heads = 4,
-                             .num_key_value_heads = 2, .rms_norm_eps = 1e-5f,
-                             .rope_theta = 500.0f, .tie_word_embeddings = tied};
-    printf("config: %s embeddings\n", tied ? "tied" : "untied");
+static void run_config(const char *label, ModelConfig cfg) {
+    printf("config: %s\n", label);
     ParamTable table;
     param_table_build(&cfg, &table);
     check_param_table(&cfg, &table);
@@ -423,7 +484,26 @@ static void run_config(bool tied) {
 
 int main(void) {
     rng = test_rng_from_env();
-    run_config(false);
-    run_config(true);
+    const ModelConfig llama = {.vocab_size = 37, .hidden_size = 16, .intermediate_size = 24,
+                               .num_hidden_layers = 2, .num_attention_heads = 4,
+                               .num_key_value_heads = 2, .rms_norm_eps = 1e-5f,
+                               .rope_theta = 500.0f, .tie_word_embeddings = false};
+    run_config("llama, untied embeddings", llama);
+    ModelConfig c = llama;
+    c.tie_word_embeddings = true;
+    run_config("llama, tied embeddings", c);
+    c = llama;  // head_dim 8, theta 5000: wavelengths 6.3, 53, 444, 3737 against bands at
+                // 32 and 128: one high (kept), one medium (smoothed), two low (scaled)
+    c.rope_scaling = (RopeScaling){ROPE_LLAMA3, 4.0f, 1.0f, 4.0f, 128};
+    c.rope_theta = 5000.0f, c.head_dim = 8;
+    run_config("llama3 rope scaling", c);
+    c.rope_scaling = (RopeScaling){.type = ROPE_LINEAR, .factor = 2.5f};
+    run_config("linear rope scaling", c);
+    c = llama;
+    c.attention_bias = true, c.arch = ARCH_QWEN2;
+    run_config("qwen2: q/k/v bias", c);
+    c = llama;  // head_dim 6 with hidden 16 and 4 heads: q_dim 24 != hidden
+    c.qk_norm = true, c.head_dim = 6, c.tie_word_embeddings = true, c.arch = ARCH_QWEN3;
+    run_config("qwen3: q/k norm, head_dim 6 != hidden / heads", c);
     return test_finish();
 }

@@ -3,6 +3,7 @@
 // float backward is compared with central finite differences of that double
 // forward, for the scalar sum(r * out) with a random projection r (so the
 // backward's dout is r). Gradient buffers start random to check accumulation.
+#define _DEFAULT_SOURCE  // M_PI
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -200,7 +201,7 @@ static void test_rope(void) {
     RopeCtx ctx = {N, H, D, theta, pos, to_double(x, SIZE), to_double(r, SIZE)};
 
     float *y = copy_floats(x, SIZE);
-    rope_forward_cpu(y, pos, N, H, D, theta);
+    rope_forward_cpu(y, pos, N, H, D, theta, NULL);
     double ref[SIZE];
     rope_reference(&ctx, ref);
     EXPECT(test_relative_error(y, ref, SIZE) < 1e-6, "rope forward");
@@ -216,7 +217,7 @@ static void test_rope(void) {
     // Hand value: head_dim 2, position 1 turns (1, 0) by exactly 1 radian.
     float unit[2] = {1.0f, 0.0f};
     const int32_t one = 1;
-    rope_forward_cpu(unit, &one, 1, 1, 2, 10000.0f);
+    rope_forward_cpu(unit, &one, 1, 1, 2, 10000.0f, NULL);
     EXPECT(fabsf(unit[0] - cosf(1.0f)) < 1e-6f && fabsf(unit[1] - sinf(1.0f)) < 1e-6f,
           "rope (1,0) at pos 1 -> (%g, %g)", unit[0], unit[1]);
 
@@ -230,15 +231,15 @@ static void test_rope(void) {
         memcpy(qs, q, sizeof(q));
         memcpy(ks, k, sizeof(k));
         const int32_t pq = 9 + 31 * shift, pk = 4 + 31 * shift;
-        rope_forward_cpu(qs, &pq, 1, 1, D, theta);
-        rope_forward_cpu(ks, &pk, 1, 1, D, theta);
+        rope_forward_cpu(qs, &pq, 1, 1, D, theta, NULL);
+        rope_forward_cpu(ks, &pk, 1, 1, D, theta, NULL);
         score[shift] = dot_floats(qs, ks, D);
     }
     EXPECT(fabs(score[0] - score[1]) < 1e-5, "rope scores are relative: %g vs %g", score[0],
           score[1]);
 
     float *dx = copy_floats(r, SIZE);
-    rope_backward_cpu(dx, pos, N, H, D, theta);
+    rope_backward_cpu(dx, pos, N, H, D, theta, NULL);
     check_gradient("rope dx", rope_objective, &ctx, ctx.x, SIZE, dx, NULL);
     free(y);
     free(dx);
@@ -402,8 +403,71 @@ static void test_cross_entropy(void) {
     free(ctx.logits);
 }
 
+// Scaled RoPE: linear divides every frequency by the factor, so position p under factor
+// f turns exactly as position p / f without scaling; llama3 keeps the high frequencies,
+// divides the low ones by the factor and blends the band between (hand values).
+static void test_rope_scaling(void) {
+    enum { N = 4, H = 2, D = 8, SIZE = N * H * D };
+    const float theta = 5000.0f;
+    const int32_t pos[N] = {0, 4, 10, 36}, half_pos[N] = {0, 2, 5, 18};
+    float x[SIZE], scaled[SIZE], plain[SIZE];
+    fill_uniform(x, SIZE, 1.0f);
+    memcpy(scaled, x, sizeof x), memcpy(plain, x, sizeof x);
+    const RopeScaling linear = {.type = ROPE_LINEAR, .factor = 2.0f};
+    rope_forward_cpu(scaled, pos, N, H, D, theta, &linear);
+    rope_forward_cpu(plain, half_pos, N, H, D, theta, NULL);
+    double plain_d[SIZE];
+    for (int i = 0; i < SIZE; i++) plain_d[i] = plain[i];
+    EXPECT(test_relative_error(scaled, plain_d, SIZE) < 1e-6, "linear factor 2 at p = plain at p/2");
+    rope_backward_cpu(scaled, pos, N, H, D, theta, &linear);
+    double x_d[SIZE];
+    for (int i = 0; i < SIZE; i++) x_d[i] = x[i];
+    EXPECT(test_relative_error(scaled, x_d, SIZE) < 1e-6, "scaled backward inverts the forward");
+
+    // theta 5000, D 8: wavelengths 6.28, 52.8, 444, 3737 against original 128 with
+    // factors 1 and 4: bands at 32 and 128.
+    const RopeScaling llama3 = {ROPE_LLAMA3, 4.0f, 1.0f, 4.0f, 128};
+    double inv[D / 2], base[D / 2];
+    rope_inv_freq(inv, D, theta, &llama3);
+    rope_inv_freq(base, D, theta, NULL);
+    const double wavelen1 = 2.0 * M_PI / base[1], smooth = (128.0 / wavelen1 - 1.0) / 3.0;
+    EXPECT(inv[0] == base[0], "llama3 keeps the highest frequency");
+    EXPECT(fabs(inv[1] - ((1.0 - smooth) * base[1] / 4.0 + smooth * base[1])) < 1e-15 &&
+               inv[1] < base[1] && inv[1] > base[1] / 4.0,
+           "llama3 blends the medium band: %g of %g", inv[1], base[1]);
+    EXPECT(fabs(inv[2] - base[2] / 4.0) < 1e-18 && fabs(inv[3] - base[3] / 4.0) < 1e-18,
+           "llama3 divides the low frequencies by the factor");
+}
+
+// bias: forward adds the vector to every row; backward sums the rows (accumulating),
+// against a double reference and finite differences of <r, out>.
+static void test_bias(void) {
+    enum { N = 37, C = 70 };  // C past one 64-column block
+    float out[N * C], bias[C], dout[N * C], dbias[C];
+    fill_uniform(out, N * C, 1.0f);
+    fill_uniform(bias, C, 1.0f);
+    fill_uniform(dout, N * C, 1.0f);
+    float got[N * C];
+    memcpy(got, out, sizeof out);
+    bias_forward_cpu(got, bias, N, C);
+    double want[N * C];
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) want[n * C + c] = (double)out[n * C + c] + bias[c];
+    EXPECT(test_relative_error(got, want, N * C) < 1e-7, "bias forward");
+    for (int c = 0; c < C; c++) dbias[c] = 0.5f;
+    bias_backward_cpu(dbias, dout, N, C);
+    double want_db[C];
+    for (int c = 0; c < C; c++) {
+        want_db[c] = 0.5;
+        for (int n = 0; n < N; n++) want_db[c] += dout[n * C + c];
+    }
+    EXPECT(test_relative_error(dbias, want_db, C) < 1e-6, "bias backward accumulates column sums");
+}
+
 int main(void) {
     rng = test_rng_from_env();
+    test_rope_scaling();
+    test_bias();
     test_embedding();
     test_rmsnorm();
     test_rope();

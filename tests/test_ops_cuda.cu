@@ -185,9 +185,10 @@ static void test_embedding(void) {
     free(tokens), free(wte), free(out), free(out_ref), free(dout), free(dwte_init);
 }
 
-static void test_rmsnorm(void) {
-    printf("rmsnorm\n");
-    const int N = 4096, C = 768;
+// (N, C) = (4096, 768): a hidden-size norm; (4096 * 16, 128): Qwen3's q_norm over each
+// of 16 heads of head_dim 128 (the same op on [T * H, D]).
+static void test_rmsnorm(int N, int C) {
+    printf("rmsnorm N=%d C=%d\n", N, C);
     const float eps = 1e-5f;
     const size_t NC = (size_t)N * C;
     float *inp = random_bf16_values(NC, 2.0f, 0.0f);
@@ -250,20 +251,92 @@ static void test_rope(void) {
     int32_t *d_pos = upload_i32(pos, N);
     const struct {
         const char *name;
-        void (*cpu)(float *, const int32_t *, int, int, int, float);
-        void (*gpu)(bf16 *, const int32_t *, int, int, int, float, cudaStream_t);
+        void (*cpu)(float *, const int32_t *, int, int, int, float, const RopeScaling *);
+        void (*gpu)(bf16 *, const int32_t *, int, int, int, float, const RopeScaling *,
+                    cudaStream_t);
     } directions[2] = {{"rope_forward x (in place)", rope_forward_cpu, rope_forward_cuda},
                        {"rope_backward dx (in place)", rope_backward_cpu, rope_backward_cuda}};
     for (int d = 0; d < 2; d++) {
         float *x = random_bf16_values(n, 1.0f, 0.0f);
         bf16 *d_x = upload_bf16(x, n);
-        directions[d].gpu(d_x, d_pos, N, n_heads, head_dim, theta, 0);
+        directions[d].gpu(d_x, d_pos, N, n_heads, head_dim, theta, NULL, 0);
         float *got = download_bf16(d_x, n);
-        directions[d].cpu(x, pos, N, n_heads, head_dim, theta);
+        directions[d].cpu(x, pos, N, n_heads, head_dim, theta, NULL);
         expect_close(directions[d].name, got, x, n, BF16_TOL);
         free(x), free(got);
     }
     free(pos);
+}
+
+// RoPE under llama3 and linear scaling against the CPU op (head_dim 128 spans every
+// llama3 band at theta 5e5, original context 8192).
+static void test_rope_scaled(void) {
+    printf("rope scaled\n");
+    const int N = 2048, n_heads = 4, head_dim = 128;
+    const float theta = 500000.0f;
+    const RopeScaling scalings[2] = {{ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 8192},
+                                     {ROPE_LINEAR, 4.0f, 0.0f, 0.0f, 0}};
+    const size_t n = (size_t)N * n_heads * head_dim;
+    int32_t *pos = (int32_t *)xmalloc(N * sizeof(int32_t));
+    for (int i = 0; i < N; i++) pos[i] = test_rng_int(&rng, 0, 131071);
+    int32_t *d_pos = upload_i32(pos, N);
+    for (int sc = 0; sc < 2; sc++) {
+        float *x = random_bf16_values(n, 1.0f, 0.0f);
+        bf16 *d_x = upload_bf16(x, n);
+        rope_forward_cuda(d_x, d_pos, N, n_heads, head_dim, theta, &scalings[sc], 0);
+        float *got = download_bf16(d_x, n);
+        rope_forward_cpu(x, pos, N, n_heads, head_dim, theta, &scalings[sc]);
+        expect_close(sc == 0 ? "rope_forward llama3" : "rope_forward linear", got, x, n, BF16_TOL);
+        rope_backward_cuda(d_x, d_pos, N, n_heads, head_dim, theta, &scalings[sc], 0);
+        float *back = download_bf16(d_x, n);
+        rope_backward_cpu(x, pos, N, n_heads, head_dim, theta, &scalings[sc]);
+        expect_close(sc == 0 ? "rope_backward llama3" : "rope_backward linear", back, x, n,
+                     BF16_TOL);
+        // The angle table of the stacked path: the same factors.
+        float2 *d_cs = (float2 *)device_alloc((size_t)N * (head_dim / 2) * sizeof(float2));
+        rope_angles_cuda(d_cs, d_pos, N, head_dim, theta, &scalings[sc], 0);
+        float *cs = download_f32((const float *)d_cs, (size_t)N * head_dim);
+        double *inv = (double *)xmalloc((head_dim / 2) * sizeof(double));
+        rope_inv_freq(inv, head_dim, theta, &scalings[sc]);
+        float *cs_ref = host_floats((size_t)N * head_dim);
+        for (int t = 0; t < N; t++)
+            for (int i = 0; i < head_dim / 2; i++) {
+                cs_ref[((size_t)t * (head_dim / 2) + i) * 2] = (float)cos(pos[t] * inv[i]);
+                cs_ref[((size_t)t * (head_dim / 2) + i) * 2 + 1] = (float)sin(pos[t] * inv[i]);
+            }
+        expect_close("rope_angles scaled", cs, cs_ref, (size_t)N * head_dim, 1e-6);
+        free(x), free(got), free(back), free(cs), free(inv), free(cs_ref);
+    }
+    free(pos);
+}
+
+// Linear biases (Qwen2's q/k/v over the stacked row): forward adds, backward sums rows
+// into fp32, accumulating, bitwise the same run to run.
+static void test_bias(void) {
+    printf("bias\n");
+    const int N = 8192, C = 1536 + 2 * 256;
+    const size_t NC = (size_t)N * C;
+    float *out = random_bf16_values(NC, 2.0f, 0.0f), *bias = random_bf16_values(C, 1.0f, 0.0f);
+    bf16 *d_out = upload_bf16(out, NC), *d_bias = upload_bf16(bias, C);
+    bias_forward_cuda(d_out, d_bias, N, C, 0);
+    float *got = download_bf16(d_out, NC);
+    bias_forward_cpu(out, bias, N, C);
+    expect_close("bias_forward", got, out, NC, BF16_TOL);
+
+    float *dout = random_bf16_values(NC, 1.0f, 0.0f), *dbias_init = random_bf16_values(C, 1.0f, 0.0f);
+    bf16 *d_dout = upload_bf16(dout, NC);
+    float *dbias_ref = copy_floats(dbias_init, C);
+    bias_backward_cpu(dbias_ref, dout, N, C);
+    float *d_dbias = upload_f32(dbias_init, C);
+    bias_backward_cuda(d_dbias, d_dout, N, C, 0);
+    float *dbias = download_f32(d_dbias, C);
+    expect_close("bias_backward (accumulate)", dbias, dbias_ref, C, FP32_TOL);
+    cudaCheck(cudaMemcpy(d_dbias, dbias_init, C * sizeof(float), cudaMemcpyHostToDevice));
+    bias_backward_cuda(d_dbias, d_dout, N, C, 0);
+    float *again = download_f32(d_dbias, C);
+    expect_bitwise("bias_backward run to run", memcmp(again, dbias, C * sizeof(float)) == 0);
+    free(out), free(bias), free(got), free(dout), free(dbias_init), free(dbias_ref), free(dbias);
+    free(again);
 }
 
 static void test_swiglu(void) {
@@ -547,8 +620,11 @@ int main(void) {
     rng = test_rng_from_env();
     ops_cuda_init(4096, 768);
     test_embedding();
-    test_rmsnorm();
+    test_rmsnorm(4096, 768);
+    test_rmsnorm(4096 * 16, 128);
     test_rope();
+    test_rope_scaled();
+    test_bias();
     test_swiglu();
     test_matmul();
     test_cross_entropy();

@@ -2,6 +2,7 @@
 // raw file (length prefix, JSON header, offsets, little-endian F32 data), and errors.
 #include <jansson.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -170,12 +171,13 @@ static void test_malformed(void) {
                     " \"b\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [4, 12]}}", 12);
     EXPECT(safetensors_read(path, &f, err, sizeof err) != 0 && strstr(err, "overlap"), "overlap: %s", err);
     safetensors_file_free(&f);
-    write_raw(path, "{\"w\": {\"dtype\": \"BF16\", \"shape\": [2], \"data_offsets\": [0, 4]}}", 4);
-    EXPECT(safetensors_read(path, &f, err, sizeof err) == 0, "BF16 file reads: %s", err);
+    write_raw(path, "{\"w\": {\"dtype\": \"I32\", \"shape\": [2], \"data_offsets\": [0, 8]}}", 8);
+    EXPECT(safetensors_read(path, &f, err, sizeof err) == 0, "I32 file reads: %s", err);
     int64_t shape[1] = {2};
     float dst[2];
-    EXPECT(safetensors_copy_f32(&f, "w", 1, shape, dst, err, sizeof err) != 0 && strstr(err, "BF16"),
-          "BF16 refused for F32: %s", err);
+    EXPECT(safetensors_copy_f32(&f, "w", 1, shape, dst, err, sizeof err) != 0 &&
+               strstr(err, "'w' has dtype I32, expected F32, BF16 or F16"),
+          "I32 refused: %s", err);
     safetensors_file_free(&f);
     write_raw(path, "[1, 2]", 0);
     EXPECT(safetensors_read(path, &f, err, sizeof err) != 0 && strstr(err, "not a JSON object"), "array header: %s", err);
@@ -185,12 +187,44 @@ static void test_malformed(void) {
     safetensors_file_free(&f);
 }
 
+// Raw 16-bit tensors of known bit patterns read back as the exact floats they denote.
+static void test_half_dtypes(void) {
+    char path[256], err[512];
+    snprintf(path, sizeof path, "%s/half.safetensors", dir);
+    // bf16: 1.0, -2.5, 2^-133 (subnormal in float), +inf; f16: 1.0, -2.5, 2^-24 (the
+    // smallest subnormal), 65504 (the largest), -0.0, +inf
+    const uint16_t bf16[4] = {0x3f80, 0xc020, 0x0001, 0x7f80};
+    const uint16_t f16[6] = {0x3c00, 0xc100, 0x0001, 0x7bff, 0x8000, 0x7c00};
+    const float bf16_want[4] = {1.0f, -2.5f, ldexpf(1.0f, -133), INFINITY};
+    const float f16_want[6] = {1.0f, -2.5f, ldexpf(1.0f, -24), 65504.0f, -0.0f, INFINITY};
+    const char *header = "{\"b\": {\"dtype\": \"BF16\", \"shape\": [4], \"data_offsets\": [0, 8]},"
+                         " \"h\": {\"dtype\": \"F16\", \"shape\": [2, 3], \"data_offsets\": [8, 20]}}";
+    const size_t n = strlen(header);
+    unsigned char *buf = xcalloc(8 + n + 20, 1);
+    for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)n >> (8 * i));
+    memcpy(buf + 8, header, n);
+    memcpy(buf + 8 + n, bf16, 8);
+    memcpy(buf + 8 + n + 8, f16, 12);
+    write_all(path, buf, 8 + n + 20);
+    free(buf);
+    SafeTensorsFile f;
+    EXPECT(safetensors_read(path, &f, err, sizeof err) == 0, "half file reads: %s", err);
+    float got_b[4], got_h[6];
+    const int64_t shape_b[1] = {4}, shape_h[2] = {2, 3};
+    EXPECT(safetensors_copy_f32(&f, "b", 1, shape_b, got_b, err, sizeof err) == 0, "bf16: %s", err);
+    EXPECT(safetensors_copy_f32(&f, "h", 2, shape_h, got_h, err, sizeof err) == 0, "f16: %s", err);
+    EXPECT(memcmp(got_b, bf16_want, sizeof got_b) == 0, "bf16 values exact");
+    EXPECT(memcmp(got_h, f16_want, sizeof got_h) == 0, "f16 values exact (and -0.0)");
+    safetensors_file_free(&f);
+}
+
 int main(void) {
     TestRng rng = test_rng_from_env();
     if (!mkdtemp(dir)) fatal("mkdtemp failed");
     test_round_trip_and_format(&rng);
     test_table_prefix(&rng);
     test_malformed();
+    test_half_dtypes();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

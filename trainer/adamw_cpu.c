@@ -20,7 +20,7 @@ void adamw_free(AdamWState *s) {
 }
 
 bool adamw_decays(const ParamTensor *t, const AdamWHyper *h) {
-    if (t->is_norm) return h->decay_norms;
+    if (t->is_norm || t->is_bias) return h->decay_norms;  // the 1-D tensors
     if (t->is_embedding) return h->decay_embeddings;
     return true;
 }

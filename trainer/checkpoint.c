@@ -12,9 +12,11 @@
 #include <unistd.h>
 
 #include "common/check.h"
+#include "model/hf_model.h"
 #include "model/safetensors.h"
 
 #define CHECKPOINT_FORMAT "onepass-checkpoint-1"
+#define MASTER_PREFIX "master."  // fp32 weights in optimizer.safetensors
 
 int make_dirs(const char *path, char *err, size_t err_len) {
     char buf[4096];
@@ -57,25 +59,18 @@ int write_file_atomic(const char *path, const void *data, size_t len, char *err,
     return 0;
 }
 
-int model_config_write_hf(const char *path, const ModelConfig *cfg, char *err, size_t err_len) {
-    json_t *j = json_pack(
-        "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:b, s:s, s:s}", "architectures",
-        "LlamaForCausalLM", "model_type", "llama", "vocab_size", cfg->vocab_size, "hidden_size",
-        cfg->hidden_size, "intermediate_size", cfg->intermediate_size, "num_hidden_layers",
-        cfg->num_hidden_layers, "num_attention_heads", cfg->num_attention_heads,
-        "num_key_value_heads", cfg->num_key_value_heads, "rms_norm_eps", (double)cfg->rms_norm_eps,
-        "rope_theta", (double)cfg->rope_theta, "tie_word_embeddings", cfg->tie_word_embeddings,
-        "hidden_act", "silu", "torch_dtype", "float32");
-    char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    json_decref(j);
-    int rc = write_file_atomic(path, text, strlen(text), err, err_len);
-    free(text);
-    return rc;
-}
-
 int checkpoint_save(const char *dir, const ModelConfig *cfg, const ParamTable *table,
                     const float *params, const AdamWState *opt, const TrainProgress *progress,
                     char *err, size_t err_len) {
+    HfExport hf = {.dtype = SAVE_F32, .generation_eos_token_id = -1};
+    hf.hf.cfg = *cfg;
+    hf.hf.bos_token_id = hf.hf.pad_token_id = -1;
+    return checkpoint_save_hf(dir, table, params, opt, progress, &hf, err, err_len);
+}
+
+int checkpoint_save_hf(const char *dir, const ParamTable *table, const float *params,
+                       const AdamWState *opt, const TrainProgress *progress, const HfExport *hf,
+                       char *err, size_t err_len) {
     if (make_dirs(dir, err, err_len)) return -1;
     char path[4096];
     char step[32], epoch[32], cursor[32], seed[32], tokens[32], trained[32], elapsed[40];
@@ -87,33 +82,50 @@ int checkpoint_save(const char *dir, const ModelConfig *cfg, const ParamTable *t
     snprintf(trained, sizeof trained, "%lld", progress->trained_tokens_seen);
     snprintf(elapsed, sizeof elapsed, "%.17g", progress->elapsed_s);  // round-trips exactly
 
-    // Model first, optimizer last: a crash between them leaves mismatched steps, which
-    // checkpoint_load refuses.
+    // Model first (a Hugging Face folder: config.json, weights in the save dtype,
+    // generation_config.json), optimizer last: a crash between them leaves mismatched
+    // steps, which checkpoint_load refuses.
     const SafeTensorMeta model_meta[] = {{"format", "pt"}, {"step", step}};
-    SafeTensorOut *entries = xmalloc(2 * (size_t)table->n_tensors * sizeof *entries);
-    safetensors_table_entries(table, "", params, entries);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    int rc = safetensors_write(path, entries, table->n_tensors, model_meta, 2, err, err_len);
-    safetensors_entries_free(entries, table->n_tensors);
-    if (rc) goto done;
-
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if ((rc = model_config_write_hf(path, cfg, err, err_len))) goto done;
+    HfExport model = *hf;
+    model.meta = model_meta;
+    model.n_meta = 2;
+    if (hf_export_write(dir, table, params, &model, err, err_len)) return -1;
 
     const SafeTensorMeta opt_meta[] = {
         {"format", CHECKPOINT_FORMAT}, {"step", step},       {"data_epoch", epoch},
         {"data_cursor", cursor},       {"seed", seed},       {"tokens_seen", tokens},
         {"trained_tokens_seen", trained}, {"elapsed_s", elapsed},
     };
+    // The fp32 master weights ride along when the model file holds fewer bits, so a
+    // resume is bit-identical.
+    const int n = table->n_tensors, n_sets = hf->dtype == SAVE_F32 ? 2 : 3;
+    SafeTensorOut *entries = xmalloc((size_t)n_sets * n * sizeof *entries);
     safetensors_table_entries(table, "exp_avg.", opt->m, entries);
-    safetensors_table_entries(table, "exp_avg_sq.", opt->v, entries + table->n_tensors);
+    safetensors_table_entries(table, "exp_avg_sq.", opt->v, entries + n);
+    if (n_sets == 3) safetensors_table_entries(table, MASTER_PREFIX, params, entries + 2 * n);
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
-    rc = safetensors_write(path, entries, 2 * table->n_tensors, opt_meta,
-                           (int)(sizeof opt_meta / sizeof opt_meta[0]), err, err_len);
-    safetensors_entries_free(entries, 2 * table->n_tensors);
-done:
+    const int rc = safetensors_write(path, entries, n_sets * n, opt_meta,
+                                     (int)(sizeof opt_meta / sizeof opt_meta[0]), err, err_len);
+    safetensors_entries_free(entries, n_sets * n);
     free(entries);
     return rc;
+}
+
+// The model weight file holding the step metadata: model.safetensors, or the first
+// shard of model.safetensors.index.json.
+static void model_weights_path(const char *dir, char *path, size_t len) {
+    snprintf(path, len, "%s/model.safetensors.index.json", dir);
+    json_t *index = json_load_file(path, 0, NULL);
+    const char *key;
+    json_t *file;
+    const char *first = NULL;
+    json_object_foreach(json_object_get(index, "weight_map"), key, file) {
+        if (json_is_string(file) && (!first || strcmp(json_string_value(file), first) < 0))
+            first = json_string_value(file);
+    }
+    if (first) snprintf(path, len, "%s/%s", dir, first);
+    else snprintf(path, len, "%s/model.safetensors", dir);
+    json_decref(index);
 }
 
 // Parses a decimal metadata value; fails naming the key when absent or malformed.
@@ -133,7 +145,7 @@ int checkpoint_load(const char *dir, const ParamTable *table, float *params, Ada
     SafeTensorsFile model = {0}, state = {0};
     long long model_step = 0, step = 0;
     int rc = -1;
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    model_weights_path(dir, path, sizeof path);
     if (safetensors_read(path, &model, err, err_len)) goto done;
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
     if (safetensors_read(path, &state, err, err_len)) goto done;
@@ -164,7 +176,11 @@ int checkpoint_load(const char *dir, const ParamTable *table, float *params, Ada
     progress->seed = strtoull(seed_text, NULL, 10);
     progress->elapsed_s = strtod(elapsed_text, NULL);
     progress->step = (long)step;
-    if (safetensors_load_table(&model, table, "", params, err, err_len) ||
+    char master[128];
+    snprintf(master, sizeof master, "%s%s", MASTER_PREFIX, table->tensors[0].name);
+    if ((safetensors_find(&state, master)
+             ? safetensors_load_table(&state, table, MASTER_PREFIX, params, err, err_len)
+             : hf_weights_load(dir, table, params, err, err_len)) ||
         safetensors_load_table(&state, table, "exp_avg.", opt->m, err, err_len) ||
         safetensors_load_table(&state, table, "exp_avg_sq.", opt->v, err, err_len))
         goto done;
@@ -174,4 +190,22 @@ done:
     safetensors_file_free(&model);
     safetensors_file_free(&state);
     return rc;
+}
+
+int checkpoint_load_weights(const char *dir, const ParamTable *table, float *params, char *err,
+                            size_t err_len) {
+    char path[4096], master[128];
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+    snprintf(master, sizeof master, "%s%s", MASTER_PREFIX, table->tensors[0].name);
+    SafeTensorsFile state = {0};
+    if (access(path, R_OK) == 0) {
+        if (safetensors_read(path, &state, err, err_len)) return -1;
+        if (safetensors_find(&state, master)) {
+            const int rc = safetensors_load_table(&state, table, MASTER_PREFIX, params, err, err_len);
+            safetensors_file_free(&state);
+            return rc;
+        }
+        safetensors_file_free(&state);
+    }
+    return hf_weights_load(dir, table, params, err, err_len);
 }

@@ -34,7 +34,8 @@ static const char *const DEFAULTS_JSON =
     "    \"num_key_value_heads\": 1,"
     "    \"rms_norm_eps\": 1e-5,"
     "    \"rope_theta\": 10000.0,"
-    "    \"tie_word_embeddings\": true"
+    "    \"tie_word_embeddings\": true,"
+    "    \"init_from\": null"
     "  },"
     "  \"train\": {"
     "    \"steps\": 300,"
@@ -52,6 +53,7 @@ static const char *const DEFAULTS_JSON =
     "    \"eval_every\": 50,"
     "    \"eval_max_conversations\": 32,"
     "    \"checkpoint_every\": 100,"
+    "    \"save_dtype\": null,"
     "    \"resume\": null,"
     "    \"deterministic\": true,"
     "    \"micro_rows\": 4,"
@@ -66,6 +68,7 @@ static const char *const DEFAULTS_JSON =
 
 struct Config {
     json_t *root;
+    json_t *set_keys;  // {dotted key: true} for every key the file or a --set gave
 };
 
 // Whether `value` may replace `def` (the default fixes the type).
@@ -77,7 +80,9 @@ static bool type_compatible(const json_t *def, const json_t *value) {
 }
 
 // Merges `src` into `dst` (both objects) recursively; errors name `where` and the dotted key.
-static void merge_checked(json_t *dst, json_t *src, const char *where, const char *prefix) {
+// Each leaf set is recorded in set_keys.
+static void merge_checked(json_t *dst, json_t *src, const char *where, const char *prefix,
+                          json_t *set_keys) {
     const char *key;
     json_t *value;
     json_object_foreach(src, key, value) {
@@ -88,7 +93,7 @@ static void merge_checked(json_t *dst, json_t *src, const char *where, const cha
         if (json_is_object(def)) {
             if (!json_is_object(value))
                 fatal("%s: config key '%s' must be an object, got %s", where, dotted, json_type_name(value));
-            merge_checked(def, value, where, dotted);
+            merge_checked(def, value, where, dotted, set_keys);
             continue;
         }
         if (!type_compatible(def, value))
@@ -99,6 +104,7 @@ static void merge_checked(json_t *dst, json_t *src, const char *where, const cha
                              ? json_real((double)json_integer_value(value))
                              : json_incref(value);
         json_object_set_new(dst, key, stored);
+        json_object_set_new(set_keys, dotted, json_true());
     }
 }
 
@@ -123,7 +129,7 @@ static json_t *lookup(const json_t *root, const char *dotted, json_t **parent, c
     return node;
 }
 
-static void apply_override(json_t *root, const char *assignment) {
+static void apply_override(json_t *root, const char *assignment, json_t *set_keys) {
     const char *eq = strchr(assignment, '=');
     if (!eq || eq == assignment) fatal("--set %s: expected key=value", assignment);
     char key[256];
@@ -149,7 +155,7 @@ static void apply_override(json_t *root, const char *assignment) {
     snprintf(where, sizeof where, "--set %s", assignment);
     char prefix[256];
     snprintf(prefix, sizeof prefix, "%.*s", (int)(leaf - key > 0 ? leaf - key - 1 : 0), key);
-    merge_checked(parent, wrapper, where, prefix);
+    merge_checked(parent, wrapper, where, prefix, set_keys);
     json_decref(wrapper);
 }
 
@@ -157,22 +163,25 @@ Config *config_load(const char *path, int n_overrides, char *const *overrides) {
     json_error_t error;
     json_t *root = json_loads(DEFAULTS_JSON, 0, &error);
     if (!root) fatal("built-in config defaults: %s (line %d)", error.text, error.line);
+    json_t *set_keys = json_object();
     if (path) {
         json_t *user = json_load_file(path, 0, &error);
         if (!user) fatal("%s:%d:%d: invalid JSON: %s", path, error.line, error.column, error.text);
         if (!json_is_object(user)) fatal("%s: the config must be a JSON object", path);
-        merge_checked(root, user, path, "");
+        merge_checked(root, user, path, "", set_keys);
         json_decref(user);
     }
-    for (int i = 0; i < n_overrides; i++) apply_override(root, overrides[i]);
+    for (int i = 0; i < n_overrides; i++) apply_override(root, overrides[i], set_keys);
     Config *c = xmalloc(sizeof *c);
     c->root = root;
+    c->set_keys = set_keys;
     return c;
 }
 
 void config_free(Config *c) {
     if (!c) return;
     json_decref(c->root);
+    json_decref(c->set_keys);
     free(c);
 }
 
@@ -205,6 +214,11 @@ bool config_bool(const Config *c, const char *key) {
     json_t *v = get(c, key);
     if (!json_is_boolean(v)) fatal("config key '%s' is not a boolean", key);
     return json_is_true(v);
+}
+
+bool config_was_set(const Config *c, const char *key) {
+    get(c, key);  // a key outside the defaults is a programming error
+    return json_object_get(c->set_keys, key) != NULL;
 }
 
 char *config_dump(const Config *c) {

@@ -19,6 +19,9 @@ long long config_int(const Config *c, const char *key);
 double config_num(const Config *c, const char *key);  // accepts integers too
 bool config_bool(const Config *c, const char *key);
 
+// Whether the config file or a --set gave this key (false: it holds the default).
+bool config_was_set(const Config *c, const char *key);
+
 // The resolved configuration as indented JSON (malloc'd), for printing and saving.
 char *config_dump(const Config *c);
 

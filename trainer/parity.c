@@ -117,8 +117,9 @@ json_t *parity_report(const Config *c) {
     ParamTable table;
     param_table_build(&mc, &table);
     float *params = xmalloc(table.total * sizeof(float));  // [table.total]
-    params_load_or_init(&mc, &table, config_str(c, "parity.weights"), (uint64_t)config_int(c, "seed"),
-                        params);
+    const char *weights = config_str(c, "parity.weights");
+    if (!weights) weights = config_str(c, "model.init_from");
+    params_load_or_init(&mc, &table, weights, (uint64_t)config_int(c, "seed"), params);
     AdamWState opt;  // unused by one forward+backward, but part of the backend's state
     adamw_init(&opt, table.total);
     const long long micro_rows = config_int(c, "train.micro_rows");

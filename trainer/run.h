@@ -35,6 +35,9 @@ typedef struct {
     float *params;  // [table.total]
     AdamWState opt;
     TrainProgress progress;
+    HfExport export;              // how checkpoints are written (dtype, ids); f32 by default
+    const char *tokenizer_dir;    // tokenizer files copied into each checkpoint, or NULL
+    const char *tokenizer_model;  // the run's data.tokenizer (file or folder), copied too
 } TrainState;
 
 // The seeded init at step 0.

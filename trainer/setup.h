@@ -2,20 +2,33 @@
 // configuration, the tokenizer, and the initial weights.
 #pragma once
 #include "data/tokenizer.h"
+#include "model/hf_model.h"
 #include "model/model.h"
 #include "trainer/config.h"
+#include "trainer/hf_export.h"
 
-// model.* keys; values the model cannot use are fatal and name the key.
+// model.* keys, or with model.init_from the folder's config.json (a model.* key the
+// user set that contradicts it is fatal, naming both values); values the model cannot
+// use are fatal and name the key.
 ModelConfig model_config_from(const Config *c);
+// model.init_from's config.json into *out; false when model.init_from is not set.
+bool model_source_from(const Config *c, HfModelConfig *out);
 
 // data.tokenizer (a .model, a tokenizer.json or a model folder); fatal when it cannot be
 // loaded, lacks a template token or has more pieces than model.vocab_size.
 Tokenizer *tokenizer_from(const Config *c, const ModelConfig *mc);
 
-// params [table->total]: from `weights` (a model.safetensors file or a checkpoint
-// directory holding one) when not NULL, else the seeded init.
+// params [table->total]: from `weights` when not NULL (a Hugging Face model folder,
+// i.e. one with config.json, single or sharded, any of F32/BF16/F16; else a
+// model.safetensors file or a directory holding one), else the seeded init.
 void params_load_or_init(const ModelConfig *mc, const ParamTable *table, const char *weights,
                          uint64_t seed, float *params);
+
+// How the run's checkpoints are written: train.save_dtype (default bf16 with
+// model.init_from, else f32), the source's token ids and max_position_embeddings (else
+// the template's end of turn as eos and data.seq_len), the end of turn as the
+// generation eos. Fatal for a bad train.save_dtype.
+void hf_export_from(const Config *c, const ModelConfig *mc, const Tokenizer *tok, HfExport *out);
 
 // Parses argv for --config/--set, fails on anything else, loads the config.
 // `extra` names one more accepted "--flag VALUE" (NULL for none); its value goes to *extra_value.

@@ -1,0 +1,46 @@
+// Hugging Face model folders out: what AutoModelForCausalLM.from_pretrained loads as it
+// is. config.json (architectures, model_type, every architecture key, dtype, token ids,
+// max_position_embeddings), the weights in F32, BF16 or F16 (model.safetensors, or
+// model-0000i-of-0000n.safetensors with model.safetensors.index.json above a size
+// limit), generation_config.json; the tokenizer files are copied by hf_copy_tokenizer.
+#pragma once
+#include <stddef.h>
+#include "model/hf_model.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+
+typedef enum { SAVE_F32, SAVE_BF16, SAVE_F16 } SaveDtype;
+
+// "f32", "bf16", "f16" -> *out; returns 0, or -1 with a message naming the value.
+int save_dtype_parse(const char *name, SaveDtype *out, char *err, size_t err_len);
+const char *save_dtype_torch_name(SaveDtype d);  // "float32", "bfloat16", "float16"
+
+typedef struct {
+    HfModelConfig hf;            // cfg and the token ids / max_position_embeddings to write
+    SaveDtype dtype;
+    size_t shard_bytes;          // tensor bytes per shard before the next one (0: 5 GB)
+    int generation_eos_token_id; // generation_config eos (the template's end of turn); -1: config's
+    const SafeTensorMeta *meta;  // metadata of every weight file (e.g. the step), may be NULL
+    int n_meta;
+} HfExport;
+
+// Writes config.json, the weights and generation_config.json into dir (created). Files
+// go through <name>.tmp + rename. Returns 0, or -1 with a message.
+int hf_export_write(const char *dir, const ParamTable *table, const float *params,
+                    const HfExport *e, char *err, size_t err_len);
+
+// Copies the tokenizer files that exist in src_dir (tokenizer.json, tokenizer_config.json,
+// special_tokens_map.json, tokenizer.model, vocab.json, merges.txt, added_tokens.json,
+// chat_template.jinja) into dst_dir; then the run's data.tokenizer when not NULL: a
+// folder is copied the same way, a tokenizer.json file becomes dst_dir/tokenizer.json,
+// any other file (a SentencePiece model) dst_dir/tokenizer.model. Returns 0, or -1 with
+// a message.
+int hf_copy_tokenizer(const char *src_dir, const char *run_tokenizer, const char *dst_dir,
+                      char *err, size_t err_len);
+
+// `train export`: the checkpoint (or any Hugging Face folder) `from` as a folder `out`
+// without optimizer state: its config, its weights (the fp32 master weights when the
+// checkpoint has them) in *dtype (NULL: the config's dtype), its generation_config.json
+// and tokenizer files. Returns 0, or -1 with a message.
+int hf_export_checkpoint(const char *from, const char *out, const SaveDtype *dtype, char *err,
+                         size_t err_len);

@@ -7,7 +7,7 @@
 # test_attention_cuda test_train_cuda bench_trainer train` and anchor_trainer.py in .device/lead.
 set -u
 out=/tmp/final_out; mkdir -p "$out"  # packed into $OUT/final.tar.gz at the end (few files come back)
-bin=.device/lead
+bin=${BIN:-.device/lead}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/info.log"
 for t in test_ops_cuda test_model_cuda test_attention_cuda test_train_cuda; do
   $bin/$t > "$out/$t.log" 2>&1; echo "$t rc=$? $(tail -1 "$out/$t.log")"; grep FAIL "$out/$t.log" | head -5

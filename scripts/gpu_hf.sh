@@ -17,7 +17,7 @@
 # Results: $OUT/hf.tar.gz (logs) and the summary lines on stdout.
 set -u
 out=/tmp/hf_out; mkdir -p "$out"
-bin=.device/hf
+bin=${BIN:-.device/hf}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/info.log"
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$out/info.log"
 

@@ -618,7 +618,7 @@ int main(void) {
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
     rng = test_rng_from_env();
-    ops_cuda_init(4096, 768);
+    ops_cuda_init(4096 * 16, 768);  // the largest test: rmsnorm over [T * H, D] of Qwen3's q_norm
     test_embedding();
     test_rmsnorm(4096, 768);
     test_rmsnorm(4096 * 16, 128);

@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "common/check.h"
+#include "common/output_file.h"
 #include "data/conversation.h"
 #include "data/template.h"
 #include "data/tokenizer.h"
@@ -33,14 +34,16 @@ static void write_message(FILE *f, const Message *m) {
 }
 
 static void write_corpus(const Dataset *d, const char *corpus_path) {
-    FILE *f = fopen(corpus_path, "wb");
-    if (!f) fatal("%s: cannot create: %s", corpus_path, strerror(errno));
+    OutputFile out;
+    char err[1024];
+    if (output_open(&out, corpus_path, err, sizeof err) != 0) fatal("%s", err);
+    FILE *f = out.f;
     for (int i = 0; i < d->n_samples; i++) {
         const Sample *s = &d->samples[i];
         for (int j = 0; j < s->n_messages; j++) write_message(f, &s->messages[j]);
         for (int j = 0; j < s->n_completions; j++) write_message(f, &s->completions[j]);
     }
-    if (fclose(f) != 0) fatal("%s: write error: %s", corpus_path, strerror(errno));
+    if (output_commit(&out, err, sizeof err) != 0) fatal("%s", err);
 }
 
 static void usage_exit(void) {

@@ -22,6 +22,7 @@
 // The headers are plain C (no extern "C" guards of their own).
 extern "C" {
 #include "common/check.h"
+#include "common/output_file.h"
 #include "data/template.h"
 #include "data/tokenizer.h"
 }
@@ -38,15 +39,28 @@ struct Tokenizer {
     sentencepiece::SentencePieceProcessor sp;
 };
 
+// No C++ exception may cross into C (issue 14): each entry point that can throw (a
+// directory read as a model throws std::ios_base::failure, allocation std::bad_alloc)
+// catches everything and reports it the C way.
 extern "C" Tokenizer *tokenizer_load(const char *model_path, char *err, size_t err_len) {
-    Tokenizer *t = new Tokenizer;
-    const auto status = t->sp.Load(model_path);
-    if (!status.ok()) {
-        fail_at(err, err_len, model_path, 0, "%s", status.ToString().c_str());
-        delete t;
-        return nullptr;
+    if (input_file_check(model_path, err, err_len) != 0) return nullptr;
+    Tokenizer *t = nullptr;
+    try {
+        t = new Tokenizer;
+        const auto status = t->sp.Load(model_path);
+        if (!status.ok()) {
+            fail_at(err, err_len, model_path, 0, "%s", status.ToString().c_str());
+            delete t;
+            return nullptr;
+        }
+        return t;
+    } catch (const std::exception &e) {
+        fail_at(err, err_len, model_path, 0, "cannot load the tokenizer: %s", e.what());
+    } catch (...) {
+        fail_at(err, err_len, model_path, 0, "cannot load the tokenizer");
     }
-    return t;
+    delete t;
+    return nullptr;
 }
 
 extern "C" void tokenizer_free(Tokenizer *t) { delete t; }
@@ -54,22 +68,30 @@ extern "C" void tokenizer_free(Tokenizer *t) { delete t; }
 extern "C" int tokenizer_vocab_size(const Tokenizer *t) { return t->sp.GetPieceSize(); }
 
 extern "C" int tokenizer_encode(const Tokenizer *t, const char *text, int32_t *ids, int cap) {
-    std::vector<int> out;
-    if (!t->sp.Encode(text, &out).ok()) return -1;
-    const int n = (int)out.size();
-    for (int i = 0; i < n && i < cap; i++) ids[i] = out[i];
-    return n;
+    try {
+        std::vector<int> out;
+        if (!t->sp.Encode(text, &out).ok()) return -1;
+        const int n = (int)out.size();
+        for (int i = 0; i < n && i < cap; i++) ids[i] = out[i];
+        return n;
+    } catch (...) {
+        return -1;
+    }
 }
 
 // Returns NULL when an id is out of range.
 extern "C" char *tokenizer_decode(const Tokenizer *t, const int32_t *ids, int n) {
-    std::vector<int> in(ids, ids + n);
-    std::string text;
-    if (!t->sp.Decode(in, &text).ok()) return nullptr;
-    char *out = (char *)malloc(text.size() + 1);
-    if (!out) return nullptr;
-    memcpy(out, text.c_str(), text.size() + 1);
-    return out;
+    try {
+        std::vector<int> in(ids, ids + n);
+        std::string text;
+        if (!t->sp.Decode(in, &text).ok()) return nullptr;
+        char *out = (char *)malloc(text.size() + 1);
+        if (!out) return nullptr;
+        memcpy(out, text.c_str(), text.size() + 1);
+        return out;
+    } catch (...) {
+        return nullptr;
+    }
 }
 
 extern "C" int tokenizer_piece_to_id(const Tokenizer *t, const char *piece) {
@@ -117,10 +139,16 @@ extern "C" int tokenizer_train(const char *corpus_path, const char *model_prefix
         {"max_sentence_length", "65536"},
         {"hard_vocab_limit", "false"},
     };
-    sentencepiece::SetRandomGeneratorSeed(1234);
-    sentencepiece::logging::SetMinLogLevel(1);
-    const auto status = sentencepiece::SentencePieceTrainer::Train(args);
-    if (!status.ok())
-        return fail(err, err_len, "tokenizer training failed: %s", status.ToString().c_str());
-    return 0;
+    try {
+        sentencepiece::SetRandomGeneratorSeed(1234);
+        sentencepiece::logging::SetMinLogLevel(1);
+        const auto status = sentencepiece::SentencePieceTrainer::Train(args);
+        if (!status.ok())
+            return fail(err, err_len, "tokenizer training failed: %s", status.ToString().c_str());
+        return 0;
+    } catch (const std::exception &e) {
+        return fail(err, err_len, "tokenizer training failed: %s", e.what());
+    } catch (...) {
+        return fail(err, err_len, "tokenizer training failed");
+    }
 }

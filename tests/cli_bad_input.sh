@@ -63,5 +63,21 @@ EOF
 expect_error "pack bad_completions" "bad_completions.jsonl:3: completions: empty completions list" \
     pack --set data.train_path="$fixtures/bad_completions.jsonl" --set data.layout=shared_prefix --out "$tmp/rows.jsonl"
 
+# Non-regular inputs are refused by name; no C++ exception escapes (exit 134) (issue 14.8).
+expect_exit1() {  # expect_exit1 <description> <pattern> <command...>: exit status 1 and the message
+    local what="$1" pattern="$2"; shift 2
+    out=$("$@" 2>&1); local rc=$?
+    if [ "$rc" -ne 1 ]; then bad "$what: exit $rc: $out"; return; fi
+    if grep -q -- "$pattern" <<<"$out"; then ok; else bad "$what: got: $out"; fi
+}
+mkdir -p "$tmp/dir"; mkfifo "$tmp/fifo"
+expect_exit1 "tokenizer is a directory" "data.tokenizer': $tmp/dir: not a regular file" pack --set data.tokenizer="$tmp/dir" --out "$tmp/rows.jsonl"
+expect_exit1 "tokenizer is a FIFO" "$tmp/fifo: not a regular file" pack --set data.tokenizer="$tmp/fifo" --out "$tmp/rows.jsonl"
+head -c 3000 /dev/urandom > "$tmp/garbage.model"
+expect_exit1 "tokenizer is garbage" "garbage.model: " pack --set data.tokenizer="$tmp/garbage.model" --out "$tmp/rows.jsonl"
+expect_exit1 "train data is a directory" "$tmp/dir: not a regular file" pack --set data.train_path="$tmp/dir" --out "$tmp/rows.jsonl"
+expect_exit1 "train data is a FIFO" "$tmp/fifo: not a regular file" pack --set data.train_path="$tmp/fifo" --out "$tmp/rows.jsonl"
+expect_exit1 "tokenizer --corpus-from a directory" "$tmp/dir: not a regular file" "$train" tokenizer --corpus-from "$tmp/dir" --out "$tmp/t"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -32,31 +32,6 @@ int make_dirs(const char *path, char *err, size_t err_len) {
     return 0;
 }
 
-int write_file_atomic(const char *path, const void *data, size_t len, char *err, size_t err_len) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-    if (fd < 0) return fail(err, err_len, "%s: cannot create: %s", tmp, strerror(errno));
-    const char *p = data;
-    size_t left = len;
-    while (left > 0) {
-        ssize_t n = write(fd, p, left);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        p += n;
-        left -= (size_t)n;
-    }
-    bool ok = left == 0 && fsync(fd) == 0;
-    int saved_errno = errno;
-    if (close(fd) != 0) ok = false;
-    if (!ok || rename(tmp, path) != 0) {
-        if (ok) saved_errno = errno;
-        unlink(tmp);
-        return fail(err, err_len, "%s: write failed: %s", path, strerror(saved_errno));
-    }
-    return 0;
-}
-
 int model_config_write_hf(const char *path, const ModelConfig *cfg, char *err, size_t err_len) {
     json_t *j = json_pack(
         "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:b, s:s, s:s}", "architectures",

@@ -8,6 +8,7 @@
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
+#include "common/output_file.h"  // write_file_atomic
 #include "model/model.h"
 #include "trainer/adamw.h"
 
@@ -34,9 +35,6 @@ int checkpoint_load(const char *dir, const ParamTable *table, float *params, Ada
 
 // Writes the HF config.json of a model (atomically). Returns 0 or -1 with a message.
 int model_config_write_hf(const char *path, const ModelConfig *cfg, char *err, size_t err_len);
-
-// Writes len bytes to path via <path>.tmp + fsync + rename. Returns 0, or -1 with a message.
-int write_file_atomic(const char *path, const void *data, size_t len, char *err, size_t err_len);
 
 // mkdir -p. Returns 0, or -1 with a message.
 int make_dirs(const char *path, char *err, size_t err_len);

@@ -5,10 +5,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "common/check.h"
 #include "common/json_names.h"
+#include "common/output_file.h"
 
 // The defaults define the schema: every accepted key and its type. A null
 // default accepts a string or null.
@@ -236,9 +236,8 @@ static void check_ranges(const json_t *root, const char *where) {
 // The user's config file: a regular file of one JSON object, without a byte order mark
 // or duplicate keys. Fatal with "path: what" (or "path:line:column:" for bad JSON).
 static json_t *load_user_file(const char *path) {
-    struct stat st;
-    if (stat(path, &st) != 0) fatal("%s: cannot open: %s", path, strerror(errno));
-    if (!S_ISREG(st.st_mode)) fatal("%s: not a regular file", path);
+    char err[1024];
+    if (input_file_check(path, err, sizeof err) != 0) fatal("%s", err);
     FILE *f = fopen(path, "rb");
     if (!f) fatal("%s: cannot open: %s", path, strerror(errno));
     unsigned char head[3] = {0};

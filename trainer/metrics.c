@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/check.h"
+#include "common/output_file.h"
 
 // Keeps the lines of `path` whose "step" is <= max_step (a resumed run drops what the
 // interrupted one logged past its checkpoint). Returns 0, or -1 with a message.
@@ -31,15 +32,10 @@ static int truncate_after_step(const char *path, long max_step, char *err, size_
     }
     free(line);
     fclose(in);
-    FILE *out = fopen(path, "w");
-    if (!out) {
-        free(kept);
-        return fail(err, err_len, "%s: cannot rewrite metrics", path);
-    }
-    if (kept_len) fwrite(kept, 1, kept_len, out);
-    fclose(out);
+    // Atomically: a failure leaves the interrupted run's file as it was.
+    const int rc = write_file_atomic(path, kept, kept_len, err, err_len);
     free(kept);
-    return 0;
+    return rc;
 }
 
 int metrics_open(MetricsLog *log, const char *out_dir, long resume_step, char *err,

@@ -3,8 +3,12 @@
 //   optimizer.safetensors  AdamW moments "exp_avg.<name>", "exp_avg_sq.<name>" and, in
 //                          the metadata, the step, the data position and the seed
 //   config.json            the model's HF config (hidden_size, ... as in HF)
-// Each file is written to a temp file, fsync'd and renamed. Both safetensors files
-// carry the step; a load fails when they disagree (a checkpoint cut in half).
+// The directory is written as <dir>.tmp/ (each file fsync'd) and then renamed to <dir>
+// (an older <dir> moved aside first and removed after), so the files of one checkpoint
+// always come from one save. Both safetensors files carry the step, a per-save id, the
+// run record's hash and a checksum of their tensors; a load fails when the files
+// disagree (a checkpoint cut in half or mixed from two saves), when a checksum does not
+// match, or when a file holds a tensor that the model does not have.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -21,6 +25,10 @@ typedef struct {
     long long tokens_seen;      // totals so far, for metrics
     long long trained_tokens_seen;
     double elapsed_s;           // training time so far, for metrics and ETA
+    // The run's record (JSON text: its resolved config and input checksums) for the
+    // resume checks of trainer/run.c. Saved when non-NULL; a successful load sets it to
+    // a malloc'd copy (NULL when the checkpoint has none), which the caller frees.
+    char *run_record;
 } TrainProgress;
 
 // Creates dir (and parents) when needed. Returns 0, or -1 with a message in err.

@@ -278,6 +278,7 @@ int cmd_train(int argc, char **argv) {
 
     TrainState state;
     train_state_init(&state, &mc, settings.seed);
+    state.progress.run_record = run_record_from(config);
     printf("model: %zu parameters (%d layers, hidden %d, vocab %d)\n", state.table.total,
            mc.num_hidden_layers, mc.hidden_size, mc.vocab_size);
     StepLoader loader;

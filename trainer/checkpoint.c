@@ -14,24 +14,10 @@
 #include <unistd.h>
 
 #include "common/check.h"
+#include "common/checksum.h"
 #include "model/safetensors.h"
 
 #define CHECKPOINT_FORMAT "onepass-checkpoint-1"
-
-// 64-bit checksum of a byte range, 8 bytes a step (a multiply-xorshift mix per word).
-static uint64_t checksum_bytes(const void *data, size_t len) {
-    const unsigned char *p = data;
-    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)len;
-    size_t i = 0;
-    for (; i + 8 <= len; i += 8) {
-        uint64_t w;
-        memcpy(&w, p + i, 8);
-        h = (h ^ w) * 0xBF58476D1CE4E5B9ULL;
-        h ^= h >> 31;
-    }
-    for (; i < len; i++) h = (h ^ p[i]) * 0x94D049BB133111EBULL;
-    return splitmix64(&h);
-}
 
 // A file's checksum: over its tensors, each bound to its name; independent of order.
 static uint64_t tensor_checksum(const char *name, const void *data, size_t bytes) {
@@ -298,4 +284,32 @@ done:
     safetensors_file_free(&model);
     safetensors_file_free(&state);
     return rc;
+}
+
+int checkpoint_read_run_record(const char *dir, char **record, char *err, size_t err_len) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+    *record = NULL;
+    if (input_file_check(path, err, err_len) != 0) return -1;
+    FILE *f = fopen(path, "rb");
+    if (!f) return fail_at(err, err_len, path, 0, "cannot open: %s", strerror(errno));
+    uint64_t header_len = 0;
+    fseek(f, 0, SEEK_END);
+    const long file_len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    if (file_len < 8 || fread(&header_len, 8, 1, f) != 1 || header_len > (uint64_t)file_len - 8) {
+        fclose(f);
+        return fail_at(err, err_len, path, 0, "not a safetensors file (bad header length)");
+    }
+    char *text = xmalloc(header_len + 1);
+    const bool ok = fread(text, 1, header_len, f) == header_len;
+    fclose(f);
+    text[header_len] = '\0';
+    json_t *header = ok ? json_loads(text, 0, NULL) : NULL;
+    free(text);
+    if (!header) return fail_at(err, err_len, path, 0, "unreadable header");
+    const char *value = json_string_value(json_object_get(json_object_get(header, "__metadata__"), "run_record"));
+    if (value && *value) *record = strdup(value);
+    json_decref(header);
+    return 0;
 }

@@ -41,6 +41,11 @@ int checkpoint_save(const char *dir, const ModelConfig *cfg, const ParamTable *t
 int checkpoint_load(const char *dir, const ParamTable *table, float *params, AdamWState *opt,
                     TrainProgress *progress, char *err, size_t err_len);
 
+// The run record stored in dir's optimizer.safetensors (its header alone is read), for
+// comparing a resume's configuration before loading tensors. *record: malloc'd, NULL
+// when the checkpoint has none. Returns 0, or -1 with a message.
+int checkpoint_read_run_record(const char *dir, char **record, char *err, size_t err_len);
+
 // Writes the HF config.json of a model (atomically). Returns 0 or -1 with a message.
 int model_config_write_hf(const char *path, const ModelConfig *cfg, char *err, size_t err_len);
 

@@ -37,10 +37,17 @@ typedef struct {
     TrainProgress progress;
 } TrainState;
 
+// The run record saved with each checkpoint (TrainProgress.run_record): the resolved
+// config and checksums of the train data and tokenizer files. malloc'd JSON text.
+char *run_record_from(const Config *c);
+
 // The seeded init at step 0.
 void train_state_init(TrainState *s, const ModelConfig *mc, uint64_t seed);
 // Replaces the state with the checkpoint in dir, which must come from a run with the
-// state's seed. Returns 0, or -1 with a message.
+// state's seed and the same model, data and data order (the run records compared: a
+// change of model.*, the data files' contents, data.layout, data.seq_len, ...,
+// train.tokens_per_step or train.shuffle is refused, naming each key; other changes,
+// such as train.lr or train.steps, are printed). Returns 0, or -1 with a message.
 int train_state_resume(TrainState *s, const char *dir, char *err, size_t err_len);
 // Downloads the backend's state into s and saves it as <out_dir>/checkpoint-<step>,
 // whose path goes to dir. Returns 0, or -1 with a message.

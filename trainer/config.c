@@ -91,7 +91,7 @@ static const KeyRange RANGES[] = {
     {"model.rms_norm_eps", 0, 1, true, false},
     {"model.rope_theta", 0, 1e12, true, false},
     {"train.steps", 1, ONE_G, false, false},
-    {"train.tokens_per_step", 1, 1 << 28, false, false},
+    {"train.tokens_per_step", 1, 1 << 24, false, false},
     {"train.lr", 0, INFINITY, false, true},
     {"train.min_lr_ratio", 0, 1, false, false},
     {"train.warmup_steps", 0, ONE_G, false, false},

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/check.h"
 #include "common/checksum.h"
@@ -171,6 +172,29 @@ static int compare_run_records(const char *saved_text, const char *now_text, cha
     json_decref(saved);
     json_decref(now);
     return rc;
+}
+
+void run_memory_check(const ModelConfig *mc, const RunSettings *s, int seq_len) {
+    const double V = mc->vocab_size, C = mc->hidden_size, F = mc->intermediate_size,
+                 L = mc->num_hidden_layers;
+    const double head = C / mc->num_attention_heads, q = C, kv = mc->num_key_value_heads * head;
+    const double params = V * C * (mc->tie_word_embeddings ? 1 : 2) + C +
+                          L * (2 * C + q * C + 2 * kv * C + C * q + 3 * F * C);
+    const double state_bytes = 16.0 * params;  // fp32 weights, gradients, two moments
+    // Per token: the layers' saved activations and the logits with their gradient.
+    const double tokens = (double)s->micro_rows * seq_len;
+    const double activation_bytes = tokens * 4.0 * (2.0 * L * (6 * C + 3 * F + q + 2 * kv) + 2 * V);
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    const double machine = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    if (machine <= 0) return;
+    if (state_bytes > machine)
+        fatal("config keys model.hidden_size, model.intermediate_size, model.num_hidden_layers, "
+              "model.vocab_size: %.3g parameters need %.1f GiB for weights, gradients and AdamW "
+              "moments, more than this machine's %.1f GiB", params, state_bytes / gib, machine / gib);
+    if (activation_bytes > machine)
+        fatal("config keys train.micro_rows x data.seq_len: %d x %d tokens per micro-batch need "
+              "about %.1f GiB of activations, more than this machine's %.1f GiB (lower "
+              "train.micro_rows)", s->micro_rows, seq_len, activation_bytes / gib, machine / gib);
 }
 
 void train_state_init(TrainState *s, const ModelConfig *mc, uint64_t seed) {

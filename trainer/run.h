@@ -28,6 +28,11 @@ typedef struct {
 // or for the CUDA backend when that is 0 the H200's dense bf16 datasheet peak.
 RunSettings run_settings_from(const Config *c, Backend backend);
 
+// Fatal, naming the keys, when the run's host memory estimate (weights, gradients and
+// AdamW moments for the model.* sizes; activations for train.micro_rows x data.seq_len)
+// exceeds this machine's memory, rather than an "out of memory" midway.
+void run_memory_check(const ModelConfig *mc, const RunSettings *s, int seq_len);
+
 // The host copy of the training state: the checkpoints' format, exchanged with the
 // backend through set_state / get_state.
 typedef struct {

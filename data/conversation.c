@@ -266,6 +266,9 @@ static int parse_sample(const char *text, size_t len, Sample *out, char *err, si
 int sample_parse_line(const char *text, size_t len, const char *path, int line, Sample *out,
                       char *err, size_t err_len) {
     memset(out, 0, sizeof(*out));
+    if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0)
+        return fail_at(err, err_len, path, line, "starts with a UTF-8 byte order mark (BOM); "
+                       "save the file without one");
     char why[1024];
     int rc = parse_sample(text, len, out, why, sizeof why);
     if (rc != 0) {

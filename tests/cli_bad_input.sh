@@ -77,6 +77,8 @@ head -c 3000 /dev/urandom > "$tmp/garbage.model"
 expect_exit1 "tokenizer is garbage" "garbage.model: " pack --set data.tokenizer="$tmp/garbage.model" --out "$tmp/rows.jsonl"
 expect_exit1 "train data is a directory" "$tmp/dir: not a regular file" pack --set data.train_path="$tmp/dir" --out "$tmp/rows.jsonl"
 expect_exit1 "train data is a FIFO" "$tmp/fifo: not a regular file" pack --set data.train_path="$tmp/fifo" --out "$tmp/rows.jsonl"
+{ printf '\xef\xbb\xbf'; head -n 2 "$shipped/train.jsonl"; } > "$tmp/bom.jsonl"
+expect_exit1 "a JSONL file with a BOM" "bom.jsonl:1: starts with a UTF-8 byte order mark" pack --set data.train_path="$tmp/bom.jsonl" --out "$tmp/rows.jsonl"
 expect_exit1 "tokenizer --corpus-from a directory" "$tmp/dir: not a regular file" "$train" tokenizer --corpus-from "$tmp/dir" --out "$tmp/t"
 
 echo "$pass passed, $fail failed"

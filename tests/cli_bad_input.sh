@@ -2,16 +2,8 @@
 # `train gen-data`, `train tokenizer` and `train pack` on good and bad JSONL:
 # bad lines fail with a non-zero exit and "file:line: field: what"; --skip-bad
 # skips them; gen-data and tokenizer reproduce the shipped files.
-train="$1"; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/lib_cli.sh" "$1"
 fixtures=tests/data; shipped=datasets/synthetic
-pass=0; fail=0
-ok() { pass=$((pass+1)); }
-bad() { echo "FAIL $*"; fail=$((fail+1)); }
-expect_error() {  # expect_error <description> <pattern> <command...>
-    local what="$1" pattern="$2"; shift 2
-    if out=$("$@" 2>&1); then bad "$what: exit 0"; return; fi
-    if grep -q -- "$pattern" <<<"$out"; then ok; else bad "$what: got: $out"; fi
-}
 
 # gen-data: same seed, same bytes; another seed, other bytes; the asked sizes.
 for run in a b; do "$train" gen-data --out-dir "$tmp/$run" --seed 7 --train 20 --eval 5 --shared 4 >/dev/null || bad "gen-data $run"; done
@@ -81,5 +73,4 @@ expect_exit1 "train data is a FIFO" "$tmp/fifo: not a regular file" pack --set d
 expect_exit1 "a JSONL file with a BOM" "bom.jsonl:1: starts with a UTF-8 byte order mark" pack --set data.train_path="$tmp/bom.jsonl" --out "$tmp/rows.jsonl"
 expect_exit1 "tokenizer --corpus-from a directory" "$tmp/dir: not a regular file" "$train" tokenizer --corpus-from "$tmp/dir" --out "$tmp/t"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

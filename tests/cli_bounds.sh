@@ -2,17 +2,8 @@
 # Memory that the input decides is bounded (issue 14 item 5): huge sizes are refused
 # naming the key before anything is allocated, and a JSONL line whose text cannot fit
 # data.seq_len is refused before it is tokenized (today a 10 MB line costs GBs).
-train="$1"; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-data=datasets/synthetic
-[ -f "$data/tokenizer.model" ] || { echo "skip: $data not generated yet"; exit 77; }
-pass=0; fail=0
-ok() { pass=$((pass+1)); }
-bad() { echo "FAIL $*"; fail=$((fail+1)); }
-expect_error() {  # expect_error <description> <pattern> <command...>
-    local what="$1" pattern="$2"; shift 2
-    if out=$("$@" 2>&1); then bad "$what: exit 0"; return; fi
-    if grep -q -- "$pattern" <<<"$out"; then ok; else bad "$what: got: $(tail -2 <<<"$out")"; fi
-}
+source "$(dirname "$0")/lib_cli.sh" "$1"
+need_data
 expect_error "tokens_per_step 1e15" "config key 'train.tokens_per_step': must be in" \
     "$train" --set out_dir="$tmp/a" --set train.tokens_per_step=1000000000000000
 expect_error "a model larger than the machine" "config keys model.hidden_size.*more than this machine" \
@@ -39,5 +30,4 @@ fi
 if out=$(pack --set data.seq_len=1024 --set data.skip_too_long=true --out "$tmp/rows.jsonl" 2>&1) &&
    grep -q "^skipped *0 bad, 1 too long" <<<"$out"; then ok; else bad "skip_too_long of the line: $out"; fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

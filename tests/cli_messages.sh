@@ -1,10 +1,7 @@
 #!/usr/bin/env bash
 # Messages a user can act on (issue 14 item 9): `train SUB --help` prints that command's
 # usage and exits 0; model-shape errors name the model.* keys, never a source file:line.
-train="$1"; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-pass=0; fail=0
-ok() { pass=$((pass+1)); }
-bad() { echo "FAIL $*"; fail=$((fail+1)); }
+source "$(dirname "$0")/lib_cli.sh" "$1"
 for sub in run pack parity gen-data tokenizer; do
     for flag in --help -h; do
         if out=$("$train" "$sub" "$flag" 2>&1) && grep -q "^usage: train \(\[run\]\|$sub\)" <<<"$out" &&
@@ -25,5 +22,4 @@ done <<'EOF2'
 --set model.vocab_size=100|config key 'model.vocab_size': 100 is smaller than the tokenizer
 EOF2
 [ ! -e "$tmp/run" ] && ok || bad "a refused model created out_dir"
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -2,12 +2,8 @@
 # Output paths (issue 14 item 2): a regular file is replaced atomically, anything else
 # is written in place (a FIFO stays a FIFO, /dev/null stays a device), a symbolic link
 # keeps being a link, and an output that is an input (by device and inode) is refused.
-train="$1"; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-data=datasets/synthetic
-[ -f "$data/tokenizer.model" ] || { echo "skip: $data not generated yet"; exit 77; }
-pass=0; fail=0
-ok() { pass=$((pass+1)); }
-bad() { echo "FAIL $*"; fail=$((fail+1)); }
+source "$(dirname "$0")/lib_cli.sh" "$1"
+need_data
 head -n 3 "$data/train.jsonl" > "$tmp/conv.jsonl"
 cp "$tmp/conv.jsonl" "$tmp/conv.orig"
 pack() { "$train" pack --set data.tokenizer="$data/tokenizer.model" --set data.train_path="$tmp/conv.jsonl" "$@"; }
@@ -51,5 +47,4 @@ elif grep -q "$tmp: is a directory" <<<"$out"; then ok; else bad "--out dir: $ou
 if out=$("$train" gen-data --out-dir "$tmp/gen" --train 2 --eval 1 --shared 1 2>&1) && [ -s "$tmp/gen/train.jsonl" ] &&
    ! ls "$tmp/gen"/*.tmp* >/dev/null 2>&1; then ok; else bad "gen-data: $out"; fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

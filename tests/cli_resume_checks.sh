@@ -3,17 +3,8 @@
 # data.seq_len, data.layout, train.tokens_per_step or another data file (same path,
 # other bytes) is refused naming what changed; keys that may change (lr, steps) are
 # reported; a checkpoint whose files were mixed from two saves or corrupted is refused.
-train="$1"; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-data=datasets/synthetic
-[ -f "$data/train.jsonl" ] || { echo "skip: $data not generated yet"; exit 77; }
-pass=0; fail=0
-ok() { pass=$((pass+1)); }
-bad() { echo "FAIL $*"; fail=$((fail+1)); }
-expect_error() {  # expect_error <description> <pattern> <command...>
-    local what="$1" pattern="$2"; shift 2
-    if out=$("$@" 2>&1); then bad "$what: exit 0"; return; fi
-    if grep -q -- "$pattern" <<<"$out"; then ok; else bad "$what: got: $(tail -2 <<<"$out")"; fi
-}
+source "$(dirname "$0")/lib_cli.sh" "$1"
+need_data
 export OMP_NUM_THREADS=2
 head -n 200 "$data/train.jsonl" > "$tmp/train.jsonl"
 tiny=(--set model.hidden_size=32 --set model.intermediate_size=64 --set model.num_hidden_layers=4
@@ -44,5 +35,4 @@ cp -r "$ck" "$tmp/corrupt"
 f="$tmp/corrupt/model.safetensors"; printf '\x55' | dd of="$f" bs=1 seek=$(( $(stat -c %s "$f") - 7 )) conv=notrunc 2>/dev/null
 expect_error "a flipped byte" "model.safetensors: checksum mismatch" resume --set train.resume="$tmp/corrupt"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

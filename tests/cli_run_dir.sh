@@ -4,15 +4,7 @@
 # the directory as it was (the config is written after validation); checkpoints appear
 # whole (checkpoint-N.tmp/ renamed); `train` with no arguments says what it does and
 # never clobbers an existing run.
-train="$(realpath "$1")"; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-pass=0; fail=0
-ok() { pass=$((pass+1)); }
-bad() { echo "FAIL $*"; fail=$((fail+1)); }
-expect_error() {  # expect_error <description> <pattern> <command...>
-    local what="$1" pattern="$2"; shift 2
-    if out=$("$@" 2>&1); then bad "$what: exit 0"; return; fi
-    if grep -q -- "$pattern" <<<"$out"; then ok; else bad "$what: got: $out"; fi
-}
+source "$(dirname "$0")/lib_cli.sh" "$1"
 tiny=(--set model.hidden_size=32 --set model.intermediate_size=64 --set model.num_hidden_layers=2
       --set train.tokens_per_step=1024 --set train.micro_rows=2 --set train.warmup_steps=1
       --set train.eval_every=0 --set data.seq_len=1024 --set train.steps=2 --set seed=5)
@@ -54,5 +46,4 @@ grep -q "no --config given: training the built-in defaults into out_dir 'runs/st
 grep -q "already holds a run" <<<"$out" && ok || bad "bare train refusal: $out"
 [ "$(cat "$tmp/cwd/runs/strip_thinking/config.json")" = '{"mine": 1}' ] && ok || bad "bare train clobbered the run's config"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

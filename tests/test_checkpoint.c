@@ -130,18 +130,17 @@ int main(void) {
           "files of two saves refused: %s", err);
 
     // A flipped byte in a tensor is caught by the checksum, in either file.
-    EXPECT(checkpoint_save(again, &cfg, &table, params, &opt, &progress, err, sizeof err) == 0, "save 4: %s", err);
-    snprintf(path, sizeof path, "%s/model.safetensors", again);
-    flip_byte(path, 5);
-    EXPECT(checkpoint_load(again, &table, params_back, &opt_back, &back, err, sizeof err) != 0 &&
-              strstr(err, "model.safetensors") && strstr(err, "checksum"),
-          "corrupt model refused: %s", err);
-    EXPECT(checkpoint_save(again, &cfg, &table, params, &opt, &progress, err, sizeof err) == 0, "save 5: %s", err);
-    snprintf(path, sizeof path, "%s/optimizer.safetensors", again);
-    flip_byte(path, 70);
-    EXPECT(checkpoint_load(again, &table, params_back, &opt_back, &back, err, sizeof err) != 0 &&
-              strstr(err, "optimizer.safetensors") && strstr(err, "checksum"),
-          "corrupt optimizer state refused: %s", err);
+    const struct { const char *file; long from_end; } flips[] = {
+        {"model.safetensors", 5}, {"optimizer.safetensors", 70}};
+    for (int i = 0; i < 2; i++) {
+        EXPECT(checkpoint_save(again, &cfg, &table, params, &opt, &progress, err, sizeof err) == 0,
+               "save: %s", err);
+        snprintf(path, sizeof path, "%s/%s", again, flips[i].file);
+        flip_byte(path, flips[i].from_end);
+        EXPECT(checkpoint_load(again, &table, params_back, &opt_back, &back, err, sizeof err) != 0 &&
+                  strstr(err, flips[i].file) && strstr(err, "checksum"),
+              "corrupt %s refused: %s", flips[i].file, err);
+    }
 
     // A checkpoint with more tensors than the model (4 layers resumed as 2): refused,
     // naming the extra tensor.

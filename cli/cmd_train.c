@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "common/check.h"
+#include "common/output_file.h"
 #include "trainer/backend.h"
 #include "trainer/checkpoint.h"
 #include "trainer/data_options.h"
@@ -63,6 +64,10 @@ static void prepare_out_dir(const char *out_dir, const char *resolved) {
     char path[4096], err[1024];
     if (make_dirs(out_dir, err, sizeof err)) fatal("config key 'out_dir': %s", err);
     snprintf(path, sizeof path, "%s/config.json", out_dir);
+    if (output_is_input(path, NULL)) {  // a resume run with --config out_dir/config.json
+        printf("%s is this run's --config file: left as it is\n", path);
+        return;
+    }
     if (write_file_atomic(path, resolved, strlen(resolved), err, sizeof err)) fatal("%s", err);
 }
 

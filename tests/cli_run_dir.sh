@@ -31,6 +31,11 @@ if ls -d "$run"/*.tmp "$run"/checkpoint-*.tmp >/dev/null 2>&1; then bad "tempora
 # A resume of the run in its own directory is allowed; overwrite=true replaces the run.
 "$train" --set out_dir="$run" "${tiny[@]}" --set train.steps=3 --set train.resume="$run/checkpoint-000002" > "$tmp/b.log" 2>&1 \
     && ok || bad "resume in place: $(tail -3 "$tmp/b.log")"
+# Resuming with the run's own config.json as --config: an input, so left as it is.
+cp "$run/config.json" "$tmp/config.before"
+if out=$("$train" --config "$run/config.json" --set train.steps=3 --set train.resume="$run/checkpoint-000003" 2>&1) &&
+   grep -q "config.json is this run's --config file: left as it is" <<<"$out" && cmp -s "$run/config.json" "$tmp/config.before"
+then ok; else bad "resume with --config out_dir/config.json: $(tail -2 <<<"$out")"; fi
 "$train" --set out_dir="$run" "${tiny[@]}" --set train.overwrite=true > "$tmp/c.log" 2>&1 \
     && ok || bad "overwrite=true: $(tail -3 "$tmp/c.log")"
 [ "$(wc -l < "$run/metrics.jsonl")" -eq 2 ] && ok || bad "overwrite: metrics has $(wc -l < "$run/metrics.jsonl") lines"

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "common/check.h"
+#include "common/output_file.h"
 #include "data/synthetic.h"
 
 static long parse_count(const char *flag, const char *text) {
@@ -24,10 +25,11 @@ static void write_split(const char *dir, const char *name, uint64_t seed, int n,
     size_t len = strlen(dir) + strlen(name) + 2;
     char *path = xmalloc(len);
     snprintf(path, len, "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    if (!f) fatal("%s: cannot create: %s", path, strerror(errno));
-    writer(f, seed, n);
-    if (fclose(f) != 0) fatal("%s: write error: %s", path, strerror(errno));
+    OutputFile out;
+    char err[1024];
+    if (output_open(&out, path, err, sizeof err) != 0) fatal("%s", err);
+    writer(out.f, seed, n);
+    if (output_commit(&out, err, sizeof err) != 0) fatal("%s", err);
     printf("gen-data: %d samples -> %s\n", n, path);
     free(path);
 }

@@ -4,17 +4,14 @@
 //    "doc": [...], "turn": [...], "role": [...]}
 // each array of length data.seq_len: the columns of data/token_columns.h, in its order.
 #define _POSIX_C_SOURCE 200809L
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "cli/commands.h"
 #include "cli/stats.h"
 #include "common/check.h"
-#include "trainer/data_options.h"
+#include "common/output_file.h"
 #include "trainer/config.h"
 #include "trainer/data_options.h"
 
@@ -24,19 +21,14 @@ static void write_array(FILE *f, const char *name, const int32_t *values, int n,
     fputs(last ? "]" : "], ", f);
 }
 
-// Writes to a temporary file beside `path` and renames it, so an error never leaves
-// a half-written output behind.
+// Writes through common/output_file.h: a regular file is replaced atomically (an error
+// never leaves a half-written output), a device or FIFO is written in place, an input
+// of the run is refused.
 static void write_rows(const PackedRows *rows, const char *path) {
-    size_t len = strlen(path) + 16;
-    char *tmp = xmalloc(len);
-    snprintf(tmp, len, "%s.tmpXXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) fatal("%s: cannot create a temporary file: %s", tmp, strerror(errno));
-    mode_t mask = umask(0);  // mkstemp makes 0600; give the output ordinary permissions
-    umask(mask);
-    fchmod(fd, 0666 & ~mask);
-    FILE *f = fdopen(fd, "w");
-    if (!f) fatal("%s: %s", tmp, strerror(errno));
+    OutputFile out;
+    char err[1024];
+    if (output_open(&out, path, err, sizeof err) != 0) fatal("%s", err);
+    FILE *f = out.f;
     for (int r = 0; r < rows->n_rows; r++) {
         size_t base = (size_t)r * (size_t)rows->seq_len;
         const struct {
@@ -53,15 +45,7 @@ static void write_rows(const PackedRows *rows, const char *path) {
             write_array(f, fields[i].name, fields[i].values + base, rows->seq_len, i == n_fields - 1);
         fputs("}\n", f);
     }
-    if (ferror(f) | fclose(f)) {
-        unlink(tmp);
-        fatal("%s: write failed: %s", tmp, strerror(errno));
-    }
-    if (rename(tmp, path) != 0) {
-        unlink(tmp);
-        fatal("%s: cannot rename to %s: %s", tmp, path, strerror(errno));
-    }
-    free(tmp);
+    if (output_commit(&out, err, sizeof err) != 0) fatal("%s", err);
 }
 
 int cmd_pack(int argc, char **argv) {

@@ -2,9 +2,12 @@
 // gradient parity against npass (trainer/parity.h), as a table and as JSON.
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cli/commands.h"
 #include "common/check.h"
+#include "common/output_file.h"
 #include "trainer/parity.h"
 #include "trainer/setup.h"
 
@@ -14,8 +17,11 @@ int cmd_parity(int argc, char **argv) {
     json_t *report = parity_report(c);
     parity_print(report, stdout);
     if (json_path) {
-        if (json_dump_file(report, json_path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0)
-            fatal("--json %s: cannot write", json_path);
+        char *text = json_dumps(report, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        char err[1024];
+        if (!text || write_file_atomic(json_path, text, strlen(text), err, sizeof err) != 0)
+            fatal("--json %s", text ? err : "cannot format the report");
+        free(text);
         printf("wrote %s\n", json_path);
     }
     json_decref(report);

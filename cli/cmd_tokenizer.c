@@ -4,9 +4,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/commands.h"
 #include "common/check.h"
+#include "common/output_file.h"
 #include "data/conversation.h"
 #include "data/template.h"
 #include "data/tokenizer.h"
@@ -33,14 +35,33 @@ static void write_message(FILE *f, const Message *m) {
 }
 
 static void write_corpus(const Dataset *d, const char *corpus_path) {
-    FILE *f = fopen(corpus_path, "wb");
-    if (!f) fatal("%s: cannot create: %s", corpus_path, strerror(errno));
+    OutputFile out;
+    char err[1024];
+    if (output_open(&out, corpus_path, err, sizeof err) != 0) fatal("%s", err);
+    FILE *f = out.f;
     for (int i = 0; i < d->n_samples; i++) {
         const Sample *s = &d->samples[i];
         for (int j = 0; j < s->n_messages; j++) write_message(f, &s->messages[j]);
         for (int j = 0; j < s->n_completions; j++) write_message(f, &s->completions[j]);
     }
-    if (fclose(f) != 0) fatal("%s: write error: %s", corpus_path, strerror(errno));
+    if (output_commit(&out, err, sizeof err) != 0) fatal("%s", err);
+}
+
+// SentencePiece writes PREFIX.model and PREFIX.vocab itself, in place: refuse the names
+// that common/output_file.h would refuse (an input of the run, a directory) or could not
+// write without replacing (a device or FIFO would be truncated or replaced).
+static void check_sentencepiece_outputs(const char *prefix) {
+    static const char *const suffixes[] = {".model", ".vocab"};
+    for (int i = 0; i < 2; i++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s%s", prefix, suffixes[i]);
+        const char *input = NULL;
+        struct stat st;
+        if (output_is_input(path, &input))
+            fatal("%s: refusing to overwrite an input of this run (%s)", path, input);
+        if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+            fatal("%s: not a regular file (the tokenizer's outputs must be)", path);
+    }
 }
 
 static void usage_exit(void) {
@@ -70,6 +91,7 @@ int cmd_tokenizer(int argc, char **argv) {
 
     Dataset d;
     dataset_load(corpus_from, false, &d);
+    check_sentencepiece_outputs(prefix);
     size_t corpus_len = strlen(prefix) + sizeof(".corpus.txt");
     char *corpus_path = xmalloc(corpus_len);
     snprintf(corpus_path, corpus_len, "%s.corpus.txt", prefix);

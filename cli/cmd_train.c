@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "common/check.h"
+#include "common/output_file.h"
 #include "trainer/backend.h"
 #include "trainer/checkpoint.h"
 #include "trainer/data_options.h"
@@ -19,6 +20,7 @@
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
 #include "trainer/run.h"
+#include "trainer/run_dir.h"
 #include "trainer/setup.h"
 #include "trainer/step.h"
 
@@ -44,16 +46,30 @@ static void install_stop_handlers(void) {
     sigaction(SIGTERM, &sa, NULL);
 }
 
-// Creates out_dir and saves the resolved config in it as run_config.json (config.json
-// means a model config to every tool of the ecosystem).
-static const char *prepare_out_dir(const Config *config, const char *resolved) {
+// out_dir, refused (before anything is loaded) when it holds a run that this one is not
+// a resume of, unless train.overwrite (trainer/run_dir.h).
+static const char *checked_out_dir(const Config *config) {
     const char *out_dir = config_str(config, "out_dir");
     if (!out_dir) fatal("config key 'out_dir': a directory is required");
+    char err[1024];
+    if (run_dir_check(out_dir, config_str(config, "train.resume"),
+                      config_bool(config, "train.overwrite"), err, sizeof err) != 0)
+        fatal("config key 'out_dir': %s", err);
+    return out_dir;
+}
+
+// Creates out_dir and saves the resolved config in it as run_config.json (config.json
+// means a model config to every tool of the ecosystem): once everything (model, data,
+// resume) has been validated, so a refused run leaves the directory alone.
+static void prepare_out_dir(const char *out_dir, const char *resolved) {
     char path[4096], err[1024];
     if (make_dirs(out_dir, err, sizeof err)) fatal("config key 'out_dir': %s", err);
     snprintf(path, sizeof path, "%s/run_config.json", out_dir);
+    if (output_is_input(path, NULL)) {  // a resume run with --config out_dir/run_config.json
+        printf("%s is this run's --config file: left as it is\n", path);
+        return;
+    }
     if (write_file_atomic(path, resolved, strlen(resolved), err, sizeof err)) fatal("%s", err);
-    return out_dir;
 }
 
 static void print_mfu_basis(const RunSettings *s) {
@@ -245,6 +261,10 @@ static void print_summary(long first_step, const TrainProgress *progress, long t
 int cmd_train(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);  // progress lines interleave with errors in order
     Config *config = config_from_args(argc, argv, "run", NULL, NULL);
+    if (argc == 0)
+        printf("train: no --config given: training the built-in defaults into out_dir '%s' "
+               "(train --help lists the commands)\n", config_str(config, "out_dir"));
+    const char *out_dir = checked_out_dir(config);
     char *resolved = config_dump(config);
     printf("resolved config:\n%s\n", resolved);
     const ModelConfig mc = model_config_from(config);
@@ -252,10 +272,9 @@ int cmd_train(int argc, char **argv) {
     const Backend backend = backend_choose(config_str(config, "backend"), &mc, why, sizeof why);
     printf("%s\n", why);
     const TrainBackendOps *ops = backend_ops(backend);
-    const char *out_dir = prepare_out_dir(config, resolved);
-    free(resolved);
     const RunSettings settings = run_settings_from(config, backend);
     print_mfu_basis(&settings);
+    run_memory_check(&mc, &settings, (int)config_int(config, "data.seq_len"));
 
     Tokenizer *tok = tokenizer_from(config, &mc);
     const DataOptions data_opt = data_options_from_config(config);
@@ -274,12 +293,15 @@ int cmd_train(int argc, char **argv) {
     hf_export_from(config, &mc, tok, &state.export);
     state.tokenizer_dir = init_from;
     state.tokenizer_model = config_str(config, "data.tokenizer");
+    state.progress.run_record = run_record_from(config);
     printf("model: %zu parameters (%d layers, hidden %d, vocab %d)\n", state.table.total,
            mc.num_hidden_layers, mc.hidden_size, mc.vocab_size);
     StepLoader loader;
     step_loader_init(&loader, train.samples, train.n_samples, data_opt.layout, data_opt.seq_len,
                      data_opt.pack, settings.tokens_per_step, settings.shuffle, settings.seed);
     resume_if_asked(config, &state, &loader);
+    prepare_out_dir(out_dir, resolved);
+    free(resolved);
 
     void *trainer = create_backend(ops, &mc, &settings, data_opt.seq_len, &state);
     Prefetcher *prefetcher = prefetcher_start(&loader, settings.micro_rows, PREFETCH_DEPTH,

@@ -1,18 +1,42 @@
 // `train`: the onepass command line.
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/commands.h"
 
-static void usage(FILE *f) {
-    fputs("usage: train [run] --config FILE [--set key=value]...      train a model\n"
-          "       train pack --config FILE [--set k=v]... --out rows.jsonl [--skip-bad]\n"
-          "       train parity --config FILE [--set k=v]... --json out.json\n"
-          "       train show --config FILE [--set k=v]... --conversation N --out DIR [--rows]\n"
-          "       train gen-data --out-dir DIR [--seed N] [--train N] [--eval N] [--shared N]\n"
-          "       train tokenizer --corpus-from FILE.jsonl --out PREFIX [--vocab-size N]\n"
-          "       train export --from CHECKPOINT --out DIR [--dtype bf16|f16|f32]\n",
-          f);
+static const char USAGE[] =
+    "usage: train [run] --config FILE [--set key=value]...      train a model\n"
+    "       train pack --config FILE [--set k=v]... --out rows.jsonl [--skip-bad]\n"
+    "       train parity --config FILE [--set k=v]... --json out.json\n"
+    "       train show --config FILE [--set k=v]... --conversation N --out DIR [--rows]\n"
+    "       train gen-data --out-dir DIR [--seed N] [--train N] [--eval N] [--shared N]\n"
+    "       train tokenizer --corpus-from FILE.jsonl --out PREFIX [--vocab-size N]\n"
+    "       train export --from CHECKPOINT --out DIR [--dtype bf16|f16|f32]\n";
+
+static void usage(FILE *f) { fputs(USAGE, f); }
+
+// `train SUB --help` (or -h anywhere among its arguments): SUB's line of the usage.
+// Returns whether SUB has one.
+static bool sub_usage(const char *sub) {
+    char want[64];
+    snprintf(want, sizeof want, strcmp(sub, "run") == 0 ? "train [run] " : "train %s ", sub);
+    for (const char *line = USAGE; *line;) {
+        const char *end = strchr(line, '\n');
+        const char *at = strstr(line, want);
+        if (at && at < end) {
+            printf("usage: %.*s\n", (int)(end - at), at);
+            return true;
+        }
+        line = end + 1;
+    }
+    return false;
+}
+
+static bool asks_help(int argc, char **argv) {
+    for (int i = 0; i < argc; i++)
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) return true;
+    return false;
 }
 
 int main(int argc, char **argv) {
@@ -24,6 +48,7 @@ int main(int argc, char **argv) {
     int skip = argc >= 2 && argv[1][0] != '-' ? 2 : 1;
     int sub_argc = argc - skip;
     char **sub_argv = argv + skip;
+    if (asks_help(sub_argc, sub_argv) && sub_usage(sub)) return 0;
     if (strcmp(sub, "run") == 0) return cmd_train(sub_argc, sub_argv);
     if (strcmp(sub, "pack") == 0) return cmd_pack(sub_argc, sub_argv);
     if (strcmp(sub, "parity") == 0) return cmd_parity(sub_argc, sub_argv);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/check.h"
+#include "common/output_file.h"
 #include "common/json_names.h"
 #include "data/template.h"
 
@@ -265,6 +266,9 @@ static int parse_sample(const char *text, size_t len, Sample *out, char *err, si
 int sample_parse_line(const char *text, size_t len, const char *path, int line, Sample *out,
                       char *err, size_t err_len) {
     memset(out, 0, sizeof(*out));
+    if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0)
+        return fail_at(err, err_len, path, line, "starts with a UTF-8 byte order mark (BOM); "
+                       "save the file without one");
     char why[1024];
     int rc = parse_sample(text, len, out, why, sizeof why);
     if (rc != 0) {
@@ -284,12 +288,13 @@ static bool is_blank(const char *s, size_t n) {
 void dataset_load(const char *path, bool skip_bad, Dataset *out) {
     enum { MAX_SKIP_WARNINGS = 5 };
     memset(out, 0, sizeof(*out));
+    char err[1024];
+    if (input_file_check(path, err, sizeof err) != 0) fatal("%s", err);
     FILE *f = fopen(path, "rb");
     if (!f) fatal("%s: cannot open: %s", path, strerror(errno));
     int cap = 0, line = 0;
     char *buf = NULL;
     size_t buf_cap = 0;
-    char err[1024];
     ssize_t n;
     while ((n = getline(&buf, &buf_cap, f)) >= 0) {
         line++;

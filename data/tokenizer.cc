@@ -33,6 +33,7 @@
 // The headers are plain C (no extern "C" guards of their own).
 extern "C" {
 #include "common/check.h"
+#include "common/output_file.h"
 #include "data/bpe.h"
 #include "data/template.h"
 #include "data/tokenizer.h"
@@ -163,6 +164,7 @@ static int sp_setup(Tokenizer *t, const std::string &path, char *err, size_t err
 
 // One file: a tokenizer.json through data/bpe.c, anything else as a SentencePiece model.
 static Tokenizer *load_file(const std::string &file, char *err, size_t err_len) {
+    if (input_file_check(file.c_str(), err, err_len) != 0) return nullptr;  // an input: never an output
     Tokenizer *t = new Tokenizer;
     const int rc = ends_with(file, ".json") ? ((t->bpe = bpe_load(file.c_str(), err, err_len)) ? 0 : -1)
                                             : sp_setup(t, file, err, err_len);

@@ -343,7 +343,7 @@ static int check_extra(const SafeTensorsFile *f, const SafeTensorInfo *t, const 
                        "tie_word_embeddings is true");
     }
     return fail_at(err, err_len, f->path, 0,
-                   "unexpected tensor '%s' (not a parameter of this model's config)", t->name);
+                   "unexpected tensor '%s': not in the model (not a parameter of this model's config)", t->name);
 }
 
 int hf_weights_load(const char *dir, const ParamTable *table, float *params, char *err,

@@ -5,7 +5,6 @@
 #include <math.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/check.h"
+#include "common/output_file.h"
 
 // The data section is written and read as raw host floats: this file assumes a
 // little-endian host (x86-64, aarch64), as the format is little-endian.
@@ -22,17 +22,6 @@ static size_t numel_of(int ndim, const int64_t *shape) {
     size_t n = 1;
     for (int d = 0; d < ndim; d++) n *= (size_t)shape[d];
     return n;
-}
-
-// fsync of the directory makes the rename itself durable.
-static void fsync_parent_dir(const char *path) {
-    char *copy = strdup(path);
-    int fd = open(dirname(copy), O_RDONLY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-    free(copy);
 }
 
 int safetensors_write(const char *path, const SafeTensorOut *tensors, int n_tensors,
@@ -65,13 +54,12 @@ int safetensors_write(const char *path, const SafeTensorOut *tensors, int n_tens
     size_t padded = (text_len + 7) / 8 * 8;  // data section starts 8-byte aligned
     uint64_t header_len = padded;
 
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
+    OutputFile out;
+    if (output_open(&out, path, err, err_len) != 0) {
         free(text);
-        return fail_at(err, err_len, tmp, 0, "cannot create: %s", strerror(errno));
+        return -1;
     }
+    FILE *f = out.f;
     bool ok = fwrite(&header_len, 8, 1, f) == 1 && fwrite(text, 1, text_len, f) == text_len;
     for (size_t i = text_len; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
     free(text);
@@ -81,21 +69,12 @@ int safetensors_write(const char *path, const SafeTensorOut *tensors, int n_tens
         ok = half ? fwrite(tensors[i].data16, 2, n, f) == n
                   : fwrite(tensors[i].data, sizeof(float), n, f) == n;
     }
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int saved_errno = errno;
-    if (fclose(f) != 0) ok = false;
     if (!ok) {
-        unlink(tmp);
-        return fail_at(err, err_len, tmp, 0, "write failed: %s", strerror(saved_errno));
+        const int saved_errno = errno;
+        output_discard(&out);
+        return fail_at(err, err_len, path, 0, "write failed: %s", strerror(saved_errno));
     }
-    if (rename(tmp, path) != 0) {
-        saved_errno = errno;
-        unlink(tmp);
-        return fail_at(err, err_len, tmp, 0, "cannot rename to %s: %s", path,
-                       strerror(saved_errno));
-    }
-    fsync_parent_dir(path);
-    return 0;
+    return output_commit(&out, err, err_len);
 }
 
 float bf16_to_float(uint16_t h) {
@@ -208,6 +187,7 @@ static int parse_entry(const char *path, const char *name, json_t *entry, size_t
 int safetensors_read(const char *path, SafeTensorsFile *out, char *err, size_t err_len) {
     memset(out, 0, sizeof *out);
     out->path = strdup(path);
+    if (input_file_check(path, err, err_len) != 0) return -1;
     int fd = open(path, O_RDONLY);
     if (fd < 0) return fail_at(err, err_len, path, 0, "cannot open: %s", strerror(errno));
     struct stat st;

@@ -2,16 +2,8 @@
 # `train gen-data`, `train tokenizer` and `train pack` on good and bad JSONL:
 # bad lines fail with a non-zero exit and "file:line: field: what"; --skip-bad
 # skips them; gen-data and tokenizer reproduce the shipped files.
-train="$1"; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/lib_cli.sh" "$1"
 fixtures=tests/data; shipped=datasets/synthetic
-pass=0; fail=0
-ok() { pass=$((pass+1)); }
-bad() { echo "FAIL $*"; fail=$((fail+1)); }
-expect_error() {  # expect_error <description> <pattern> <command...>
-    local what="$1" pattern="$2"; shift 2
-    if out=$("$@" 2>&1); then bad "$what: exit 0"; return; fi
-    if grep -q -- "$pattern" <<<"$out"; then ok; else bad "$what: got: $out"; fi
-}
 
 # gen-data: same seed, same bytes; another seed, other bytes; the asked sizes.
 for run in a b; do "$train" gen-data --out-dir "$tmp/$run" --seed 7 --train 20 --eval 5 --shared 4 >/dev/null || bad "gen-data $run"; done
@@ -84,5 +76,21 @@ expect_error "pack with gpt2 (no template tokens)" "no id for the template token
 expect_error "pack with an empty folder" "neither tokenizer.json nor tokenizer.model" \
     "$train" pack --set data.tokenizer="$tmp" --out "$tmp/rows.jsonl"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+# Non-regular inputs are refused by name; no C++ exception escapes (exit 134) (issue 14.8).
+expect_exit1() {  # expect_exit1 <description> <pattern> <command...>: exit status 1 and the message
+    local what="$1" pattern="$2"; shift 2
+    out=$("$@" 2>&1); local rc=$?
+    if [ "$rc" -ne 1 ]; then bad "$what: exit $rc: $out"; return; fi
+    if grep -q -- "$pattern" <<<"$out"; then ok; else bad "$what: got: $out"; fi
+}
+mkdir -p "$tmp/dir"; mkfifo "$tmp/fifo"
+expect_exit1 "tokenizer is a FIFO" "$tmp/fifo: not a regular file" pack --set data.tokenizer="$tmp/fifo" --out "$tmp/rows.jsonl"
+head -c 3000 /dev/urandom > "$tmp/garbage.model"
+expect_exit1 "tokenizer is garbage" "garbage.model: " pack --set data.tokenizer="$tmp/garbage.model" --out "$tmp/rows.jsonl"
+expect_exit1 "train data is a directory" "$tmp/dir: not a regular file" pack --set data.train_path="$tmp/dir" --out "$tmp/rows.jsonl"
+expect_exit1 "train data is a FIFO" "$tmp/fifo: not a regular file" pack --set data.train_path="$tmp/fifo" --out "$tmp/rows.jsonl"
+{ printf '\xef\xbb\xbf'; head -n 2 "$shipped/train.jsonl"; } > "$tmp/bom.jsonl"
+expect_exit1 "a JSONL file with a BOM" "bom.jsonl:1: starts with a UTF-8 byte order mark" pack --set data.train_path="$tmp/bom.jsonl" --out "$tmp/rows.jsonl"
+expect_exit1 "tokenizer --corpus-from a directory" "$tmp/dir: not a regular file" "$train" tokenizer --corpus-from "$tmp/dir" --out "$tmp/t"
+
+finish

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Unknown keys and wrong types are errors that name the file and the key.
+# Unknown keys and wrong types are errors that name the file and the key; so are values
+# out of a key's range, duplicate keys, a BOM, a missing config file and malformed --set.
 train="$1"; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 pass=0; fail=0
 expect_error() {  # expect_error <description> <pattern> <command...>
@@ -14,5 +15,43 @@ expect_error "wrong type" "type.json: config key 'data.seq_len' must be an integ
 expect_error "unknown --set key" "unknown config key 'train.nope'" "$train" pack --set train.nope=1 --out "$tmp/o"
 echo '{"data": ' > "$tmp/bad.json"
 expect_error "invalid JSON" "bad.json:.*invalid JSON" "$train" pack --config "$tmp/bad.json" --out "$tmp/o"
+# Every key's range (issue 14 item 6): a value outside it is refused with the key named.
+while IFS='|' read -r set pattern; do
+    expect_error "--set $set" "$pattern" "$train" pack --set "$set" --out "$tmp/o"
+done <<'EOF2'
+train.lr=-0.1|config key 'train.lr': must be in \[0, 
+train.beta1=1.5|config key 'train.beta1': must be in \[0, 1)
+train.beta2=-0.5|config key 'train.beta2'
+train.eps=-1|config key 'train.eps': must be in (0, 
+train.weight_decay=-0.1|config key 'train.weight_decay'
+train.grad_clip=-1|config key 'train.grad_clip'
+train.warmup_steps=-1|config key 'train.warmup_steps'
+train.eval_every=-5|config key 'train.eval_every'
+train.checkpoint_every=-5|config key 'train.checkpoint_every'
+train.min_lr_ratio=1.5|config key 'train.min_lr_ratio': must be in \[0, 1\]
+train.tokens_per_step=1000000000000000|config key 'train.tokens_per_step'
+train.micro_rows=100000000|config key 'train.micro_rows'
+data.seq_len=100000000|config key 'data.seq_len'
+model.hidden_size=0|config key 'model.hidden_size'
+model.num_hidden_layers=100000|config key 'model.num_hidden_layers'
+model.rope_theta=-1|config key 'model.rope_theta'
+model.rms_norm_eps=0|config key 'model.rms_norm_eps'
+seed=-1|config key 'seed'
+train.eval_max_conversations=-1|config key 'train.eval_max_conversations'
+parity.conversations=0|config key 'parity.conversations'
+EOF2
+echo '{"train": {"beta1": 1.5}}' > "$tmp/range.json"
+expect_error "range in a file" "range.json: config key 'train.beta1': must be in" "$train" pack --config "$tmp/range.json" --out "$tmp/o"
+echo '{"train": {"lr": 0.1, "lr": 0.2}}' > "$tmp/dup.json"
+expect_error "duplicate key" "dup.json:.*duplicate.*lr" "$train" pack --config "$tmp/dup.json" --out "$tmp/o"
+printf '\xef\xbb\xbf{"train": {"lr": 0.1}}\n' > "$tmp/bom.json"
+expect_error "BOM" "bom.json: .*byte order mark" "$train" pack --config "$tmp/bom.json" --out "$tmp/o"
+expect_error "missing config file" "nope.json: cannot open: No such file" "$train" pack --config "$tmp/nope.json" --out "$tmp/o"
+if out=$("$train" pack --config "$tmp/nope.json" --out "$tmp/o" 2>&1) || grep -q -- '-1' <<<"$out"; then
+    echo "FAIL missing config file mentions -1: $out"; fail=$((fail+1)); else pass=$((pass+1)); fi
+expect_error "config is a directory" "$tmp: not a regular file" "$train" pack --config "$tmp" --out "$tmp/o"
+expect_error "empty key part" "--set data..seq_len=64: malformed key 'data..seq_len'" "$train" pack --set data..seq_len=64 --out "$tmp/o"
+expect_error "leading dot" "malformed key '.seed'" "$train" pack --set .seed=1 --out "$tmp/o"
+expect_error "huge number" "--set train.lr=1e999: config key 'train.lr' must be a finite number, got '1e999'" "$train" pack --set train.lr=1e999 --out "$tmp/o"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

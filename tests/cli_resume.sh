@@ -15,6 +15,8 @@ tiny=(--set model.hidden_size=32 --set model.intermediate_size=64 --set model.nu
 export OMP_NUM_THREADS=2
 # Metrics without the timing fields, which legitimately differ between runs.
 untimed() { sed -E 's/"tokens_per_s":[^,]*,//; s/"elapsed_s":[^,]*,//; s/"mfu":[^,}]*//' "$@"; }
+# A safetensors file's tensor bytes (the header holds the per-save id, which differs).
+tensor_bytes() { tail -c +$((9 + $(od -An -tu8 -N8 "$1" | tr -d ' '))) "$1"; }
 
 straight="$tmp/straight"
 "$train" --set out_dir="$straight" --set train.checkpoint_every=3 "${tiny[@]}" > "$tmp/a.log" 2>&1 \
@@ -24,7 +26,7 @@ resumed="$tmp/resumed"
     > "$tmp/b.log" 2>&1 && ok || bad "resumed run: $(tail -3 "$tmp/b.log")"
 check "resumed run logs steps 4-6" "[ \"\$(grep -o '\"step\":[0-9]*' '$resumed/metrics.jsonl' | tr '\n' ' ')\" = '\"step\":4 \"step\":5 \"step\":6 ' ]"
 check "identical metrics for steps 4-6" "diff <(sed -n '4,6p' '$straight/metrics.jsonl' | untimed) <(untimed '$resumed/metrics.jsonl') >&2"
-check "identical final weights" "cmp '$straight/checkpoint-000006/model.safetensors' '$resumed/checkpoint-000006/model.safetensors'"
+check "identical final weights" "cmp <(tensor_bytes '$straight/checkpoint-000006/model.safetensors') <(tensor_bytes '$resumed/checkpoint-000006/model.safetensors')"
 check "loss changed over the run (not a no-op)" "[ \"\$(sed -n 1p '$straight/metrics.jsonl' | grep -o '\"loss\":[^,]*')\" != \"\$(sed -n 6p '$straight/metrics.jsonl' | grep -o '\"loss\":[^,]*')\" ]"
 
 # SIGINT mid-run (skipped if the run finishes before the signal lands).
@@ -45,7 +47,7 @@ if grep -q 'stopped by signal after step' "$tmp/c.log"; then
     "$train" --set out_dir="$sig" --set train.resume="$ck" "${tiny[@]}" > "$tmp/d.log" 2>&1 \
         && ok || bad "resume after SIGINT: $(tail -3 "$tmp/d.log")"
     check "metrics after SIGINT + resume equal the straight run's" "diff <(untimed '$straight/metrics.jsonl') <(untimed '$sig/metrics.jsonl') >&2"
-    check "weights after SIGINT + resume equal the straight run's" "cmp '$straight/checkpoint-000006/model.safetensors' '$sig/checkpoint-000006/model.safetensors'"
+    check "weights after SIGINT + resume equal the straight run's" "cmp <(tensor_bytes '$straight/checkpoint-000006/model.safetensors') <(tensor_bytes '$sig/checkpoint-000006/model.safetensors')"
 else
     echo "note: the run finished before SIGINT arrived; interrupt checks skipped"
 fi

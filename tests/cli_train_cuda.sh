@@ -93,9 +93,10 @@ short=(--set train.steps=6 --set train.eval_every=2 --set train.warmup_steps=2 -
 "$train" --set backend=cuda --set out_dir="$tmp/resumed" --set train.resume="$tmp/straight/checkpoint-000003" \
     "${short[@]}" > "$tmp/r.log" 2>&1 && ok || bad "resumed run: $(tail -3 "$tmp/r.log")"
 check "resume: identical metrics for steps 4-6" "diff <(sed -n '4,6p' '$tmp/straight/metrics.jsonl' | untimed) <(untimed '$tmp/resumed/metrics.jsonl') >&2"
-check "resume: identical model.safetensors bytes" "cmp '$tmp/straight/checkpoint-000006/model.safetensors' '$tmp/resumed/checkpoint-000006/model.safetensors'"
-# The optimizer file's header holds elapsed_s (a timing); its tensor bytes must be equal.
+# The headers hold the per-save id (and the optimizer's elapsed_s, a timing); the tensor
+# bytes must be equal.
 tensor_bytes() { tail -c +$((9 + $(od -An -tu8 -N8 "$1" | tr -d ' '))) "$1"; }
+check "resume: identical model.safetensors tensor bytes" "cmp <(tensor_bytes '$tmp/straight/checkpoint-000006/model.safetensors') <(tensor_bytes '$tmp/resumed/checkpoint-000006/model.safetensors')"
 check "resume: identical optimizer tensors (m, v)" "cmp <(tensor_bytes '$tmp/straight/checkpoint-000006/optimizer.safetensors') <(tensor_bytes '$tmp/resumed/checkpoint-000006/optimizer.safetensors')"
 
 # CPU vs GPU: the same first steps; checkpoints cross backends.

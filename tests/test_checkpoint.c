@@ -1,13 +1,29 @@
 // Checkpoint round trip (weights, both AdamW moments, progress bit-identical), the HF
-// config.json, and refusal of a checkpoint whose two files disagree on the step.
+// config.json, and refusal of a checkpoint whose two files disagree on the step; issue 14:
+// the run record round trip, files from two saves, extra tensors and flipped bytes
+// refused, the directory written as <dir>.tmp and renamed (also over an old one).
+#define _POSIX_C_SOURCE 200809L
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/check.h"
 #include "model/safetensors.h"
 #include "test_util.h"
 #include "trainer/checkpoint.h"
+
+// Flips one byte at `from_end` bytes before the end of path.
+static void flip_byte(const char *path, long from_end) {
+    FILE *f = fopen(path, "r+b");
+    CHECK(f, "open %s", path);
+    fseek(f, -from_end, SEEK_END);
+    int c = fgetc(f);
+    fseek(f, -from_end, SEEK_END);
+    fputc(c ^ 0x40, f);
+    fclose(f);
+}
 
 int main(void) {
     TestRng rng = test_rng_from_env();
@@ -34,7 +50,8 @@ int main(void) {
     opt.step = 17;
     TrainProgress progress = {.step = 17, .data_epoch = 3, .data_cursor = 41,
                               .seed = 18446744073709551557ULL, .tokens_seen = 123456789012LL,
-                              .trained_tokens_seen = 98765, .elapsed_s = 1.0 / 3.0};
+                              .trained_tokens_seen = 98765, .elapsed_s = 1.0 / 3.0,
+                              .run_record = "{\"config\": {\"seed\": 1}}"};
     char ckpt[300], err[512];
     snprintf(ckpt, sizeof ckpt, "%s/run/checkpoint-000017", dir);
     EXPECT(checkpoint_save(ckpt, &cfg, &table, params, &opt, &progress, err, sizeof err) == 0, "save: %s", err);
@@ -51,6 +68,26 @@ int main(void) {
               back.trained_tokens_seen == progress.trained_tokens_seen &&
               back.elapsed_s == progress.elapsed_s,
           "progress round trip");
+    EXPECT(back.run_record && strcmp(back.run_record, progress.run_record) == 0, "run record: %s",
+           back.run_record ? back.run_record : "(none)");
+    free(back.run_record);
+    back.run_record = NULL;
+    char probe[400];
+    snprintf(probe, sizeof probe, "%s.tmp", ckpt);
+    EXPECT(access(probe, F_OK) != 0, "no %s left", probe);
+
+    // Saving again over the directory (a stale <dir>.tmp of a killed save in the way)
+    // replaces it whole.
+    EXPECT(mkdir(probe, 0777) == 0, "stale tmp dir");
+    progress.elapsed_s = 2.0;
+    EXPECT(checkpoint_save(ckpt, &cfg, &table, params, &opt, &progress, err, sizeof err) == 0, "save over: %s", err);
+    EXPECT(checkpoint_load(ckpt, &table, params_back, &opt_back, &back, err, sizeof err) == 0 &&
+              back.elapsed_s == 2.0, "the new save is what loads: %s", err);
+    free(back.run_record);
+    back.run_record = NULL;
+    EXPECT(access(probe, F_OK) != 0, "no %s left after a save over", probe);
+    snprintf(probe, sizeof probe, "%s.old", ckpt);
+    EXPECT(access(probe, F_OK) != 0, "no %s left", probe);
 
     // The model file alone is a plain HF-named safetensors file.
     char path[400];
@@ -79,6 +116,38 @@ int main(void) {
     EXPECT(checkpoint_load(ckpt, &table, params_back, &opt_back, &back, err, sizeof err) != 0 &&
               strstr(err, "incomplete checkpoint"),
           "mismatched steps refused: %s", err);
+
+    // Same step, another save (run A's moments beside run B's weights): refused by the
+    // per-save id in both files.
+    char again[300];
+    snprintf(again, sizeof again, "%s/again", dir);
+    progress.step = 18;
+    EXPECT(checkpoint_save(again, &cfg, &table, params, &opt, &progress, err, sizeof err) == 0, "save 3: %s", err);
+    snprintf(cmd, sizeof cmd, "cp %s/model.safetensors %s/model.safetensors", other, again);
+    EXPECT(system(cmd) == 0, "copy");
+    EXPECT(checkpoint_load(again, &table, params_back, &opt_back, &back, err, sizeof err) != 0 &&
+              strstr(err, "different saves"),
+          "files of two saves refused: %s", err);
+
+    // A flipped byte in a tensor is caught by the checksum, in either file.
+    const struct { const char *file; long from_end; } flips[] = {
+        {"model.safetensors", 5}, {"optimizer.safetensors", 70}};
+    for (int i = 0; i < 2; i++) {
+        EXPECT(checkpoint_save(again, &cfg, &table, params, &opt, &progress, err, sizeof err) == 0,
+               "save: %s", err);
+        snprintf(path, sizeof path, "%s/%s", again, flips[i].file);
+        flip_byte(path, flips[i].from_end);
+        EXPECT(checkpoint_load(again, &table, params_back, &opt_back, &back, err, sizeof err) != 0 &&
+                  strstr(err, flips[i].file) && strstr(err, "checksum"),
+              "corrupt %s refused: %s", flips[i].file, err);
+    }
+
+    // A checkpoint with more tensors than the model (4 layers resumed as 2): refused,
+    // naming the extra tensor.
+    ParamTable smaller = {.tensors = tensors, .n_tensors = 2, .total = 28};
+    EXPECT(checkpoint_load(other, &smaller, params_back, &opt_back, &back, err, sizeof err) != 0 &&
+              strstr(err, "model.norm.weight") && strstr(err, "not in the model"),
+          "extra tensor refused: %s", err);
 
     // A table with a tensor the checkpoint lacks: the error names it.
     ParamTensor more[4];

@@ -8,15 +8,115 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/check.h"
 #include "model/hf_model.h"
+#include "common/checksum.h"
 #include "model/safetensors.h"
 
 #define CHECKPOINT_FORMAT "onepass-checkpoint-1"
 #define MASTER_PREFIX "master."  // fp32 weights in optimizer.safetensors
+
+// A file's checksum: over its tensors, each bound to its name; independent of order.
+static uint64_t tensor_checksum(const char *name, const void *data, size_t bytes) {
+    uint64_t h = checksum_bytes(name, strlen(name)) ^ checksum_bytes(data, bytes);
+    return splitmix64(&h);
+}
+
+static uint64_t entries_checksum(const SafeTensorOut *entries, int n) {
+    uint64_t sum = 0;
+    for (int i = 0; i < n; i++) {
+        size_t numel = 1;
+        for (int d = 0; d < entries[i].ndim; d++) numel *= (size_t)entries[i].shape[d];
+        sum += tensor_checksum(entries[i].name, entries[i].data, numel * sizeof(float));
+    }
+    return sum;
+}
+
+// Verifies the file's "checksum" metadata over its tensors as read.
+static int verify_checksum(const SafeTensorsFile *f, char *err, size_t err_len) {
+    const char *want = safetensors_meta(f, "checksum");
+    if (!want) return fail_at(err, err_len, f->path, 0, "metadata 'checksum' missing");
+    uint64_t sum = 0;
+    for (int i = 0; i < f->n_tensors; i++)
+        sum += tensor_checksum(f->tensors[i].name, f->data + f->tensors[i].begin,
+                               f->tensors[i].end - f->tensors[i].begin);
+    char got[24];
+    snprintf(got, sizeof got, "%016llx", (unsigned long long)sum);
+    if (strcmp(got, want) != 0)
+        return fail_at(err, err_len, f->path, 0, "checksum mismatch (stored %s, computed %s): "
+                       "the file is corrupt", want, got);
+    return 0;
+}
+
+// A tensor of the file that the table (under prefix) does not have: an error naming it.
+static int refuse_extra_tensors(const SafeTensorsFile *f, const ParamTable *table,
+                                int n_prefixes, char *err, size_t err_len) {
+    if (f->n_tensors == n_prefixes * table->n_tensors) return 0;  // all found, none more
+    for (int i = 0; i < f->n_tensors; i++) {
+        const char *name = f->tensors[i].name;
+        const bool prefixed = strncmp(name, "exp_avg", 7) == 0 ||
+                              strncmp(name, MASTER_PREFIX, strlen(MASTER_PREFIX)) == 0;
+        const char *dot = prefixed ? strchr(name, '.') : NULL;
+        const char *base = n_prefixes > 1 && dot ? dot + 1 : name;
+        bool known = false;
+        for (int t = 0; t < table->n_tensors && !known; t++)
+            known = strcmp(table->tensors[t].name, base) == 0;
+        if (!known)
+            return fail_at(err, err_len, f->path, 0, "tensor '%s' is not in the model (a "
+                           "checkpoint of another model shape)", name);
+    }
+    return fail_at(err, err_len, f->path, 0, "%d tensors where the model has %d", f->n_tensors,
+                   n_prefixes * table->n_tensors);
+}
+
+// An id per save, so files of two saves at the same step are told apart.
+static void new_save_id(char *id, size_t len) {
+    static uint64_t counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t state = ((uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec) ^
+                     ((uint64_t)getpid() << 40) ^ ++counter;
+    snprintf(id, len, "%016llx", (unsigned long long)splitmix64(&state));
+}
+
+// Removes a checkpoint directory's files, then the directory (absent: fine).
+static int remove_checkpoint_dir(const char *dir, char *err, size_t err_len) {
+    DIR *d = opendir(dir);
+    if (!d) return errno == ENOENT ? 0 : fail(err, err_len, "%s: %s", dir, strerror(errno));
+    char path[4096];
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (unlink(path) != 0) {
+            closedir(d);
+            return fail(err, err_len, "%s: cannot remove: %s", path, strerror(errno));
+        }
+    }
+    closedir(d);
+    if (rmdir(dir) != 0) return fail(err, err_len, "%s: cannot remove: %s", dir, strerror(errno));
+    return 0;
+}
+
+// Puts the finished <dir>.tmp in place of dir: an existing dir is moved to <dir>.old
+// first and removed once the new one is in place.
+static int install_checkpoint_dir(const char *tmp, const char *dir, char *err, size_t err_len) {
+    char old[4096];
+    snprintf(old, sizeof old, "%s.old", dir);
+    if (remove_checkpoint_dir(old, err, err_len)) return -1;
+    struct stat st;
+    const bool had = stat(dir, &st) == 0;
+    if (had && rename(dir, old) != 0)
+        return fail(err, err_len, "%s: cannot move aside: %s", dir, strerror(errno));
+    if (rename(tmp, dir) != 0)
+        return fail(err, err_len, "%s: cannot rename to %s: %s", tmp, dir, strerror(errno));
+    fsync_parent_dir(dir);
+    return had ? remove_checkpoint_dir(old, err, err_len) : 0;
+}
 
 int make_dirs(const char *path, char *err, size_t err_len) {
     char buf[4096];
@@ -34,45 +134,49 @@ int make_dirs(const char *path, char *err, size_t err_len) {
     return 0;
 }
 
-int write_file_atomic(const char *path, const void *data, size_t len, char *err, size_t err_len) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-    if (fd < 0) return fail(err, err_len, "%s: cannot create: %s", tmp, strerror(errno));
-    const char *p = data;
-    size_t left = len;
-    while (left > 0) {
-        ssize_t n = write(fd, p, left);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        p += n;
-        left -= (size_t)n;
+// The sum of tensor_checksum over every tensor of the model weight files in dir, as
+// stored (model.safetensors, or the shards that model.safetensors.index.json names).
+static int model_files_checksum(const char *dir, uint64_t *sum, char *err, size_t err_len) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    json_t *index = access(path, F_OK) == 0 ? json_load_file(path, 0, NULL) : NULL;
+    json_t *files = json_object();  // the weight files, as keys
+    if (index) {
+        const char *key;
+        json_t *file;
+        json_object_foreach(json_object_get(index, "weight_map"), key, file) {
+            if (json_is_string(file)) json_object_set_new(files, json_string_value(file), json_true());
+        }
+    } else {
+        json_object_set_new(files, "model.safetensors", json_true());
     }
-    bool ok = left == 0 && fsync(fd) == 0;
-    int saved_errno = errno;
-    if (close(fd) != 0) ok = false;
-    if (!ok || rename(tmp, path) != 0) {
-        if (ok) saved_errno = errno;
-        unlink(tmp);
-        return fail(err, err_len, "%s: write failed: %s", path, strerror(saved_errno));
+    *sum = 0;
+    int rc = 0;
+    const char *name;
+    json_t *unused;
+    json_object_foreach(files, name, unused) {
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        SafeTensorsFile f = {0};
+        rc = safetensors_read(path, &f, err, err_len);
+        for (int i = 0; rc == 0 && i < f.n_tensors; i++)
+            *sum += tensor_checksum(f.tensors[i].name, f.data + f.tensors[i].begin,
+                                    f.tensors[i].end - f.tensors[i].begin);
+        safetensors_file_free(&f);
+        if (rc) break;
     }
-    return 0;
+    json_decref(files);
+    json_decref(index);
+    return rc;
 }
 
-int checkpoint_save(const char *dir, const ModelConfig *cfg, const ParamTable *table,
-                    const float *params, const AdamWState *opt, const TrainProgress *progress,
-                    char *err, size_t err_len) {
-    HfExport hf = {.dtype = SAVE_F32, .generation_eos_token_id = -1};
-    hf.hf.cfg = *cfg;
-    hf.hf.bos_token_id = hf.hf.pad_token_id = -1;
-    return checkpoint_save_hf(dir, table, params, opt, progress, &hf, err, err_len);
-}
-
-int checkpoint_save_hf(const char *dir, const ParamTable *table, const float *params,
-                       const AdamWState *opt, const TrainProgress *progress, const HfExport *hf,
-                       char *err, size_t err_len) {
-    if (make_dirs(dir, err, err_len)) return -1;
-    char path[4096];
+// The files of a checkpoint into dir (an empty, new directory): the Hugging Face model
+// folder of the export's dtype, ids and shard size (trainer/hf_export.h), then the
+// optimizer state; below F32 the fp32 master weights go into optimizer.safetensors as
+// "master.<name>" and checkpoint_load takes them from there.
+static int checkpoint_write_files(const char *dir, const ParamTable *table, const float *params,
+                                  const AdamWState *opt, const TrainProgress *progress,
+                                  const HfExport *hf, char *err, size_t err_len) {
+    char path[4200];
     char step[32], epoch[32], cursor[32], seed[32], tokens[32], trained[32], elapsed[40];
     snprintf(step, sizeof step, "%ld", progress->step);
     snprintf(epoch, sizeof epoch, "%lld", progress->data_epoch);
@@ -82,27 +186,42 @@ int checkpoint_save_hf(const char *dir, const ParamTable *table, const float *pa
     snprintf(trained, sizeof trained, "%lld", progress->trained_tokens_seen);
     snprintf(elapsed, sizeof elapsed, "%.17g", progress->elapsed_s);  // round-trips exactly
 
-    // Model first (a Hugging Face folder: config.json, weights in the save dtype,
-    // generation_config.json), optimizer last: a crash between them leaves mismatched
-    // steps, which checkpoint_load refuses.
-    const SafeTensorMeta model_meta[] = {{"format", "pt"}, {"step", step}};
+    // Model first, optimizer last: a crash between them leaves mismatched steps, which
+    // checkpoint_load refuses. The optimizer file carries the checksum of the model
+    // files as written (whatever their dtype and shards) beside its own.
+    char save_id[24], record_hash[24], checksum[24], model_checksum[24];
+    new_save_id(save_id, sizeof save_id);
+    const char *record = progress->run_record ? progress->run_record : "";
+    snprintf(record_hash, sizeof record_hash, "%016llx",
+             (unsigned long long)checksum_bytes(record, strlen(record)));
+    const SafeTensorMeta model_meta[] = {{"format", "pt"}, {"step", step}, {"save_id", save_id},
+                                         {"run_record_hash", record_hash}};
     HfExport model = *hf;
     model.meta = model_meta;
-    model.n_meta = 2;
-    if (hf_export_write(dir, table, params, &model, err, err_len)) return -1;
+    model.n_meta = (int)(sizeof model_meta / sizeof model_meta[0]);
+    uint64_t model_sum;
+    if (hf_export_write(dir, table, params, &model, err, err_len) ||
+        model_files_checksum(dir, &model_sum, err, err_len))
+        return -1;
+    snprintf(model_checksum, sizeof model_checksum, "%016llx", (unsigned long long)model_sum);
 
-    const SafeTensorMeta opt_meta[] = {
-        {"format", CHECKPOINT_FORMAT}, {"step", step},       {"data_epoch", epoch},
-        {"data_cursor", cursor},       {"seed", seed},       {"tokens_seen", tokens},
-        {"trained_tokens_seen", trained}, {"elapsed_s", elapsed},
-    };
     // The fp32 master weights ride along when the model file holds fewer bits, so a
     // resume is bit-identical.
     const int n = table->n_tensors, n_sets = hf->dtype == SAVE_F32 ? 2 : 3;
     SafeTensorOut *entries = xmalloc((size_t)n_sets * n * sizeof *entries);
+
     safetensors_table_entries(table, "exp_avg.", opt->m, entries);
     safetensors_table_entries(table, "exp_avg_sq.", opt->v, entries + n);
     if (n_sets == 3) safetensors_table_entries(table, MASTER_PREFIX, params, entries + 2 * n);
+    snprintf(checksum, sizeof checksum, "%016llx",
+             (unsigned long long)entries_checksum(entries, n_sets * n));
+    const SafeTensorMeta opt_meta[] = {
+        {"format", CHECKPOINT_FORMAT}, {"step", step},       {"data_epoch", epoch},
+        {"data_cursor", cursor},       {"seed", seed},       {"tokens_seen", tokens},
+        {"trained_tokens_seen", trained}, {"elapsed_s", elapsed}, {"save_id", save_id},
+        {"run_record_hash", record_hash}, {"run_record", record}, {"checksum", checksum},
+        {"model_checksum", model_checksum},
+    };
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
     const int rc = safetensors_write(path, entries, n_sets * n, opt_meta,
                                      (int)(sizeof opt_meta / sizeof opt_meta[0]), err, err_len);
@@ -113,6 +232,11 @@ int checkpoint_save_hf(const char *dir, const ParamTable *table, const float *pa
 
 // The model weight file holding the step metadata: model.safetensors, or the first
 // shard of model.safetensors.index.json.
+static bool ends_with_model_safetensors(const char *path) {
+    const char *name = strrchr(path, '/');
+    return strcmp(name ? name + 1 : path, "model.safetensors") == 0;
+}
+
 static void model_weights_path(const char *dir, char *path, size_t len) {
     snprintf(path, len, "%s/model.safetensors.index.json", dir);
     json_t *index = json_load_file(path, 0, NULL);
@@ -126,6 +250,27 @@ static void model_weights_path(const char *dir, char *path, size_t len) {
     if (first) snprintf(path, len, "%s/%s", dir, first);
     else snprintf(path, len, "%s/model.safetensors", dir);
     json_decref(index);
+}
+
+int checkpoint_save_hf(const char *dir, const ParamTable *table, const float *params,
+                       const AdamWState *opt, const TrainProgress *progress, const HfExport *hf,
+                       char *err, size_t err_len) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", dir);
+    if (remove_checkpoint_dir(tmp, err, err_len)) return -1;  // a killed save's leftovers
+    if (make_dirs(tmp, err, err_len) ||
+        checkpoint_write_files(tmp, table, params, opt, progress, hf, err, err_len))
+        return -1;
+    return install_checkpoint_dir(tmp, dir, err, err_len);
+}
+
+int checkpoint_save(const char *dir, const ModelConfig *cfg, const ParamTable *table,
+                    const float *params, const AdamWState *opt, const TrainProgress *progress,
+                    char *err, size_t err_len) {
+    HfExport hf = {.dtype = SAVE_F32, .generation_eos_token_id = -1};
+    hf.hf.cfg = *cfg;
+    hf.hf.bos_token_id = hf.hf.pad_token_id = -1;
+    return checkpoint_save_hf(dir, table, params, opt, progress, &hf, err, err_len);
 }
 
 // Parses a decimal metadata value; fails naming the key when absent or malformed.
@@ -146,6 +291,8 @@ int checkpoint_load(const char *dir, const ParamTable *table, float *params, Ada
     long long model_step = 0, step = 0;
     int rc = -1;
     model_weights_path(dir, path, sizeof path);
+    // A sharded model's extra tensors are refused by hf_weights_load, which reads them all.
+    const bool sharded = !ends_with_model_safetensors(path);
     if (safetensors_read(path, &model, err, err_len)) goto done;
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
     if (safetensors_read(path, &state, err, err_len)) goto done;
@@ -167,6 +314,30 @@ int checkpoint_load(const char *dir, const ParamTable *table, float *params, Ada
              "step %lld (incomplete checkpoint)", dir, model_step, step);
         goto done;
     }
+    const char *model_id = safetensors_meta(&model, "save_id");
+    const char *state_id = safetensors_meta(&state, "save_id");
+    if (!model_id || !state_id || strcmp(model_id, state_id) != 0) {
+        fail(err, err_len, "%s: model.safetensors and optimizer.safetensors come from different "
+             "saves (save ids %s and %s): a mixed checkpoint", dir, model_id ? model_id : "absent",
+             state_id ? state_id : "absent");
+        goto done;
+    }
+    if (verify_checksum(&state, err, err_len)) goto done;
+    const char *want_model = safetensors_meta(&state, "model_checksum");
+    uint64_t model_sum;
+    char got_model[24];
+    if (!want_model) {
+        fail_at(err, err_len, state.path, 0, "metadata 'model_checksum' missing");
+        goto done;
+    }
+    if (model_files_checksum(dir, &model_sum, err, err_len)) goto done;
+    snprintf(got_model, sizeof got_model, "%016llx", (unsigned long long)model_sum);
+    if (strcmp(got_model, want_model) != 0) {
+        model_weights_path(dir, path, sizeof path);  // the file, or the first shard
+        fail_at(err, err_len, path, 0, "checksum mismatch of the model weights (stored %s, "
+                "computed %s): the file is corrupt", want_model, got_model);
+        goto done;
+    }
     const char *seed_text = safetensors_meta(&state, "seed");
     const char *elapsed_text = safetensors_meta(&state, "elapsed_s");
     if (!seed_text || !elapsed_text) {
@@ -182,9 +353,14 @@ int checkpoint_load(const char *dir, const ParamTable *table, float *params, Ada
              ? safetensors_load_table(&state, table, MASTER_PREFIX, params, err, err_len)
              : hf_weights_load(dir, table, params, err, err_len)) ||
         safetensors_load_table(&state, table, "exp_avg.", opt->m, err, err_len) ||
-        safetensors_load_table(&state, table, "exp_avg_sq.", opt->v, err, err_len))
+        safetensors_load_table(&state, table, "exp_avg_sq.", opt->v, err, err_len) ||
+        (!sharded && refuse_extra_tensors(&model, table, 1, err, err_len)) ||
+        refuse_extra_tensors(&state, table, safetensors_find(&state, master) ? 3 : 2, err,
+                             err_len))
         goto done;
     opt->step = (long)step;
+    const char *record = safetensors_meta(&state, "run_record");
+    progress->run_record = record && *record ? strdup(record) : NULL;
     rc = 0;
 done:
     safetensors_file_free(&model);
@@ -208,4 +384,32 @@ int checkpoint_load_weights(const char *dir, const ParamTable *table, float *par
         safetensors_file_free(&state);
     }
     return hf_weights_load(dir, table, params, err, err_len);
+}
+
+int checkpoint_read_run_record(const char *dir, char **record, char *err, size_t err_len) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+    *record = NULL;
+    if (input_file_check(path, err, err_len) != 0) return -1;
+    FILE *f = fopen(path, "rb");
+    if (!f) return fail_at(err, err_len, path, 0, "cannot open: %s", strerror(errno));
+    uint64_t header_len = 0;
+    fseek(f, 0, SEEK_END);
+    const long file_len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    if (file_len < 8 || fread(&header_len, 8, 1, f) != 1 || header_len > (uint64_t)file_len - 8) {
+        fclose(f);
+        return fail_at(err, err_len, path, 0, "not a safetensors file (bad header length)");
+    }
+    char *text = xmalloc(header_len + 1);
+    const bool ok = fread(text, 1, header_len, f) == header_len;
+    fclose(f);
+    text[header_len] = '\0';
+    json_t *header = ok ? json_loads(text, 0, NULL) : NULL;
+    free(text);
+    if (!header) return fail_at(err, err_len, path, 0, "unreadable header");
+    const char *value = json_string_value(json_object_get(json_object_get(header, "__metadata__"), "run_record"));
+    if (value && *value) *record = strdup(value);
+    json_decref(header);
+    return 0;
 }

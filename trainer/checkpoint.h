@@ -6,11 +6,17 @@
 //                          the metadata, the step, the data position and the seed
 //   config.json            the model's HF config (transformers loads the folder as is)
 //   generation_config.json
-// Each file is written to a temp file, fsync'd and renamed. Both safetensors files
-// carry the step; a load fails when they disagree (a checkpoint cut in half).
+// The directory is written as <dir>.tmp/ (each file fsync'd) and then renamed to <dir>
+// (an older <dir> moved aside first and removed after), so the files of one checkpoint
+// always come from one save. Both safetensors files carry the step, a per-save id and
+// the run record's hash; the optimizer file a checksum of its tensors and one of the
+// model files' tensors as stored. A load fails when the files disagree (a checkpoint
+// cut in half or mixed from two saves), when a checksum does not match, or when a file
+// holds a tensor that the model does not have.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
+#include "common/output_file.h"  // write_file_atomic
 #include "model/model.h"
 #include "trainer/adamw.h"
 #include "trainer/hf_export.h"
@@ -24,6 +30,10 @@ typedef struct {
     long long tokens_seen;      // totals so far, for metrics
     long long trained_tokens_seen;
     double elapsed_s;           // training time so far, for metrics and ETA
+    // The run's record (JSON text: its resolved config and input checksums) for the
+    // resume checks of trainer/run.c. Saved when non-NULL; a successful load sets it to
+    // a malloc'd copy (NULL when the checkpoint has none), which the caller frees.
+    char *run_record;
 } TrainProgress;
 
 // Creates dir (and parents) when needed. Returns 0, or -1 with a message in err.
@@ -48,8 +58,10 @@ int checkpoint_save_hf(const char *dir, const ParamTable *table, const float *pa
 int checkpoint_load_weights(const char *dir, const ParamTable *table, float *params, char *err,
                             size_t err_len);
 
-// Writes len bytes to path via <path>.tmp + fsync + rename. Returns 0, or -1 with a message.
-int write_file_atomic(const char *path, const void *data, size_t len, char *err, size_t err_len);
+// The run record stored in dir's optimizer.safetensors (its header alone is read), for
+// comparing a resume's configuration before loading tensors. *record: malloc'd, NULL
+// when the checkpoint has none. Returns 0, or -1 with a message.
+int checkpoint_read_run_record(const char *dir, char **record, char *err, size_t err_len);
 
 // mkdir -p. Returns 0, or -1 with a message.
 int make_dirs(const char *path, char *err, size_t err_len);

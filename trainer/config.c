@@ -1,10 +1,14 @@
 #include "trainer/config.h"
 
+#include <errno.h>
 #include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/check.h"
 #include "common/json_names.h"
+#include "common/output_file.h"
 
 // The defaults define the schema: every accepted key and its type. A null
 // default accepts a string or null.
@@ -58,13 +62,54 @@ static const char *const DEFAULTS_JSON =
     "    \"deterministic\": true,"
     "    \"micro_rows\": 4,"
     "    \"shuffle\": true,"
-    "    \"peak_tflops\": 0.0"
+    "    \"peak_tflops\": 0.0,"
+    "    \"overwrite\": false"
     "  },"
     "  \"parity\": {"
     "    \"conversations\": 16,"
     "    \"weights\": null"
     "  }"
     "}";
+
+// The valid range of every numeric key, checked once the config is resolved (the
+// file and every --set merged), so a value outside it is refused before anything runs.
+// The upper bounds of the sizes keep memory that the input decides bounded (issue 14).
+typedef struct {
+    const char *key;
+    double min, max;
+    bool min_open, max_open;  // the bound itself excluded
+} KeyRange;
+
+#define ONE_G (1 << 30)
+static const KeyRange RANGES[] = {
+    {"seed", 0, 9007199254740992.0, false, false},
+    {"data.seq_len", 1, 1 << 20, false, false},
+    {"data.stats_block", 1, 4096, false, false},
+    {"model.vocab_size", 1, 1 << 24, false, false},
+    {"model.hidden_size", 1, 1 << 16, false, false},
+    {"model.intermediate_size", 1, 1 << 18, false, false},
+    {"model.num_hidden_layers", 1, 1024, false, false},
+    {"model.num_attention_heads", 1, 1024, false, false},
+    {"model.num_key_value_heads", 1, 1024, false, false},
+    {"model.rms_norm_eps", 0, 1, true, false},
+    {"model.rope_theta", 0, 1e12, true, false},
+    {"train.steps", 1, ONE_G, false, false},
+    {"train.tokens_per_step", 1, 1 << 24, false, false},
+    {"train.lr", 0, INFINITY, false, true},
+    {"train.min_lr_ratio", 0, 1, false, false},
+    {"train.warmup_steps", 0, ONE_G, false, false},
+    {"train.weight_decay", 0, 100, false, false},
+    {"train.beta1", 0, 1, false, true},
+    {"train.beta2", 0, 1, false, true},
+    {"train.eps", 0, 1, true, false},
+    {"train.grad_clip", 0, INFINITY, false, true},
+    {"train.eval_every", 0, ONE_G, false, false},
+    {"train.eval_max_conversations", 0, ONE_G, false, false},
+    {"train.checkpoint_every", 0, ONE_G, false, false},
+    {"train.micro_rows", 1, 1 << 16, false, false},
+    {"train.peak_tflops", 0, 1e7, false, false},
+    {"parity.conversations", 1, 1 << 20, false, false},
+};
 
 struct Config {
     json_t *root;
@@ -129,6 +174,20 @@ static json_t *lookup(const json_t *root, const char *dotted, json_t **parent, c
     return node;
 }
 
+// A dotted key has no empty part ("data..seq_len", ".seed", "seed.").
+static bool well_formed_key(const char *key) {
+    if (!*key || key[0] == '.' || key[strlen(key) - 1] == '.') return false;
+    return strstr(key, "..") == NULL;
+}
+
+// A number that JSON cannot hold as a double (1e999): say so rather than "a string".
+static bool is_out_of_range_number(const char *text) {
+    char *end = NULL;
+    errno = 0;
+    const double v = strtod(text, &end);
+    return end != text && *end == '\0' && (errno == ERANGE || !isfinite(v));
+}
+
 static void apply_override(json_t *root, const char *assignment, json_t *set_keys) {
     const char *eq = strchr(assignment, '=');
     if (!eq || eq == assignment) fatal("--set %s: expected key=value", assignment);
@@ -137,12 +196,15 @@ static void apply_override(json_t *root, const char *assignment, json_t *set_key
     if (key_len >= sizeof key) fatal("--set %s: key too long", assignment);
     memcpy(key, assignment, key_len);
     key[key_len] = '\0';
+    if (!well_formed_key(key)) fatal("--set %s: malformed key '%s' (an empty part)", assignment, key);
     json_t *parent = NULL;
     const char *leaf = NULL;
     json_t *def = lookup(root, key, &parent, &leaf);
     if (!def) fatal("--set %s: unknown config key '%s'", assignment, key);
     if (json_is_object(def)) fatal("--set %s: '%s' is a section, set one of its keys", assignment, key);
     json_t *value = json_loads(eq + 1, JSON_DECODE_ANY, NULL);
+    if (!value && json_is_number(def) && is_out_of_range_number(eq + 1))
+        fatal("--set %s: config key '%s' must be a finite number, got '%s'", assignment, key, eq + 1);
     if (!value || (json_is_string(value) == false && !type_compatible(def, value) &&
                    (json_is_string(def) || json_is_null(def)))) {
         // Not JSON, or JSON of another type where a string is expected: take it literally.
@@ -159,19 +221,59 @@ static void apply_override(json_t *root, const char *assignment, json_t *set_key
     json_decref(wrapper);
 }
 
+// Fatal, naming the key and where its value came from, for a value out of its range.
+static void check_ranges(const json_t *root, const char *where) {
+    for (size_t i = 0; i < sizeof RANGES / sizeof RANGES[0]; i++) {
+        const KeyRange *r = &RANGES[i];
+        const json_t *v = lookup(root, r->key, NULL, NULL);
+        CHECK(v && json_is_number(v), "range for '%s', which is not a numeric default", r->key);
+        const double x = json_number_value(v);
+        const bool below = r->min_open ? !(x > r->min) : !(x >= r->min);
+        const bool above = r->max_open ? !(x < r->max) : !(x <= r->max);
+        if (below || above) {
+            char got[64];
+            if (json_is_integer(v)) snprintf(got, sizeof got, "%lld", (long long)json_integer_value(v));
+            else snprintf(got, sizeof got, "%g", x);
+            fatal("%sconfig key '%s': must be in %c%.17g, %.17g%c, got %s", where, r->key,
+                  r->min_open ? '(' : '[', r->min, r->max, r->max_open ? ')' : ']', got);
+        }
+    }
+}
+
+// The user's config file: a regular file of one JSON object, without a byte order mark
+// or duplicate keys. Fatal with "path: what" (or "path:line:column:" for bad JSON).
+static json_t *load_user_file(const char *path) {
+    char err[1024];
+    if (input_file_check(path, err, sizeof err) != 0) fatal("%s", err);
+    FILE *f = fopen(path, "rb");
+    if (!f) fatal("%s: cannot open: %s", path, strerror(errno));
+    unsigned char head[3] = {0};
+    const size_t n = fread(head, 1, 3, f);
+    fclose(f);
+    if (n == 3 && head[0] == 0xEF && head[1] == 0xBB && head[2] == 0xBF)
+        fatal("%s: starts with a UTF-8 byte order mark (BOM); save it without one", path);
+    json_error_t error;
+    json_t *user = json_load_file(path, JSON_REJECT_DUPLICATES, &error);
+    if (!user) fatal("%s:%d:%d: invalid JSON: %s", path, error.line, error.column, error.text);
+    if (!json_is_object(user)) fatal("%s: the config must be a JSON object", path);
+    return user;
+}
+
 Config *config_load(const char *path, int n_overrides, char *const *overrides) {
     json_error_t error;
     json_t *root = json_loads(DEFAULTS_JSON, 0, &error);
     if (!root) fatal("built-in config defaults: %s (line %d)", error.text, error.line);
     json_t *set_keys = json_object();
     if (path) {
-        json_t *user = json_load_file(path, 0, &error);
-        if (!user) fatal("%s:%d:%d: invalid JSON: %s", path, error.line, error.column, error.text);
-        if (!json_is_object(user)) fatal("%s: the config must be a JSON object", path);
+        json_t *user = load_user_file(path);
         merge_checked(root, user, path, "", set_keys);
         json_decref(user);
     }
     for (int i = 0; i < n_overrides; i++) apply_override(root, overrides[i], set_keys);
+    // A value out of range names the file when nothing was set over it.
+    char where[4200] = "";
+    if (path && n_overrides == 0) snprintf(where, sizeof where, "%s: ", path);
+    check_ranges(root, where);
     Config *c = xmalloc(sizeof *c);
     c->root = root;
     c->set_keys = set_keys;

@@ -1,11 +1,14 @@
 #define _POSIX_C_SOURCE 200809L
 #include "trainer/metrics.h"
 
+#include <errno.h>
 #include <jansson.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/check.h"
+#include "common/output_file.h"
 
 // Keeps the lines of `path` whose "step" is <= max_step (a resumed run drops what the
 // interrupted one logged past its checkpoint). Returns 0, or -1 with a message.
@@ -31,25 +34,36 @@ static int truncate_after_step(const char *path, long max_step, char *err, size_
     }
     free(line);
     fclose(in);
-    FILE *out = fopen(path, "w");
-    if (!out) {
-        free(kept);
-        return fail(err, err_len, "%s: cannot rewrite metrics", path);
-    }
-    if (kept_len) fwrite(kept, 1, kept_len, out);
-    fclose(out);
+    // Atomically: a failure leaves the interrupted run's file as it was.
+    const int rc = write_file_atomic(path, kept, kept_len, err, err_len);
     free(kept);
-    return 0;
+    return rc;
 }
 
 int metrics_open(MetricsLog *log, const char *out_dir, long resume_step, char *err,
                  size_t err_len) {
     char path[4096];
     snprintf(path, sizeof path, "%s/metrics.jsonl", out_dir);
-    if (resume_step > 0 && truncate_after_step(path, resume_step, err, err_len) != 0) return -1;
-    log->f = fopen(path, resume_step > 0 ? "a" : "w");
+    *log = (MetricsLog){0};
+    if (resume_step > 0 ? truncate_after_step(path, resume_step, err, err_len) != 0
+                        : write_file_atomic(path, "", 0, err, err_len) != 0)
+        return -1;
+    log->f = fopen(path, "a");
     if (!log->f) return fail(err, err_len, "%s: cannot open for writing", path);
+    log->good_bytes = ftell(log->f);
+    log->path = strdup(path);
     return 0;
+}
+
+// After a failed write: report it once and cut the file back to its complete lines.
+static void metrics_write_failed(MetricsLog *log, int saved_errno) {
+    clearerr(log->f);
+    if (ftruncate(fileno(log->f), log->good_bytes) != 0) { /* reported below either way */ }
+    fseek(log->f, 0, SEEK_END);
+    log->failed = true;
+    if (log->failures_reported == 0 && ++log->failures_reported)
+        fprintf(stderr, "onepass: warning: %s: writing metrics failed (%s); training goes on, "
+                "the file keeps its complete lines\n", log->path, strerror(saved_errno));
 }
 
 void metrics_write(MetricsLog *log, const StepMetrics *m) {
@@ -72,15 +86,21 @@ void metrics_write(MetricsLog *log, const StepMetrics *m) {
     }
     // jansson prints reals with 17 significant digits: losses round-trip exactly.
     char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    fprintf(log->f, "%s\n", text);
-    fflush(log->f);
+    errno = 0;
+    const bool ok = fprintf(log->f, "%s\n", text) >= 0 && fflush(log->f) == 0;
+    if (ok) log->good_bytes = ftell(log->f);
+    else metrics_write_failed(log, errno ? errno : EIO);
     free(text);
     json_decref(o);
 }
 
 void metrics_close(MetricsLog *log) {
-    if (log->f) fclose(log->f);
+    if (log->f && fclose(log->f) != 0 && log->failures_reported == 0 && ++log->failures_reported)
+        fprintf(stderr, "onepass: warning: %s: closing metrics failed: %s\n", log->path,
+                strerror(errno));
     log->f = NULL;
+    free(log->path);
+    log->path = NULL;
 }
 
 static void format_duration(char *buf, size_t len, double s) {

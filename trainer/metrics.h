@@ -23,14 +23,21 @@ typedef struct {
 
 typedef struct {
     FILE *f;
+    char *path;
+    long good_bytes;         // the file's length after the last complete line
+    bool failed;             // a write has failed
+    int failures_reported;   // 0 or 1: a failure is reported once
 } MetricsLog;
 
 // Opens <out_dir>/metrics.jsonl. On a resume from step `resume_step` > 0 the file keeps
 // only its lines with step <= resume_step, so a resumed run's file reads like an
-// uninterrupted one; otherwise it starts empty. Returns 0, or -1 with a message.
+// uninterrupted one; otherwise it starts empty. Either way the file is first written
+// whole through common/output_file.h (atomically). Returns 0, or -1 with a message.
 int metrics_open(MetricsLog *log, const char *out_dir, long resume_step, char *err,
                  size_t err_len);
-void metrics_write(MetricsLog *log, const StepMetrics *m);  // one line, flushed
+// One line, flushed. A failed write (full disk) is reported once on stderr, the partial
+// line is cut off (the file stays valid JSONL) and training goes on.
+void metrics_write(MetricsLog *log, const StepMetrics *m);
 void metrics_close(MetricsLog *log);
 
 // "step 12/200 | loss 3.1416 | lr 3.00e-03 | gnorm 0.812 | 51234 tok/s | MFU n/a | ETA 1m02s"

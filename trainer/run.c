@@ -1,9 +1,14 @@
 #include "trainer/run.h"
 
+#include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "common/check.h"
+#include "common/checksum.h"
 
 #define H200_DENSE_BF16_TFLOPS 989.5
 
@@ -47,6 +52,151 @@ RunSettings run_settings_from(const Config *c, Backend backend) {
     };
 }
 
+// Keys a resume must not change: they decide the model, the data's tokens, and the
+// order the saved data cursor points into. A prefix ending in '.' covers a section.
+static const char *const FIXED_ON_RESUME[] = {
+    "model.", "data.layout", "data.seq_len",
+    "data.unpacked", "data.skip_bad", "data.skip_too_long", "train.tokens_per_step",
+    "train.shuffle", "seed",
+};
+// Keys that name where this run goes rather than what it trains: never reported.
+static const char *const RUN_LOCAL[] = {"out_dir", "train.resume", "train.overwrite"};
+
+static bool key_in(const char *key, const char *const *list, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const size_t len = strlen(list[i]);
+        if (list[i][len - 1] == '.' ? strncmp(key, list[i], len) == 0 : strcmp(key, list[i]) == 0)
+            return true;
+    }
+    return false;
+}
+
+// "fnv:<checksum>" of a file's bytes; "absent" when it cannot be read.
+static json_t *file_checksum(const char *path) {
+    if (!path) return json_null();
+    FILE *f = fopen(path, "rb");
+    if (!f) return json_string("absent");
+    uint64_t sum = 0x6F6E6570617373ULL;
+    char *buf = xmalloc(1 << 20);
+    size_t n;
+    while ((n = fread(buf, 1, 1 << 20, f)) > 0) {
+        uint64_t chunk = checksum_bytes(buf, n) ^ sum;
+        sum = splitmix64(&chunk);
+    }
+    free(buf);
+    fclose(f);
+    char text[24];
+    snprintf(text, sizeof text, "%016llx", (unsigned long long)sum);
+    return json_string(text);
+}
+
+char *run_record_from(const Config *c) {
+    char *dump = config_dump(c);
+    json_t *config = json_loads(dump, 0, NULL);
+    free(dump);
+    CHECK(config, "the resolved config does not parse back");
+    json_t *files = json_object();
+    json_object_set_new(files, "data.train_path", file_checksum(config_str(c, "data.train_path")));
+    json_object_set_new(files, "data.tokenizer", file_checksum(config_str(c, "data.tokenizer")));
+    json_t *record = json_pack("{s:o, s:o}", "config", config, "files", files);
+    char *text = json_dumps(record, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(record);
+    return text;
+}
+
+// Appends "key: old -> new" (", " between) to buf.
+static void append_change(char *buf, size_t len, const char *key, const json_t *old,
+                          const json_t *now) {
+    char *a = old ? json_dumps(old, JSON_ENCODE_ANY | JSON_REAL_PRECISION(15)) : strdup("absent");
+    char *b = now ? json_dumps(now, JSON_ENCODE_ANY | JSON_REAL_PRECISION(15)) : strdup("absent");
+    const size_t used = strlen(buf);
+    snprintf(buf + used, len - used, "%s%s: %s -> %s", used ? ", " : "", key, a, b);
+    free(a);
+    free(b);
+}
+
+// Compares the saved config (object `saved`, dotted prefix) with the current one: fixed
+// keys that differ go to refused, others to changed.
+static void diff_configs(const json_t *saved, const json_t *now, const char *prefix,
+                         char *refused, char *changed, size_t len) {
+    const char *key;
+    json_t *value;
+    json_object_foreach((json_t *)saved, key, value) {
+        char dotted[256];
+        snprintf(dotted, sizeof dotted, "%s%s%s", prefix, *prefix ? "." : "", key);
+        const json_t *other = json_object_get(now, key);
+        if (json_is_object(value) && json_is_object(other)) {
+            diff_configs(value, other, dotted, refused, changed, len);
+            continue;
+        }
+        if (other && json_equal(value, (json_t *)other)) continue;
+        if (key_in(dotted, RUN_LOCAL, sizeof RUN_LOCAL / sizeof *RUN_LOCAL)) continue;
+        const bool fixed = key_in(dotted, FIXED_ON_RESUME, sizeof FIXED_ON_RESUME / sizeof *FIXED_ON_RESUME);
+        append_change(fixed ? refused : changed, len, dotted, value, other);
+    }
+}
+
+// Refuses a resume whose record differs in a fixed key (or in the data files' bytes);
+// prints the other changes.
+static int compare_run_records(const char *saved_text, const char *now_text, char *err,
+                               size_t err_len) {
+    if (!saved_text)
+        return fail(err, err_len, "the checkpoint has no run record (written by an older onepass), "
+                    "so its model and data settings cannot be checked");
+    json_t *saved = json_loads(saved_text, 0, NULL), *now = json_loads(now_text, 0, NULL);
+    CHECK(now, "the run record does not parse");
+    if (!json_is_object(saved)) {
+        json_decref(saved);
+        json_decref(now);
+        return fail(err, err_len, "the checkpoint's run record is not valid JSON");
+    }
+    enum { LEN = 4096 };
+    char *refused = xcalloc(1, LEN), *changed = xcalloc(1, LEN);
+    diff_configs(json_object_get(saved, "config"), json_object_get(now, "config"), "", refused,
+                 changed, LEN);
+    const char *key;
+    json_t *value;
+    json_object_foreach(json_object_get(saved, "files"), key, value) {
+        if (json_equal(value, json_object_get(json_object_get(now, "files"), key))) continue;
+        const size_t used = strlen(refused);
+        snprintf(refused + used, LEN - used, "%s%s: the file's contents changed", used ? ", " : "", key);
+    }
+    int rc = 0;
+    if (*refused)
+        rc = fail(err, err_len, "the checkpoint was trained with other settings: %s (these must "
+                  "not change on resume: the model, the data and its order)", refused);
+    else if (*changed)
+        printf("resume: changed since the checkpoint: %s\n", changed);
+    free(refused);
+    free(changed);
+    json_decref(saved);
+    json_decref(now);
+    return rc;
+}
+
+void run_memory_check(const ModelConfig *mc, const RunSettings *s, int seq_len) {
+    const double V = mc->vocab_size, C = mc->hidden_size, F = mc->intermediate_size,
+                 L = mc->num_hidden_layers;
+    const double head = C / mc->num_attention_heads, q = C, kv = mc->num_key_value_heads * head;
+    const double params = V * C * (mc->tie_word_embeddings ? 1 : 2) + C +
+                          L * (2 * C + q * C + 2 * kv * C + C * q + 3 * F * C);
+    const double state_bytes = 16.0 * params;  // fp32 weights, gradients, two moments
+    // Per token: the layers' saved activations and the logits with their gradient.
+    const double tokens = (double)s->micro_rows * seq_len;
+    const double activation_bytes = tokens * 4.0 * (2.0 * L * (6 * C + 3 * F + q + 2 * kv) + 2 * V);
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    const double machine = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    if (machine <= 0) return;
+    if (state_bytes > machine)
+        fatal("config keys model.hidden_size, model.intermediate_size, model.num_hidden_layers, "
+              "model.vocab_size: %.3g parameters need %.1f GiB for weights, gradients and AdamW "
+              "moments, more than this machine's %.1f GiB", params, state_bytes / gib, machine / gib);
+    if (activation_bytes > machine)
+        fatal("config keys train.micro_rows x data.seq_len: %d x %d tokens per micro-batch need "
+              "about %.1f GiB of activations, more than this machine's %.1f GiB (lower "
+              "train.micro_rows)", s->micro_rows, seq_len, activation_bytes / gib, machine / gib);
+}
+
 void train_state_init(TrainState *s, const ModelConfig *mc, uint64_t seed) {
     param_table_build(mc, &s->table);
     s->params = xmalloc(s->table.total * sizeof(float));
@@ -61,8 +211,17 @@ void train_state_init(TrainState *s, const ModelConfig *mc, uint64_t seed) {
 
 int train_state_resume(TrainState *s, const char *dir, char *err, size_t err_len) {
     const uint64_t seed = s->progress.seed;
-    if (checkpoint_load(dir, &s->table, s->params, &s->opt, &s->progress, err, err_len) != 0)
-        return -1;
+    char *mine = s->progress.run_record, *saved = NULL;
+    if (mine) {  // the settings first: they name what changed, a shape error would not
+        if (checkpoint_read_run_record(dir, &saved, err, err_len) != 0) return -1;
+        const int rc = compare_run_records(saved, mine, err, err_len);
+        free(saved);
+        if (rc != 0) return -1;
+    }
+    const int rc = checkpoint_load(dir, &s->table, s->params, &s->opt, &s->progress, err, err_len);
+    if (rc == 0) free(s->progress.run_record);  // the saved copy; this run's record goes on
+    s->progress.run_record = mine;
+    if (rc != 0) return -1;
     if (s->progress.seed != seed)
         return fail(err, err_len, "the checkpoint's seed %llu differs from seed %llu",
                     (unsigned long long)s->progress.seed, (unsigned long long)seed);
@@ -82,6 +241,8 @@ int train_state_save(TrainState *s, const TrainBackendOps *ops, void *backend,
 }
 
 void train_state_free(TrainState *s) {
+    free(s->progress.run_record);
+    s->progress.run_record = NULL;
     adamw_free(&s->opt);
     free(s->params);
     param_table_free(&s->table);

@@ -28,6 +28,11 @@ typedef struct {
 // or for the CUDA backend when that is 0 the H200's dense bf16 datasheet peak.
 RunSettings run_settings_from(const Config *c, Backend backend);
 
+// Fatal, naming the keys, when the run's host memory estimate (weights, gradients and
+// AdamW moments for the model.* sizes; activations for train.micro_rows x data.seq_len)
+// exceeds this machine's memory, rather than an "out of memory" midway.
+void run_memory_check(const ModelConfig *mc, const RunSettings *s, int seq_len);
+
 // The host copy of the training state: the checkpoints' format, exchanged with the
 // backend through set_state / get_state.
 typedef struct {
@@ -40,10 +45,17 @@ typedef struct {
     const char *tokenizer_model;  // the run's data.tokenizer (file or folder), copied too
 } TrainState;
 
+// The run record saved with each checkpoint (TrainProgress.run_record): the resolved
+// config and checksums of the train data and tokenizer files. malloc'd JSON text.
+char *run_record_from(const Config *c);
+
 // The seeded init at step 0.
 void train_state_init(TrainState *s, const ModelConfig *mc, uint64_t seed);
 // Replaces the state with the checkpoint in dir, which must come from a run with the
-// state's seed. Returns 0, or -1 with a message.
+// state's seed and the same model, data and data order (the run records compared: a
+// change of model.*, the data files' contents, data.layout, data.seq_len, ...,
+// train.tokens_per_step or train.shuffle is refused, naming each key; other changes,
+// such as train.lr or train.steps, are printed). Returns 0, or -1 with a message.
 int train_state_resume(TrainState *s, const char *dir, char *err, size_t err_len);
 // Downloads the backend's state into s and saves it as <out_dir>/checkpoint-<step>,
 // whose path goes to dir. Returns 0, or -1 with a message.

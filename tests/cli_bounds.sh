@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Memory that the input decides is bounded (issue 14 item 5): huge sizes are refused
+# naming the key before anything is allocated, and a JSONL line whose text cannot fit
+# data.seq_len is refused before it is tokenized (today a 10 MB line costs GBs).
+source "$(dirname "$0")/lib_cli.sh" "$1"
+need_data
+expect_error "tokens_per_step 1e15" "config key 'train.tokens_per_step': must be in" \
+    "$train" --set out_dir="$tmp/a" --set train.tokens_per_step=1000000000000000
+expect_error "a model larger than the machine" "config keys model.hidden_size.*more than this machine" \
+    "$train" --set out_dir="$tmp/b" --set model.hidden_size=65536 --set model.intermediate_size=262144 \
+    --set model.num_hidden_layers=1024 --set model.num_attention_heads=512 --set model.num_key_value_heads=512
+expect_error "micro-batches larger than the machine" "config keys train.micro_rows x data.seq_len" \
+    "$train" --set out_dir="$tmp/c" --set train.micro_rows=65536 --set data.seq_len=1048576
+[ ! -e "$tmp/a" ] && [ ! -e "$tmp/b" ] && [ ! -e "$tmp/c" ] && ok || bad "a refused run created its out_dir"
+
+# A 10 MB user message with data.seq_len 64: refused naming the line, in little memory.
+{ printf '{"messages": [{"role": "user", "content": "'; head -c 10000000 /dev/zero | tr '\0' x
+  printf '"}, {"role": "assistant", "content": "ok"}]}\n'; } > "$tmp/big.jsonl"
+head -n 2 "$data/train.jsonl" >> "$tmp/big.jsonl"
+pack() { "$train" pack --set data.tokenizer="$data/tokenizer.model" --set data.train_path="$tmp/big.jsonl" "$@"; }
+if out=$(/usr/bin/time -f 'maxrss_kb %M' "$train" pack --set data.tokenizer="$data/tokenizer.model" \
+         --set data.train_path="$tmp/big.jsonl" --set data.seq_len=64 --out "$tmp/rows.jsonl" 2>&1); then
+    bad "10 MB line: exit 0"
+else
+    grep -q "big.jsonl:1: a document of at least [0-9]* tokens (10000002 bytes of text) does not fit seq_len 64" <<<"$out" \
+        && ok || bad "10 MB line message: $(tail -2 <<<"$out")"
+    rss=$(grep -o 'maxrss_kb [0-9]*' <<<"$out" | grep -o '[0-9]*$')
+    [ -n "$rss" ] && [ "$rss" -lt 1000000 ] && ok || bad "10 MB line took ${rss} KB (tokenized?)"
+fi
+if out=$(pack --set data.seq_len=1024 --set data.skip_too_long=true --out "$tmp/rows.jsonl" 2>&1) &&
+   grep -q "^skipped *0 bad, 1 too long" <<<"$out"; then ok; else bad "skip_too_long of the line: $out"; fi
+
+finish

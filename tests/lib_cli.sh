@@ -1,0 +1,15 @@
+# Shared by the CLI tests (sourced; not a test itself: CTest globs tests/cli_*.sh).
+# Sets $train (the binary, absolute) and $tmp (removed on exit); ok/bad count results,
+# expect_error checks a failing command's message, finish prints the tally and exits.
+train="$(realpath "$1")"; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+data=datasets/synthetic
+pass=0; fail=0
+ok() { pass=$((pass+1)); }
+bad() { echo "FAIL $*"; fail=$((fail+1)); }
+expect_error() {  # expect_error <description> <pattern> <command...>
+    local what="$1" pattern="$2"; shift 2
+    if out=$("$@" 2>&1); then bad "$what: exit 0"; return; fi
+    if grep -q -- "$pattern" <<<"$out"; then ok; else bad "$what: got: $(tail -2 <<<"$out")"; fi
+}
+need_data() { [ -f "$data/train.jsonl" ] && [ -f "$data/tokenizer.model" ] || { echo "skip: $data not generated yet"; exit 77; }; }
+finish() { echo "$pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit; }

@@ -177,9 +177,12 @@ static int compare_run_records(const char *saved_text, const char *now_text, cha
 void run_memory_check(const ModelConfig *mc, const RunSettings *s, int seq_len) {
     const double V = mc->vocab_size, C = mc->hidden_size, F = mc->intermediate_size,
                  L = mc->num_hidden_layers;
-    const double head = C / mc->num_attention_heads, q = C, kv = mc->num_key_value_heads * head;
-    const double params = V * C * (mc->tie_word_embeddings ? 1 : 2) + C +
-                          L * (2 * C + q * C + 2 * kv * C + C * q + 3 * F * C);
+    const ModelDims dims = model_dims(mc);
+    const double q = dims.q_dim, kv = dims.kv_dim;
+    ParamTable table;  // the exact count (biases, q/k norms, tying), metadata only
+    param_table_build(mc, &table);
+    const double params = (double)table.total;
+    param_table_free(&table);
     const double state_bytes = 16.0 * params;  // fp32 weights, gradients, two moments
     // Per token: the layers' saved activations and the logits with their gradient.
     const double tokens = (double)s->micro_rows * seq_len;

@@ -139,7 +139,7 @@ int main(void) {
         EXPECT(rc != 0 && strncmp(why, expected, strlen(expected)) == 0,
                "too-long document: rc %d, message '%s' (expected it to start '%s')", rc,
                rc ? why : "", expected);
-        if (rc == 0) step_batch_free(&b);
+        if (rc == 0) step_batch_free(&b);  // on an error the loader frees it
         step_loader_free(&l);
     }
 

@@ -55,10 +55,11 @@ void packed_rows_count(const PackedRows *rows, long long *tokens, long long *tra
     }
 }
 
-int step_loader_try_next(StepLoader *l, StepBatch *out, char *err, size_t err_len) {
-    memset(out, 0, sizeof *out);
+// Lays out samples until the budget is reached, then packs them; on error a message
+// into err (why: a scratch buffer) and what was built is left in out for the caller to free.
+static int fill_step(StepLoader *l, StepBatch *out, char *why, size_t why_len, char *err,
+                     size_t err_len) {
     long long trained = 0;
-    char why[1024];
     while (trained < l->budget) {
         if (l->cursor == l->n_samples) {
             l->epoch++;
@@ -68,7 +69,7 @@ int step_loader_try_next(StepLoader *l, StepBatch *out, char *err, size_t err_le
         int index = l->order[l->cursor++];
         const TokenizedSample *s = &l->samples[index];
         int first_doc = out->docs.n_docs;
-        if (layout_sample(l->layout, s, index, &out->docs, why, sizeof why) != 0)
+        if (layout_sample(l->layout, s, index, &out->docs, why, why_len) != 0)
             return fail(err, err_len, "sample at line %d: %s", s->line, why);
         for (int d = first_doc; d < out->docs.n_docs; d++) trained += doc_trained(&out->docs.docs[d]);
         out->n_samples++;
@@ -77,7 +78,7 @@ int step_loader_try_next(StepLoader *l, StepBatch *out, char *err, size_t err_le
                         layout_name(l->layout));
     }
     if (pack_docs(&out->docs, l->seq_len, l->pack, &out->rows, &out->n_skipped_too_long, why,
-                  sizeof why) != 0) {
+                  why_len) != 0) {
         const int too_long = first_doc_too_long(&out->docs, l->seq_len);
         if (too_long >= 0)
             return fail(err, err_len, "sample at line %d: %s", out->docs.docs[too_long].line, why);
@@ -85,6 +86,14 @@ int step_loader_try_next(StepLoader *l, StepBatch *out, char *err, size_t err_le
     }
     packed_rows_count(&out->rows, &out->tokens, &out->trained_tokens);
     return 0;
+}
+
+int step_loader_try_next(StepLoader *l, StepBatch *out, char *err, size_t err_len) {
+    memset(out, 0, sizeof *out);
+    char why[1024];
+    if (fill_step(l, out, why, sizeof why, err, err_len) == 0) return 0;
+    step_batch_free(out);  // on error out holds nothing
+    return -1;
 }
 
 void step_loader_next(StepLoader *l, StepBatch *out) {

@@ -43,8 +43,9 @@ void step_loader_init(StepLoader *l, const TokenizedSample *samples, int n_sampl
                       bool shuffle, uint64_t seed);
 // Moves to a saved position (a resumed run).
 void step_loader_seek(StepLoader *l, long long epoch, long long cursor);
-// The next step's batch. Returns 0, or -1 with a message naming the sample's line in
-// err when a sample cannot be laid out or packed (the loader is then unusable).
+// The next step's batch. Returns 0, or -1 (out then holds nothing) with a message naming
+// the sample's line in err when a sample cannot be laid out or packed (the loader is then
+// unusable).
 int step_loader_try_next(StepLoader *l, StepBatch *out, char *err, size_t err_len);
 // step_loader_try_next, fatal on error.
 void step_loader_next(StepLoader *l, StepBatch *out);

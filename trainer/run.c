@@ -12,23 +12,13 @@
 
 #define H200_DENSE_BF16_TFLOPS 989.5
 
-static int positive_key(const Config *c, const char *key) {
-    long long v = config_int(c, key);
-    if (v <= 0 || v > (1 << 30)) fatal("config key '%s': must be positive, got %lld", key, v);
-    return (int)v;
-}
-
 RunSettings run_settings_from(const Config *c, Backend backend) {
-    // Statements, not initializers, for the checks: their order decides which error a
-    // config with several bad values reports.
-    const long total_steps = positive_key(c, "train.steps");
-    const int micro_rows = positive_key(c, "train.micro_rows");
+    // config_load has range-checked every numeric key (trainer/config.c RANGES).
     const double tflops = config_num(c, "train.peak_tflops");
-    if (tflops < 0) fatal("config key 'train.peak_tflops': must be >= 0, got %g", tflops);
     const bool peak_from_datasheet = tflops == 0 && backend == BACKEND_CUDA;
     return (RunSettings){
-        .total_steps = total_steps,
-        .micro_rows = micro_rows,
+        .total_steps = (long)config_int(c, "train.steps"),
+        .micro_rows = (int)config_int(c, "train.micro_rows"),
         .warmup_steps = (long)config_int(c, "train.warmup_steps"),
         .eval_every = (long)config_int(c, "train.eval_every"),
         .checkpoint_every = (long)config_int(c, "train.checkpoint_every"),

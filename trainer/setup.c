@@ -11,12 +11,6 @@
 #include "model/safetensors.h"
 #include "data/template.h"
 
-static int int_key(const Config *c, const char *key) {
-    long long v = config_int(c, key);
-    if (v <= 0 || v > (1 << 30)) fatal("config key '%s': must be a positive integer, got %lld", key, v);
-    return (int)v;
-}
-
 bool model_source_from(const Config *c, HfModelConfig *out) {
     const char *dir = config_str(c, "model.init_from");
     if (!dir) return false;
@@ -62,13 +56,14 @@ ModelConfig model_config_from(const Config *c) {
         model_dims(&hf.cfg);  // fatal, naming the key, for what the model cannot run
         return hf.cfg;
     }
+    // config_load has range-checked every model.* size (trainer/config.c RANGES).
     ModelConfig mc = {
-        .vocab_size = int_key(c, "model.vocab_size"),
-        .hidden_size = int_key(c, "model.hidden_size"),
-        .intermediate_size = int_key(c, "model.intermediate_size"),
-        .num_hidden_layers = int_key(c, "model.num_hidden_layers"),
-        .num_attention_heads = int_key(c, "model.num_attention_heads"),
-        .num_key_value_heads = int_key(c, "model.num_key_value_heads"),
+        .vocab_size = (int)config_int(c, "model.vocab_size"),
+        .hidden_size = (int)config_int(c, "model.hidden_size"),
+        .intermediate_size = (int)config_int(c, "model.intermediate_size"),
+        .num_hidden_layers = (int)config_int(c, "model.num_hidden_layers"),
+        .num_attention_heads = (int)config_int(c, "model.num_attention_heads"),
+        .num_key_value_heads = (int)config_int(c, "model.num_key_value_heads"),
         .rms_norm_eps = (float)config_num(c, "model.rms_norm_eps"),
         .rope_theta = (float)config_num(c, "model.rope_theta"),
         .tie_word_embeddings = config_bool(c, "model.tie_word_embeddings"),

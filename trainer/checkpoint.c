@@ -134,22 +134,30 @@ int make_dirs(const char *path, char *err, size_t err_len) {
     return 0;
 }
 
-// The sum of tensor_checksum over every tensor of the model weight files in dir, as
-// stored (model.safetensors, or the shards that model.safetensors.index.json names).
-static int model_files_checksum(const char *dir, uint64_t *sum, char *err, size_t err_len) {
+// The model weight files of dir as object keys: the shards that
+// model.safetensors.index.json names, else model.safetensors alone. *sharded says which.
+static json_t *model_weight_files(const char *dir, bool *sharded) {
     char path[4200];
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
     json_t *index = access(path, F_OK) == 0 ? json_load_file(path, 0, NULL) : NULL;
-    json_t *files = json_object();  // the weight files, as keys
-    if (index) {
-        const char *key;
-        json_t *file;
-        json_object_foreach(json_object_get(index, "weight_map"), key, file) {
-            if (json_is_string(file)) json_object_set_new(files, json_string_value(file), json_true());
-        }
-    } else {
-        json_object_set_new(files, "model.safetensors", json_true());
+    json_t *files = json_object();
+    const char *key;
+    json_t *file;
+    json_object_foreach(json_object_get(index, "weight_map"), key, file) {
+        if (json_is_string(file)) json_object_set_new(files, json_string_value(file), json_true());
     }
+    json_decref(index);
+    *sharded = json_object_size(files) > 0;
+    if (!*sharded) json_object_set_new(files, "model.safetensors", json_true());
+    return files;
+}
+
+// The sum of tensor_checksum over every tensor of the model weight files in dir, as
+// stored.
+static int model_files_checksum(const char *dir, uint64_t *sum, char *err, size_t err_len) {
+    char path[4200];
+    bool sharded;
+    json_t *files = model_weight_files(dir, &sharded);
     *sum = 0;
     int rc = 0;
     const char *name;
@@ -165,7 +173,6 @@ static int model_files_checksum(const char *dir, uint64_t *sum, char *err, size_
         if (rc) break;
     }
     json_decref(files);
-    json_decref(index);
     return rc;
 }
 
@@ -231,25 +238,18 @@ static int checkpoint_write_files(const char *dir, const ParamTable *table, cons
 }
 
 // The model weight file holding the step metadata: model.safetensors, or the first
-// shard of model.safetensors.index.json.
-static bool ends_with_model_safetensors(const char *path) {
-    const char *name = strrchr(path, '/');
-    return strcmp(name ? name + 1 : path, "model.safetensors") == 0;
-}
-
-static void model_weights_path(const char *dir, char *path, size_t len) {
-    snprintf(path, len, "%s/model.safetensors.index.json", dir);
-    json_t *index = json_load_file(path, 0, NULL);
-    const char *key;
-    json_t *file;
-    const char *first = NULL;
-    json_object_foreach(json_object_get(index, "weight_map"), key, file) {
-        if (json_is_string(file) && (!first || strcmp(json_string_value(file), first) < 0))
-            first = json_string_value(file);
+// shard of model.safetensors.index.json. Returns whether the weights are sharded.
+static bool model_weights_path(const char *dir, char *path, size_t len) {
+    bool sharded;
+    json_t *files = model_weight_files(dir, &sharded);
+    const char *name, *first = NULL;
+    json_t *unused;
+    json_object_foreach(files, name, unused) {
+        if (!first || strcmp(name, first) < 0) first = name;
     }
-    if (first) snprintf(path, len, "%s/%s", dir, first);
-    else snprintf(path, len, "%s/model.safetensors", dir);
-    json_decref(index);
+    snprintf(path, len, "%s/%s", dir, first);
+    json_decref(files);
+    return sharded;
 }
 
 int checkpoint_save_hf(const char *dir, const ParamTable *table, const float *params,
@@ -290,9 +290,8 @@ int checkpoint_load(const char *dir, const ParamTable *table, float *params, Ada
     SafeTensorsFile model = {0}, state = {0};
     long long model_step = 0, step = 0;
     int rc = -1;
-    model_weights_path(dir, path, sizeof path);
     // A sharded model's extra tensors are refused by hf_weights_load, which reads them all.
-    const bool sharded = !ends_with_model_safetensors(path);
+    const bool sharded = model_weights_path(dir, path, sizeof path);
     if (safetensors_read(path, &model, err, err_len)) goto done;
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
     if (safetensors_read(path, &state, err, err_len)) goto done;

@@ -165,10 +165,13 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len) 
     m->deterministic = true;
     const int T = max_rows * seq_len;
     const OpsCudaState *ops = ops_cuda_state("cuda_model_create");
-    CHECK(ops->max_tokens >= T && ops->max_channels >= cfg->hidden_size,
+    // The norms' widths: hidden, and head_dim for q_norm/k_norm.
+    const int channels = cfg->qk_norm && m->dims.head_dim > cfg->hidden_size ? m->dims.head_dim
+                                                                              : cfg->hidden_size;
+    CHECK(ops->max_tokens >= T && ops->max_channels >= channels,
           "cuda_model_create: ops_cuda_init(max_tokens %d, max_channels %d) is too small for "
           "%d tokens x %d channels",
-          ops->max_tokens, ops->max_channels, T, cfg->hidden_size);
+          ops->max_tokens, ops->max_channels, T, channels);
 
     const int L = cfg->num_hidden_layers;
     param_offsets_resolve(cfg, &m->table, &m->off);

@@ -8,8 +8,9 @@
 // max_rows x seq_len; a step allocates nothing on the device (the arena also holds the
 // attention backward's workspace, see attention_cuda.h).
 //
-// Requires ops_cuda_init(max_tokens >= max_rows * seq_len, max_channels >= hidden_size)
-// before cuda_model_create (the ops' scratch is process-wide, see ops_cuda.h).
+// Requires ops_cuda_init(max_tokens >= max_rows * seq_len, max_channels >= hidden_size,
+// and >= head_dim with qk_norm) before cuda_model_create (the ops' scratch is
+// process-wide, see ops_cuda.h).
 // All work runs in order on the model's stream (cuda_model_stream); put optimizer
 // kernels on that stream too. The two step functions return after the stream has
 // finished the step (they read the losses back).

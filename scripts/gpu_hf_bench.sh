@@ -16,7 +16,7 @@ set -u
 anchors=.device/anchors
 if [ "${1:-}" = "--prepare" ]; then
   mkdir -p "$anchors"
-  cp ../shared/anchors/anchor_trainer.py "$anchors/anchor_trainer.py"
+  install -m 644 ../shared/anchors/anchor_trainer.py "$anchors/anchor_trainer.py"
   patch -s "$anchors/anchor_trainer.py" scripts/anchor_trainer_hf.patch && echo "patched $anchors/anchor_trainer.py"
   exit
 fi

@@ -11,7 +11,9 @@
 #   scripts/device_bundle.sh build .device/hfbench bench_trainer
 # Device call: command "BIN=.device/hfbench bash scripts/gpu_hf_bench.sh",
 #   carry [".device/hfbench", ".device/anchors"]. S=8192 for longer rows (default 4096);
-#   ANCHOR=0 skips the anchor. Logs under $OUT/hf_bench/.
+#   ANCHOR=0 skips the anchor; SHAPES=qwen3-0.6b (or qwen2.5-1.5b) runs one shape, should
+#   both with their torch.compile warm-ups not fit one call's 10 minutes.
+#   Logs under $OUT/hf_bench/.
 set -u
 anchors=.device/anchors
 if [ "${1:-}" = "--prepare" ]; then
@@ -23,8 +25,8 @@ fi
 bin=${BIN:-.device/hfbench}; S=${S:-4096}
 out=${OUT:-/tmp}/hf_bench; mkdir -p "$out"; rm -f "$out/results.jsonl"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/info.log"
-for shape in "qwen3-0.6b bench_qwen3_0.6b" "qwen2.5-1.5b bench_qwen2.5_1.5b"; do
-  set -- $shape
+for shape in ${SHAPES:-qwen3-0.6b qwen2.5-1.5b}; do
+  set -- "$shape" "bench_$(tr - _ <<<"$shape")"
   timeout 240 "$bin/bench_trainer" --config "configs/$2.json" --set data.seq_len="$S" \
     > "$out/onepass_$1.log" 2>&1 || echo "onepass $1 failed: $(tail -2 "$out/onepass_$1.log")"
   grep '^{' "$out/onepass_$1.log" | tail -1 | sed "s/^{/{\"impl\": \"onepass\", \"shape\": \"$1\", /" >> "$out/results.jsonl"

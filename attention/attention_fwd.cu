@@ -7,10 +7,13 @@
 
 namespace {
 
-// The forward block takes two adjacent query tiles (2j, 2j+1), one per warpgroup; the two
-// warpgroups share every K/V tile loaded into shared memory.
-constexpr int FWD_Q_TILES = 2;
-constexpr int FWD_THREADS = FWD_Q_TILES * NUM_THREADS;
+// The forward block takes adjacent query tiles, one per warpgroup, which share every K/V
+// tile loaded into shared memory: two at D = 128 (198 registers per thread), three at
+// D = 64 (152 registers fit the 168 of 384 threads), so a K/V tile serves 192 queries.
+// The first two warpgroups issue the copies (the loaders want 8-row passes).
+constexpr int fwd_q_tiles(int D) { return D == 64 ? 3 : 2; }
+constexpr int fwd_threads(int D) { return fwd_q_tiles(D) * NUM_THREADS; }
+constexpr int FWD_LOAD_THREADS = 2 * NUM_THREADS;
 
 // K/V ring depth: tile j + 1 must be resident while tile j's P V runs, and tile
 // j + FWD_STAGES - 1 is loaded meanwhile (two tiles of lead for the copies).
@@ -37,29 +40,32 @@ FwdParams fwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q
 // The block's key tiles are the union of the lists of its two query tiles: `walk` is
 // advanced by thread 0 only (per-thread merge state would hold 16 registers across the
 // main loop), which publishes step j + i in step[(j + i) % FWD_STAGES].
-typedef TileStep<FWD_Q_TILES> FwdStep;
+template <int D>
+using FwdStep = TileStep<fwd_q_tiles(D)>;
 
 template <int D>
 struct FwdSmem {
     KeyRing<D, FWD_STAGES> keys;
-    MergedLines<FWD_Q_TILES> walk;
-    FwdStep step[FWD_STAGES];
+    MergedLines<fwd_q_tiles(D)> walk;
+    FwdStep<D> step[FWD_STAGES];
 };
 
 // ---------------------------------------------------------------- scheduler
 
-// Grid (n_heads, ceil(n_q_tiles / 2), batch); query tiles in reverse so the longest
+// Grid (n_heads, ceil(n_q_tiles / fwd_q_tiles), batch); query tiles in reverse so the longest
 // (causal) start first. Warpgroup w owns query tile q_tile0 + w.
 struct FwdBlock {
     int head, kv_head, batch, q_tile0;
 };
 
+template <int D>
 __device__ __forceinline__ FwdBlock fwd_block(const AttnDims &d) {
     const int head = blockIdx.x;
-    return {head, head / d.group, (int)blockIdx.z, (int)(gridDim.y - 1 - blockIdx.y) * FWD_Q_TILES};
+    return {head, head / d.group, (int)blockIdx.z, (int)(gridDim.y - 1 - blockIdx.y) * fwd_q_tiles(D)};
 }
 
-dim3 fwd_grid(const AttnDims &d) { return dim3(d.n_heads, n_tiles(d.n_q_tiles, FWD_Q_TILES), d.batch); }
+template <int D>
+dim3 fwd_grid(const AttnDims &d) { return dim3(d.n_heads, n_tiles(d.n_q_tiles, fwd_q_tiles(D)), d.batch); }
 
 // Thread 0: the walk over the merged lists of the block's query tiles, and its first
 // FWD_STAGES steps.
@@ -74,8 +80,8 @@ __device__ __forceinline__ void start_walk(FwdSmem<D> &smem, const TileListsView
 
 // One cp.async group per step: its key tile into ring stage `stage`, none past the end.
 template <int D>
-__device__ __forceinline__ void load_step(FwdSmem<D> &smem, const KeySource &src, const FwdStep &step, int stage) {
-    if (!step.done()) load_key_tile<FWD_THREADS>(smem.keys, stage, src, step.tile);
+__device__ __forceinline__ void load_step(FwdSmem<D> &smem, const KeySource &src, const FwdStep<D> &step, int stage) {
+    if (!step.done() && threadIdx.x < FWD_LOAD_THREADS) load_key_tile<FWD_LOAD_THREADS>(smem.keys, stage, src, step.tile);
     cp_async_commit();
 }
 
@@ -209,20 +215,20 @@ __device__ __forceinline__ void store_out_lse(const FwdParams &p, const FwdBlock
 
 // ---------------------------------------------------------------- kernel
 
-// Both warpgroups walk the merged key tiles and share each K/V tile of the ring. Q stays
+// The warpgroups walk the merged key tiles and share each K/V tile of the ring. Q stays
 // in registers as the A operand of S = Q K^T (m64n64k16 with both operands in shared
 // memory would need all of the shared-memory bandwidth). Per key tile j, software-pipelined
 // inside the warpgroup: issue S(j+1) = Q K(j+1)^T and O += P(j) V(j), then mask and
 // softmax S(j+1) while P(j) V(j) still runs on the tensor cores, then rescale O once it
 // has landed. Registers at D = 128: Q 32 + O 64 + S 32 + P 16 per thread, so one block of
-// 256 threads per SM.
+// 256 threads per SM (at D = 64, 152 registers: one of 384).
 template <int D>
-__global__ void __launch_bounds__(FWD_THREADS, 1) attn_fwd_kernel(const __grid_constant__ FwdParams p) {
+__global__ void __launch_bounds__(fwd_threads(D), 1) attn_fwd_kernel(const __grid_constant__ FwdParams p) {
     static_assert(sizeof(FwdSmem<D>) <= MAX_SMEM_PER_BLOCK, "shared memory of one block");
     extern __shared__ unsigned char smem_raw[];
     FwdSmem<D> &smem = *reinterpret_cast<FwdSmem<D> *>(smem_raw);
     const AttnDims &d = p.dims;
-    const FwdBlock blk = fwd_block(d);
+    const FwdBlock blk = fwd_block<D>(d);
     const int wg = threadIdx.x / NUM_THREADS;
     const int q_row = (blk.q_tile0 + wg) * BM + warp_row();
     const int64_t kv_off = blk.batch * d.kv_batch_stride + blk.kv_head * D;
@@ -231,7 +237,7 @@ __global__ void __launch_bounds__(FWD_THREADS, 1) attn_fwd_kernel(const __grid_c
 
     if (threadIdx.x == 0) start_walk(smem, p.mask.by_query, blk);
     __syncthreads();  // smem.step
-    FwdStep step = smem.step[0];
+    FwdStep<D> step = smem.step[0];
 #pragma unroll
     for (int i = 0; i < FWD_STAGES - 1; i++) load_step(smem, keys, smem.step[i], i);
     uint32_t q_frag[D / 16][4];
@@ -263,7 +269,7 @@ __global__ void __launch_bounds__(FWD_THREADS, 1) attn_fwd_kernel(const __grid_c
     // wait (ptxas serializes them otherwise), so the last step's P V is peeled off.
     for (int j = 0; !step.done(); j++) {
         const int stage = j % FWD_STAGES, next_stage = (j + 1) % FWD_STAGES;
-        const FwdStep next = smem.step[next_stage];
+        const FwdStep<D> next = smem.step[next_stage];
         const bf16 *t_v = smem.keys.v[stage];
         if (next.done()) {
             wgmma::fence();
@@ -310,7 +316,7 @@ __global__ void __launch_bounds__(FWD_THREADS, 1) attn_fwd_kernel(const __grid_c
 
 template <int D>
 void forward(const FwdParams &p, cudaStream_t stream) {
-    launch(attn_fwd_kernel<D>, fwd_grid(p.dims), FWD_THREADS, sizeof(FwdSmem<D>), stream, p);
+    launch(attn_fwd_kernel<D>, fwd_grid<D>(p.dims), fwd_threads(D), sizeof(FwdSmem<D>), stream, p);
 }
 
 }  // namespace

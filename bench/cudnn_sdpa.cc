@@ -8,7 +8,10 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <cudnn.h>
+#include <initializer_list>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -40,24 +43,28 @@ const CudnnApi *cudnn_api(char *why, size_t why_len) {
         if (!lib) {
             snprintf(failure, sizeof failure, "dlopen libcudnn.so.9: %s", dlerror());
         } else {
+            const struct {
+                void *slot;  // a CudnnApi member
+                const char *name;
+            } symbols[] = {{&api.get_version, "cudnnGetVersion"},
+                           {&api.create, "cudnnCreate"},
+                           {&api.destroy, "cudnnDestroy"},
+                           {&api.set_stream, "cudnnSetStream"},
+                           {&api.error_string, "cudnnGetErrorString"},
+                           {&api.last_error, "cudnnGetLastErrorString"},
+                           {&api.create_desc, "cudnnBackendCreateDescriptor"},
+                           {&api.destroy_desc, "cudnnBackendDestroyDescriptor"},
+                           {&api.set, "cudnnBackendSetAttribute"},
+                           {&api.get, "cudnnBackendGetAttribute"},
+                           {&api.finalize, "cudnnBackendFinalize"},
+                           {&api.execute, "cudnnBackendExecute"}};
             bool ok = true;
-            auto sym = [&](auto &fn, const char *name) {
-                fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
-                if (!fn && ok) snprintf(failure, sizeof failure, "libcudnn.so.9 lacks %s", name);
+            for (const auto &sym : symbols) {
+                void *fn = dlsym(lib, sym.name);
+                if (!fn && ok) snprintf(failure, sizeof failure, "libcudnn.so.9 lacks %s", sym.name);
                 ok = ok && fn;
-            };
-            sym(api.get_version, "cudnnGetVersion");
-            sym(api.create, "cudnnCreate");
-            sym(api.destroy, "cudnnDestroy");
-            sym(api.set_stream, "cudnnSetStream");
-            sym(api.error_string, "cudnnGetErrorString");
-            sym(api.last_error, "cudnnGetLastErrorString");
-            sym(api.create_desc, "cudnnBackendCreateDescriptor");
-            sym(api.destroy_desc, "cudnnBackendDestroyDescriptor");
-            sym(api.set, "cudnnBackendSetAttribute");
-            sym(api.get, "cudnnBackendGetAttribute");
-            sym(api.finalize, "cudnnBackendFinalize");
-            sym(api.execute, "cudnnBackendExecute");
+                memcpy(sym.slot, &fn, sizeof fn);  // function pointer from dlsym's object pointer
+            }
             if (ok) state = 1;
         }
     }
@@ -120,16 +127,25 @@ struct Builder {
         finalize(t, "tensor");
         return t;
     }
+    // An operation node of `type` with the (attribute, descriptor) pairs given (NULL ones
+    // left out), not finalized.
+    cudnnBackendDescriptor_t operation(
+        cudnnBackendDescriptorType_t type,
+        std::initializer_list<std::pair<cudnnBackendAttributeName_t, cudnnBackendDescriptor_t>> attrs) {
+        cudnnBackendDescriptor_t op = make(type);
+        for (const auto &attr : attrs)
+            if (attr.second) set_desc(op, attr.first, attr.second);
+        return op;
+    }
     cudnnBackendDescriptor_t matmul(cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
                                     cudnnBackendDescriptor_t c) {
         cudnnBackendDescriptor_t desc = make(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
         set_type(desc, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_DATA_FLOAT);
         finalize(desc, "matmul descriptor");
-        cudnnBackendDescriptor_t op = make(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
-        set_desc(op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, a);
-        set_desc(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, b);
-        set_desc(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, c);
-        set_desc(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, desc);
+        cudnnBackendDescriptor_t op =
+            operation(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR,
+                      {{CUDNN_ATTR_OPERATION_MATMUL_ADESC, a}, {CUDNN_ATTR_OPERATION_MATMUL_BDESC, b},
+                       {CUDNN_ATTR_OPERATION_MATMUL_CDESC, c}, {CUDNN_ATTR_OPERATION_MATMUL_DESC, desc}});
         finalize(op, "matmul");
         return op;
     }
@@ -143,12 +159,11 @@ struct Builder {
         set_type(desc, CUDNN_ATTR_POINTWISE_MATH_PREC, math);
         if (axis >= 0) set(desc, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
         finalize(desc, "pointwise descriptor");
-        cudnnBackendDescriptor_t op = make(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-        set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, desc);
-        set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
-        if (b) set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b);
-        if (t) set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t);
-        set_desc(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
+        cudnnBackendDescriptor_t op = operation(
+            CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR,
+            {{CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, desc}, {CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x},
+             {CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b}, {CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t},
+             {CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y}});
         const float one = 1.0f;
         set(op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &one);
         set(op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &one);
@@ -161,10 +176,10 @@ struct Builder {
         set(desc, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode);
         set_type(desc, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_DATA_FLOAT);
         finalize(desc, "reduction descriptor");
-        cudnnBackendDescriptor_t op = make(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
-        set_desc(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x);
-        set_desc(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y);
-        set_desc(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, desc);
+        cudnnBackendDescriptor_t op = operation(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR,
+                                                {{CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x},
+                                                 {CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y},
+                                                 {CUDNN_ATTR_OPERATION_REDUCTION_DESC, desc}});
         finalize(op, "reduction");
         return op;
     }

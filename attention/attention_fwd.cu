@@ -39,7 +39,7 @@ FwdParams fwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q
 
 // ---------------------------------------------------------------- shared memory
 
-// The block's key tiles are the union of the lists of its two query tiles: `walk` is
+// The block's key tiles are the union of the lists of its three query tiles: `walk` is
 // advanced by thread 0 only (per-thread merge state would hold 16 registers across the
 // main loop), which publishes step j + i in step[(j + i) % FWD_STAGES].
 typedef TileStep<FWD_Q_TILES> FwdStep;
@@ -62,7 +62,7 @@ struct FwdSmem {
 
 // ---------------------------------------------------------------- scheduler
 
-// Grid (n_heads, ceil(n_q_tiles / fwd_q_tiles), batch); query tiles in reverse so the longest
+// Grid (n_heads, ceil(n_q_tiles / 3), batch); query tiles in reverse so the longest
 // (causal) start first. Warpgroup w owns query tile q_tile0 + w.
 struct FwdBlock {
     int head, kv_head, batch, q_tile0;
@@ -89,7 +89,8 @@ __device__ __forceinline__ void start_walk(FwdSmem<D> &smem, const TileListsView
 // One cp.async group per step: its key tile into ring stage `stage`, none past the end.
 template <int D>
 __device__ __forceinline__ void load_step(FwdSmem<D> &smem, const KeySource &src, const FwdStep &step, int stage) {
-    if (!step.done() && threadIdx.x < FWD_LOAD_THREADS) load_key_tile<FWD_LOAD_THREADS>(smem.keys, stage, src, step.tile);
+    if (!step.done() && threadIdx.x < FWD_LOAD_THREADS)
+        load_key_tile<FWD_LOAD_THREADS>(smem.keys, stage, src, step.tile);
     cp_async_commit();
 }
 

@@ -321,7 +321,7 @@ int cmd_train(int argc, char **argv) {
     const TrainBackendOps *ops = backend_ops(backend);
     const RunSettings settings = run_settings_from(config, backend);
     print_mfu_basis(&settings);
-    run_memory_check(&mc, &settings, (int)config_int(config, "data.seq_len"));
+    run_memory_check(&mc, &settings, (int)config_int(config, "data.seq_len"), backend);
 
     Tokenizer *tok = tokenizer_from(config, &mc);
     const DataOptions data_opt = data_options_from_config(config);

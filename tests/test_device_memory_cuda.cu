@@ -3,6 +3,7 @@
 // untied, a loss chunk smaller and larger than the micro-batch), the estimated arena is
 // at least cuda_model_arena_bytes and at most 4 KiB above it. A change to the arena
 // (model/model_cuda.cu's carve) that the estimate does not follow fails here.
+#include "common/check.h"
 #include "model/model_cuda.h"
 #include "model/ops_cuda.h"
 #include "trainer/backend_cuda.h"

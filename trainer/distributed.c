@@ -208,15 +208,21 @@ static int transfer_all(int fd, void *buf, size_t n, bool send_, double deadline
 
 static int tcp_rank0(const DistEnv *env, const void *id, size_t id_len, double timeout_s,
                      char *err, size_t err_len) {
-    const int listener = socket(AF_INET6, SOCK_STREAM, 0);
+    // Dual-stack where the kernel has IPv6, else IPv4 only.
+    int listener = socket(AF_INET6, SOCK_STREAM, 0);
+    const bool v6 = listener >= 0;
+    if (!v6) listener = socket(AF_INET, SOCK_STREAM, 0);
     if (listener < 0) return fail(err, err_len, "rendezvous: socket: %s", strerror(errno));
     const int on = 1, off = 0;
     setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-    setsockopt(listener, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off);  // IPv4 clients too
-    struct sockaddr_in6 addr = {.sin6_family = AF_INET6, .sin6_addr = in6addr_any,
-                                .sin6_port = htons((uint16_t)env->master_port)};
-    if (bind(listener, (struct sockaddr *)&addr, sizeof addr) != 0 ||
-        listen(listener, env->world_size) != 0) {
+    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_addr = in6addr_any,
+                              .sin6_port = htons((uint16_t)env->master_port)};
+    struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY),
+                             .sin_port = htons((uint16_t)env->master_port)};
+    if (v6) setsockopt(listener, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off);  // IPv4 too
+    const int bound = v6 ? bind(listener, (struct sockaddr *)&a6, sizeof a6)
+                         : bind(listener, (struct sockaddr *)&a4, sizeof a4);
+    if (bound != 0 || listen(listener, env->world_size) != 0) {
         const int e = errno;
         close(listener);
         return fail(err, err_len, "rendezvous: rank 0 cannot listen on MASTER_PORT=%d: %s",

@@ -85,6 +85,9 @@ static void test_env(void) {
                d.launcher == LAUNCHER_SLURM && d.rank == 6 && d.world_size == 8 &&
                d.local_rank == 2 && d.local_world_size == 0,
            "SLURM read, per-node counts leave the local size unknown (%s)", err);
+    EXPECT(parse((FakeEnv){{"SLURM_NTASKS=4", "SLURM_NTASKS_PER_NODE=4"}}, &d, err, sizeof err) == 0 &&
+               d.launcher == LAUNCHER_NONE && d.world_size == 1,
+           "an allocation's shell (SLURM_NTASKS, no SLURM_PROCID): one process (%s)", err);
     // torchrun with 4 ranks per node under srun of 2 tasks: node 1 holds ranks 4..7.
     EXPECT(parse((FakeEnv){{"SLURM_PROCID=1", "SLURM_NTASKS=2", "SLURM_LOCALID=0", "RANK=6",
                             "WORLD_SIZE=8", "LOCAL_RANK=2"}},

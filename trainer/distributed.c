@@ -74,12 +74,13 @@ typedef struct {
     long rank, size, local_rank, local_size;
 } LauncherValues;
 
-// One launcher's values: present when its rank or world size variable is set; then its
-// rank, world size and local rank must all be set and consistent.
+// One launcher's values: present when its rank or world size variable is set (for SLURM
+// only SLURM_PROCID, a task's own: an allocation's shell has SLURM_NTASKS too); then
+// its rank, world size and local rank must all be set and consistent.
 static int read_launcher(EnvLookup lookup, void *ctx, const LauncherVars *v, LauncherValues *out,
                          char *err, size_t err_len) {
     *out = (LauncherValues){0};
-    if (!lookup(v->rank, ctx) && !lookup(v->size, ctx)) return 0;
+    if (!lookup(v->rank, ctx) && (v->kind == LAUNCHER_SLURM || !lookup(v->size, ctx))) return 0;
     out->present = true;
     const char *names[3] = {v->rank, v->size, v->local_rank};
     for (int i = 0; i < 3; i++)

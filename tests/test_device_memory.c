@@ -41,6 +41,11 @@ int main(void) {
         + 2 * 512 + 4 * 128 * 64;             // attention workspace: dsum, lse2, dq accum
     EXPECT(arena == 613120, "hand count of the arena");
     EXPECT(e.arena == arena, "arena %zu bytes, by hand %zu", e.arena, arena);
+    ModelConfig qk = tiny;  // q_norm / k_norm: outputs T x 64 bf16 twice, rstd T x 1 twice
+    qk.qk_norm = true;
+    const CudaMemoryEstimate eq = cuda_memory_estimate(&qk, 1, 128);
+    EXPECT(eq.arena == arena + 2 * 16384 + 2 * 512 && eq.state == e.state + 18 * 128,
+           "q/k norms: arena %zu, state %zu (two norm weights of 64 more)", eq.arena, eq.state);
     EXPECT(e.total == e.state + e.arena + e.scratch && e.scratch >= ((size_t)32 << 20),
            "total = state + arena + scratch (>= the 32 MiB cuBLASLt workspace)");
 

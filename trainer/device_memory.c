@@ -57,6 +57,9 @@ CudaMemoryEstimate cuda_memory_estimate(const ModelConfig *mc, int micro_rows, i
     // Shared by the layers: norm output, gate|up, q|k|v, act, projection, final norm.
     e.arena += aligned(2 * T * C, 3) + aligned(2 * T * 2 * F, 1) +
                aligned(2 * T * (QD + 2 * KVD), 1) + aligned(2 * T * F, 1) + aligned(4 * T, 1);
+    if (mc->qk_norm)  // q_norm / k_norm outputs and their rstd
+        e.arena += aligned(2 * T * QD, 1) + aligned(2 * T * KVD, 1) + aligned(4 * T * H, 1) +
+                   aligned(4 * T * (size_t)mc->num_key_value_heads, 1);
     e.arena += aligned(2 * chunk * C, 2) + aligned(2 * chunk * V, 1);  // the loss head's chunk
     e.arena += aligned(2 * T * C, 2) + aligned(2 * T * QD, 2) + aligned(2 * T * KVD, 2) +
                aligned(2 * T * F, 1);  // backward

@@ -347,10 +347,10 @@ int cmd_train(int argc, char **argv) {
     step_loader_init(&loader, train.samples, train.n_samples, data_opt.layout, data_opt.seq_len,
                      data_opt.pack, settings.tokens_per_step, settings.shuffle, settings.seed);
     resume_if_asked(config, &state, &loader);
+    // The backend first: it refuses what does not fit the device before out_dir exists.
+    void *trainer = create_backend(ops, &mc, &settings, data_opt.seq_len, &state);
     prepare_out_dir(out_dir, resolved);
     free(resolved);
-
-    void *trainer = create_backend(ops, &mc, &settings, data_opt.seq_len, &state);
     Prefetcher *prefetcher = prefetcher_start(&loader, settings.micro_rows, PREFETCH_DEPTH,
                                               ops->host_allocator);
     MetricsLog metrics;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA backend refuses a micro-batch too large for the GPU before allocating,
 # naming the estimate, the free memory and the keys (issue 14), instead of a CUDA
-# "out of memory". Exit 77 without a GPU or a CUDA build.
+# "out of memory", and before out_dir is made. Exit 77 without a GPU or a CUDA build.
 source "$(dirname "$0")/lib_cli.sh"
 need_data
 if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then echo "SKIP: no CUDA device"; exit 77; fi
@@ -13,6 +13,7 @@ expect_error "micro_rows 65536" "config keys train.micro_rows x data.seq_len and
     "$train" "${gpu[@]}" --set out_dir="$tmp/a" --set train.micro_rows=65536
 expect_error "names the micro-batch" "65536 x 1024 tokens per micro-batch (train.micro_rows x data.seq_len).*lower train.micro_rows" \
     "$train" "${gpu[@]}" --set out_dir="$tmp/a" --set train.micro_rows=65536
+[ ! -e "$tmp/a" ] && ok || bad "a refused run leaves no out_dir"
 expect_error "2^31 tokens" "65536 x 65536 = 4294967296 tokens per micro-batch, more than the CUDA kernels index" \
     "$train" "${gpu[@]}" --set out_dir="$tmp/b" --set train.micro_rows=65536 --set data.seq_len=65536
 finish

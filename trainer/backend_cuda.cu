@@ -79,7 +79,11 @@ static void *cuda_create(const BackendSetup *setup) {
     CudaTrainer *t = (CudaTrainer *)xcalloc(1, sizeof *t);
     t->table = setup->table;
     t->n = setup->table->total;
-    ops_acquire(setup->micro_rows * setup->seq_len, setup->mc->hidden_size);
+    // The ops' rows are hidden_size wide, and head_dim wide for the q/k norms.
+    const int head_dim = model_dims(setup->mc).head_dim;
+    const int channels = setup->mc->qk_norm && head_dim > setup->mc->hidden_size
+                             ? head_dim : setup->mc->hidden_size;
+    ops_acquire(setup->micro_rows * setup->seq_len, channels);
     t->model = cuda_model_create(setup->mc, setup->micro_rows, setup->seq_len);
     cuda_model_set_deterministic(t->model, setup->deterministic);
     t->stream = cuda_model_stream(t->model);

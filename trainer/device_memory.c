@@ -6,9 +6,9 @@
 #include "common/check.h"
 
 // Mirrors model/model_cuda.cu: buffers start on 256-byte boundaries (arena_cuda.cuh),
-// the loss head's logits exist for at most 2^26 elements at once, the cuBLASLt
-// workspace is 32 MiB (ops_cuda_state.cu).
-enum { ALIGN = 256, LOGIT_CHUNK_ELEMENTS = 1 << 26 };
+// the loss head's logits exist for CUDA_LOGIT_CHUNK_ELEMENTS at most (model.h), the
+// cuBLASLt workspace is 32 MiB (ops_cuda_state.cu).
+enum { ALIGN = 256 };
 #define CUBLASLT_WORKSPACE ((size_t)32 << 20)
 // The CUDA runtime's lazily loaded kernels and cuBLAS handles.
 #define RUNTIME_MARGIN ((size_t)256 << 20)
@@ -17,7 +17,7 @@ enum { ALIGN = 256, LOGIT_CHUNK_ELEMENTS = 1 << 26 };
 static size_t aligned(size_t bytes, size_t n) { return n * ((bytes + ALIGN - 1) / ALIGN * ALIGN); }
 
 static size_t loss_chunk_rows(const ModelConfig *mc, size_t tokens) {
-    size_t chunk = LOGIT_CHUNK_ELEMENTS / (size_t)mc->vocab_size;
+    size_t chunk = CUDA_LOGIT_CHUNK_ELEMENTS / (size_t)mc->vocab_size;
     if (chunk > 64) chunk -= chunk % 64;
     if (chunk < 1) chunk = 1;
     return chunk < tokens ? chunk : tokens;

@@ -31,7 +31,7 @@ int main(int argc, char **argv) {
     char err[1024];
     Tokenizer *tok = tokenizer_load(argv[1], err, sizeof err);
     if (!tok) fatal("%s", err);
-    if (template_check_tokenizer(tok, err, sizeof err) != 0) fatal("%s: %s", argv[1], err);
+    if (template_check_tokenizer(tok, &TEMPLATE_ONEPASS, err, sizeof err) != 0) fatal("%s: %s", argv[1], err);
     Dataset d;
     dataset_load(data_path, false, &d);
     size_t bytes = 0;
@@ -46,7 +46,7 @@ int main(int argc, char **argv) {
         double t0 = seconds();
         for (int s = 0; s < d.n_samples; s++) {
             TokenizedSample ts;
-            if (sample_tokenize(tok, &d.samples[s], SPECIAL_IN_TEXT_PLAIN, &ts, err, sizeof err) != 0)
+            if (sample_tokenize(tok, &TEMPLATE_ONEPASS, &d.samples[s], SPECIAL_IN_TEXT_PLAIN, &ts, err, sizeof err) != 0)
                 fatal("%s:%d: %s", data_path, d.samples[s].line, err);
             for (int t = 0; t < ts.n_turns; t++)
                 n_ids += ts.turns[t].prompt.n + ts.turns[t].think.n + ts.turns[t].answer.n;

@@ -1,24 +1,20 @@
-// Tokenization of parsed samples with the chat template (DESIGN.md §2).
+// Tokenization of parsed samples with a chat template (DESIGN.md §2, §8).
 //
-// Rendering (data/template.h); the special tokens alone delimit the text (no newlines
-// are inserted):
-//   prompt_t = for each non-assistant message since the previous assistant message:
-//                  role header + content            (system: <|system|>, user: <|user|>)
-//              + <|assistant|>
-//   think_t  = <think> + reasoning + </think>        (only when reasoning != NULL;
-//                                                      an empty string still renders)
-//   answer_t = content + <|end|>
-// Each part is encoded on its own and the ids concatenated: a template token through the
-// tokenizer's own matching (one id, checked at load by template_check_tokenizer), text
-// from the data with TOKENIZER_PLAIN, so a template token's string inside a message is
-// ordinary text and never its control id (or, with SPECIAL_IN_TEXT_ERROR, the sample is
-// refused naming the field). Every part but the first of a view is encoded with
-// TOKENIZER_CONTINUE: with a dummy-prefix SentencePiece model the parts then give the
-// ids of the whole rendered view.
-// Non-assistant messages after the last assistant message have nothing to train and
-// are dropped. A shared-prefix prompt is tokenized exactly like the history of a
-// conversation (p_0 a_0 … p_k, i.e. the inference view, thinking stripped), so
-// "prompt + completion" has the same ids as the last turn of that conversation.
+// data/template.c renders each segment as pieces: control tokens and text runs. Each piece
+// is encoded on its own and the ids concatenated: a control token through the tokenizer's
+// own matching (one id, checked at load by template_check_tokenizer), a text run with
+// TOKENIZER_PLAIN, so a control token's string inside a message is ordinary text and
+// never its control id. Every piece but the first of a view is encoded with
+// TOKENIZER_CONTINUE: with a dummy-prefix SentencePiece model the pieces then give the ids
+// of the whole rendered view.
+// Pieces split at control tokens give the ids of the whole text (the tokenizers match
+// control tokens before pre-tokenizing). A segment boundary inside a text run (Qwen3's
+// "</think>\n\n" | answer, ChatML's "assistant\n" | "<think>…") is checked per sample: the
+// two runs encoded joined must give the ids they give apart, else the sample is refused.
+// Non-assistant messages after the last assistant message have nothing to train and are
+// dropped. A shared-prefix prompt is tokenized exactly like the history of a conversation
+// (p_0 a_0 … p_k, the inference view, thinking stripped), so "prompt + completion" has the
+// same ids as the last turn of that conversation.
 #include "data/tokenize.h"
 
 #include <stdbool.h>
@@ -26,41 +22,38 @@
 #include <string.h>
 
 #include "common/check.h"
-#include "data/template.h"
 
-int special_in_text_from_name(const char *name) {
-    if (name && strcmp(name, "plain") == 0) return SPECIAL_IN_TEXT_PLAIN;
-    if (name && strcmp(name, "error") == 0) return SPECIAL_IN_TEXT_ERROR;
-    return -1;
-}
-
-int template_check_tokenizer(const Tokenizer *tok, char *err, size_t err_len) {
-    for (int i = 0; i < TEMPLATE_N_SPECIAL_TOKENS; i++) {
+int template_check_tokenizer(const Tokenizer *tok, const ChatTemplate *t, char *err, size_t err_len) {
+    for (int i = 0; i < t->n_controls; i++) {
         int32_t ids[64];
-        int n = tokenizer_encode_flags(tok, TEMPLATE_SPECIAL_TOKENS[i], TOKENIZER_CONTINUE, ids, 64);
+        int n = tokenizer_encode_flags(tok, t->controls[i], TOKENIZER_CONTINUE, ids, 64);
         if (n != 1)
             return fail(err, err_len, "the tokenizer has no id for the template token '%s' (it "
-                        "encodes as %d ids)", TEMPLATE_SPECIAL_TOKENS[i], n);
+                        "encodes as %d ids; data.template is %s)", t->controls[i], n, t->name);
     }
     return 0;
 }
 
-// One sample's encoder: the tokenizer, the policy for template tokens in text, whether
-// the next part begins its view, and the first error.
+// A segment's ids and the number of ids of its first and last pieces when they are text
+// (0 when control), for the boundary check.
+typedef struct {
+    TokenSpan span;
+    int head_text, tail_text;
+    bool tail_starts_view;  // the last piece is the view's first
+} Encoded;
+
+// One sample's encoder: the tokenizer, whether the next piece begins its view, the first error.
 typedef struct {
     const Tokenizer *tok;
-    SpecialInText special_in_text;
     bool at_view_start;
     char *err;
     size_t err_len;
     int rc;
 } Encoder;
 
-// Appends the ids of text to out.
-static void span_append(Encoder *e, TokenSpan *out, const char *text, unsigned flags) {
-    if (e->rc != 0 || !*text) return;
-    if (!e->at_view_start) flags |= TOKENIZER_CONTINUE;
-    e->at_view_start = false;
+// Appends the ids of text to out; returns their number.
+static int append(Encoder *e, TokenSpan *out, const char *text, unsigned flags) {
+    if (e->rc != 0 || !*text) return 0;
     int cap = (int)strlen(text) + 16;
     out->ids = xrealloc(out->ids, (size_t)(out->n + cap) * sizeof(int32_t));
     int n = tokenizer_encode_flags(e->tok, text, flags, out->ids + out->n, cap);
@@ -70,34 +63,53 @@ static void span_append(Encoder *e, TokenSpan *out, const char *text, unsigned f
     }
     if (n < 0) {
         e->rc = fail(e->err, e->err_len, "the tokenizer failed on this sample");
-        return;
+        return 0;
     }
     out->n += n;
+    return n;
 }
 
-// A template token: its control id.
-static void span_control(Encoder *e, TokenSpan *out, const char *token) {
-    span_append(e, out, token, 0);
+static unsigned piece_flags(const RenderedPiece *p, bool at_view_start) {
+    return (p->control ? 0u : (unsigned)TOKENIZER_PLAIN) | (at_view_start ? 0u : (unsigned)TOKENIZER_CONTINUE);
 }
 
-// Text from the data field named "<array>[index].<key>" (for the error message).
-static void span_text(Encoder *e, TokenSpan *out, const char *text, const char *array, int index,
-                      const char *key) {
-    if (e->rc != 0 || !text) return;
-    if (e->special_in_text == SPECIAL_IN_TEXT_ERROR) {
-        for (int i = 0; i < TEMPLATE_N_SPECIAL_TOKENS; i++) {
-            if (!strstr(text, TEMPLATE_SPECIAL_TOKENS[i])) continue;
-            e->rc = fail(e->err, e->err_len, "%s[%d].%s: contains the template token '%s' "
-                         "(data.special_in_text is \"error\")", array, index, key,
-                         TEMPLATE_SPECIAL_TOKENS[i]);
-            return;
-        }
+static Encoded encode_segment(Encoder *e, const RenderedSegment *s) {
+    Encoded out = {0};
+    for (int i = 0; i < s->n; i++) {
+        const RenderedPiece *p = &s->pieces[i];
+        out.tail_starts_view = e->at_view_start;
+        const int n = append(e, &out.span, p->text, piece_flags(p, e->at_view_start));
+        e->at_view_start = false;
+        if (i == 0 && !p->control) out.head_text = n;
+        out.tail_text = p->control ? 0 : n;
     }
-    span_append(e, out, text, TOKENIZER_PLAIN);
+    return out;
 }
 
-static const char *role_header(MessageRole role) {
-    return role == MSG_SYSTEM ? TEMPLATE_SYSTEM_HEADER : TEMPLATE_USER_HEADER;
+// The view continues from segment a into segment b: when both meet in text runs, those
+// runs encoded joined must give their ids apart. b's field is named in the error.
+static void check_boundary(Encoder *e, const RenderedSegment *a, const Encoded *ea, const RenderedSegment *b,
+                           const Encoded *eb, const char *array, int index, const char *what) {
+    if (e->rc != 0 || a->n == 0 || b->n == 0 || a->pieces[a->n - 1].control || b->pieces[0].control)
+        return;
+    const char *left = a->pieces[a->n - 1].text, *right = b->pieces[0].text;
+    size_t nl = strlen(left), nr = strlen(right);
+    char *joined = xmalloc(nl + nr + 1);
+    memcpy(joined, left, nl);
+    memcpy(joined + nl, right, nr + 1);
+    TokenSpan ids = {0};
+    int n = append(e, &ids, joined, TOKENIZER_PLAIN | (ea->tail_starts_view ? 0u : (unsigned)TOKENIZER_CONTINUE));
+    const int32_t *l = ea->span.ids + ea->span.n - ea->tail_text, *r = eb->span.ids;
+    bool same = n == ea->tail_text + eb->head_text &&
+                memcmp(ids.ids, l, (size_t)ea->tail_text * sizeof(int32_t)) == 0 &&
+                memcmp(ids.ids + ea->tail_text, r, (size_t)eb->head_text * sizeof(int32_t)) == 0;
+    if (e->rc == 0 && !same)
+        e->rc = fail(e->err, e->err_len, "%s[%d].%s: this tokenizer merges the start of the %s with "
+                     "the template text before it ('%s'), so the segments would not give the ids of "
+                     "the whole view (does it begin with whitespace?)", array, index,
+                     strcmp(what, "think") == 0 ? "reasoning" : "content", what, left);
+    free(ids.ids);
+    free(joined);
 }
 
 static void span_free(TokenSpan *s) {
@@ -112,85 +124,45 @@ static void turn_free(TurnTokens *t) {
     span_free(&t->answer);
 }
 
-// Tokenizes one assistant message's think and answer segments; array[index] names it.
-static void encode_reply(Encoder *e, const Message *m, const char *array, int index, TurnTokens *turn) {
-    if (m->reasoning) {
-        span_control(e, &turn->think, TEMPLATE_THINK_OPEN);
-        span_text(e, &turn->think, m->reasoning, array, index, "reasoning");
-        span_control(e, &turn->think, TEMPLATE_THINK_CLOSE);
+// A reply's think and answer after prompt (its ids in ep); history: the reply also appears
+// in later views right after the prompt, without its think block.
+static void encode_reply(Encoder *e, const RenderedSegment *prompt, const Encoded *ep, const RenderedTurn *rt,
+                         bool history, const char *array, TurnTokens *out) {
+    Encoded th = encode_segment(e, &rt->think), an = encode_segment(e, &rt->answer);
+    if (rt->think.n > 0) {
+        check_boundary(e, prompt, ep, &rt->think, &th, array, rt->message, "think");
+        check_boundary(e, &rt->think, &th, &rt->answer, &an, array, rt->message, "answer");
     }
-    span_text(e, &turn->answer, m->content ? m->content : "", array, index, "content");
-    span_control(e, &turn->answer, TEMPLATE_END_OF_TURN);
+    if (rt->think.n == 0 || history)
+        check_boundary(e, prompt, ep, &rt->answer, &an, array, rt->message, "answer");
+    out->think = th.span;
+    out->answer = an.span;
 }
 
-// Walks messages into turns (one per assistant message). The rendered non-assistant
-// messages after the last assistant message, plus the assistant header, are left
-// tokenized in *trailing_prompt (the next turn's prompt).
-static void encode_turns(Encoder *e, const Message *msgs, int n_msgs, const char *array,
-                         TurnTokens **turns, int *n_turns, TokenSpan *trailing_prompt) {
-    int cap = 0;
-    *turns = NULL;
-    *n_turns = 0;
-    TokenSpan prompt = {0};
-    for (int i = 0; i < n_msgs; i++) {
-        const Message *m = &msgs[i];
-        if (m->role != MSG_ASSISTANT) {
-            span_control(e, &prompt, role_header(m->role));
-            span_text(e, &prompt, m->content ? m->content : "", array, i, "content");
-            continue;
-        }
-        TurnTokens turn = {0};
-        span_control(e, &prompt, TEMPLATE_ASSISTANT_HEADER);
-        turn.prompt = prompt;
-        prompt = (TokenSpan){0};
-        encode_reply(e, m, array, i, &turn);
-        ARRAY_PUSH(*turns, *n_turns, cap, turn);
-    }
-    span_control(e, &prompt, TEMPLATE_ASSISTANT_HEADER);
-    *trailing_prompt = prompt;
-}
-
-static void span_concat(TokenSpan *dst, const TokenSpan *src) {
-    dst->ids = xrealloc(dst->ids, (size_t)(dst->n + src->n) * sizeof(int32_t));
-    memcpy(dst->ids + dst->n, src->ids, (size_t)src->n * sizeof(int32_t));
-    dst->n += src->n;
-}
-
-int sample_tokenize(const Tokenizer *tok, const Sample *s, SpecialInText special_in_text,
-                    TokenizedSample *out, char *err, size_t err_len) {
+int sample_tokenize(const Tokenizer *tok, const ChatTemplate *t, const Sample *s,
+                    SpecialInText special_in_text, TokenizedSample *out, char *err, size_t err_len) {
     memset(out, 0, sizeof *out);
     out->kind = s->kind;
     out->line = s->line;
-    Encoder e = {tok, special_in_text, true, err, err_len, 0};
-    TokenSpan trailing = {0};
-    const bool conversation = s->kind == SAMPLE_CONVERSATION;
-    encode_turns(&e, s->messages, s->n_messages, conversation ? "messages" : "prompt", &out->turns,
-                 &out->n_turns, &trailing);
-    if (conversation) {
-        span_free(&trailing);
-        if (e.rc == 0 && out->n_turns == 0) {
-            tokenized_sample_free(out);
-            return fail(err, err_len, "conversation has no assistant message");
+    RenderedSample r;
+    if (template_render(t, s, special_in_text, &r, err, err_len) != 0) return -1;
+    Encoder e = {tok, true, err, err_len, 0};
+    out->n_turns = r.n_turns;
+    out->turns = xcalloc((size_t)r.n_turns + 1, sizeof(TurnTokens));
+    if (s->kind == SAMPLE_CONVERSATION) {
+        for (int i = 0; i < r.n_turns; i++) {
+            Encoded ep = encode_segment(&e, &r.turns[i].prompt);
+            out->turns[i].prompt = ep.span;
+            encode_reply(&e, &r.turns[i].prompt, &ep, &r.turns[i], i + 1 < r.n_turns, "messages",
+                         &out->turns[i]);
         }
     } else {
-        // The prefix is the inference view of the prompt messages: p_0 a_0 … p_k.
-        for (int t = 0; t < out->n_turns; t++) {
-            span_concat(&out->prefix, &out->turns[t].prompt);
-            span_concat(&out->prefix, &out->turns[t].answer);
-            turn_free(&out->turns[t]);
-        }
-        span_concat(&out->prefix, &trailing);
-        span_free(&trailing);
-        free(out->turns);
-        out->turns = xcalloc((size_t)s->n_completions, sizeof(TurnTokens));
-        out->n_turns = s->n_completions;
-        for (int i = 0; i < s->n_completions; i++)
-            encode_reply(&e, &s->completions[i], "completions", i, &out->turns[i]);
-        if (e.rc == 0 && out->n_turns == 0) {
-            tokenized_sample_free(out);
-            return fail(err, err_len, "shared-prefix set has no completion");
-        }
+        Encoded ep = encode_segment(&e, &r.prefix);
+        out->prefix = ep.span;
+        for (int i = 0; i < r.n_turns; i++)
+            encode_reply(&e, &r.prefix, &ep, &r.turns[i], false, "completions", &out->turns[i]);
     }
+    rendered_sample_free(&r);
     if (e.rc != 0) {
         tokenized_sample_free(out);
         return -1;

@@ -33,17 +33,18 @@ static const ChatTemplate QWEN3 = {
     .controls = {"<|im_start|>", "<|im_end|>", "<think>", "</think>"}, .n_controls = 4,
 };
 
-// DeepSeek-R1-Distill: the template strips the think block from every reply; the trained
-// reply is what the model emits after its generation prompt "<｜Assistant｜><think>\n"
-// (the "<think>\n" opens the think segment, DESIGN.md §8). The system prompt goes first.
+// DeepSeek-R1-Distill: the template cuts every reply up to "</think>", the last one too;
+// the trained reply is what the model emits after its generation prompt
+// "<｜Assistant｜><think>\n" (the "<think>\n" opens the think segment, DESIGN.md §8), and a
+// history reply is what the template keeps of that output: "\n\n" + answer.
 static const ChatTemplate DEEPSEEK_R1 = {
     .name = "deepseek_r1", .bos = "<｜begin▁of▁sentence｜>",
     .system_open = "", .system_close = "",
     .user_open = "<｜User｜>", .user_close = "",
     .assistant_open = "<｜Assistant｜>",
-    .think_open = "<think>\n", .think_close = "\n</think>\n\n",
+    .think_open = "<think>\n", .think_close = "\n</think>", .answer_open = "\n\n",
     .end_of_turn = "<｜end▁of▁sentence｜>", .after_turn = "",
-    .always_think = true, .system_first_only = true,
+    .always_think = true,
     .controls = {"<｜begin▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "<think>", "</think>",
                  "<｜end▁of▁sentence｜>"},
     .n_controls = 6,
@@ -73,7 +74,6 @@ static const ChatTemplate LLAMA3 = {
     .system_open = "<|start_header_id|>system<|end_header_id|>\n\n"
                    "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n",
     .system_close = "<|eot_id|>",
-    .later_system_open = "<|start_header_id|>system<|end_header_id|>\n\n",
     .user_open = "<|start_header_id|>user<|end_header_id|>\n\n", .user_close = "<|eot_id|>",
     .assistant_open = "<|start_header_id|>assistant<|end_header_id|>\n\n",
     .think_open = "<think>\n", .think_close = "\n</think>\n\n",
@@ -130,8 +130,8 @@ static const Fingerprint FINGERPRINTS[] = {
     {&LLAMA3, {"<|start_header_id|>", "Cutting Knowledge Date: December 2023\\n", "date_string",
                "message['content'] | trim + '<|eot_id|>'"},
      NULL},
-    {&ZEPHYR, {"'<|user|>\\n' + message['content'] + eos_token", "'<|assistant|>\\n'  + message['content'] + eos_token",
-               "{{ '<|assistant|>' }}"},
+    // TinyLlama's template has real newlines inside its string literals.
+    {&ZEPHYR, {"'<|user|>", "'<|assistant|>", "+ message['content'] + eos_token", "{{ '<|assistant|>' }}"},
      "<|im_start|>"},
 };
 
@@ -321,6 +321,7 @@ static void reply(Renderer *r, const Message *m, const char *array, int index, R
             close_len--;
         literal_n(r, &turn->think, t->think_close, close_len);
     }
+    if (t->answer_open) literal(r, &turn->answer, t->answer_open);
     text(r, &turn->answer, content, array, index, "content", t->trim_text, false);
     literal(r, &turn->answer, t->end_of_turn);
 }
@@ -360,15 +361,9 @@ static void render_turns(Renderer *r, const Message *msgs, int n_msgs, const cha
     for (int i = 0; i < n_msgs; i++) {
         const Message *m = &msgs[i];
         const char *content = m->content ? m->content : "";
-        if (m->role == MSG_SYSTEM && t->system_first_only && i > 0 && r->rc == 0)
-            r->rc = fail(r->err, r->err_len, "%s[%d]: a system message after the first message (the "
-                         "%s template moves it to the start of the conversation)", array, i, t->name);
         if (m->role != MSG_ASSISTANT) {
             const bool system = m->role == MSG_SYSTEM;
-            const char *open = !system ? t->user_open
-                               : i > 0 && t->later_system_open ? t->later_system_open
-                                                               : t->system_open;
-            literal(r, &prompt, open);
+            literal(r, &prompt, system ? t->system_open : t->user_open);
             text(r, &prompt, content, array, i, "content", t->trim_text, false);
             literal(r, &prompt, system ? t->system_close : t->user_close);
             continue;

@@ -4,7 +4,7 @@
 //              + each non-assistant message (open + text + close) + assistant_open
 //   think_t  = think_open + reasoning + think_close   (absent without reasoning, unless
 //                                                      always_think: then empty reasoning)
-//   answer_t = answer text + end_of_turn
+//   answer_t = answer_open + answer text + end_of_turn
 // A history turn (an earlier turn of a view) is prompt_t + answer_t: its reasoning is dropped.
 // Template strings are split at the template's control tokens (each one id); everything
 // else is text. Text of the data is never a control token (data.special_in_text).
@@ -30,16 +30,15 @@ typedef struct ChatTemplate {
     const char *bos;             // once, at the start of every view ("": none)
     const char *default_system;  // rendered when the first message is not a system one (NULL: none)
     const char *system_open, *system_close;
-    const char *later_system_open;  // a system message after the first (NULL: system_open)
     const char *user_open, *user_close;
     const char *assistant_open;  // every assistant message's header; the generation prompt
     const char *think_open, *think_close;
+    const char *answer_open;     // before the answer text, in history too (NULL: none)
     const char *end_of_turn;     // ends every reply: the model emits it (the stop token)
     const char *after_turn;      // after end_of_turn: never emitted, so the next prompt's
     bool always_think;           // a reply without reasoning renders an empty think block
     bool strip_reasoning_newlines;  // reasoning renders with '\n' stripped at both ends (Qwen3)
     bool trim_text;              // every message's text renders trimmed (Llama 3's `| trim`)
-    bool system_first_only;      // a system message after the first one is refused (DeepSeek)
     bool answer_no_leading_newline;  // an answer beginning with '\n' is refused (Qwen3 drops
                                      // it from the reply being generated, not from history)
     const char *controls[TEMPLATE_MAX_CONTROLS];  // the control tokens, each one id

@@ -34,12 +34,12 @@ int template_check_tokenizer(const Tokenizer *tok, const ChatTemplate *t, char *
     return 0;
 }
 
-// A segment's ids and the number of ids of its first and last pieces when they are text
-// (0 when control), for the boundary check.
+// A segment's ids piece by piece; fixed[i]: piece i's ids were settled by a view (below).
 typedef struct {
-    TokenSpan span;
-    int head_text, tail_text;
-    bool tail_starts_view;  // the last piece is the view's first
+    const RenderedSegment *seg;
+    TokenSpan *ids;  // [seg->n]
+    bool *fixed;     // [seg->n]
+    bool view_start; // piece 0 begins its view
 } Encoded;
 
 // One sample's encoder: the tokenizer, whether the next piece begins its view, the first error.
@@ -69,47 +69,132 @@ static int append(Encoder *e, TokenSpan *out, const char *text, unsigned flags) 
     return n;
 }
 
-static unsigned piece_flags(const RenderedPiece *p, bool at_view_start) {
-    return (p->control ? 0u : (unsigned)TOKENIZER_PLAIN) | (at_view_start ? 0u : (unsigned)TOKENIZER_CONTINUE);
+static unsigned text_flags(bool view_start) {
+    return TOKENIZER_PLAIN | (view_start ? 0u : (unsigned)TOKENIZER_CONTINUE);
 }
 
 static Encoded encode_segment(Encoder *e, const RenderedSegment *s) {
-    Encoded out = {0};
+    Encoded out = {s, xcalloc((size_t)s->n + 1, sizeof(TokenSpan)), xcalloc((size_t)s->n + 1, sizeof(bool)),
+                   e->at_view_start};
     for (int i = 0; i < s->n; i++) {
         const RenderedPiece *p = &s->pieces[i];
-        out.tail_starts_view = e->at_view_start;
-        const int n = append(e, &out.span, p->text, piece_flags(p, e->at_view_start));
+        append(e, &out.ids[i], p->text, p->control ? (e->at_view_start ? 0u : (unsigned)TOKENIZER_CONTINUE)
+                                                   : text_flags(e->at_view_start));
         e->at_view_start = false;
-        if (i == 0 && !p->control) out.head_text = n;
-        out.tail_text = p->control ? 0 : n;
     }
     return out;
 }
 
-// The view continues from segment a into segment b: when both meet in text runs, those
-// runs encoded joined must give their ids apart. b's field is named in the error.
-static void check_boundary(Encoder *e, const RenderedSegment *a, const Encoded *ea, const RenderedSegment *b,
-                           const Encoded *eb, const char *array, int index, const char *what) {
-    if (e->rc != 0 || a->n == 0 || b->n == 0 || a->pieces[a->n - 1].control || b->pieces[0].control)
-        return;
-    const char *left = a->pieces[a->n - 1].text, *right = b->pieces[0].text;
-    size_t nl = strlen(left), nr = strlen(right);
-    char *joined = xmalloc(nl + nr + 1);
-    memcpy(joined, left, nl);
-    memcpy(joined + nl, right, nr + 1);
-    TokenSpan ids = {0};
-    int n = append(e, &ids, joined, TOKENIZER_PLAIN | (ea->tail_starts_view ? 0u : (unsigned)TOKENIZER_CONTINUE));
-    const int32_t *l = ea->span.ids + ea->span.n - ea->tail_text, *r = eb->span.ids;
-    bool same = n == ea->tail_text + eb->head_text &&
-                memcmp(ids.ids, l, (size_t)ea->tail_text * sizeof(int32_t)) == 0 &&
-                memcmp(ids.ids + ea->tail_text, r, (size_t)eb->head_text * sizeof(int32_t)) == 0;
-    if (e->rc == 0 && !same)
-        e->rc = fail(e->err, e->err_len, "%s[%d].%s: this tokenizer merges the start of the %s with "
-                     "the template text before it ('%s'), so the segments would not give the ids of "
-                     "the whole view (does it begin with whitespace?)", array, index,
-                     strcmp(what, "think") == 0 ? "reasoning" : "content", what, left);
-    free(ids.ids);
+// The segment's ids, all pieces concatenated; frees the per-piece ids.
+static TokenSpan encoded_take(Encoded *x) {
+    TokenSpan out = {0};
+    for (int i = 0; x->seg && i < x->seg->n; i++) {
+        out.ids = xrealloc(out.ids, (size_t)(out.n + x->ids[i].n + 1) * sizeof(int32_t));
+        memcpy(out.ids + out.n, x->ids[i].ids, (size_t)x->ids[i].n * sizeof(int32_t));
+        out.n += x->ids[i].n;
+        free(x->ids[i].ids);
+    }
+    free(x->ids);
+    free(x->fixed);
+    memset(x, 0, sizeof *x);
+    return out;
+}
+
+static bool spans_equal(const int32_t *a, int na, const TokenSpan *b) {
+    return na == b->n && memcmp(a, b->ids, (size_t)na * sizeof(int32_t)) == 0;
+}
+
+// A text run that a view continues across segments (the last piece of one segment, then the
+// first of the next: "</think>\n\n" | answer): its parts' ids must be the ids of the whole
+// run cut at the parts' byte boundaries, and the same in every view the parts appear in.
+// parts[k] = (segment, piece); the run's first part is its segment's last piece.
+typedef struct {
+    Encoded *seg;
+    int piece;
+} Part;
+
+static void settle_run(Encoder *e, const Part *parts, int n_parts, const char *field) {
+    size_t len = 0;
+    for (int k = 0; k < n_parts; k++) len += strlen(parts[k].seg->seg->pieces[parts[k].piece].text);
+    char *joined = xmalloc(len + 1);
+    joined[0] = '\0';
+    for (int k = 0; k < n_parts; k++) strcat(joined, parts[k].seg->seg->pieces[parts[k].piece].text);
+    const bool view_start = parts[0].piece == 0 && parts[0].seg->view_start;
+    TokenSpan whole = {0};
+    append(e, &whole, joined, text_flags(view_start));
+    // Each part's slice of the whole: ids whose decoded bytes add up to the part's length.
+    int at = 0;
+    bool ok = e->rc == 0;
+    for (int k = 0; ok && k < n_parts; k++) {
+        const Part *p = &parts[k];
+        const TokenSpan *current = &p->seg->ids[p->piece];
+        int n = 0;
+        if (at + current->n <= whole.n && spans_equal(whole.ids + at, current->n, current)) {
+            n = current->n;  // the ids it has alone: the common case, nothing to decode
+        } else {
+            const size_t want = strlen(p->seg->seg->pieces[p->piece].text);
+            size_t bytes = 0;
+            while (bytes < want && at + n < whole.n) {
+                char *piece = tokenizer_decode(e->tok, whole.ids + at + n, 1);
+                bytes += piece ? strlen(piece) : want + 1;
+                free(piece);
+                n++;
+            }
+            ok = bytes == want && !(p->seg->fixed[p->piece] && !spans_equal(whole.ids + at, n, current));
+            if (ok) {
+                TokenSpan *dst = &p->seg->ids[p->piece];
+                dst->ids = xrealloc(dst->ids, (size_t)(n + 1) * sizeof(int32_t));
+                memcpy(dst->ids, whole.ids + at, (size_t)n * sizeof(int32_t));
+                dst->n = n;
+            }
+        }
+        p->seg->fixed[p->piece] = true;
+        at += n;
+    }
+    if (e->rc == 0 && (!ok || at != whole.n))
+        e->rc = fail(e->err, e->err_len, "%s: this tokenizer merges its start with the template text "
+                     "before it into tokens across the segment boundary, so the segments cannot give "
+                     "the ids of the whole view (does it begin with whitespace?)", field);
+    free(whole.ids);
     free(joined);
+}
+
+// The consecutive segments of one view (what[i]: the field that segment i renders, for the
+// error): settles every text run that crosses a segment boundary.
+static void settle_view(Encoder *e, Encoded *const *segs, const char *const *what, int n_segs,
+                        const char *array, int index) {
+    Part parts[8];
+    int n_parts = 0;
+    char field[96] = "";
+    for (int i = 0; i <= n_segs; i++) {
+        const RenderedSegment *s = i < n_segs ? segs[i]->seg : NULL;
+        if (s && s->n == 0) continue;
+        // A run from earlier segments continues into this one's first piece when it is text,
+        // and on into the next segment when that piece is the whole segment.
+        if (s && n_parts > 0 && !s->pieces[0].control) {
+            CHECK(n_parts < 8, "a text run across %d segments", n_parts);
+            if (n_parts == 1) snprintf(field, sizeof field, "%s[%d].%s", array, index, what[i]);
+            parts[n_parts++] = (Part){segs[i], 0};
+            if (s->n == 1) continue;
+        }
+        if (n_parts > 1) settle_run(e, parts, n_parts, field);
+        n_parts = 0;
+        if (s && !s->pieces[s->n - 1].control) parts[n_parts++] = (Part){segs[i], s->n - 1};
+    }
+}
+
+// Settles the views a reply appears in: its own (prompt, think, answer) and, for a history
+// reply, later views' (prompt, answer).
+static void settle_reply(Encoder *e, Encoded *prompt, Encoded *think, Encoded *answer, bool history,
+                         const char *array, int index) {
+    Encoded *own[] = {prompt, think, answer};
+    static const char *const OWN[] = {"content", "reasoning", "content"};
+    settle_view(e, own, OWN, 3, array, index);
+    if (history) {
+        Encoded *later[] = {prompt, answer};
+        static const char *const LATER[] = {"content", "content"};
+        settle_view(e, later, LATER, 2, array, index);
+    }
 }
 
 static void span_free(TokenSpan *s) {
@@ -124,21 +209,6 @@ static void turn_free(TurnTokens *t) {
     span_free(&t->answer);
 }
 
-// A reply's think and answer after prompt (its ids in ep); history: the reply also appears
-// in later views right after the prompt, without its think block.
-static void encode_reply(Encoder *e, const RenderedSegment *prompt, const Encoded *ep, const RenderedTurn *rt,
-                         bool history, const char *array, TurnTokens *out) {
-    Encoded th = encode_segment(e, &rt->think), an = encode_segment(e, &rt->answer);
-    if (rt->think.n > 0) {
-        check_boundary(e, prompt, ep, &rt->think, &th, array, rt->message, "think");
-        check_boundary(e, &rt->think, &th, &rt->answer, &an, array, rt->message, "answer");
-    }
-    if (rt->think.n == 0 || history)
-        check_boundary(e, prompt, ep, &rt->answer, &an, array, rt->message, "answer");
-    out->think = th.span;
-    out->answer = an.span;
-}
-
 int sample_tokenize(const Tokenizer *tok, const ChatTemplate *t, const Sample *s,
                     SpecialInText special_in_text, TokenizedSample *out, char *err, size_t err_len) {
     memset(out, 0, sizeof *out);
@@ -149,19 +219,21 @@ int sample_tokenize(const Tokenizer *tok, const ChatTemplate *t, const Sample *s
     Encoder e = {tok, true, err, err_len, 0};
     out->n_turns = r.n_turns;
     out->turns = xcalloc((size_t)r.n_turns + 1, sizeof(TurnTokens));
-    if (s->kind == SAMPLE_CONVERSATION) {
-        for (int i = 0; i < r.n_turns; i++) {
-            Encoded ep = encode_segment(&e, &r.turns[i].prompt);
-            out->turns[i].prompt = ep.span;
-            encode_reply(&e, &r.turns[i].prompt, &ep, &r.turns[i], i + 1 < r.n_turns, "messages",
-                         &out->turns[i]);
-        }
-    } else {
-        Encoded ep = encode_segment(&e, &r.prefix);
-        out->prefix = ep.span;
-        for (int i = 0; i < r.n_turns; i++)
-            encode_reply(&e, &r.prefix, &ep, &r.turns[i], false, "completions", &out->turns[i]);
+    const bool conversation = s->kind == SAMPLE_CONVERSATION;
+    Encoded prefix = {0};
+    if (!conversation) prefix = encode_segment(&e, &r.prefix);
+    for (int i = 0; i < r.n_turns; i++) {
+        const RenderedTurn *rt = &r.turns[i];
+        Encoded prompt = conversation ? encode_segment(&e, &rt->prompt) : (Encoded){0};
+        Encoded think = encode_segment(&e, &rt->think), answer = encode_segment(&e, &rt->answer);
+        settle_reply(&e, conversation ? &prompt : &prefix, &think, &answer,
+                     conversation && i + 1 < r.n_turns, conversation ? "messages" : "completions",
+                     rt->message);
+        out->turns[i].prompt = encoded_take(&prompt);
+        out->turns[i].think = encoded_take(&think);
+        out->turns[i].answer = encoded_take(&answer);
     }
+    out->prefix = encoded_take(&prefix);
     rendered_sample_free(&r);
     if (e.rc != 0) {
         tokenized_sample_free(out);

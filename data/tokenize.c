@@ -90,7 +90,7 @@ static TokenSpan encoded_take(Encoded *x) {
     TokenSpan out = {0};
     for (int i = 0; x->seg && i < x->seg->n; i++) {
         out.ids = xrealloc(out.ids, (size_t)(out.n + x->ids[i].n + 1) * sizeof(int32_t));
-        memcpy(out.ids + out.n, x->ids[i].ids, (size_t)x->ids[i].n * sizeof(int32_t));
+        if (x->ids[i].n > 0) memcpy(out.ids + out.n, x->ids[i].ids, (size_t)x->ids[i].n * sizeof(int32_t));
         out.n += x->ids[i].n;
         free(x->ids[i].ids);
     }

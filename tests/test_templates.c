@@ -43,7 +43,7 @@ static void append_segment(char **text, const RenderedSegment *s, int32_t **ids,
     memcpy(*text + old, t, n + 1);
     free(t);
     *ids = xrealloc(*ids, (size_t)(*n_ids + span->n + 1) * sizeof(int32_t));
-    memcpy(*ids + *n_ids, span->ids, (size_t)span->n * sizeof(int32_t));
+    if (span->n > 0) memcpy(*ids + *n_ids, span->ids, (size_t)span->n * sizeof(int32_t));
     *n_ids += span->n;
 }
 

@@ -7,7 +7,8 @@
 //   answer_t = answer_open + answer text + end_of_turn
 // A history turn (an earlier turn of a view) is prompt_t + answer_t: its reasoning is dropped.
 // Template strings are split at the template's control tokens (each one id); everything
-// else is text. Text of the data is never a control token (data.special_in_text).
+// else is text. Text of the data is never a control token (data.special_in_text). Where a
+// segment boundary falls inside text, data/tokenize.c cuts the whole run's ids there.
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -35,7 +36,7 @@ typedef struct ChatTemplate {
     const char *think_open, *think_close;
     const char *answer_open;     // before the answer text, in history too (NULL: none)
     const char *end_of_turn;     // ends every reply: the model emits it (the stop token)
-    const char *after_turn;      // after end_of_turn: never emitted, so the next prompt's
+    const char *after_turn;      // after end_of_turn: never emitted, so it opens the next prompt
     bool always_think;           // a reply without reasoning renders an empty think block
     bool strip_reasoning_newlines;  // reasoning renders with '\n' stripped at both ends (Qwen3)
     bool trim_text;              // every message's text renders trimmed (Llama 3's `| trim`)

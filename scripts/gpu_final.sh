@@ -10,6 +10,8 @@
 set -u
 out=/tmp/final_out; mkdir -p "$out"  # packed into $OUT/final.tar.gz at the end (few files come back)
 bin=${BIN:-.device/lead}
+# RUNPATH $ORIGIN covers a binary's own libraries, not theirs (cairo's pixman): the bundle is on the path.
+export LD_LIBRARY_PATH=$PWD/$bin:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/info.log"
 # libnccl is opened at run time (trainer/nccl_cuda.cu); the GPU machine has PyTorch's copy.
 if [ -z "${ONEPASS_NCCL_LIBRARY:-}" ]; then

@@ -25,14 +25,21 @@ typedef struct {
     int splits, split_keys;
 } DecodeSplits;
 
-// A function of the shape and n_tokens only (no device query): fixed summation order.
-static DecodeSplits decode_splits(const DecodeShape *s, int n_tokens) {
+// At most this many splits for n_tokens: enough for about DECODE_TARGET_WARPS warps, none
+// shorter than DECODE_MIN_SPLIT_KEYS. Grows with max_keys, shrinks with n_tokens.
+static int split_bound(const DecodeShape *s, int n_tokens) {
     const int64_t warps = (int64_t)n_tokens * s->n_heads;
     int64_t want = warps >= DECODE_TARGET_WARPS ? 1 : (DECODE_TARGET_WARPS + warps - 1) / warps;
     const int64_t most = (s->max_keys + DECODE_MIN_SPLIT_KEYS - 1) / DECODE_MIN_SPLIT_KEYS;
     if (want > most) want = most;
-    if (want < 1) want = 1;
-    int keys = (int)((s->max_keys + want - 1) / want);
+    return want < 1 ? 1 : (int)want;
+}
+
+// A function of the shape and n_tokens only (no device query): a fixed summation order.
+// Never more splits than split_bound (what the workspace is sized for).
+static DecodeSplits decode_splits(const DecodeShape *s, int n_tokens) {
+    const int bound = split_bound(s, n_tokens);
+    int keys = (s->max_keys + bound - 1) / bound;
     keys = (keys + DECODE_WARP - 1) / DECODE_WARP * DECODE_WARP;
     if (keys < DECODE_WARP) keys = DECODE_WARP;
     DecodeSplits r = {(s->max_keys + keys - 1) / keys, keys};
@@ -51,7 +58,7 @@ size_t attention_decode_workspace_bytes(const DecodeShape *shape) {
     decode_shape_check(shape);
     size_t most = 0;
     for (int n = 1; n <= shape->n_tokens; n++) {  // fewer tokens may take more splits
-        const size_t bytes = partial_bytes(shape, n, decode_splits(shape, n).splits);
+        const size_t bytes = partial_bytes(shape, n, split_bound(shape, n));
         if (bytes > most) most = bytes;
     }
     return most;

@@ -9,11 +9,12 @@
 //     llama with head_dim 128 != hidden / heads, 4 query heads per KV head and llama3 RoPE
 //     scaling (tied), qwen2 (q/k/v biases) and qwen3 (q_norm/k_norm, head_dim 32):
 //     prefills and single tokens of several slots interleaved in one call, sequences of
-//     different lengths, one filling its cache to max_len, positions starting past 0,
-//     and once more with 7-token chunks (a prefill cut across chunks). bf16 tolerance:
+//     different lengths, one filling its cache to max_len, positions from past 0 and with
+//     gaps; once more in 7-token chunks (a prefill cut across chunks). bf16 tolerance:
 //     every logit row at cosine >= 0.999 against the oracle's, and max |error| <= 3e-2 of
-//     max |logit|. Weights are random: norm weights 1 +- 0.3, biases +- 0.3, q/k
-//     projections scaled up so attention is peaked (a wrong key shows).
+//     max |logit| (a CPU emulation rounding to bf16 after every op, as the GPU ops do, gave
+//     0.99987 and 1.1e-2). Weights are random: norm weights 1 +- 0.3, biases +- 0.3, q/k
+//     projections x4 so attention is peaked (a wrong key shows).
 //  3. Reset reuses a slot: two sequences follow others in slots 1 and 2 after
 //     cuda_decoder_reset; their logits match the oracle as if the slot were fresh.
 #include "model/decode_cuda.h"
@@ -75,9 +76,9 @@ static void kernel_case(const KernelCase *c) {
     const std::vector<float> v = random_bf16(cache_elems, 1.0f, &v_dev);
     cudaCheck(cudaMalloc(&out_dev, q_elems * sizeof(__nv_bfloat16)));
 
-    // Edge lengths first (tile boundaries of 32 and 128 +- 1, the whole cache), then random;
-    // the last token sees nothing.
-    const int edges[] = {1, 31, 33, 127, 129, 255, 257, c->max_len};
+    // Edge lengths first (the whole cache, tile boundaries of 32 and 128 +- 1), then
+    // random; the last token sees nothing.
+    const int edges[] = {c->max_len, 1, 31, 33, 127, 129, 255, 257};
     std::vector<int32_t> slot(N), n_keys(N);
     int max_keys = 0;
     for (int i = 0; i < N; i++) {
@@ -148,7 +149,7 @@ static void test_kernel(void) {
 enum { MAX_LEN = 80, N_SLOTS = 3 };
 
 // One sequence of a schedule: fed to `slot` from step `start` (its prompt at once, then
-// one token per step) until all `len` tokens are in; positions pos0, pos0 + 1, ...
+// one token per step) until all `len` tokens are in.
 typedef struct {
     int slot, len, prompt, start, pos0;
 } SeqPlan;
@@ -162,6 +163,12 @@ static const SeqPlan PLANS[] = {
     {2, 12, 12, 24, 3},      // reuses slot 2 (sequence 2 ends at step 23): a prefill only
 };
 enum { N_SEQS = sizeof(PLANS) / sizeof(PLANS[0]) };
+
+// Position of token k of sequence j: from pos0, with a gap of j in the second half, so
+// RoPE positions are not the cache positions plus a constant (RoPE sees only differences).
+static int plan_pos(int j, int k) {
+    return PLANS[j].pos0 + k + (2 * k >= PLANS[j].len ? j : 0);
+}
 
 // Random weights that exercise every tensor: params_init, then norm weights 1 +- 0.3,
 // biases +- 0.3, and q/k projections x4 (peaked attention), rounded to bf16.
@@ -193,7 +200,7 @@ static std::vector<float> oracle_logits(const ModelConfig *cfg, const float *par
             const bool real = k < PLANS[j].len;
             lo[at] = k;
             hi[at] = real ? PLANS[j].len : k;  // padding: visible to nobody
-            if (real) token[at] = tokens[j][k], pos[at] = PLANS[j].pos0 + k;
+            if (real) token[at] = tokens[j][k], pos[at] = plan_pos(j, k);
         }
     AttnMask mask;
     attn_mask_build(lo.data(), hi.data(), N_SEQS, MAX_LEN, ATTN_TILE, ATTN_TILE, &mask);
@@ -247,7 +254,7 @@ static void run_schedule(CudaDecoder *dec, const void *params_dev, int V,
                 if (r < want[j]) {
                     const int k = fed[j] + r;
                     slot.push_back(PLANS[j].slot), token.push_back(tokens[j][k]);
-                    pos.push_back(PLANS[j].pos0 + k), seq.push_back(j), index.push_back(k);
+                    pos.push_back(plan_pos(j, k)), seq.push_back(j), index.push_back(k);
                     any = true;
                 }
             if (!any) break;

@@ -92,7 +92,7 @@ struct alignas(2 * VEC) Bf16Pack {
 // PAIRS: pairs of head dims per lane in P V (D <= 64 PAIRS); VEC: bf16 per K load
 // (8: 16-byte loads when D % 8 == 0, else 2).
 template <int PAIRS, int VEC>
-__global__ void __launch_bounds__(DECODE_WARP *DECODE_MAX_GROUP)
+__global__ void __launch_bounds__(DECODE_WARP * DECODE_MAX_GROUP)
     attn_decode_kernel(DecodeArgs a) {
     extern __shared__ float q_shared[];  // [group, D] the block's queries, pre-scaled
     const int group = a.H / a.KV, D = a.D;

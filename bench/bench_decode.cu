@@ -59,8 +59,9 @@ static int32_t argmax(const float *x, int n) {
     return best;
 }
 
-// Prefill B prompts of P tokens (one call), then G single-token steps; `steps` < G for
-// the warm-up. Returns {prefill seconds, decode seconds}.
+// Prefill B prompts of P tokens (calls of whole prompts, about PREFILL_CALL_TOKENS tokens
+// each: the logits of every prompt token come back), then G single-token steps.
+enum { PREFILL_CALL_TOKENS = 2048 };
 static void run(CudaDecoder *dec, const void *params, const ModelConfig *cfg, int B, int P,
                 int G, double *prefill_s, double *decode_s) {
     const int V = cfg->vocab_size;
@@ -73,15 +74,21 @@ static void run(CudaDecoder *dec, const void *params, const ModelConfig *cfg, in
             const size_t at = (size_t)b * P + i;
             slot[at] = b, token[at] = (int32_t)(state % (uint64_t)V), pos[at] = i;
         }
-    std::vector<float> logits((size_t)B * P * V);
-    double t0 = now_s();
-    cuda_decoder_forward(dec, params, B * P, slot.data(), token.data(), pos.data(), logits.data());
-    *prefill_s = now_s() - t0;
+    const int prompts_per_call = P < PREFILL_CALL_TOKENS ? PREFILL_CALL_TOKENS / P : 1;
+    const int rows = prompts_per_call * P > B ? prompts_per_call * P : B;
+    std::vector<float> logits((size_t)rows * V);
     std::vector<int32_t> step_slot(B), step_token(B), step_pos(B);
-    for (int b = 0; b < B; b++) {
-        step_slot[b] = b;
-        step_token[b] = argmax(logits.data() + ((size_t)b * P + P - 1) * V, V);
+    double t0 = now_s();
+    for (int b0 = 0; b0 < B; b0 += prompts_per_call) {
+        const int n_prompts = B - b0 < prompts_per_call ? B - b0 : prompts_per_call;
+        const size_t at = (size_t)b0 * P;
+        cuda_decoder_forward(dec, params, n_prompts * P, slot.data() + at, token.data() + at,
+                             pos.data() + at, logits.data());
+        for (int b = 0; b < n_prompts; b++)
+            step_token[b0 + b] = argmax(logits.data() + ((size_t)b * P + P - 1) * V, V);
     }
+    *prefill_s = now_s() - t0;
+    for (int b = 0; b < B; b++) step_slot[b] = b;
     t0 = now_s();
     for (int g = 0; g < G; g++) {
         for (int b = 0; b < B; b++) step_pos[b] = P + g;

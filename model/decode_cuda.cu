@@ -37,6 +37,7 @@ struct CudaDecoder {
     size_t arena_bytes;
     int32_t *cols;        // [DECODE_COLUMNS, chunk_capacity] device
     int32_t *host_cols;   // [DECODE_COLUMNS, chunk_capacity] pinned
+    float2 *rope_cos_sin; // [T, D / 2] RoPE angles of the chunk's positions
     bf16 *x;              // [T, C] residual stream
     bf16 *ln;             // [T, C] norm output (input, post-attention, final)
     float *rstd;          // [T * H] rstd of any norm (not needed: no backward)
@@ -65,6 +66,7 @@ static void carve(CudaDecoder *d, Arena *a) {
                  V = cfg->vocab_size, H = cfg->num_attention_heads;
     const size_t QD = d->dims.q_dim, KVD = d->dims.kv_dim;
     d->cols = arena_take<int32_t>(a, DECODE_COLUMNS * T);
+    d->rope_cos_sin = arena_take<float2>(a, T * (d->dims.head_dim / 2));
     d->x = arena_take<bf16>(a, T * C);
     d->ln = arena_take<bf16>(a, T * C);
     d->rstd = arena_take<float>(a, T * H);
@@ -198,37 +200,26 @@ static void check_call(CudaDecoder *d, int n, const int32_t *slot, const int32_t
     for (int i = 0; i < n; i++) d->pending[slot[i]] = 0;
 }
 
-// Copies columns [col0, col0 + width) of the stacked rows src[n, src_width] into dst[n, width].
-static void copy_columns(bf16 *dst, const bf16 *src, int src_width, int col0, int width, int n,
-                         cudaStream_t s) {
-    cudaCheck(cudaMemcpy2DAsync(dst, (size_t)width * sizeof(bf16), src + col0,
-                                (size_t)src_width * sizeof(bf16), (size_t)width * sizeof(bf16),
-                                (size_t)n, cudaMemcpyDeviceToDevice, s));
-}
-
 // q, k, v of one layer from its input norm output d->ln (rows [n, C]): the stacked
-// projection and its biases, q_norm/k_norm over each head (qk_norm), RoPE on q and k.
-static void attention_inputs(CudaDecoder *d, const bf16 *params, const size_t *w, int n,
-                             const int32_t *pos) {
+// projection and its biases, q_norm/k_norm over each head (qk_norm), RoPE on q and k with
+// the chunk's angles (the order and ops of model_cuda.cu's forward).
+static void attention_inputs(CudaDecoder *d, const bf16 *params, const size_t *w, int n) {
     const ModelConfig *cfg = &d->cfg;
     const int C = cfg->hidden_size, H = cfg->num_attention_heads, KV = cfg->num_key_value_heads;
-    const int D = d->dims.head_dim, QD = d->dims.q_dim, KVD = d->dims.kv_dim,
-              QKV = d->dims.qkv_dim;
+    const int D = d->dims.head_dim, QKV = d->dims.qkv_dim;
     const cudaStream_t s = d->stream;
     matmul_forward_cuda(d->qkv, d->ln, params + w[W_Q], n, C, QKV, s);
     if (cfg->attention_bias) bias_forward_cuda(d->qkv, params + w[W_Q_BIAS], n, QKV, s);
-    bf16 *q = cfg->qk_norm ? d->q_raw : d->q, *k = cfg->qk_norm ? d->k_raw : d->k;
-    copy_columns(q, d->qkv, QKV, 0, QD, n, s);
-    copy_columns(k, d->qkv, QKV, QD, KVD, n, s);
-    copy_columns(d->v, d->qkv, QKV, QD + KVD, KVD, n, s);
-    if (cfg->qk_norm) {
-        rmsnorm_forward_cuda(d->q, d->rstd, q, params + w[W_Q_NORM], n * H, D, cfg->rms_norm_eps,
-                             s);
-        rmsnorm_forward_cuda(d->k, d->rstd, k, params + w[W_K_NORM], n * KV, D,
-                             cfg->rms_norm_eps, s);
+    if (!cfg->qk_norm) {
+        rope_split_qkv_cuda(d->q, d->k, d->v, d->qkv, d->rope_cos_sin, n, H, KV, D, s);
+        return;
     }
-    rope_forward_cuda(d->q, pos, n, H, D, cfg->rope_theta, &cfg->rope_scaling, s);
-    rope_forward_cuda(d->k, pos, n, KV, D, cfg->rope_theta, &cfg->rope_scaling, s);
+    rope_split_qkv_cuda(d->q_raw, d->k_raw, d->v, d->qkv, nullptr, n, H, KV, D, s);  // unrotated
+    rmsnorm_forward_cuda(d->q, d->rstd, d->q_raw, params + w[W_Q_NORM], n * H, D,
+                         cfg->rms_norm_eps, s);
+    rmsnorm_forward_cuda(d->k, d->rstd, d->k_raw, params + w[W_K_NORM], n * KV, D,
+                         cfg->rms_norm_eps, s);
+    rope_qk_forward_cuda(d->q, d->k, d->rope_cos_sin, n, H, KV, D, s);
 }
 
 // One chunk of n tokens whose columns are in d->cols; logits to logits_host [n, V].
@@ -244,12 +235,14 @@ static void forward_chunk(CudaDecoder *d, const bf16 *params, int n, int max_key
     const DecodeShape shape = decode_shape(d, n, max_keys);
     const cudaStream_t s = d->stream;
 
+    rope_angles_cuda(d->rope_cos_sin, pos, n, d->dims.head_dim, cfg->rope_theta,
+                     &cfg->rope_scaling, s);
     embedding_forward_cuda(d->x, token, params + d->off.embed, n, C, s);
     rmsnorm_forward_cuda(d->ln, d->rstd, d->x, params + d->off.layer[W_INPUT_NORM], n, C,
                          cfg->rms_norm_eps, s);
     for (int l = 0; l < L; l++) {
         const size_t *w = d->off.layer + (size_t)l * LAYER_TENSORS;
-        attention_inputs(d, params, w, n, pos);
+        attention_inputs(d, params, w, n);
         bf16 *k_cache = d->cache + (size_t)l * 2 * d->layer_cache, *v_cache = k_cache + d->layer_cache;
         scatter_rows_cuda(k_cache, d->k, cache_row, n, KVD, s);
         scatter_rows_cuda(v_cache, d->v, cache_row, n, KVD, s);

@@ -11,13 +11,16 @@
 //     prefills and single tokens of several slots interleaved in one call, sequences of
 //     different lengths, one filling its cache to max_len, positions from past 0 and with
 //     gaps; once more in 7-token chunks (a prefill cut across chunks). bf16 tolerance:
-//     every logit row at cosine >= 0.999 against the oracle's, and max |error| <= 3e-2 of
-//     max |logit| (a CPU emulation rounding to bf16 after every op, as the GPU ops do, gave
-//     0.99987 and 1.1e-2). Weights are random: norm weights 1 +- 0.3, biases +- 0.3, q/k
-//     projections x4 so attention is peaked (a wrong key shows).
+//     every logit row at cosine >= 0.999 against the oracle's, and max |error| <= 5e-2 of
+//     max |logit| (a CPU emulation rounding to bf16 after every op, as the GPU ops do,
+//     gave >= 0.99987 and <= 1.8e-2 over seeds). Weights are random: norm weights 1 +- 0.3,
+//     biases +- 0.3, q/k projections x4 so attention is peaked (a wrong key shows).
+//     The same comparison against cuda_model_logits (the CUDA training model's full
+//     forward) where it runs the head dim (64, 128).
 //  3. Reset reuses a slot: two sequences follow others in slots 1 and 2 after
 //     cuda_decoder_reset; their logits match the oracle as if the slot were fresh.
 #include "model/decode_cuda.h"
+#include "model/model_cuda.h"
 
 #include <math.h>
 #include <string.h>
@@ -188,10 +191,13 @@ static std::vector<float> random_weights(const ModelConfig *cfg, const ParamTabl
     return p;
 }
 
-// cpu_model_logits of every sequence as one row (causal, padded to MAX_LEN):
-// [N_SEQS * MAX_LEN, V].
-static std::vector<float> oracle_logits(const ModelConfig *cfg, const float *params,
-                                        const std::vector<int32_t> *tokens) {
+// The full forwards over every sequence as one row (causal, padded to MAX_LEN), logits
+// [N_SEQS * MAX_LEN, V]: cpu_model_logits into *cpu (the oracle), and cuda_model_logits
+// (the training model, bf16 too) into *gpu when the CUDA model runs the head dim, else
+// *gpu is left empty.
+static void full_forward_logits(const ModelConfig *cfg, const float *params,
+                                const void *params_dev, const std::vector<int32_t> *tokens,
+                                std::vector<float> *cpu, std::vector<float> *gpu) {
     const int T = N_SEQS * MAX_LEN;
     std::vector<int32_t> token(T, 0), target(T, -1), pos(T, 0), lo(T), hi(T);
     for (int j = 0; j < N_SEQS; j++)
@@ -206,11 +212,18 @@ static std::vector<float> oracle_logits(const ModelConfig *cfg, const float *par
     attn_mask_build(lo.data(), hi.data(), N_SEQS, MAX_LEN, ATTN_TILE, ATTN_TILE, &mask);
     const ModelBatch batch = {N_SEQS, MAX_LEN, token.data(), target.data(), pos.data(), &mask};
     CpuModel *m = cpu_model_create(cfg, N_SEQS, MAX_LEN);
-    std::vector<float> logits((size_t)T * cfg->vocab_size);
-    cpu_model_logits(m, params, &batch, logits.data());
+    cpu->assign((size_t)T * cfg->vocab_size, 0.0f);
+    cpu_model_logits(m, params, &batch, cpu->data());
     cpu_model_free(m);
+    gpu->clear();
+    const ModelDims dims = model_dims(cfg);
+    if (model_dims_cuda_supported(&dims)) {
+        CudaModel *g = cuda_model_create(cfg, N_SEQS, MAX_LEN);
+        gpu->assign((size_t)T * cfg->vocab_size, 0.0f);
+        cuda_model_logits(g, params_dev, &batch, gpu->data());
+        cuda_model_free(g);
+    }
     attn_mask_free(&mask);
-    return logits;
 }
 
 // Runs the schedule through the decoder; got[j] receives sequence j's logits [len, V].
@@ -298,7 +311,7 @@ static void compare_logits(const char *label, int V, const std::vector<float> *g
            label, worst_cosine, worst_seq, worst_index, max_err, max_want, rel);
     EXPECT(worst_cosine >= 0.999, "%s: logits of sequence %d token %d at cosine %.6f", label,
            worst_seq, worst_index, worst_cosine);
-    EXPECT(rel <= 3e-2, "%s: max logit error %.3e relative to max |logit|", label, rel);
+    EXPECT(rel <= 5e-2, "%s: max logit error %.3e relative to max |logit|", label, rel);
 }
 
 static void test_decoder(const char *label, const ModelConfig *cfg) {
@@ -322,7 +335,8 @@ static void test_decoder(const char *label, const ModelConfig *cfg) {
     std::vector<int32_t> tokens[N_SEQS];
     for (int j = 0; j < N_SEQS; j++)
         for (int k = 0; k < PLANS[j].len; k++) tokens[j].push_back(test_rng_int(&rng, 0, V - 1));
-    const std::vector<float> want = oracle_logits(cfg, params.data(), tokens);
+    std::vector<float> want, gpu_full;
+    full_forward_logits(cfg, params.data(), params_dev, tokens, &want, &gpu_full);
 
     std::vector<float> got[N_SEQS];
     for (int j = 0; j < N_SEQS; j++) got[j].assign((size_t)PLANS[j].len * V, NAN);
@@ -331,6 +345,8 @@ static void test_decoder(const char *label, const ModelConfig *cfg) {
            cuda_decoder_arena_bytes(dec) / 1048576.0);
     run_schedule(dec, params_dev, V, tokens, got);
     compare_logits("incremental", V, got, want);
+    // Beside the oracle, the CUDA training model's full forward (bf16 as well).
+    if (!gpu_full.empty()) compare_logits("incremental vs cuda_model_logits", V, got, gpu_full);
 
     // The same schedule again on the same decoder (every slot reset first) in 7-token
     // chunks: prefills cut across chunks.

@@ -11,7 +11,9 @@
 // (device bf16 [ParamTable.total], the ParamTable's offsets, as cuda_model_forward takes).
 // Requires ops_cuda_init (any sizes: the decoder runs forward ops only, which need the
 // cuBLASLt handle). Work runs on the decoder's own stream; cuda_decoder_forward returns
-// when the logits are in host memory.
+// when the logits are in host memory. The matmuls share the ops' cuBLASLt workspace with
+// any CudaModel, so a decoder call must not overlap a model step (one host thread, as the
+// trainer runs them, is fine: both return synchronised).
 #pragma once
 #include <stdint.h>
 

@@ -124,6 +124,11 @@ static void bench(const char *name, int B, int P, int G) {
 }
 
 int main(int argc, char **argv) {
+    int n_devices = 0;
+    if (cudaGetDeviceCount(&n_devices) != cudaSuccess || n_devices == 0) {
+        printf("SKIP: no CUDA device\n");
+        return EXIT_SKIP;
+    }
     ops_cuda_init(1024, 8192);
     if (argc == 5) {
         bench(argv[1], atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));

@@ -21,8 +21,6 @@
 #include "model/ops_cuda_internal.cuh"
 #include "model/stage_timer_cuda.cuh"
 
-// The logits of at most this many elements exist at once (128 MiB of bf16).
-enum { LOGIT_CHUNK_ELEMENTS = 1 << 26 };
 
 // Activations of one layer saved by the forward for the backward.
 typedef struct {
@@ -186,7 +184,7 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len) 
     }
 
     // Chunks of whole 64-row tiles (better GEMM shapes) when the vocabulary allows.
-    int chunk = LOGIT_CHUNK_ELEMENTS / cfg->vocab_size;
+    int chunk = CUDA_LOGIT_CHUNK_ELEMENTS / cfg->vocab_size;
     if (chunk > 64) chunk -= chunk % 64;
     if (chunk < 1) chunk = 1;
     if (chunk > T) chunk = T;

@@ -314,8 +314,7 @@ static void test_rope_scaled(void) {
 // and k (v copied), without it copies all three (qk_norm); rope_qk_* rotates q and k in
 // place after the norms; the merge inverts either. Qwen3-like GQA, head_dim 128.
 static void test_rope_qk(void) {
-    printf("rope q|k|v stacked and q, k in place
-");
+    printf("rope q|k|v stacked and q, k in place\n");
     const int N = 1024, H = 4, KV = 2, D = 128, QKV = (H + 2 * KV) * D;
     const float theta = 1000000.0f;
     const size_t nq = (size_t)N * H * D, nkv = (size_t)N * KV * D, nqkv = (size_t)N * QKV;

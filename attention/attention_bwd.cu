@@ -104,8 +104,9 @@ __global__ void attn_bwd_prep_kernel(const __grid_constant__ BwdParams p) {
 // Issues both recomputed products of a backward step as two wgmma groups, s first:
 // s = A_s B_s^T and dp = A_dp B_dp^T over head_dim, every operand a 64-row swizzled tile
 // read K-major (the dK/dV pass: S^T = K Q^T, dP^T = V dO^T; the dQ pass: S = Q K^T,
-// dP = dO V^T). wgmma::wait<1> lands s while dp still runs, so the exponentials of s
-// overlap the dp product.
+// dP = dO V^T). The callers issue the next tile's copies while they run, then wait for
+// both (landing s alone with wait<1>, so that its exponentials overlap dp, was slower:
+// docs/KERNEL_NOTES.md, v19).
 template <int D>
 __device__ __forceinline__ void issue_s_dp(float (&s)[BN / 8][4], float (&dp)[BN / 8][4], const bf16 *a_s,
                                            const bf16 *b_s, const bf16 *a_dp, const bf16 *b_dp) {
@@ -405,26 +406,23 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
         const bf16 *t_q = smem.q[stage], *t_do = smem.dout[stage];
         const int q0 = step.tile * BM;
 
-        // The products in flight overlap the element work: dP^T runs while P^T is
-        // computed, dV while dS^T is.
         float pt[BM / 8][4], dpt[BM / 8][4];  // S^T then P^T then dS^T; dP^T [64 keys x BM queries]
         issue_s_dp<D>(pt, dpt, smem.k[wg], t_q, smem.v[wg], t_do);
         if (!next.done()) load_query_tile(smem, p, blk, next.tile, stage ^ 1);  // while the products run
         cp_async_commit();
-        wgmma::wait<1>();  // S^T
+        wgmma::wait<0>();
         wgmma::pin(pt);
+        wgmma::pin(dpt);
         probs_t(pt, smem.lse2[stage], d.scale_log2);
         // A branch, not predication: full tiles must not pay for the test.
         if (step.of(wg) != TileClass::Full || ragged) mask_probs_t(pt, keys, q0);
         uint32_t p_frag[BM / 16][4];  // P^T as A fragments (k = queries)
         acc_to_a<BM>(p_frag, pt);
-        issue_dkv<D>(dv_acc, p_frag, t_do);
-        wgmma::wait<1>();  // dP^T; dV may still run
-        wgmma::pin(dpt);
         ds_t(pt, dpt, smem.dsum[stage]);
         uint32_t ds_frag[BM / 16][4];
         acc_to_a<BM>(ds_frag, pt);
 
+        issue_dkv<D>(dv_acc, p_frag, t_do);
         issue_dkv<D>(dk_acc, ds_frag, t_q);
         if constexpr (ATOMIC_DQ) reduce_dq<D>(smem, p, blk, wg, ds_frag, q0);
         wgmma::wait<0>();
@@ -547,13 +545,12 @@ __global__ void __launch_bounds__(NUM_THREADS, 2) attn_bwd_dq_kernel(const __gri
         issue_s_dp<D>(s, dp, smem.q, t_k, smem.dout, t_v);
         if (i + 1 < list.n_total) load_key_tile<NUM_THREADS>(smem.keys, stage ^ 1, keys, list.tile(i + 1));
         cp_async_commit();
-        wgmma::wait<1>();  // S; dP may still run while P is computed
+        wgmma::wait<0>();
         wgmma::pin(s);
+        wgmma::pin(dp);
         mask_tile(s, list.cls(i), ragged_tile(list.tile(i), d.seq_len), smem.keys.lo[stage], smem.keys.hi[stage],
                   q_row);
         probs_from_scores(s, row_lse2, d.scale_log2);
-        wgmma::wait<0>();
-        wgmma::pin(dp);
         ds_from_probs(s, dp, row_dsum);
         uint32_t ds_frag[BN / 16][4];
         acc_to_a<BN>(ds_frag, s);

@@ -156,6 +156,36 @@ static void span_concat(TokenSpan *dst, const TokenSpan *src) {
     dst->n += src->n;
 }
 
+// The inference view of a history (p_0 a_0 … p_k, thinking stripped) into *view; frees
+// the turns' spans and the trailing prompt.
+static void history_view(TurnTokens *turns, int n_turns, TokenSpan *trailing, TokenSpan *view) {
+    for (int t = 0; t < n_turns; t++) {
+        span_concat(view, &turns[t].prompt);
+        span_concat(view, &turns[t].answer);
+        turn_free(&turns[t]);
+    }
+    span_concat(view, trailing);
+    span_free(trailing);
+}
+
+int sample_tokenize_prompt(const Tokenizer *tok, const Sample *s, SpecialInText special_in_text,
+                           TokenSpan *out, char *err, size_t err_len) {
+    *out = (TokenSpan){0};
+    if (s->kind != SAMPLE_CONVERSATION || s->n_messages == 0 ||
+        s->messages[s->n_messages - 1].role != MSG_USER)
+        return fail(err, err_len, "%s: the last message must be a user message (a prompt to "
+                    "answer)", s->kind != SAMPLE_CONVERSATION ? "prompt" : "messages");
+    Encoder e = {tok, special_in_text, true, err, err_len, 0};
+    TurnTokens *turns;
+    int n_turns;
+    TokenSpan trailing = {0};
+    encode_turns(&e, s->messages, s->n_messages, "messages", &turns, &n_turns, &trailing);
+    history_view(turns, n_turns, &trailing, out);
+    free(turns);
+    if (e.rc != 0) span_free(out);
+    return e.rc;
+}
+
 int sample_tokenize(const Tokenizer *tok, const Sample *s, SpecialInText special_in_text,
                     TokenizedSample *out, char *err, size_t err_len) {
     memset(out, 0, sizeof *out);
@@ -173,14 +203,7 @@ int sample_tokenize(const Tokenizer *tok, const Sample *s, SpecialInText special
             return fail(err, err_len, "conversation has no assistant message");
         }
     } else {
-        // The prefix is the inference view of the prompt messages: p_0 a_0 … p_k.
-        for (int t = 0; t < out->n_turns; t++) {
-            span_concat(&out->prefix, &out->turns[t].prompt);
-            span_concat(&out->prefix, &out->turns[t].answer);
-            turn_free(&out->turns[t]);
-        }
-        span_concat(&out->prefix, &trailing);
-        span_free(&trailing);
+        history_view(out->turns, out->n_turns, &trailing, &out->prefix);
         free(out->turns);
         out->turns = xcalloc((size_t)s->n_completions, sizeof(TurnTokens));
         out->n_turns = s->n_completions;

@@ -136,7 +136,9 @@ static void cached_attention(CpuDecoder *d, int layer, int n, const int32_t *slo
     const int D = d->dims.head_dim, group = H / KV;
     const float scale = 1.0f / sqrtf((float)D);
     const float *kc = d->k_cache[layer], *vc = d->v_cache[layer];
-#pragma omp parallel
+    long long work = 0;  // multiply-adds: threads only where they pay for their start
+    for (int i = 0; i < n; i++) work += (long long)(d->cache_idx[i] + 1) * H * D;
+#pragma omp parallel if (work > (1 << 18))
     {
         float *score = xmalloc((size_t)d->max_len * sizeof(float));  // [M]
 #pragma omp for schedule(dynamic)
@@ -166,7 +168,7 @@ static void cached_attention(CpuDecoder *d, int layer, int n, const int32_t *slo
 }
 
 static void add_into(float *x, const float *y, size_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 

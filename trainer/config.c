@@ -65,6 +65,16 @@ static const char *const DEFAULTS_JSON =
     "    \"peak_tflops\": 0.0,"
     "    \"overwrite\": false"
     "  },"
+    "  \"generate\": {"
+    "    \"max_new_tokens\": 512,"
+    "    \"temperature\": 0.0,"
+    "    \"top_p\": 1.0,"
+    "    \"seed\": 0,"
+    "    \"batch\": 32"
+    "  },"
+    "  \"eval\": {"
+    "    \"generate_conversations\": 8"
+    "  },"
     "  \"parity\": {"
     "    \"conversations\": 16,"
     "    \"weights\": null"
@@ -108,6 +118,12 @@ static const KeyRange RANGES[] = {
     {"train.checkpoint_every", 0, ONE_G, false, false},
     {"train.micro_rows", 1, 1 << 16, false, false},
     {"train.peak_tflops", 0, 1e7, false, false},
+    {"generate.max_new_tokens", 1, 1 << 20, false, false},
+    {"generate.temperature", 0, 100, false, false},
+    {"generate.top_p", 0, 1, true, false},
+    {"generate.seed", 0, 9007199254740992.0, false, false},
+    {"generate.batch", 1, 1 << 16, false, false},
+    {"eval.generate_conversations", 0, ONE_G, false, false},
     {"parity.conversations", 1, 1 << 20, false, false},
 };
 

@@ -204,10 +204,7 @@ void cpu_decoder_forward(CpuDecoder *d, const float *params, int n, const int32_
         add_into(d->x, d->proj, (size_t)n * C);
         rmsnorm_forward_cpu(d->normed, d->rstd, d->x, params + w[W_POST_NORM], n, C,
                             cfg->rms_norm_eps);
-        matmul_forward_cpu(d->gate, d->normed, params + w[W_GATE], n, C, F);
-        matmul_forward_cpu(d->up, d->normed, params + w[W_UP], n, C, F);
-        swiglu_forward_cpu(d->gate, d->gate, d->up, (int64_t)n * F);
-        matmul_forward_cpu(d->proj, d->gate, params + w[W_DOWN], n, F, C);
+        cpu_mlp_forward(params, w, d->normed, d->gate, d->up, d->gate, d->proj, n, C, F);
         add_into(d->x, d->proj, (size_t)n * C);
     }
     rmsnorm_forward_cpu(d->normed, d->rstd, d->x, params + d->off.final_norm, n, C,

@@ -69,7 +69,7 @@ int cmd_eval(int argc, char **argv) {
     char why[256];
     const DecodeOps *ops = decode_ops(model.backend, why, sizeof why);
     printf("%s\n", why);
-    const GenerateOptions gen = generate_options_from(c);
+    const GenerateOptions gen = generate_options_from(c, model.tok);
     AccuracyReport report;
     accuracy_evaluate(&set, ops, &model.mc, model.params, &gen, model.tok, &report);
     print_report(&report, loss, answer_loss);

@@ -79,7 +79,7 @@ int cmd_generate(int argc, char **argv) {
     char why[256];
     const DecodeOps *ops = decode_ops(model.backend, why, sizeof why);
     printf("%s\n", why);
-    const GenerateOptions opt = generate_options_from(c);
+    const GenerateOptions opt = generate_options_from(c, model.tok);
     const GenerateTemplate tmpl = generate_template(model.tok);
     Generation *gens = xcalloc((size_t)data.n_samples + 1, sizeof *gens);
     GenerateStats stats;

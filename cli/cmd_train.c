@@ -339,7 +339,7 @@ int cmd_train(int argc, char **argv) {
         .settings = &settings, .mc = &mc, .seq_len = data_opt.seq_len, .out_dir = out_dir,
         .ops = ops, .backend = trainer, .prefetcher = prefetcher, .eval = do_eval ? &eval : NULL,
         .accuracy = do_accuracy ? &accuracy : NULL, .tok = tok,
-        .generate = generate_options_from(config),
+        .generate = generate_options_from(config, tok),
         .metrics = &metrics,
         .flops_per_token = model_flops_per_token(model_matmul_params(&state.table, &mc)),
     };

@@ -1,6 +1,7 @@
-// Held-out evaluation during training: conversations in the inference view (npass),
+// Held-out evaluation: the eval loss (conversations in the inference view (npass),
 // packed and cut into micro-batches once, then a forward pass on the backend at every
-// eval step.
+// eval step) and the multi-turn accuracy of generated turns (`train eval`, and during
+// training on eval.generate_conversations).
 #pragma once
 #include <jansson.h>
 #include <stdbool.h>

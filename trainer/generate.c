@@ -66,13 +66,14 @@ int generate_prompt(const Tokenizer *tok, const Sample *s, SpecialInText special
     return sample_tokenize_prompt(tok, s, special_in_text, out, err, err_len);
 }
 
-GenerateOptions generate_options_from(const Config *c) {
+GenerateOptions generate_options_from(const Config *c, const Tokenizer *tok) {
     return (GenerateOptions){
         .max_new_tokens = (int)config_int(c, "generate.max_new_tokens"),
         .temperature = config_num(c, "generate.temperature"),
         .top_p = config_num(c, "generate.top_p"),
         .seed = (uint64_t)config_int(c, "generate.seed"),
         .batch = (int)config_int(c, "generate.batch"),
+        .vocab_limit = tokenizer_vocab_size(tok),
     };
 }
 
@@ -150,6 +151,7 @@ void generate(const DecodeOps *ops, const ModelConfig *cfg, const float *params,
     if (prefill < max_prompt) prefill = max_prompt;
     const int row_cap = (int)prefill + batch;
     void *dec = ops->create(cfg, params, batch, max_len);
+    const int drawn = opt->vocab_limit > 0 && opt->vocab_limit < V ? opt->vocab_limit : V;
     Slot *slots = xmalloc((size_t)batch * sizeof *slots);
     for (int s = 0; s < batch; s++) slots[s].prompt = -1;
     int32_t *slot = xmalloc((size_t)row_cap * sizeof(int32_t));   // [row_cap] per call
@@ -170,7 +172,7 @@ void generate(const DecodeOps *ops, const ModelConfig *cfg, const float *params,
         }
         for (int s = 0; s < batch && next_prompt < n_prompts; s++) {  // free slots: a prompt
             const TokenSpan *p = &prompts[next_prompt];
-            if (slots[s].prompt >= 0 || (n > 0 && n + p->n > row_cap - batch)) continue;
+            if (slots[s].prompt >= 0 || (n > 0 && n + p->n > row_cap)) continue;
             ops->reset(dec, s);
             uint64_t mix = opt->seed ^ (0x9E3779B97F4A7C15ULL * (uint64_t)(next_prompt + 1));
             slots[s] = (Slot){.prompt = next_prompt, .rng = splitmix64(&mix)};
@@ -185,7 +187,7 @@ void generate(const DecodeOps *ops, const ModelConfig *cfg, const float *params,
             Slot *sl = &slots[s];
             if (sl->prompt < 0) continue;
             Generation *g = &out[sl->prompt];
-            const int32_t t = sample_token(logits + (size_t)sl->last_row * V, V, opt->temperature,
+            const int32_t t = sample_token(logits + (size_t)sl->last_row * V, drawn, opt->temperature,
                                            opt->top_p, uniform01(&sl->rng), prob, order);
             g->tokens[g->n++] = t;
             stats->generated_tokens++;
@@ -208,8 +210,8 @@ void generation_free(Generation *g) {
 char *generation_text(const Tokenizer *tok, const Generation *g) {
     const int n = g->ended ? g->n - 1 : g->n;
     char *text = tokenizer_decode(tok, g->tokens, n);
-    if (!text) fatal("generated ids outside the tokenizer's %d pieces (model.vocab_size is larger)",
-                     tokenizer_vocab_size(tok));
+    CHECK(text, "generated ids outside the tokenizer's %d pieces (vocab_limit draws below)",
+          tokenizer_vocab_size(tok));
     return text;
 }
 

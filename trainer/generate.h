@@ -47,9 +47,12 @@ typedef struct {
     double top_p;        // sample from the smallest set of tokens holding this probability
     uint64_t seed;       // prompt i's draws come from (seed, i): independent of batching
     int batch;           // sequences decoded at once (KV cache slots)
+    int vocab_limit;     // draw only ids below it (the tokenizer's pieces: a model's padded
+                         // vocabulary has ids nothing decodes); 0: every id
 } GenerateOptions;
-// generate.max_new_tokens, temperature, top_p, seed, batch (range-checked by config_load).
-GenerateOptions generate_options_from(const Config *c);
+// generate.max_new_tokens, temperature, top_p, seed, batch (range-checked by config_load),
+// drawing from the tokenizer's pieces.
+GenerateOptions generate_options_from(const Config *c, const Tokenizer *tok);
 
 typedef struct {
     int32_t *tokens;  // generated ids, the end of turn included when it came
@@ -70,8 +73,7 @@ void generate(const DecodeOps *ops, const ModelConfig *cfg, const float *params,
               const GenerateOptions *opt, int32_t end_of_turn, const TokenSpan *prompts,
               int n_prompts, Generation *out, GenerateStats *stats);
 void generation_free(Generation *g);
-// The text of a generation (malloc'd), its end of turn left out. Fatal for an id the
-// tokenizer cannot decode (a model with a larger vocabulary than the tokenizer's).
+// The text of a generation (malloc'd), its end of turn left out.
 char *generation_text(const Tokenizer *tok, const Generation *g);
 
 // The next token from logits [V]: argmax at temperature 0, else a top-p draw with u, a

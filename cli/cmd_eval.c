@@ -66,6 +66,8 @@ int cmd_eval(int argc, char **argv) {
 
     AccuracySet set;
     accuracy_set_load(&set, model.tok, path, opt.special_in_text, 0);
+    if (set.n_shared_prefix)
+        printf("%s: %d shared-prefix sets left out (no turns to score)\n", path, set.n_shared_prefix);
     char why[256];
     const DecodeOps *ops = decode_ops(model.backend, why, sizeof why);
     printf("%s\n", why);

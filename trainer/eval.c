@@ -57,7 +57,10 @@ void accuracy_set_load(AccuracySet *a, const Tokenizer *tok, const char *path,
     for (int c = 0; c < a->data.n_samples; c++) {
         if (max_conversations > 0 && a->n_conversations == max_conversations) break;
         Sample *s = &a->data.samples[c];
-        if (s->kind != SAMPLE_CONVERSATION) continue;
+        if (s->kind != SAMPLE_CONVERSATION) {
+            a->n_shared_prefix++;
+            continue;
+        }
         long long *results = xmalloc((size_t)(s->n_messages + 1) * sizeof(long long));
         const bool numeric =
             synthetic_expected_results(s->messages, s->n_messages, results, s->n_messages) > 0;

@@ -46,6 +46,7 @@ typedef struct {
     Dataset data;
     AccuracyItem *items;
     int n_items, n_conversations;
+    int n_shared_prefix;  // shared-prefix sets in the file: no turns to score, left out
 } AccuracySet;
 
 // The first max_conversations conversations of path (0: all). Fatal, naming path:line,

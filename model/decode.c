@@ -6,6 +6,7 @@
 #include "model/decode.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -172,10 +173,14 @@ static void add_into(float *x, const float *y, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 
-void cpu_decoder_forward(CpuDecoder *d, const float *params, int n, const int32_t *slot,
-                         const int32_t *token, const int32_t *pos, float *logits) {
+// A call of fewer tokens (a decode step) runs on one thread: its work is too small to
+// share, and every op's OpenMP barrier would cost more than it saves (on a busy machine,
+// where a waiting thread gets descheduled, 30 times more: docs/BENCHMARKS.md).
+enum { PARALLEL_MIN_TOKENS = 256 };
+
+static void forward_tokens(CpuDecoder *d, const float *params, int n, const int32_t *slot,
+                           const int32_t *token, const int32_t *pos, float *logits) {
     const ModelConfig *cfg = &d->cfg;
-    if (n <= 0) return;
     ensure_capacity(d, n);
     for (int i = 0; i < n; i++) {
         CHECK(slot[i] >= 0 && slot[i] < d->max_seqs, "cpu_decoder_forward: token %d: slot %d "
@@ -210,4 +215,13 @@ void cpu_decoder_forward(CpuDecoder *d, const float *params, int n, const int32_
     rmsnorm_forward_cpu(d->normed, d->rstd, d->x, params + d->off.final_norm, n, C,
                         cfg->rms_norm_eps);
     matmul_forward_cpu(logits, d->normed, params + d->off.lm_head, n, C, cfg->vocab_size);
+}
+
+void cpu_decoder_forward(CpuDecoder *d, const float *params, int n, const int32_t *slot,
+                         const int32_t *token, const int32_t *pos, float *logits) {
+    if (n <= 0) return;
+    const int threads = omp_get_max_threads();
+    if (n < PARALLEL_MIN_TOKENS) omp_set_num_threads(1);
+    forward_tokens(d, params, n, slot, token, pos, logits);
+    omp_set_num_threads(threads);
 }

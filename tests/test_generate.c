@@ -4,8 +4,11 @@
 // temperature and top-p choices on logits whose probabilities are known (1/4 and 3/4),
 // and the scheduler over a fake decoder whose next token is a known function of the
 // last token and its position: every prompt's continuation, its stop, and the positions
-// (0..n-1 of the view, a reused slot reset) whatever the batch size.
+// (0..n-1 of the view, a reused slot reset) whatever the batch size. On the shipped eval
+// set, every turn's prompt ends with the assistant header and holds no thinking, and
+// its gold answer passes the synthetic check while the number next to it fails.
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "trainer/eval.h"
@@ -132,8 +135,46 @@ static void test_scheduler(void) {
     }
 }
 
+static void test_shipped_eval_set(void) {
+    char err[1024];
+    Tokenizer *tok = tokenizer_load("datasets/synthetic/tokenizer.model", err, sizeof err);
+    if (!tok) {
+        printf("SKIP shipped eval set: %s\n", err);
+        return;
+    }
+    const int assistant = tokenizer_piece_to_id(tok, "<|assistant|>");
+    const int think = tokenizer_piece_to_id(tok, "<think>");
+    AccuracySet set;
+    accuracy_set_load(&set, tok, "datasets/synthetic/eval.jsonl", SPECIAL_IN_TEXT_PLAIN, 0);
+    int bad_prompt = 0, not_numeric = 0, gold_wrong = 0, off_by_one_right = 0, later = 0;
+    for (int i = 0; i < set.n_items; i++) {
+        const AccuracyItem *it = &set.items[i];
+        const TokenSpan *p = &it->prompt;
+        bool has_think = false;
+        for (int k = 0; k < p->n; k++) has_think |= p->ids[k] == think;
+        bad_prompt += p->ids[p->n - 1] != assistant || has_think;
+        not_numeric += !it->numeric;
+        char text[512], wrong[64];
+        snprintf(text, sizeof text, "<think>work</think>%s", it->gold);
+        gold_wrong += !answer_correct(text, &TMPL, it->gold, it->numeric, it->expected);
+        snprintf(wrong, sizeof wrong, "The result is %lld.", it->expected + 1);
+        off_by_one_right += answer_correct(wrong, &TMPL, it->gold, it->numeric, it->expected);
+        later += it->turn > 0;
+    }
+    EXPECT(set.n_conversations == 200 && set.n_items > 400 && later > 200,
+           "%d conversations, %d turns, %d later", set.n_conversations, set.n_items, later);
+    EXPECT(bad_prompt == 0, "%d prompts without the assistant header last or with thinking",
+           bad_prompt);
+    EXPECT(not_numeric == 0 && gold_wrong == 0 && off_by_one_right == 0,
+           "synthetic checks: %d not numeric, %d gold answers wrong, %d wrong numbers right",
+           not_numeric, gold_wrong, off_by_one_right);
+    accuracy_set_free(&set);
+    tokenizer_free(tok);
+}
+
 int main(void) {
     test_scheduler();
+    test_shipped_eval_set();
     test_answer_part();
     test_answer_correct();
     test_sample_token();

@@ -173,10 +173,12 @@ static void add_into(float *x, const float *y, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 
-// A call of fewer tokens (a decode step) runs on one thread: its work is too small to
-// share, and every op's OpenMP barrier would cost more than it saves (on a busy machine,
-// where a waiting thread gets descheduled, 30 times more: docs/BENCHMARKS.md).
-enum { PARALLEL_MIN_TOKENS = 256 };
+// A call with less work than this (tokens x parameters: 256 tokens of the default 0.85M
+// model; a decode step of 32 tokens of a 10M one is above it) runs on one thread: it is
+// too small to share, and every op's OpenMP barrier would cost more than it saves (on a
+// busy machine, where a waiting thread gets descheduled, 20 times more:
+// docs/BENCHMARKS.md).
+#define PARALLEL_MIN_WORK 2e8
 
 static void forward_tokens(CpuDecoder *d, const float *params, int n, const int32_t *slot,
                            const int32_t *token, const int32_t *pos, float *logits) {
@@ -221,7 +223,7 @@ void cpu_decoder_forward(CpuDecoder *d, const float *params, int n, const int32_
                          const int32_t *token, const int32_t *pos, float *logits) {
     if (n <= 0) return;
     const int threads = omp_get_max_threads();
-    if (n < PARALLEL_MIN_TOKENS) omp_set_num_threads(1);
+    if ((double)n * (double)d->table.total < PARALLEL_MIN_WORK) omp_set_num_threads(1);
     forward_tokens(d, params, n, slot, token, pos, logits);
     omp_set_num_threads(threads);
 }

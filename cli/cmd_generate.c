@@ -70,8 +70,8 @@ int cmd_generate(int argc, char **argv) {
     TokenSpan *prompts = xcalloc((size_t)data.n_samples + 1, sizeof *prompts);
     char err[1024];
     for (int i = 0; i < data.n_samples; i++)
-        if (generate_prompt(model.tok, &data.samples[i], data_opt.special_in_text, &prompts[i],
-                            err, sizeof err) != 0)
+        if (generate_prompt(model.tok, data_opt.chat_template, &data.samples[i],
+                            data_opt.special_in_text, &prompts[i], err, sizeof err) != 0)
             fatal("%s:%d: %s", prompts_path, data.samples[i].line, err);
     OutputFile out;  // opened before the work, so a bad --out fails at once
     if (output_open(&out, out_path, err, sizeof err) != 0) fatal("--out %s", err);
@@ -80,7 +80,7 @@ int cmd_generate(int argc, char **argv) {
     const DecodeOps *ops = decode_ops(model.backend, why, sizeof why);
     printf("%s\n", why);
     const GenerateOptions opt = generate_options_from(c, model.tok);
-    const GenerateTemplate tmpl = generate_template(model.tok);
+    const GenerateTemplate tmpl = generate_template(model.tok, data_opt.chat_template);
     Generation *gens = xcalloc((size_t)data.n_samples + 1, sizeof *gens);
     GenerateStats stats;
     generate(ops, &model.mc, model.params, &opt, tmpl.end_of_turn, prompts, data.n_samples, gens,

@@ -47,7 +47,7 @@ static TokenizedSample *load_samples(const Tokenizer *tok, const char *path, int
     TokenizedSample *samples = xcalloc((size_t)count, sizeof(TokenizedSample));
     char why[1024], message[1200];
     for (int i = 0; i < count; i++) {
-        if (sample_tokenize(tok, &data.samples[first + i], opt->special_in_text, &samples[i], why,
+        if (sample_tokenize(tok, opt->chat_template ? opt->chat_template : &TEMPLATE_ONEPASS, &data.samples[first + i], opt->special_in_text, &samples[i], why,
                             sizeof why) != 0) {
             fail_at(message, sizeof message, path, data.samples[first + i].line, "%s", why);
             fatal("%s", message);

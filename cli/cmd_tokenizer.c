@@ -1,5 +1,6 @@
 // `train tokenizer --corpus-from FILE.jsonl --out PREFIX [--vocab-size N]`:
-// trains PREFIX.model on the template-rendered text of a conversation dataset.
+// trains PREFIX.model on the onepass-template-rendered text of a conversation dataset, with
+// the onepass template's control tokens.
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,7 +99,7 @@ int cmd_tokenizer(int argc, char **argv) {
     write_corpus(&d, corpus_path);
 
     char err[1024];
-    int rc = tokenizer_train(corpus_path, prefix, vocab_size, err, sizeof(err));
+    int rc = tokenizer_train(corpus_path, prefix, vocab_size, &TEMPLATE_ONEPASS, err, sizeof(err));
     remove(corpus_path);
     free(corpus_path);
     if (rc != 0) fatal("%s", err);

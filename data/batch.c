@@ -68,7 +68,8 @@ void packed_dataset_load(const Tokenizer *tok, const char *path, DataOptions opt
                          PackedDataset *out) {
     memset(out, 0, sizeof *out);
     char why[1024];
-    if (template_check_tokenizer(tok, why, sizeof why) != 0) fatal("%s", why);
+    const ChatTemplate *tmpl = opt.chat_template ? opt.chat_template : &TEMPLATE_ONEPASS;
+    if (template_check_tokenizer(tok, tmpl, why, sizeof why) != 0) fatal("%s", why);
     Dataset data;
     dataset_load(path, opt.skip_bad, &data);
     out->n_skipped_bad = data.n_skipped;
@@ -88,7 +89,7 @@ void packed_dataset_load(const Tokenizer *tok, const char *path, DataOptions opt
             skipped_before_tokenizing++;
             continue;
         }
-        if (sample_tokenize(tok, sample, opt.special_in_text, ts, why, sizeof why) != 0) {
+        if (sample_tokenize(tok, tmpl, sample, opt.special_in_text, ts, why, sizeof why) != 0) {
             bad_sample(&opt, out, path, sample->line, why);
             continue;
         }

@@ -12,7 +12,8 @@ typedef struct {
     bool skip_bad;     // skip (and count) samples that fail to parse, tokenize or lay out
     PackOptions pack;  // unpacked rows; skip documents longer than seq_len
     int max_samples;   // keep only the first max_samples usable samples; 0 = all
-    SpecialInText special_in_text;  // template tokens' strings in text fields
+    const ChatTemplate *chat_template;  // NULL: onepass
+    SpecialInText special_in_text;  // control tokens' strings in text fields
 } DataOptions;
 
 typedef struct {

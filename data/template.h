@@ -1,10 +1,22 @@
-// The chat template, defined here and nowhere else (DESIGN.md §2).
-// Turn t renders as three segments, each tokenized on its own:
-//   prompt_t = [system text (turn 0 only)] + user header + user text + assistant header
-//   think_t  = THINK_OPEN + reasoning + THINK_CLOSE      (absent without reasoning)
-//   answer_t = answer text + END_OF_TURN
+// Chat templates, defined here and nowhere else (DESIGN.md §2, §8): one ChatTemplate per
+// model family, one renderer for all of them. Turn t renders as three segments:
+//   prompt_t = [after_turn of the previous reply] [bos, default system (turn 0 only)]
+//              + each non-assistant message (open + text + close) + assistant_open
+//   think_t  = think_open + reasoning + think_close   (absent without reasoning, unless
+//                                                      always_think: then empty reasoning)
+//   answer_t = answer_open + answer text + end_of_turn
+// A history turn (an earlier turn of a view) is prompt_t + answer_t: its reasoning is dropped.
+// Template strings are split at the template's control tokens (each one id); everything
+// else is text. Text of the data is never a control token (data.special_in_text). Where a
+// segment boundary falls inside text, data/tokenize.c cuts the whole run's ids there.
 #pragma once
+#include <stdbool.h>
+#include <stddef.h>
 
+#include "data/conversation.h"
+
+// The onepass template's tokens; "<think>" / "</think>" are also the inline think tags of
+// the data formats (data/conversation.c).
 #define TEMPLATE_SYSTEM_HEADER "<|system|>"
 #define TEMPLATE_USER_HEADER "<|user|>"
 #define TEMPLATE_ASSISTANT_HEADER "<|assistant|>"
@@ -12,6 +24,79 @@
 #define TEMPLATE_THINK_CLOSE "</think>"
 #define TEMPLATE_END_OF_TURN "<|end|>"
 
-// All special tokens, for tokenizer training (user-defined symbols) and tests.
-extern const char *const TEMPLATE_SPECIAL_TOKENS[];
-extern const int TEMPLATE_N_SPECIAL_TOKENS;
+enum { TEMPLATE_MAX_CONTROLS = 8 };
+
+typedef struct ChatTemplate {
+    const char *name;            // data.template
+    const char *bos;             // once, at the start of every view ("": none)
+    const char *default_system;  // rendered when the first message is not a system one (NULL: none)
+    const char *system_open, *system_close;
+    const char *user_open, *user_close;
+    const char *assistant_open;  // every assistant message's header; the generation prompt
+    const char *think_open, *think_close;
+    const char *answer_open;     // before the answer text, in history too (NULL: none)
+    const char *end_of_turn;     // ends every reply: the model emits it (the stop token)
+    const char *after_turn;      // after end_of_turn: never emitted, so it opens the next prompt
+    bool always_think;           // a reply without reasoning renders an empty think block
+    bool strip_reasoning_newlines;  // reasoning renders with '\n' stripped at both ends (Qwen3)
+    bool trim_text;              // every message's text renders trimmed (Llama 3's `| trim`)
+    bool answer_no_leading_newline;  // an answer beginning with '\n' is refused (Qwen3 drops
+                                     // it from the reply being generated, not from history)
+    const char *controls[TEMPLATE_MAX_CONTROLS];  // the control tokens, each one id
+    int n_controls;
+} ChatTemplate;
+
+extern const ChatTemplate TEMPLATE_ONEPASS;
+
+// The template named name; NULL for an unknown name.
+const ChatTemplate *template_by_name(const char *name);
+// "qwen3, deepseek_r1, …": every name, for error messages.
+const char *template_names(void);
+// The template whose official Jinja text chat_template is (by the fingerprints in
+// template.c); NULL when unrecognised.
+const ChatTemplate *template_recognise(const char *chat_template);
+// The template of a model folder: its tokenizer_config.json's chat_template. Returns 0
+// with *out = the template, or *out = NULL when dir is no folder or has no chat_template;
+// -1 with a message naming the folder when the chat_template is not recognised.
+int template_of_folder(const char *dir, const ChatTemplate **out, char *err, size_t err_len);
+
+// A segment's text as alternating pieces: a control token (one id) or a text run.
+typedef struct {
+    char *text;
+    bool control;
+} RenderedPiece;
+
+typedef struct {
+    RenderedPiece *pieces;
+    int n, cap;
+} RenderedSegment;
+
+typedef struct {
+    RenderedSegment prompt, think, answer;  // think.n == 0: no think block
+    int message;                    // index of its message in messages (or completions)
+} RenderedTurn;
+
+typedef struct {
+    SampleKind kind;
+    RenderedTurn *turns;  // conversation: one per assistant message; shared-prefix: per completion
+    int n_turns;
+    RenderedSegment prefix;       // shared-prefix only: the prompt messages' inference view + assistant_open
+} RenderedSample;
+
+// What a control token's string inside a text field of the data becomes (DESIGN.md §8:
+// control ids come only from the template), data.special_in_text:
+//   "plain" (default): ordinary text ids. A conversation about chat formats trains as
+//                      written, and nothing in the data can forge a turn.
+//   "error":           the sample is refused, naming the field (messages[i].content).
+typedef enum { SPECIAL_IN_TEXT_PLAIN = 0, SPECIAL_IN_TEXT_ERROR = 1 } SpecialInText;
+// The policy named "plain" or "error"; -1 for any other name.
+int special_in_text_from_name(const char *name);
+
+// Renders a parsed sample's segments. Returns 0, or -1 with a location-free message in
+// err naming the field (a control token in text under SPECIAL_IN_TEXT_ERROR, a message the
+// template cannot render byte-exactly) or saying the sample has no assistant turn.
+int template_render(const ChatTemplate *t, const Sample *s, SpecialInText special_in_text,
+                    RenderedSample *out, char *err, size_t err_len);
+void rendered_sample_free(RenderedSample *r);
+// The text of a segment, malloc'd.
+char *segment_text(const RenderedSegment *s);

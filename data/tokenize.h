@@ -1,9 +1,10 @@
-// A parsed sample tokenized with the chat template (DESIGN.md §2): each turn's
-// prompt, think and answer segments as token ids, before any layout.
+// A parsed sample tokenized with a chat template (DESIGN.md §2, §8): each turn's prompt,
+// think and answer segments as token ids, before any layout.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
 #include "data/conversation.h"
+#include "data/template.h"
 #include "data/tokenizer.h"
 
 typedef struct {
@@ -13,7 +14,7 @@ typedef struct {
 
 typedef struct {
     TokenSpan prompt;  // shared-prefix completions: empty (the prefix is in TokenizedSample.prefix)
-    TokenSpan think;   // n == 0: the turn has no reasoning
+    TokenSpan think;   // n == 0: the turn has no think block
     TokenSpan answer;  // answer text + end-of-turn
 } TurnTokens;
 
@@ -25,27 +26,19 @@ typedef struct {
     int line;           // source line, for error messages
 } TokenizedSample;
 
-// What a template token's string inside a text field of the data becomes (DESIGN.md §8:
-// control ids come only from the template), data.special_in_text:
-//   "plain" (default): ordinary text ids. A conversation about chat formats trains as
-//                      written, and nothing in the data can forge a turn.
-//   "error":           the sample is refused, naming the field (messages[i].content).
-typedef enum { SPECIAL_IN_TEXT_PLAIN = 0, SPECIAL_IN_TEXT_ERROR = 1 } SpecialInText;
-// The policy named "plain" or "error"; -1 for any other name.
-int special_in_text_from_name(const char *name);
-
-// 0 when the tokenizer encodes each template token as exactly one id; else -1 with the
-// token named in err.
-int template_check_tokenizer(const Tokenizer *tok, char *err, size_t err_len);
+// 0 when the tokenizer encodes each of the template's control tokens as exactly one id;
+// else -1 with the token named in err.
+int template_check_tokenizer(const Tokenizer *tok, const ChatTemplate *t, char *err, size_t err_len);
 
 // Tokenizes one parsed sample with the template. Returns 0, or -1 with a location-free
-// message in err (e.g. no assistant turn, or the field holding a template token under
-// SPECIAL_IN_TEXT_ERROR); the caller names the sample's line.
-int sample_tokenize(const Tokenizer *tok, const Sample *s, SpecialInText special_in_text,
-                    TokenizedSample *out, char *err, size_t err_len);
+// message in err (see template_render; or a segment boundary that this tokenizer does not
+// keep, naming the field); the caller names the sample's line.
+int sample_tokenize(const Tokenizer *tok, const ChatTemplate *t, const Sample *s,
+                    SpecialInText special_in_text, TokenizedSample *out, char *err, size_t err_len);
 void tokenized_sample_free(TokenizedSample *s);
 // The generation prompt of a conversation whose last message is a user message: its
 // inference view (earlier thinking stripped) up to and including the assistant header,
 // into *out (ids malloc'd). Returns 0, or -1 with a location-free message in err.
-int sample_tokenize_prompt(const Tokenizer *tok, const Sample *s, SpecialInText special_in_text,
-                           TokenSpan *out, char *err, size_t err_len);
+int sample_tokenize_prompt(const Tokenizer *tok, const ChatTemplate *t, const Sample *s,
+                           SpecialInText special_in_text, TokenSpan *out, char *err,
+                           size_t err_len);

@@ -4,7 +4,7 @@
 //
 // Models trained here (tokenizer_train) are SentencePiece byte-level BPE with these ids:
 //   0      <unk> (never produced: byte fallback covers every UTF-8 byte)
-//   1..6   the template's special tokens, in TEMPLATE_SPECIAL_TOKENS order
+//   1..6   the onepass template's control tokens, in TEMPLATE_ONEPASS.controls order
 //   7..262 the 256 byte pieces <0x00>..<0xFF>
 //   263..  learned pieces
 // No <s>, </s> or <pad>: the template's own tokens mark turns, and packing pads
@@ -294,12 +294,12 @@ extern "C" const char *tokenizer_id_to_piece(const Tokenizer *t, int id) {
     return t->sp.IdToPiece(id).c_str();
 }
 
-static int train(const char *corpus_path, const char *model_prefix, int vocab_size, char *err,
-                 size_t err_len) {
+static int train(const char *corpus_path, const char *model_prefix, int vocab_size,
+                 const ChatTemplate *t, char *err, size_t err_len) {
     std::string specials;
-    for (int i = 0; i < TEMPLATE_N_SPECIAL_TOKENS; i++) {
+    for (int i = 0; i < t->n_controls; i++) {
         if (i) specials += ",";
-        specials += TEMPLATE_SPECIAL_TOKENS[i];
+        specials += t->controls[i];
     }
     // BPE rather than unigram: its merges are a deterministic function of the
     // corpus (unigram's EM pruning is not guaranteed to be), and it fills the
@@ -336,9 +336,9 @@ static int train(const char *corpus_path, const char *model_prefix, int vocab_si
 }
 
 extern "C" int tokenizer_train(const char *corpus_path, const char *model_prefix, int vocab_size,
-                               char *err, size_t err_len) {
+                               const ChatTemplate *t, char *err, size_t err_len) {
     try {
-        return train(corpus_path, model_prefix, vocab_size, err, err_len);
+        return train(corpus_path, model_prefix, vocab_size, t, err, err_len);
     } catch (...) {
         return fail(err, err_len, "tokenizer training failed (out of memory?)");
     }

@@ -40,7 +40,8 @@ int tokenizer_piece_to_id(const Tokenizer *t, const char *piece);  // -1 if unkn
 const char *tokenizer_id_to_piece(const Tokenizer *t, int id);
 
 // Trains a SentencePiece model from a UTF-8 text corpus (one sentence per line) with the
-// chat template's special tokens as user-defined symbols. Writes <model_prefix>.model.
-// Returns 0 on success, -1 with a message in err.
+// template's control tokens as user-defined symbols (ids 1..n, in the template's order).
+// Writes <model_prefix>.model. Returns 0 on success, -1 with a message in err.
+struct ChatTemplate;
 int tokenizer_train(const char *corpus_path, const char *model_prefix, int vocab_size,
-                    char *err, size_t err_len);
+                    const struct ChatTemplate *t, char *err, size_t err_len);

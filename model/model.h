@@ -117,6 +117,10 @@ void model_batch_check(const ModelBatch *b, const ModelConfig *cfg, int max_rows
 
 typedef struct CpuModel CpuModel;
 
+// Each model holds the logits of at most this many elements at once (at least one row),
+// whatever the batch: the CPU model's are fp32 (64 MiB), the CUDA model's bf16 (128 MiB).
+enum { CPU_LOGIT_CHUNK_ELEMENTS = 1 << 24, CUDA_LOGIT_CHUNK_ELEMENTS = 1 << 26 };
+
 // Allocates activations once for up to max_rows x seq_len.
 CpuModel *cpu_model_create(const ModelConfig *cfg, int max_rows, int seq_len);
 void cpu_model_free(CpuModel *m);

@@ -9,8 +9,6 @@
 #include "model/model.h"
 #include "model/ops.h"
 
-// The logits of at most this many elements exist at once (64 MiB of floats).
-enum { LOGIT_CHUNK_ELEMENTS = 1 << 24 };
 
 // Activations of one layer saved by the forward for the backward.
 typedef struct {
@@ -120,7 +118,7 @@ CpuModel *cpu_model_create(const ModelConfig *cfg, int max_rows, int seq_len) {
     m->final_rstd = alloc_floats(m, T);
     m->proj_out = alloc_floats(m, T * C);
 
-    size_t chunk = LOGIT_CHUNK_ELEMENTS / V;
+    size_t chunk = CPU_LOGIT_CHUNK_ELEMENTS / V;
     if (chunk < 1) chunk = 1;
     if (chunk > T) chunk = T;
     m->chunk_capacity = m->chunk_rows = (int)chunk;

@@ -278,9 +278,9 @@ static void test_shared_prefix(TestRng *rng, int round) {
     for (int s = 0; s < N_SAMPLES; s++) tokenized_sample_free(&samples[s]);
 }
 
-// The same on the shipped synthetic data, through the tokenizer and the loader.
-static void test_synthetic_data(void) {
-    const char *tokenizer_path = "datasets/synthetic/tokenizer.model";
+// The same on the shipped synthetic data, through the tokenizer, the chat template and the
+// loader.
+static void test_synthetic_data(const char *tokenizer_path, const ChatTemplate *chat_template) {
     char err[512];
     Tokenizer *tok = tokenizer_load(tokenizer_path, err, sizeof err);
     if (!tok) {
@@ -293,7 +293,8 @@ static void test_synthetic_data(void) {
     } cases[] = {{"datasets/synthetic/train.jsonl", LAYOUT_DUPLICATE},
                  {"datasets/synthetic/shared_prefix.jsonl", LAYOUT_SHARED_PREFIX}};
     for (int c = 0; c < 2; c++) {
-        DataOptions opt = {.layout = LAYOUT_NPASS, .seq_len = 2048, .max_samples = 6};
+        DataOptions opt = {.layout = LAYOUT_NPASS, .seq_len = 8192, .max_samples = 6,
+                           .chat_template = chat_template};
         PackedDataset ref_data, data;
         packed_dataset_load(tok, cases[c].path, opt, &ref_data);
         opt.layout = cases[c].layout;
@@ -301,8 +302,8 @@ static void test_synthetic_data(void) {
         EntrySet ref, got;
         ref.e = trained_entries(&ref_data.rows, &ref_data.docs, ref_data.samples, true, &ref.n);
         got.e = trained_entries(&data.rows, &data.docs, data.samples, false, &got.n);
-        EXPECT(ref.n > 0 && positions_match(got, ref), "%s: %s differs from npass (%d vs %d trained)",
-              cases[c].path, layout_name(cases[c].layout), got.n, ref.n);
+        EXPECT(ref.n > 0 && positions_match(got, ref), "%s, %s template: %s differs from npass (%d vs %d "
+               "trained)", cases[c].path, chat_template->name, layout_name(cases[c].layout), got.n, ref.n);
         free(ref.e);
         free(got.e);
         packed_dataset_free(&ref_data);
@@ -317,6 +318,14 @@ int main(void) {
         test_conversations(&rng, round);
         test_shared_prefix(&rng, round);
     }
-    test_synthetic_data();
+    test_synthetic_data("datasets/synthetic/tokenizer.model", &TEMPLATE_ONEPASS);
+    // Every template, with its fixture tokenizer (tests/data/templates/, test_templates.c).
+    static const char *const TEMPLATES[] = {"qwen3", "deepseek_r1", "chatml", "qwen2.5",
+                                            "smollm2", "llama3", "zephyr", "onepass"};
+    for (size_t i = 0; i < sizeof TEMPLATES / sizeof TEMPLATES[0]; i++) {
+        char dir[128];
+        snprintf(dir, sizeof dir, "tests/data/templates/%s", TEMPLATES[i]);
+        test_synthetic_data(dir, template_by_name(TEMPLATES[i]));
+    }
     return test_finish();
 }

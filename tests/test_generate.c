@@ -6,11 +6,16 @@
 // last token and its position: every prompt's continuation, its stop, and the positions
 // (0..n-1 of the view, a reused slot reset) whatever the batch size. On the shipped eval
 // set, every turn's prompt ends with the assistant header and holds no thinking, and
-// its gold answer passes the synthetic check while the number next to it fails.
+// its gold answer passes the synthetic check while the number next to it fails. Under
+// every chat template (the fixture tokenizers of tests/data/templates), the prompt of
+// turn t equals the ids training puts before turn t's think: its inference view.
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "common/check.h"
+#include "data/template.h"
+#include "data/tokenize.h"
 #include "trainer/eval.h"
 #include "trainer/generate.h"
 #include "tests/test_util.h"
@@ -145,7 +150,7 @@ static void test_shipped_eval_set(void) {
     const int assistant = tokenizer_piece_to_id(tok, "<|assistant|>");
     const int think = tokenizer_piece_to_id(tok, "<think>");
     AccuracySet set;
-    accuracy_set_load(&set, tok, "datasets/synthetic/eval.jsonl", SPECIAL_IN_TEXT_PLAIN, 0);
+    accuracy_set_load(&set, tok, NULL, "datasets/synthetic/eval.jsonl", SPECIAL_IN_TEXT_PLAIN, 0);
     int bad_prompt = 0, not_numeric = 0, gold_wrong = 0, off_by_one_right = 0, later = 0;
     for (int i = 0; i < set.n_items; i++) {
         const AccuracyItem *it = &set.items[i];
@@ -172,8 +177,63 @@ static void test_shipped_eval_set(void) {
     tokenizer_free(tok);
 }
 
+static void test_prompts_under_templates(void) {
+    static const char *const NAMES[] = {"qwen3",  "deepseek_r1", "chatml", "qwen2.5",
+                                        "smollm2", "llama3",     "zephyr", "onepass"};
+    static const char LINE[] =
+        "{\"messages\":[{\"role\":\"system\",\"content\":\"Be exact.\"},"
+        "{\"role\":\"user\",\"content\":\"Add 12 and 30.\"},"
+        "{\"role\":\"assistant\",\"content\":\"It is 42.\",\"reasoning_content\":\"12 + 30 = 42.\"},"
+        "{\"role\":\"user\",\"content\":\"Double it.\"},"
+        "{\"role\":\"assistant\",\"content\":\"It is 84.\",\"reasoning_content\":\"42 * 2 = 84.\"},"
+        "{\"role\":\"user\",\"content\":\"Add 1.\"},"
+        "{\"role\":\"assistant\",\"content\":\"It is 85.\"}]}";
+    for (size_t k = 0; k < sizeof NAMES / sizeof NAMES[0]; k++) {
+        char dir[256], err[1024];
+        snprintf(dir, sizeof dir, "tests/data/templates/%s", NAMES[k]);
+        Tokenizer *tok = tokenizer_load(dir, err, sizeof err);
+        const ChatTemplate *t = template_by_name(NAMES[k]);
+        EXPECT(tok && t, "%s: %s", dir, err);
+        if (!tok || !t) continue;
+        Sample s;
+        CHECK(sample_parse_line(LINE, strlen(LINE), "case.jsonl", 1, &s, err, sizeof err) == 0, "%s", err);
+        TokenizedSample ts;
+        EXPECT(sample_tokenize(tok, t, &s, SPECIAL_IN_TEXT_PLAIN, &ts, err, sizeof err) == 0,
+               "%s: %s", NAMES[k], err);
+        for (int turn = 0, m = 0; turn < ts.n_turns; turn++, m++) {
+            while (s.messages[m].role != MSG_ASSISTANT) m++;
+            int32_t want[1024];
+            int n = 0;
+            for (int i = 0; i <= turn; i++) {
+                const TokenSpan *parts[2] = {&ts.turns[i].prompt, &ts.turns[i].answer};
+                for (int j = 0; j < (i < turn ? 2 : 1); j++) {
+                    CHECK(n + parts[j]->n <= 1024, "view too long");
+                    memcpy(want + n, parts[j]->ids, (size_t)parts[j]->n * sizeof(int32_t));
+                    n += parts[j]->n;
+                }
+            }
+            Sample upto = s;
+            upto.n_messages = m;
+            TokenSpan got;
+            const int rc = generate_prompt(tok, t, &upto, SPECIAL_IN_TEXT_PLAIN, &got, err, sizeof err);
+            EXPECT(rc == 0 && got.n == n && memcmp(got.ids, want, (size_t)n * sizeof(int32_t)) == 0,
+                   "%s: turn %d: prompt of %d ids, the training view has %d (%s)", NAMES[k], turn,
+                   rc == 0 ? got.n : -1, n, rc == 0 ? "" : err);
+            if (rc == 0) free(got.ids);
+        }
+        TokenSpan none;
+        EXPECT(generate_prompt(tok, t, &s, SPECIAL_IN_TEXT_PLAIN, &none, err, sizeof err) == -1 &&
+                   strstr(err, "the last message must be a user message"),
+               "%s: a conversation ending in a reply is no prompt: %s", NAMES[k], err);
+        tokenized_sample_free(&ts);
+        sample_free(&s);
+        tokenizer_free(tok);
+    }
+}
+
 int main(void) {
     test_scheduler();
+    test_prompts_under_templates();
     test_shipped_eval_set();
     test_answer_part();
     test_answer_correct();

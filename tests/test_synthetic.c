@@ -233,7 +233,7 @@ static void test_shipped_lengths(const Tokenizer *tok, const char *name) {
     long think_tokens = 0, answer_tokens = 0;
     for (int i = 0; i < d.n_samples; i++) {
         TokenizedSample ts;
-        int rc = sample_tokenize(tok, &d.samples[i], SPECIAL_IN_TEXT_PLAIN, &ts, err, sizeof err);
+        int rc = sample_tokenize(tok, &TEMPLATE_ONEPASS, &d.samples[i], SPECIAL_IN_TEXT_PLAIN, &ts, err, sizeof err);
         EXPECT(rc == 0, "%s", err);
         if (rc != 0) continue;
         for (int t = 0; t < ts.n_turns; t++) {

@@ -26,7 +26,7 @@ static char *random_text(TestRng *rng) {
     char *s = calloc((size_t)n * 16 + 1, 1);
     for (int i = 0; i < n; i++) {
         if (test_rng_int(rng, 0, 9) == 0)
-            strcat(s, TEMPLATE_SPECIAL_TOKENS[test_rng_int(rng, 0, TEMPLATE_N_SPECIAL_TOKENS - 1)]);
+            strcat(s, TEMPLATE_ONEPASS.controls[test_rng_int(rng, 0, TEMPLATE_ONEPASS.n_controls - 1)]);
         else
             strcat(s, PIECES[test_rng_int(rng, 0, n_pieces - 1)]);
     }
@@ -67,8 +67,8 @@ static void test_round_trips(const Tokenizer *t, TestRng *rng) {
 
 static void test_special_tokens(const Tokenizer *t, TestRng *rng) {
     int32_t ids[MAX_IDS];
-    for (int s = 0; s < TEMPLATE_N_SPECIAL_TOKENS; s++) {
-        const char *special = TEMPLATE_SPECIAL_TOKENS[s];
+    for (int s = 0; s < TEMPLATE_ONEPASS.n_controls; s++) {
+        const char *special = TEMPLATE_ONEPASS.controls[s];
         int id = tokenizer_piece_to_id(t, special);
         // Fixed layout written down in data/tokenizer.cc: <unk>=0, specials 1..6.
         EXPECT(id == s + 1, "%s has id %d, want %d", special, id, s + 1);
@@ -150,7 +150,7 @@ static void test_training(TestRng *rng) {
     char *bytes[2] = {NULL, NULL};
     long len[2] = {0, 0};
     for (int k = 0; k < 2; k++) {
-        EXPECT(tokenizer_train(corpus, prefix, 300, err, sizeof err) == 0, "train: %s", err);
+        EXPECT(tokenizer_train(corpus, prefix, 300, &TEMPLATE_ONEPASS, err, sizeof err) == 0, "train: %s", err);
         bytes[k] = read_bytes(model, &len[k]);
     }
     EXPECT(bytes[0] && bytes[1] && len[0] == len[1] && memcmp(bytes[0], bytes[1], (size_t)len[0]) == 0,
@@ -159,12 +159,12 @@ static void test_training(TestRng *rng) {
     Tokenizer *t = tokenizer_load(model, err, sizeof err);
     EXPECT(t != NULL, "%s", err);
     if (t) {
-        for (int s = 0; s < TEMPLATE_N_SPECIAL_TOKENS; s++)
-            EXPECT(tokenizer_piece_to_id(t, TEMPLATE_SPECIAL_TOKENS[s]) == s + 1, "trained %s id",
-                  TEMPLATE_SPECIAL_TOKENS[s]);
+        for (int s = 0; s < TEMPLATE_ONEPASS.n_controls; s++)
+            EXPECT(tokenizer_piece_to_id(t, TEMPLATE_ONEPASS.controls[s]) == s + 1, "trained %s id",
+                  TEMPLATE_ONEPASS.controls[s]);
         tokenizer_free(t);
     }
-    EXPECT(tokenizer_train("/nonexistent/corpus.txt", prefix, 300, err, sizeof err) == -1,
+    EXPECT(tokenizer_train("/nonexistent/corpus.txt", prefix, 300, &TEMPLATE_ONEPASS, err, sizeof err) == -1,
           "training on a missing corpus succeeded");
     snprintf(vocab, sizeof vocab, "%s.vocab", prefix);
     remove(model);

@@ -44,8 +44,8 @@ static bool ids_equal(const int32_t *got, int n, const json_t *want) {
 static int control_ids(const Tokenizer *t, const int32_t *ids, int n) {
     int count = 0;
     for (int i = 0; i < n; i++)
-        for (int k = 0; k < TEMPLATE_N_SPECIAL_TOKENS; k++)
-            count += ids[i] == tokenizer_piece_to_id(t, TEMPLATE_SPECIAL_TOKENS[k]);
+        for (int k = 0; k < TEMPLATE_ONEPASS.n_controls; k++)
+            count += ids[i] == tokenizer_piece_to_id(t, TEMPLATE_ONEPASS.controls[k]);
     return count;
 }
 
@@ -120,7 +120,7 @@ static void test_views(const Fixture *f, const Tokenizer *t, int32_t *ids) {
         if (sample->kind != SAMPLE_CONVERSATION) continue;
         TokenizedSample ts;
         char err[256];
-        EXPECT(sample_tokenize(t, sample, SPECIAL_IN_TEXT_PLAIN, &ts, err, sizeof err) == 0, "%s", err);
+        EXPECT(sample_tokenize(t, &TEMPLATE_ONEPASS, sample, SPECIAL_IN_TEXT_PLAIN, &ts, err, sizeof err) == 0, "%s", err);
         int turn = 0, n = 0;
         text[0] = '\0';
         for (int m = 0; m < sample->n_messages && turn < ts.n_turns; m++) {
@@ -167,7 +167,7 @@ static void test_fixture(const Fixture *f) {
     test_reference_ids(f, t, ids);
     // Invalid UTF-8 is an error, not a guess (the data parser refuses it before this).
     if (f->plain_reference) EXPECT(tokenizer_encode(t, "ok\xff\xfe", ids, MAX_IDS) == -1, "%s: invalid UTF-8", f->name);
-    int rc = template_check_tokenizer(t, err, sizeof err);
+    int rc = template_check_tokenizer(t, &TEMPLATE_ONEPASS, err, sizeof err);
     if (f->has_template_tokens) {
         EXPECT(rc == 0, "%s: %s", f->name, err);
         test_views(f, t, ids);

@@ -13,6 +13,9 @@
 #include "common/cuda_check.h"
 #include "model/model_cuda.h"
 #include "model/ops_cuda.h"
+extern "C" {  // a plain C header
+#include "trainer/device_memory.h"
+}
 
 struct CudaTrainer {
     const ParamTable *table;
@@ -64,10 +67,23 @@ static float *read_scalar(CudaTrainer *t, const float *device_scalar) {
 }
 
 static void *cuda_create(const BackendSetup *setup) {
+    // Refused up front, naming the keys, rather than "out of memory" midway (issue 14).
+    size_t free_bytes, total_bytes;
+    cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const CudaMemoryEstimate need =
+        cuda_memory_estimate(setup->mc, setup->micro_rows, setup->seq_len);
+    char err[1024];
+    if (cuda_memory_check(&need, free_bytes, total_bytes, setup->micro_rows, setup->seq_len, err,
+                          sizeof err) != 0)
+        fatal("%s", err);
     CudaTrainer *t = (CudaTrainer *)xcalloc(1, sizeof *t);
     t->table = setup->table;
     t->n = setup->table->total;
-    ops_acquire(setup->micro_rows * setup->seq_len, setup->mc->hidden_size);
+    // The ops' rows are hidden_size wide, and head_dim wide for the q/k norms.
+    const int head_dim = model_dims(setup->mc).head_dim;
+    const int channels = setup->mc->qk_norm && head_dim > setup->mc->hidden_size
+                             ? head_dim : setup->mc->hidden_size;
+    ops_acquire(setup->micro_rows * setup->seq_len, channels);
     t->model = cuda_model_create(setup->mc, setup->micro_rows, setup->seq_len);
     cuda_model_set_deterministic(t->model, setup->deterministic);
     t->stream = cuda_model_stream(t->model);

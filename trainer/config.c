@@ -27,7 +27,8 @@ static const char *const DEFAULTS_JSON =
     "    \"skip_bad\": false,"
     "    \"skip_too_long\": false,"
     "    \"stats_block\": 64,"
-    "    \"special_in_text\": \"plain\""
+    "    \"special_in_text\": \"plain\","
+    "    \"template\": null"
     "  },"
     "  \"model\": {"
     "    \"vocab_size\": 512,"
@@ -63,7 +64,9 @@ static const char *const DEFAULTS_JSON =
     "    \"micro_rows\": 4,"
     "    \"shuffle\": true,"
     "    \"peak_tflops\": 0.0,"
-    "    \"overwrite\": false"
+    "    \"overwrite\": false,"
+    "    \"rendezvous_file\": null,"
+    "    \"bucket_mb\": 25"
     "  },"
     "  \"generate\": {"
     "    \"max_new_tokens\": 384,"
@@ -117,6 +120,7 @@ static const KeyRange RANGES[] = {
     {"train.eval_max_conversations", 0, ONE_G, false, false},
     {"train.checkpoint_every", 0, ONE_G, false, false},
     {"train.micro_rows", 1, 1 << 16, false, false},
+    {"train.bucket_mb", 1, 4096, false, false},
     {"train.peak_tflops", 0, 1e7, false, false},
     {"generate.max_new_tokens", 1, 1 << 20, false, false},
     {"generate.temperature", 0, 100, false, false},

@@ -23,5 +23,24 @@ DataOptions data_options_from_config(const Config *c) {
         fatal("config key 'data.special_in_text': unknown value '%s' (plain, error)",
               special ? special : "null");
     opt.special_in_text = (SpecialInText)policy;
+    opt.chat_template = template_from_config(c);
     return opt;
+}
+
+const ChatTemplate *template_from_config(const Config *c) {
+    const char *name = config_str(c, "data.template");
+    if (name) {
+        const ChatTemplate *t = template_by_name(name);
+        if (!t) fatal("config key 'data.template': unknown template '%s' (%s)", name, template_names());
+        return t;
+    }
+    static const char *const FOLDER_KEYS[] = {"data.tokenizer", "model.init_from"};
+    for (int i = 0; i < 2; i++) {
+        const ChatTemplate *t;
+        char err[4600];
+        if (template_of_folder(config_str(c, FOLDER_KEYS[i]), &t, err, sizeof err) != 0)
+            fatal("config key '%s': %s", FOLDER_KEYS[i], err);
+        if (t) return t;
+    }
+    return &TEMPLATE_ONEPASS;
 }

@@ -4,6 +4,10 @@
 #include "trainer/config.h"
 
 // data.layout, data.seq_len, data.unpacked, data.skip_bad, data.skip_too_long,
-// data.special_in_text; a bad
-// value is fatal and names the key.
+// data.special_in_text, data.template; a bad value is fatal and names the key.
 DataOptions data_options_from_config(const Config *c);
+
+// data.template, or when null the template of the model folder that data.tokenizer (else
+// model.init_from) names, else onepass. Fatal for an unknown name, or a folder whose
+// chat_template is not recognised (the message says to set data.template).
+const ChatTemplate *template_from_config(const Config *c);

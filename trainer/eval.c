@@ -48,9 +48,10 @@ void evaluate(const TrainBackendOps *ops, void *backend, EvalSet *eval, double *
 
 // ---- Multi-turn accuracy.
 
-void accuracy_set_load(AccuracySet *a, const Tokenizer *tok, const char *path,
-                       SpecialInText special_in_text, int max_conversations) {
+void accuracy_set_load(AccuracySet *a, const Tokenizer *tok, const ChatTemplate *t,
+                       const char *path, SpecialInText special_in_text, int max_conversations) {
     memset(a, 0, sizeof *a);
+    a->chat_template = t;
     dataset_load(path, false, &a->data);
     int cap = 0;
     char err[1024];
@@ -74,7 +75,7 @@ void accuracy_set_load(AccuracySet *a, const Tokenizer *tok, const char *path,
             AccuracyItem item = {.turn = turn++, .gold = s->messages[m].content ? s->messages[m].content : "",
                                  .numeric = numeric && asked > 0,
                                  .expected = asked > 0 ? results[asked - 1] : 0};
-            if (generate_prompt(tok, &upto, special_in_text, &item.prompt, err, sizeof err) != 0)
+            if (generate_prompt(tok, t, &upto, special_in_text, &item.prompt, err, sizeof err) != 0)
                 fatal("%s:%d: messages[%d]: %s", path, s->line, m, err);
             ARRAY_PUSH(a->items, a->n_items, cap, item);
         }
@@ -130,7 +131,7 @@ void accuracy_evaluate(const AccuracySet *a, const DecodeOps *ops, const ModelCo
                        AccuracyReport *r) {
     memset(r, 0, sizeof *r);
     r->n_conversations = a->n_conversations;
-    const GenerateTemplate tmpl = generate_template(tok);
+    const GenerateTemplate tmpl = generate_template(tok, a->chat_template);
     TokenSpan *prompts = xmalloc(((size_t)a->n_items + 1) * sizeof *prompts);
     for (int i = 0; i < a->n_items; i++) {
         prompts[i] = a->items[i].prompt;

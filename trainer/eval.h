@@ -47,12 +47,13 @@ typedef struct {
     AccuracyItem *items;
     int n_items, n_conversations;
     int n_shared_prefix;  // shared-prefix sets in the file: no turns to score, left out
+    const ChatTemplate *chat_template;  // NULL: onepass
 } AccuracySet;
 
 // The first max_conversations conversations of path (0: all). Fatal, naming path:line,
 // for a line that does not parse or tokenize.
-void accuracy_set_load(AccuracySet *a, const Tokenizer *tok, const char *path,
-                       SpecialInText special_in_text, int max_conversations);
+void accuracy_set_load(AccuracySet *a, const Tokenizer *tok, const ChatTemplate *t,
+                       const char *path, SpecialInText special_in_text, int max_conversations);
 void accuracy_set_free(AccuracySet *a);
 
 // The answer part of a generated text: what follows the first think_close, or the whole

@@ -54,16 +54,30 @@ const DecodeOps *decode_ops(Backend backend, char *why, size_t why_len) {
 
 // ---- The template and the prompt: every question generation asks the template.
 
-GenerateTemplate generate_template(const Tokenizer *tok) {
-    const int end = tokenizer_piece_to_id(tok, TEMPLATE_END_OF_TURN);
-    CHECK(end >= 0, "the tokenizer has no end-of-turn id (template_check_tokenizer passed it)");
-    return (GenerateTemplate){.end_of_turn = end, .think_open = TEMPLATE_THINK_OPEN,
-                              .think_close = TEMPLATE_THINK_CLOSE};
+// text without whitespace at either end into out[cap].
+static void trimmed_copy(char *out, size_t cap, const char *text) {
+    while (*text == ' ' || *text == '\n') text++;
+    size_t n = strlen(text);
+    while (n > 0 && (text[n - 1] == ' ' || text[n - 1] == '\n')) n--;
+    CHECK(n < cap, "a template tag of %zu bytes", n);
+    memcpy(out, text, n);
+    out[n] = '\0';
 }
 
-int generate_prompt(const Tokenizer *tok, const Sample *s, SpecialInText special_in_text,
-                    TokenSpan *out, char *err, size_t err_len) {
-    return sample_tokenize_prompt(tok, s, special_in_text, out, err, err_len);
+GenerateTemplate generate_template(const Tokenizer *tok, const ChatTemplate *t) {
+    if (!t) t = &TEMPLATE_ONEPASS;
+    GenerateTemplate g = {.end_of_turn = tokenizer_piece_to_id(tok, t->end_of_turn)};
+    CHECK(g.end_of_turn >= 0, "the tokenizer has no id for the end of turn '%s' "
+          "(template_check_tokenizer passed it)", t->end_of_turn);
+    trimmed_copy(g.think_open, sizeof g.think_open, t->think_open);
+    trimmed_copy(g.think_close, sizeof g.think_close, t->think_close);
+    return g;
+}
+
+int generate_prompt(const Tokenizer *tok, const ChatTemplate *t, const Sample *s,
+                    SpecialInText special_in_text, TokenSpan *out, char *err, size_t err_len) {
+    return sample_tokenize_prompt(tok, t ? t : &TEMPLATE_ONEPASS, s, special_in_text, out, err,
+                                  err_len);
 }
 
 GenerateOptions generate_options_from(const Config *c, const Tokenizer *tok) {

@@ -30,16 +30,17 @@ typedef struct {
 // the marked place in generate.c; until then CUDA generation runs on the CPU).
 const DecodeOps *decode_ops(Backend backend, char *why, size_t why_len);
 
-// What the template says generation needs: the id that ends a turn and the text that
-// closes the thinking (the one place generation asks the template).
+// What the chat template says generation needs: the id that ends a turn and the think
+// tags that split a generated text into thinking and answer (the one place generation
+// asks the template; t NULL: onepass's).
 typedef struct {
     int32_t end_of_turn;
-    const char *think_open, *think_close;
+    char think_open[64], think_close[64];  // the template's tags, whitespace at the ends trimmed
 } GenerateTemplate;
-GenerateTemplate generate_template(const Tokenizer *tok);
+GenerateTemplate generate_template(const Tokenizer *tok, const ChatTemplate *t);
 // The prompt of a conversation ending in a user message (sample_tokenize_prompt).
-int generate_prompt(const Tokenizer *tok, const Sample *s, SpecialInText special_in_text,
-                    TokenSpan *out, char *err, size_t err_len);
+int generate_prompt(const Tokenizer *tok, const ChatTemplate *t, const Sample *s,
+                    SpecialInText special_in_text, TokenSpan *out, char *err, size_t err_len);
 
 typedef struct {
     int max_new_tokens;  // generated tokens per prompt at most (the end of turn included)

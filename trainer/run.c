@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,7 +165,7 @@ static int compare_run_records(const char *saved_text, const char *now_text, cha
     return rc;
 }
 
-void run_memory_check(const ModelConfig *mc, const RunSettings *s, int seq_len) {
+void run_memory_check(const ModelConfig *mc, const RunSettings *s, int seq_len, Backend backend) {
     const double V = mc->vocab_size, C = mc->hidden_size, F = mc->intermediate_size,
                  L = mc->num_hidden_layers;
     const ModelDims dims = model_dims(mc);
@@ -174,9 +175,11 @@ void run_memory_check(const ModelConfig *mc, const RunSettings *s, int seq_len) 
     const double params = (double)table.total;
     param_table_free(&table);
     const double state_bytes = 16.0 * params;  // fp32 weights, gradients, two moments
-    // Per token: the layers' saved activations and the logits with their gradient.
+    // Per token the layers' saved activations; the logits exist one chunk at a time.
     const double tokens = (double)s->micro_rows * seq_len;
-    const double activation_bytes = tokens * 4.0 * (2.0 * L * (6 * C + 3 * F + q + 2 * kv) + 2 * V);
+    const double logit_rows = fmin(tokens, fmax(1.0, floor(CPU_LOGIT_CHUNK_ELEMENTS / V)));
+    const double activation_bytes = tokens * 4.0 * 2.0 * L * (6 * C + 3 * F + q + 2 * kv) +
+                                    4.0 * logit_rows * V;
     const double gib = 1024.0 * 1024.0 * 1024.0;
     const double machine = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     if (machine <= 0) return;
@@ -184,7 +187,7 @@ void run_memory_check(const ModelConfig *mc, const RunSettings *s, int seq_len) 
         fatal("config keys model.hidden_size, model.intermediate_size, model.num_hidden_layers, "
               "model.vocab_size: %.3g parameters need %.1f GiB for weights, gradients and AdamW "
               "moments, more than this machine's %.1f GiB", params, state_bytes / gib, machine / gib);
-    if (activation_bytes > machine)
+    if (backend == BACKEND_CPU && activation_bytes > machine)
         fatal("config keys train.micro_rows x data.seq_len: %d x %d tokens per micro-batch need "
               "about %.1f GiB of activations, more than this machine's %.1f GiB (lower "
               "train.micro_rows)", s->micro_rows, seq_len, activation_bytes / gib, machine / gib);

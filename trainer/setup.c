@@ -9,6 +9,7 @@
 #include "data/tokenize.h"
 #include "model/hf_model.h"
 #include "model/safetensors.h"
+#include "trainer/data_options.h"
 #include "data/template.h"
 
 bool model_source_from(const Config *c, HfModelConfig *out) {
@@ -79,7 +80,7 @@ Tokenizer *tokenizer_from(const Config *c, const ModelConfig *mc) {
     char err[1024];
     Tokenizer *tok = tokenizer_load(path, err, sizeof err);
     if (!tok) fatal("config key 'data.tokenizer': %s", err);
-    if (template_check_tokenizer(tok, err, sizeof err) != 0)
+    if (template_check_tokenizer(tok, template_from_config(c), err, sizeof err) != 0)
         fatal("config key 'data.tokenizer': %s: %s", path, err);
     if (tokenizer_vocab_size(tok) > mc->vocab_size)
         fatal("config key 'model.vocab_size': %d is smaller than the tokenizer's %d pieces (%s)",
@@ -145,7 +146,7 @@ void hf_export_from(const Config *c, const ModelConfig *mc, const Tokenizer *tok
     char err[256];
     if (dtype && save_dtype_parse(dtype, &out->dtype, err, sizeof err))
         fatal("config key 'train.save_dtype': %s", err);
-    const int end_of_turn = tokenizer_piece_to_id(tok, TEMPLATE_END_OF_TURN);
+    const int end_of_turn = tokenizer_piece_to_id(tok, template_from_config(c)->end_of_turn);
     out->generation_eos_token_id = end_of_turn;
     if (from_hf) {
         out->hf = source;

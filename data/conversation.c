@@ -203,11 +203,11 @@ static int check_turn_order(const MessageFormat *fmt, const char *key, const Mes
 }
 
 static int parse_conversation(const MessageFormat *fmt, const json_t *root, const char *key,
-                              Sample *out, char *err, size_t err_len) {
+                              MessageRole last_role, Sample *out, char *err, size_t err_len) {
     out->kind = SAMPLE_CONVERSATION;
     if (parse_message_array(fmt, root, key, &out->messages, &out->n_messages, err, err_len) != 0)
         return -1;
-    return check_turn_order(fmt, key, out->messages, out->n_messages, MSG_ASSISTANT, err, err_len);
+    return check_turn_order(fmt, key, out->messages, out->n_messages, last_role, err, err_len);
 }
 
 static int parse_shared_prefix(const json_t *root, Sample *out, char *err, size_t err_len) {
@@ -231,8 +231,10 @@ static int parse_shared_prefix(const json_t *root, Sample *out, char *err, size_
     return 0;
 }
 
-// Parses one JSON line into out. Returns 0, or -1 with a location-free message in err.
-static int parse_sample(const char *text, size_t len, Sample *out, char *err, size_t err_len) {
+// Parses one JSON line into out; a conversation must end with last_role. Returns 0, or -1
+// with a location-free message in err.
+static int parse_sample(const char *text, size_t len, MessageRole last_role, Sample *out,
+                        char *err, size_t err_len) {
     json_error_t jerr;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
@@ -251,9 +253,10 @@ static int parse_sample(const char *text, size_t len, Sample *out, char *err, si
         rc = fail(err, err_len, "ambiguous line: more than one of 'messages', 'conversations', "
                                 "'prompt'/'completions'");
     else if (has_messages)
-        rc = parse_conversation(&FORMAT_MESSAGES, root, "messages", out, err, err_len);
+        rc = parse_conversation(&FORMAT_MESSAGES, root, "messages", last_role, out, err, err_len);
     else if (has_sharegpt)
-        rc = parse_conversation(&FORMAT_SHAREGPT, root, "conversations", out, err, err_len);
+        rc = parse_conversation(&FORMAT_SHAREGPT, root, "conversations", last_role, out, err,
+                                err_len);
     else if (has_prompt)
         rc = parse_shared_prefix(root, out, err, err_len);
     else
@@ -263,14 +266,14 @@ static int parse_sample(const char *text, size_t len, Sample *out, char *err, si
     return rc;
 }
 
-int sample_parse_line(const char *text, size_t len, const char *path, int line, Sample *out,
-                      char *err, size_t err_len) {
+static int parse_line(const char *text, size_t len, const char *path, int line,
+                      MessageRole last_role, Sample *out, char *err, size_t err_len) {
     memset(out, 0, sizeof(*out));
     if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0)
         return fail_at(err, err_len, path, line, "starts with a UTF-8 byte order mark (BOM); "
                        "save the file without one");
     char why[1024];
-    int rc = parse_sample(text, len, out, why, sizeof why);
+    int rc = parse_sample(text, len, last_role, out, why, sizeof why);
     if (rc != 0) {
         sample_free(out);
         fail_at(err, err_len, path, line, "%s", why);
@@ -285,7 +288,12 @@ static bool is_blank(const char *s, size_t n) {
     return true;
 }
 
-void dataset_load(const char *path, bool skip_bad, Dataset *out) {
+int sample_parse_line(const char *text, size_t len, const char *path, int line, Sample *out,
+                      char *err, size_t err_len) {
+    return parse_line(text, len, path, line, MSG_ASSISTANT, out, err, err_len);
+}
+
+static void load_lines(const char *path, bool skip_bad, MessageRole last_role, Dataset *out) {
     enum { MAX_SKIP_WARNINGS = 5 };
     memset(out, 0, sizeof(*out));
     char err[1024];
@@ -300,7 +308,7 @@ void dataset_load(const char *path, bool skip_bad, Dataset *out) {
         line++;
         if (is_blank(buf, (size_t)n)) continue;
         Sample s;
-        if (sample_parse_line(buf, (size_t)n, path, line, &s, err, sizeof(err)) != 0) {
+        if (parse_line(buf, (size_t)n, path, line, last_role, &s, err, sizeof(err)) != 0) {
             if (!skip_bad) fatal("%s", err);
             if (out->n_skipped++ < MAX_SKIP_WARNINGS)
                 fprintf(stderr, "onepass: warning: skipping bad line: %s\n", err);
@@ -317,6 +325,12 @@ void dataset_load(const char *path, bool skip_bad, Dataset *out) {
     if (out->n_samples == 0)
         fatal("%s: no usable samples (%d bad lines skipped)", path, out->n_skipped);
 }
+
+void dataset_load(const char *path, bool skip_bad, Dataset *out) {
+    load_lines(path, skip_bad, MSG_ASSISTANT, out);
+}
+
+void prompts_load(const char *path, Dataset *out) { load_lines(path, false, MSG_USER, out); }
 
 void sample_free(Sample *s) {
     messages_free(s->messages, s->n_messages);

@@ -43,5 +43,9 @@ int sample_parse_line(const char *text, size_t len, const char *path, int line, 
 // file:line and the field) unless skip_bad, which skips it and counts it in n_skipped.
 void dataset_load(const char *path, bool skip_bad, Dataset *out);
 
+// Reads a JSONL file of prompts: conversations whose last message is a user message (the
+// turn to generate). Any bad line is fatal, naming file:line and the field.
+void prompts_load(const char *path, Dataset *out);
+
 void sample_free(Sample *s);
 void dataset_free(Dataset *d);

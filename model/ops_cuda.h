@@ -33,6 +33,8 @@ extern "C" {
 // any op; ops_cuda_destroy frees it all (after the stream work is done).
 void ops_cuda_init(int max_tokens, int max_channels);
 void ops_cuda_destroy(void);
+// Whether ops_cuda_init has run (and ops_cuda_destroy not since).
+bool ops_cuda_ready(void);
 
 // out[N,C] (bf16) = wte[tokens[n], :]; wte [V,C] bf16. Tokens must be in [0, V):
 // the op has no V to check against (the data pipeline validates token ids).

@@ -20,6 +20,8 @@ __global__ void iota_kernel(int32_t *out, int n) {
         out[i] = i;
 }
 
+bool ops_cuda_ready(void) { return g_state_ready; }
+
 void ops_cuda_init(int max_tokens, int max_channels) {
     CHECK(!g_state_ready, "ops_cuda_init: already initialised (call ops_cuda_destroy first)");
     CHECK(max_tokens > 0 && max_channels > 0,

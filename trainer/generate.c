@@ -12,6 +12,9 @@
 #include "data/template.h"
 #include "model/decode.h"
 #include "trainer/setup.h"
+#ifdef ONEPASS_HAVE_CUDA
+#include "trainer/decode_ops_cuda.h"
+#endif
 
 // ---- The decoders behind DecodeOps.
 
@@ -41,13 +44,13 @@ static void cpu_forward(void *state, int n, const int32_t *slot, const int32_t *
 static const DecodeOps CPU_DECODE = {"cpu", cpu_create, cpu_destroy, cpu_reset, cpu_forward};
 
 const DecodeOps *decode_ops(Backend backend, char *why, size_t why_len) {
-    // MERGE: the CUDA decoder (model/decode_cuda.h, branch decode-cuda) plugs in here: a
-    // DecodeOps whose create converts params to bf16 on the device
-    // (cuda_decoder_create) and whose forward calls cuda_decoder_forward.
+#ifdef ONEPASS_HAVE_CUDA
     if (backend == BACKEND_CUDA) {
-        snprintf(why, why_len, "generation: cpu (the CUDA decoder is not wired in yet)");
-        return &CPU_DECODE;
+        snprintf(why, why_len, "generation: cuda");
+        return cuda_decode_ops();
     }
+#endif
+    CHECK(backend == BACKEND_CPU, "backend %d is not in this binary", (int)backend);
     snprintf(why, why_len, "generation: cpu");
     return &CPU_DECODE;
 }

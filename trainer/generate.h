@@ -26,8 +26,8 @@ typedef struct {
                     const int32_t *pos, float *logits);
 } DecodeOps;
 
-// The decoder of a backend; *why says which one runs (the CUDA decoder is wired at
-// the marked place in generate.c; until then CUDA generation runs on the CPU).
+// The decoder of a backend (the CPU's, or the CUDA decoder in a CUDA build); *why says
+// which one runs.
 const DecodeOps *decode_ops(Backend backend, char *why, size_t why_len);
 
 // What the chat template says generation needs: the id that ends a turn and the think

@@ -33,7 +33,7 @@ int main(int argc, char **argv) {
     if (!tok) fatal("%s", err);
     if (template_check_tokenizer(tok, err, sizeof err) != 0) fatal("%s: %s", argv[1], err);
     Dataset d;
-    dataset_load(data_path, false, &d);
+    dataset_load(data_path, &(LoadOptions){0}, &d);
     size_t bytes = 0;
     for (int s = 0; s < d.n_samples; s++) {
         for (int m = 0; m < d.samples[s].n_messages; m++) bytes += message_bytes(&d.samples[s].messages[m]);

@@ -28,7 +28,7 @@ void stats_compute(const TokenizedSample *samples, int n_samples, LayoutKind lay
         out->n_turns += samples[s].n_turns;
         DocList npass = {0};
         char err[256];
-        if (layout_sample(LAYOUT_NPASS, &samples[s], s, &npass, err, sizeof err) != 0)
+        if (layout_sample(LAYOUT_NPASS, NULL, &samples[s], s, &npass, err, sizeof err) != 0)
             fatal("statistics: %s", err);
         int npass_longest = 0;
         count_docs(&npass, &out->npass_tokens, &out->npass_trained, &npass_longest);

@@ -100,6 +100,24 @@ static const char *role_header(MessageRole role) {
     return role == MSG_SYSTEM ? TEMPLATE_SYSTEM_HEADER : TEMPLATE_USER_HEADER;
 }
 
+// Tool use in the onepass template, as text (Qwen3's wording): a tool result renders
+// under the user header, and each tool call after the answer text.
+#define TOOL_RESPONSE_OPEN "<tool_response>\n"
+#define TOOL_RESPONSE_CLOSE "\n</tool_response>"
+
+static void encode_tool_calls(Encoder *e, TokenSpan *out, const Message *m, const char *array,
+                              int index) {
+    for (int c = 0; c < m->n_tool_calls; c++) {
+        const ToolCall *call = &m->tool_calls[c];
+        size_t len = strlen(call->name) + strlen(call->arguments) + 64;
+        char *text = xmalloc(len);
+        snprintf(text, len, "%s<tool_call>\n{\"name\": \"%s\", \"arguments\": %s}\n</tool_call>",
+                 c > 0 || *m->content ? "\n" : "", call->name, call->arguments);
+        span_text(e, out, text, array, index, "tool_calls");
+        free(text);
+    }
+}
+
 static void span_free(TokenSpan *s) {
     free(s->ids);
     s->ids = NULL;
@@ -120,26 +138,44 @@ static void encode_reply(Encoder *e, const Message *m, const char *array, int in
         span_control(e, &turn->think, TEMPLATE_THINK_CLOSE);
     }
     span_text(e, &turn->answer, m->content ? m->content : "", array, index, "content");
+    encode_tool_calls(e, &turn->answer, m, array, index);
     span_control(e, &turn->answer, TEMPLATE_END_OF_TURN);
+    turn->empty_think = !m->reasoning || !*m->reasoning;
+    turn->context = m->context;
 }
 
 // Walks messages into turns (one per assistant message). The rendered non-assistant
 // messages after the last assistant message, plus the assistant header, are left
 // tokenized in *trailing_prompt (the next turn's prompt).
-static void encode_turns(Encoder *e, const Message *msgs, int n_msgs, const char *array,
-                         TurnTokens **turns, int *n_turns, TokenSpan *trailing_prompt) {
+static void encode_turns(Encoder *e, const Sample *s, const char *array, TurnTokens **turns,
+                         int *n_turns, TokenSpan *trailing_prompt) {
+    const Message *msgs = s->messages;
+    const int n_msgs = s->n_messages;
     int cap = 0;
     *turns = NULL;
     *n_turns = 0;
     TokenSpan prompt = {0};
+    if (s->n_tools > 0) {  // the tool definitions: a system block before everything
+        span_control(e, &prompt, TEMPLATE_SYSTEM_HEADER);
+        span_append(e, &prompt, "# Tools\n", TOKENIZER_PLAIN);
+        for (int i = 0; i < s->n_tools; i++) {
+            span_text(e, &prompt, s->tools[i], "tools", i, "function");
+            span_append(e, &prompt, "\n", TOKENIZER_PLAIN);
+        }
+    }
+    bool user_since_reply = true;  // a user message since the last assistant message
     for (int i = 0; i < n_msgs; i++) {
         const Message *m = &msgs[i];
         if (m->role != MSG_ASSISTANT) {
             span_control(e, &prompt, role_header(m->role));
+            if (m->role == MSG_TOOL) span_append(e, &prompt, TOOL_RESPONSE_OPEN, TOKENIZER_PLAIN);
             span_text(e, &prompt, m->content ? m->content : "", array, i, "content");
+            if (m->role == MSG_TOOL) span_append(e, &prompt, TOOL_RESPONSE_CLOSE, TOKENIZER_PLAIN);
+            user_since_reply |= m->role == MSG_USER;
             continue;
         }
-        TurnTokens turn = {0};
+        TurnTokens turn = {.continues = !user_since_reply};
+        user_since_reply = false;
         span_control(e, &prompt, TEMPLATE_ASSISTANT_HEADER);
         turn.prompt = prompt;
         prompt = (TokenSpan){0};
@@ -164,8 +200,8 @@ int sample_tokenize(const Tokenizer *tok, const Sample *s, SpecialInText special
     Encoder e = {tok, special_in_text, true, err, err_len, 0};
     TokenSpan trailing = {0};
     const bool conversation = s->kind == SAMPLE_CONVERSATION;
-    encode_turns(&e, s->messages, s->n_messages, conversation ? "messages" : "prompt", &out->turns,
-                 &out->n_turns, &trailing);
+    encode_turns(&e, s, conversation ? "messages" : "prompt", &out->turns, &out->n_turns,
+                 &trailing);
     if (conversation) {
         span_free(&trailing);
         if (e.rc == 0 && out->n_turns == 0) {

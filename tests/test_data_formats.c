@@ -116,12 +116,19 @@ static void test_random_round_trips(TestRng *rng) {
                 json_array_append_new(completions,
                                       message_json(&comps[c], c % 2 ? STYLE_INLINE : STYLE_REASONING_FIELD));
             }
+            // An unknown key: ignored and counted under ignore_unknown_keys.
             root = json_pack("{s:o, s:o, s:s}", "prompt", prompt, "completions", completions,
                              "id", "extra keys are ignored");
             char *line = json_dumps(root, JSON_COMPACT);
             Sample s;
-            int rc = sample_parse_line(line, strlen(line), "rand.jsonl", trial + 1, &s, err, sizeof err);
+            KeyTally tally = {0};
+            ParseOptions ignore = {true, &tally};
+            int rc = sample_parse_line(line, strlen(line), "rand.jsonl", trial + 1, &ignore, &s, err,
+                                       sizeof err);
             EXPECT(rc == 0, "%s", err);
+            EXPECT(tally.total == 1 && tally.n == 1 && strcmp(tally.names[0], "id") == 0,
+                   "ignored keys: %lld", tally.total);
+            key_tally_free(&tally);
             if (rc == 0) {
                 EXPECT(s.kind == SAMPLE_SHARED_PREFIX && s.line == trial + 1, "kind %d line %d",
                       s.kind, s.line);
@@ -137,7 +144,7 @@ static void test_random_round_trips(TestRng *rng) {
             root = json_pack("{s:o}", style == STYLE_SHAREGPT ? "conversations" : "messages", arr);
             char *line = json_dumps(root, JSON_COMPACT | (trial % 2 ? JSON_ENSURE_ASCII : 0));
             Sample s;
-            int rc = sample_parse_line(line, strlen(line), "rand.jsonl", trial + 1, &s, err, sizeof err);
+            int rc = sample_parse_line(line, strlen(line), "rand.jsonl", trial + 1, NULL, &s, err, sizeof err);
             EXPECT(rc == 0, "%s", err);
             if (rc == 0) {
                 EXPECT(s.kind == SAMPLE_CONVERSATION && s.n_completions == 0, "kind %d", s.kind);
@@ -179,7 +186,7 @@ static void test_fixed_cases(void) {
          "A", NULL},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        int rc = sample_parse_line(cases[i].json, strlen(cases[i].json), "fixed.jsonl", 1, &s, err,
+        int rc = sample_parse_line(cases[i].json, strlen(cases[i].json), "fixed.jsonl", 1, NULL, &s, err,
                                    sizeof err);
         EXPECT(rc == 0, "case %zu: %s", i, err);
         if (rc != 0) continue;
@@ -191,7 +198,7 @@ static void test_fixed_cases(void) {
         sample_free(&s);
     }
     // A user message's think tags are its text, not reasoning.
-    int rc = sample_parse_line(cases[5].json, strlen(cases[5].json), "fixed.jsonl", 1, &s, err,
+    int rc = sample_parse_line(cases[5].json, strlen(cases[5].json), "fixed.jsonl", 1, NULL, &s, err,
                                sizeof err);
     EXPECT(rc == 0 && strcmp(s.messages[0].content, "<think>user text keeps tags</think>") == 0 &&
               !s.messages[0].reasoning,
@@ -227,9 +234,9 @@ static const BadCase BAD_CASES[] = {
      "messages[1].role: unknown role 'robot'"},
     {"{\"messages\":[{\"role\":7,\"content\":\"q\"}]}", "messages[0].role: expected a string, got an integer"},
     {"{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":42}]}",
-     "messages[1].content: expected a string, got an integer"},
+     "messages[1].content: expected a string or an array of parts, got an integer"},
     {"{\"messages\":[{\"role\":\"user\",\"content\":null},{\"role\":\"assistant\",\"content\":\"A\"}]}",
-     "messages[0].content: expected a string, got null"},
+     "messages[0].content: expected a string or an array of parts, got null"},
     {"{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":\"A\",\"reasoning_content\":[1]}]}",
      "messages[1].reasoning_content: expected a string, got an array"},
     {"{\"messages\":[{\"role\":\"user\",\"content\":\"q\",\"reasoning_content\":\"r\"},{\"role\":\"assistant\",\"content\":\"A\"}]}",
@@ -257,7 +264,8 @@ static const BadCase BAD_CASES[] = {
     {"{\"conversations\":[{\"from\":\"human\",\"value\":\"q\"},{\"from\":\"gpt\",\"value\":\"<think>open\"}]}",
      "conversations[1].value: unclosed think tag"},
     {"{\"conversations\":[{\"from\":\"human\",\"value\":\"q\"}]}", "conversations: no gpt message"},
-    {"{\"conversations\":[{\"from\":\"human\",\"text\":\"q\"}]}", "conversations[0]: missing field 'value'"},
+    {"{\"conversations\":[{\"from\":\"human\",\"text\":\"q\"}]}", "conversations[0].text: unknown key"},
+    {"{\"conversations\":[{\"from\":\"human\"}]}", "conversations[0]: missing field 'value'"},
     {"{\"prompt\":[{\"role\":\"user\",\"content\":\"q\"}],\"completions\":[]}",
      "completions: empty completions list"},
     {"{\"prompt\":[{\"role\":\"user\",\"content\":\"q\"}]}", "missing field 'completions'"},
@@ -279,7 +287,7 @@ static void test_bad_lines(TestRng *rng) {
         int line = test_rng_int(rng, 1, 100000);
         Sample s;
         int rc = sample_parse_line(BAD_CASES[i].json, strlen(BAD_CASES[i].json), "data.jsonl",
-                                   line, &s, err, sizeof err);
+                                   line, NULL, &s, err, sizeof err);
         snprintf(want_prefix, sizeof want_prefix, "data.jsonl:%d: ", line);
         EXPECT(rc == -1, "bad case %d accepted: %s", i, BAD_CASES[i].json);
         if (rc != -1) {
@@ -308,7 +316,7 @@ static int load_in_child(const char *path, char *out, size_t out_len) {
         dup2(fds[1], 2);
         close(fds[0]);
         Dataset d;
-        dataset_load(path, false, &d);
+        dataset_load(path, &(LoadOptions){0}, &d);
         _exit(0);
     }
     close(fds[1]);
@@ -347,7 +355,7 @@ static void test_dataset_files(TestRng *rng) {
         fclose(f);
         if (n_good == 0) continue;  // an all-bad file is fatal even with skip_bad
         Dataset d;
-        dataset_load(path, true, &d);
+        dataset_load(path, &(LoadOptions){.skip_bad = true}, &d);
         EXPECT(d.n_samples == n_good && d.n_skipped == n_bad, "got %d good %d skipped, want %d %d",
               d.n_samples, d.n_skipped, n_good, n_bad);
         for (int i = 0; i < d.n_samples && i < n_good; i++)

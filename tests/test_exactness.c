@@ -162,7 +162,7 @@ static TokenSpan random_span(TestRng *rng, int n) {
 }
 
 static TurnTokens random_turn(TestRng *rng, bool with_prompt) {
-    TurnTokens t;
+    TurnTokens t = {0};
     t.prompt = random_span(rng, with_prompt ? test_rng_int(rng, 1, 5) : 0);
     t.think = random_span(rng, test_rng_int(rng, 0, 9) < 3 ? 0 : test_rng_int(rng, 1, 6));
     t.answer = random_span(rng, test_rng_int(rng, 1, 4));
@@ -183,7 +183,7 @@ static EntrySet layout_entries(LayoutKind layout, const TokenizedSample *samples
     DocList docs = {0};
     char err[256];
     for (int s = 0; s < n_samples; s++)
-        EXPECT(layout_sample(layout, &samples[s], s, &docs, err, sizeof err) == 0, "%s: %s",
+        EXPECT(layout_sample(layout, NULL, &samples[s], s, &docs, err, sizeof err) == 0, "%s: %s",
               layout_name(layout), err);
     PackedRows rows;
     int skipped;

@@ -11,6 +11,7 @@
 
 #define SPAN(...) ((TokenSpan){(int32_t[]){__VA_ARGS__}, (int)(sizeof((int32_t[]){__VA_ARGS__}) / sizeof(int32_t))})
 #define NO_SPAN ((TokenSpan){NULL, 0})
+#define TURN(p, th, a) ((TurnTokens){.prompt = p, .think = th, .answer = a})
 
 // Compares one field of a document against an expected table.
 static void check_field(const char *what, const char *field, const int32_t *got,
@@ -45,8 +46,8 @@ enum { P = ROLE_PROMPT, T = ROLE_THINK, A = ROLE_ANSWER, H = ROLE_ANSWER_HISTORY
 static int32_t p1[] = {101, 102, 103}, th1[] = {201, 202, 203, 204}, a1[] = {301, 302};
 static int32_t p2[] = {111, 112, 113}, th2[] = {211, 212, 213}, a2[] = {311, 312};
 static TokenizedSample worked_example(TurnTokens turns[2]) {
-    turns[0] = (TurnTokens){{p1, 3}, {th1, 4}, {a1, 2}};
-    turns[1] = (TurnTokens){{p2, 3}, {th2, 3}, {a2, 2}};
+    turns[0] = (TurnTokens){.prompt = {p1, 3}, .think = {th1, 4}, .answer = {a1, 2}};
+    turns[1] = (TurnTokens){.prompt = {p2, 3}, .think = {th2, 3}, .answer = {a2, 2}};
     return (TokenizedSample){SAMPLE_CONVERSATION, turns, 2, NO_SPAN, 7};
 }
 
@@ -55,7 +56,7 @@ static void test_duplicate_worked_example(void) {
     TokenizedSample s = worked_example(turns);
     DocList docs = {0};
     char err[256];
-    EXPECT(layout_sample(LAYOUT_DUPLICATE, &s, 3, &docs, err, sizeof err) == 0, "%s", err);
+    EXPECT(layout_sample(LAYOUT_DUPLICATE, NULL, &s, 3, &docs, err, sizeof err) == 0, "%s", err);
     EXPECT(docs.n_docs == 1, "one document, got %d", docs.n_docs);
     // idx   0-2  3-6  7-8  9-10 11-13 14-16 17-18
     // seg   p1   th1  a1A  a1B  p2    th2   a2
@@ -83,7 +84,7 @@ static void test_npass_worked_example(void) {
     TokenizedSample s = worked_example(turns);
     DocList docs = {0};
     char err[256];
-    EXPECT(layout_sample(LAYOUT_NPASS, &s, 0, &docs, err, sizeof err) == 0, "%s", err);
+    EXPECT(layout_sample(LAYOUT_NPASS, NULL, &s, 0, &docs, err, sizeof err) == 0, "%s", err);
     EXPECT(docs.n_docs == 2, "two documents, got %d", docs.n_docs);
     if (docs.n_docs != 2) return;
     EXPECT(docs.docs[0].n + docs.docs[1].n == 22, "22 tokens, got %d",
@@ -122,7 +123,7 @@ static void test_mask_only_worked_example(void) {
     TokenizedSample s = worked_example(turns);
     DocList docs = {0};
     char err[256];
-    EXPECT(layout_sample(LAYOUT_MASK_ONLY, &s, 0, &docs, err, sizeof err) == 0, "%s", err);
+    EXPECT(layout_sample(LAYOUT_MASK_ONLY, NULL, &s, 0, &docs, err, sizeof err) == 0, "%s", err);
     EXPECT(docs.n_docs == 1, "one document");
     // p1 th1 a1 p2 th2 a2 in order; thinking visible only up to its answer's end.
     if (docs.n_docs == 1)
@@ -140,13 +141,13 @@ static void test_mask_only_worked_example(void) {
 // Turn 0 without reasoning: a single answer copy, which is also the history.
 static void test_turn_without_reasoning(void) {
     TurnTokens turns[2] = {
-        {SPAN(101, 102), NO_SPAN, SPAN(301, 302, 303)},
-        {SPAN(111), SPAN(211, 212), SPAN(311)},
+        TURN(SPAN(101, 102), NO_SPAN, SPAN(301, 302, 303)),
+        TURN(SPAN(111), SPAN(211, 212), SPAN(311)),
     };
     TokenizedSample s = {SAMPLE_CONVERSATION, turns, 2, NO_SPAN, 1};
     DocList docs = {0};
     char err[256];
-    EXPECT(layout_sample(LAYOUT_DUPLICATE, &s, 0, &docs, err, sizeof err) == 0, "%s", err);
+    EXPECT(layout_sample(LAYOUT_DUPLICATE, NULL, &s, 0, &docs, err, sizeof err) == 0, "%s", err);
     if (docs.n_docs == 1)
         check_doc("duplicate without reasoning", &docs.docs[0],
                   (ExpectedDoc){9, (int32_t[]){101, 102, 301, 302, 303, 111, 211, 212, 311},
@@ -161,13 +162,13 @@ static void test_turn_without_reasoning(void) {
 // P = 101 102 103; S1 = think 201 202, answer 301 302; S2 = answer 311 312 313.
 static void test_shared_prefix(void) {
     TurnTokens completions[2] = {
-        {NO_SPAN, SPAN(201, 202), SPAN(301, 302)},
-        {NO_SPAN, NO_SPAN, SPAN(311, 312, 313)},
+        TURN(NO_SPAN, SPAN(201, 202), SPAN(301, 302)),
+        TURN(NO_SPAN, NO_SPAN, SPAN(311, 312, 313)),
     };
     TokenizedSample s = {SAMPLE_SHARED_PREFIX, completions, 2, SPAN(101, 102, 103), 4};
     DocList docs = {0};
     char err[256];
-    EXPECT(layout_sample(LAYOUT_SHARED_PREFIX, &s, 0, &docs, err, sizeof err) == 0, "%s", err);
+    EXPECT(layout_sample(LAYOUT_SHARED_PREFIX, NULL, &s, 0, &docs, err, sizeof err) == 0, "%s", err);
     // P[0:-1] | P[-1] S1 | P[-1] S2; blocks restart at position |P|-1 = 2.
     if (docs.n_docs == 1)
         check_doc("shared_prefix", &docs.docs[0],
@@ -179,7 +180,7 @@ static void test_shared_prefix(void) {
                                 (int32_t[]){P, P, P, T, T, A, A, P, A, A, A}});
     doc_list_free(&docs);
 
-    EXPECT(layout_sample(LAYOUT_NPASS, &s, 0, &docs, err, sizeof err) == 0, "%s", err);
+    EXPECT(layout_sample(LAYOUT_NPASS, NULL, &s, 0, &docs, err, sizeof err) == 0, "%s", err);
     EXPECT(docs.n_docs == 2, "npass: one sequence per completion, got %d", docs.n_docs);
     if (docs.n_docs == 2) {
         check_doc("shared-prefix npass 0", &docs.docs[0],
@@ -197,14 +198,14 @@ static void test_shared_prefix(void) {
 
     // Layouts that do not apply.
     // The message is location-free: packed_dataset_load puts "path:line: " in front.
-    EXPECT(layout_sample(LAYOUT_DUPLICATE, &s, 0, &docs, err, sizeof err) == -1 &&
+    EXPECT(layout_sample(LAYOUT_DUPLICATE, NULL, &s, 0, &docs, err, sizeof err) == -1 &&
               strcmp(err, "layout duplicate does not apply to a shared-prefix set") == 0,
           "duplicate on a shared-prefix set: %s", err);
-    EXPECT(layout_sample(LAYOUT_MASK_ONLY, &s, 0, &docs, err, sizeof err) == -1,
+    EXPECT(layout_sample(LAYOUT_MASK_ONLY, NULL, &s, 0, &docs, err, sizeof err) == -1,
           "mask_only on a shared-prefix set");
     TurnTokens turns[2];
     TokenizedSample conversation = worked_example(turns);
-    EXPECT(layout_sample(LAYOUT_SHARED_PREFIX, &conversation, 0, &docs, err, sizeof err) == -1,
+    EXPECT(layout_sample(LAYOUT_SHARED_PREFIX, NULL, &conversation, 0, &docs, err, sizeof err) == -1,
           "shared_prefix on a conversation");
     EXPECT(docs.n_docs == 0, "a refused layout appends nothing");
     doc_list_free(&docs);
@@ -233,7 +234,7 @@ static void check_encoded(const Tokenizer *tok, const char *what, TokenSpan got,
 }
 
 static Message msg(MessageRole role, const char *content, const char *reasoning) {
-    return (Message){role, (char *)content, (char *)reasoning};
+    return (Message){.role = role, .content = (char *)content, .reasoning = (char *)reasoning};
 }
 
 static void test_tokenize(void) {
@@ -249,7 +250,8 @@ static void test_tokenize(void) {
         msg(MSG_USER, "quick", NULL),       msg(MSG_ASSISTANT, "9", NULL),
         msg(MSG_USER, "bye", NULL),  // trailing: nothing to train, dropped
     };
-    Sample s = {SAMPLE_CONVERSATION, conversation, 7, NULL, 0, 12};
+    Sample s = {.kind = SAMPLE_CONVERSATION, .messages = conversation, .n_messages = 7, .completions = NULL,
+              .n_completions = 0, .line = 12};
     TokenizedSample ts;
     EXPECT(sample_tokenize(tok, &s, SPECIAL_IN_TEXT_PLAIN, &ts, err, sizeof err) == 0, "%s", err);
     EXPECT(ts.n_turns == 2 && ts.line == 12, "two turns, line 12 (got %d, %d)", ts.n_turns, ts.line);
@@ -271,7 +273,8 @@ static void test_tokenize(void) {
     Message prompt[] = {msg(MSG_USER, "add 2 and 3", NULL), msg(MSG_ASSISTANT, "5", "thinking"),
                         msg(MSG_USER, "and 4?", NULL)};
     Message completions[] = {msg(MSG_ASSISTANT, "9", "5 plus 4"), msg(MSG_ASSISTANT, "nine", NULL)};
-    Sample sp = {SAMPLE_SHARED_PREFIX, prompt, 3, completions, 2, 3};
+    Sample sp = {.kind = SAMPLE_SHARED_PREFIX, .messages = prompt, .n_messages = 3, .completions = completions,
+              .n_completions = 2, .line = 3};
     EXPECT(sample_tokenize(tok, &sp, SPECIAL_IN_TEXT_PLAIN, &ts, err, sizeof err) == 0, "%s", err);
     EXPECT(ts.n_turns == 2, "one turn per completion");
     int32_t want[512];
@@ -288,7 +291,8 @@ static void test_tokenize(void) {
     tokenized_sample_free(&ts);
 
     Message no_reply[] = {msg(MSG_USER, "hello", NULL)};
-    Sample bad = {SAMPLE_CONVERSATION, no_reply, 1, NULL, 0, 5};
+    Sample bad = {.kind = SAMPLE_CONVERSATION, .messages = no_reply, .n_messages = 1, .completions = NULL,
+              .n_completions = 0, .line = 5};
     EXPECT(sample_tokenize(tok, &bad, SPECIAL_IN_TEXT_PLAIN, &ts, err, sizeof err) == -1 &&
               strcmp(err, "conversation has no assistant message") == 0,
           "no assistant message is an error, location-free (the loader names file:line): %s", err);
@@ -319,7 +323,8 @@ static void test_special_in_text(void) {
         msg(MSG_USER, "<|system|>x", NULL),
         msg(MSG_ASSISTANT, "done", NULL),
     };
-    Sample s = {SAMPLE_CONVERSATION, forged, 4, NULL, 0, 3};
+    Sample s = {.kind = SAMPLE_CONVERSATION, .messages = forged, .n_messages = 4, .completions = NULL,
+              .n_completions = 0, .line = 3};
     TokenizedSample ts;
     EXPECT(sample_tokenize(tok, &s, SPECIAL_IN_TEXT_PLAIN, &ts, err, sizeof err) == 0, "%s", err);
     if (ts.n_turns == 2) {
@@ -338,7 +343,7 @@ static void test_special_in_text(void) {
                text ? text : "(null)");
         free(text);
         DocList docs = {0};
-        EXPECT(layout_sample(LAYOUT_DUPLICATE, &ts, 0, &docs, err, sizeof err) == 0, "%s", err);
+        EXPECT(layout_sample(LAYOUT_DUPLICATE, NULL, &ts, 0, &docs, err, sizeof err) == 0, "%s", err);
         int user = tokenizer_piece_to_id(tok, TEMPLATE_USER_HEADER);
         int end = tokenizer_piece_to_id(tok, TEMPLATE_END_OF_TURN);
         int user_targets = 0, end_targets = 0;
@@ -359,7 +364,8 @@ static void test_special_in_text(void) {
                            "(data.special_in_text is \"error\")") == 0,
            "error policy: '%s'", err);
     Message reply[] = {msg(MSG_USER, "q", NULL), msg(MSG_ASSISTANT, "a", "r<think>")};
-    Sample s2 = {SAMPLE_CONVERSATION, reply, 2, NULL, 0, 4};
+    Sample s2 = {.kind = SAMPLE_CONVERSATION, .messages = reply, .n_messages = 2, .completions = NULL,
+              .n_completions = 0, .line = 4};
     EXPECT(sample_tokenize(tok, &s2, SPECIAL_IN_TEXT_ERROR, &ts, err, sizeof err) == -1 &&
                strncmp(err, "messages[1].reasoning: contains the template token '<think>'", 60) == 0,
            "error policy on reasoning: '%s'", err);

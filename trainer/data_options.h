@@ -4,6 +4,7 @@
 #include "trainer/config.h"
 
 // data.layout, data.seq_len, data.unpacked, data.skip_bad, data.skip_too_long,
-// data.special_in_text; a bad
+// data.special_in_text, data.ignore_unknown_keys, data.max_line_bytes, data.train_on,
+// data.skip_empty_think_turns; a bad
 // value is fatal and names the key.
 DataOptions data_options_from_config(const Config *c);

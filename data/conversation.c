@@ -580,9 +580,9 @@ static int check_turn_order(const MessageFormat *fmt, const char *key, const Mes
         } else if (prev == MSG_TOOL) {
             ok = role == MSG_TOOL || role == MSG_ASSISTANT;
             expected = "tool' or 'assistant";
-        } else {  // after an assistant message: the next turn, or the results of its calls
-            ok = role == MSG_USER || (role == MSG_TOOL && calls_pending);
-            expected = calls_pending ? "user' or 'tool" : names[MSG_USER];
+        } else {  // after an assistant message: the results of its calls, else the next turn
+            ok = role == (calls_pending ? MSG_TOOL : MSG_USER);
+            expected = names[calls_pending ? MSG_TOOL : MSG_USER];
         }
         if (!ok) {
             if (role == MSG_TOOL && prev == MSG_ASSISTANT)

@@ -7,6 +7,7 @@
 #include "data/layout.h"
 #include "data/template.h"
 #include "data/tokenize.h"
+#include "data/visibility.h"
 #include "tests/test_util.h"
 
 #define SPAN(...) ((TokenSpan){(int32_t[]){__VA_ARGS__}, (int)(sizeof((int32_t[]){__VA_ARGS__}) / sizeof(int32_t))})
@@ -376,6 +377,211 @@ static void test_special_in_text(void) {
     tokenizer_free(tok);
 }
 
+// ---------------------------------------------------------------------------------
+// Loss options (data.train_on, data.skip_empty_think_turns; a TRL prompt's context
+// messages) and user turns with tool calls, against tables written by hand.
+
+// Lays out s under kind and loss; checks one document against e (or no document).
+static void check_layout(const char *what, LayoutKind kind, LossOptions loss,
+                         const TokenizedSample *s, const ExpectedDoc *e) {
+    DocList docs = {0};
+    char err[256];
+    EXPECT(layout_sample(kind, &loss, s, 0, &docs, err, sizeof err) == 0, "%s: %s", what, err);
+    EXPECT(docs.n_docs == (e ? 1 : 0), "%s: %d documents", what, docs.n_docs);
+    if (e && docs.n_docs == 1) check_doc(what, &docs.docs[0], *e);
+    doc_list_free(&docs);
+}
+
+static void test_train_on_answer(void) {
+    TurnTokens turns[2];
+    TokenizedSample s = worked_example(turns);
+    const LossOptions answer = {.train_on = TRAIN_ANSWER};
+    // Duplicate: the positions that predict thinking lose their target; </think> still
+    // predicts the answer's first token.
+    ExpectedDoc dup = {
+        19,
+        (int32_t[]){101, 102, 103, 201, 202, 203, 204, 301, 302, 301, 302, 111, 112, 113, 211, 212, 213, 311, 312},
+        (int32_t[]){-1, -1, -1, -1, -1, -1, 301, 302, -1, -1, -1, -1, -1, -1, -1, -1, 311, 312, -1},
+        (int32_t[]){0, 1, 2, 3, 4, 5, 6, 7, 8, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12},
+        (int32_t[]){19, 19, 19, 9, 9, 9, 9, 9, 9, 19, 19, 19, 19, 19, 19, 19, 19, 19, 19},
+        (int32_t[]){0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
+        (int32_t[]){P, P, P, T, T, T, T, A, A, H, H, P, P, P, T, T, T, A, A},
+    };
+    check_layout("duplicate, answers only", LAYOUT_DUPLICATE, answer, &s, &dup);
+    ExpectedDoc mask = {
+        17,
+        (int32_t[]){101, 102, 103, 201, 202, 203, 204, 301, 302, 111, 112, 113, 211, 212, 213, 311, 312},
+        (int32_t[]){-1, -1, -1, -1, -1, -1, 301, 302, -1, -1, -1, -1, -1, -1, 311, 312, -1},
+        (int32_t[]){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16},
+        (int32_t[]){17, 17, 17, 9, 9, 9, 9, 17, 17, 17, 17, 17, 17, 17, 17, 17, 17},
+        (int32_t[]){0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
+        (int32_t[]){P, P, P, T, T, T, T, A, A, P, P, P, T, T, T, A, A},
+    };
+    check_layout("mask_only, answers only", LAYOUT_MASK_ONLY, answer, &s, &mask);
+    // A turn without reasoning trains from its prompt's last token, as before.
+    TurnTokens plain[1] = {TURN(SPAN(101, 102), NO_SPAN, SPAN(301, 302))};
+    TokenizedSample one = {SAMPLE_CONVERSATION, plain, 1, NO_SPAN, 1};
+    ExpectedDoc npass = {4, (int32_t[]){101, 102, 301, 302}, (int32_t[]){-1, 301, 302, -1},
+                         (int32_t[]){0, 1, 2, 3}, (int32_t[]){4, 4, 4, 4}, (int32_t[]){0, 0, 0, 0},
+                         (int32_t[]){P, P, A, A}};
+    check_layout("npass, answers only, no reasoning", LAYOUT_NPASS, answer, &one, &npass);
+    // Shared prefix: block 1 (think 201 202) keeps 202 -> 301 and 301 -> 302.
+    TurnTokens completions[2] = {
+        TURN(NO_SPAN, SPAN(201, 202), SPAN(301, 302)),
+        TURN(NO_SPAN, NO_SPAN, SPAN(311, 312, 313)),
+    };
+    TokenizedSample sp = {SAMPLE_SHARED_PREFIX, completions, 2, SPAN(101, 102, 103), 4};
+    ExpectedDoc shared = {11, (int32_t[]){101, 102, 103, 201, 202, 301, 302, 103, 311, 312, 313},
+                          (int32_t[]){-1, -1, -1, -1, 301, 302, -1, 311, 312, 313, -1},
+                          (int32_t[]){0, 1, 2, 3, 4, 5, 6, 2, 3, 4, 5},
+                          (int32_t[]){11, 11, 7, 7, 7, 7, 7, 11, 11, 11, 11},
+                          (int32_t[]){0, 0, 1, 1, 1, 1, 1, 2, 2, 2, 2},
+                          (int32_t[]){P, P, P, T, T, A, A, P, A, A, A}};
+    check_layout("shared_prefix, answers only", LAYOUT_SHARED_PREFIX, answer, &sp, &shared);
+}
+
+// Turn 0 of the worked example has an empty think block (untrained under
+// skip_empty_think, as a TRL prompt's context message is): duplicate keeps only what
+// turn 1 sees, p1 a1 at positions 0-4 (= npass's one document); mask_only keeps the
+// sequence and drops the targets; npass drops the turn's document.
+static void test_untrained_turns(void) {
+    TurnTokens turns[2];
+    TokenizedSample s = worked_example(turns);
+    const LossOptions skip = {.skip_empty_think = true};
+    ExpectedDoc stripped = {
+        13, (int32_t[]){101, 102, 103, 301, 302, 111, 112, 113, 211, 212, 213, 311, 312},
+        (int32_t[]){-1, -1, -1, -1, -1, -1, -1, 211, 212, 213, 311, 312, -1},
+        (int32_t[]){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12},
+        (int32_t[]){13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13},
+        (int32_t[]){0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
+        (int32_t[]){P, P, P, A, A, P, P, P, T, T, T, A, A}};
+    ExpectedDoc mask = {
+        17,
+        (int32_t[]){101, 102, 103, 201, 202, 203, 204, 301, 302, 111, 112, 113, 211, 212, 213, 311, 312},
+        (int32_t[]){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 211, 212, 213, 311, 312, -1},
+        (int32_t[]){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16},
+        (int32_t[]){17, 17, 17, 9, 9, 9, 9, 17, 17, 17, 17, 17, 17, 17, 17, 17, 17},
+        (int32_t[]){0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
+        (int32_t[]){P, P, P, T, T, T, T, A, A, P, P, P, T, T, T, A, A}};
+    for (int why = 0; why < 2; why++) {
+        turns[0].empty_think = why == 0;
+        turns[0].context = why == 1;
+        const LossOptions loss = why == 0 ? skip : (LossOptions){0};
+        check_layout("duplicate, turn 0 untrained", LAYOUT_DUPLICATE, loss, &s, &stripped);
+        check_layout("npass, turn 0 untrained", LAYOUT_NPASS, loss, &s, &stripped);
+        check_layout("mask_only, turn 0 untrained", LAYOUT_MASK_ONLY, loss, &s, &mask);
+    }
+    turns[0].context = false;
+    // The option off: an empty think block is trained like any other.
+    turns[0].empty_think = turns[1].empty_think = true;
+    DocList docs = {0};
+    char err[256];
+    EXPECT(layout_sample(LAYOUT_NPASS, NULL, &s, 0, &docs, err, sizeof err) == 0 && docs.n_docs == 2,
+           "skip_empty_think off: %d documents", docs.n_docs);
+    doc_list_free(&docs);
+    // Nothing trained: no document in any layout.
+    for (int k = 0; k < 3; k++)
+        check_layout("nothing trained", (LayoutKind)k, skip, &s, NULL);
+    // An empty answer-less think: a shared-prefix completion skipped under the option.
+    TurnTokens completions[2] = {
+        TURN(NO_SPAN, SPAN(201, 202), SPAN(301, 302)),
+        TURN(NO_SPAN, NO_SPAN, SPAN(311, 312, 313)),
+    };
+    completions[1].empty_think = true;
+    TokenizedSample sp = {SAMPLE_SHARED_PREFIX, completions, 2, SPAN(101, 102, 103), 4};
+    ExpectedDoc shared = {7, (int32_t[]){101, 102, 103, 201, 202, 301, 302},
+                          (int32_t[]){-1, -1, 201, 202, 301, 302, -1}, (int32_t[]){0, 1, 2, 3, 4, 5, 6},
+                          (int32_t[]){7, 7, 7, 7, 7, 7, 7}, (int32_t[]){0, 0, 1, 1, 1, 1, 1},
+                          (int32_t[]){P, P, P, T, T, A, A}};
+    check_layout("shared_prefix, completion 1 skipped", LAYOUT_SHARED_PREFIX, skip, &sp, &shared);
+}
+
+// Compares a document's lo/hi visibility with the tag oracle (data/visibility.h).
+static void check_oracle(const char *what, LayoutKind kind, const Doc *d) {
+    int n = d->n;
+    int32_t *doc = calloc((size_t)n, sizeof(int32_t));
+    uint8_t *mask = malloc((size_t)n * (size_t)n);
+    layout_visibility_from_tags(kind, doc, d->turn, d->role, n, mask);
+    for (int q = 0; q < n; q++)
+        for (int k = 0; k < n; k++) {
+            bool intervals = d->lo[k] <= q && q < d->hi[k];
+            EXPECT(intervals == (mask[(size_t)q * (size_t)n + (size_t)k] != 0),
+                   "%s: q %d k %d: intervals %d, oracle %d", what, q, k, intervals,
+                   mask[(size_t)q * (size_t)n + (size_t)k]);
+        }
+    free(doc);
+    free(mask);
+}
+
+// User turn 0: m0 (p 101 102, think 201 202, a 301 = its tool call + end), then the tool
+// result and m1 (p 121 122, think 221, a 321 322), which continues the turn; user turn 1:
+// m2 (p 131, think 231, a 331). DESIGN.md §8: m1 sees m0's thinking, m2 sees neither.
+static void test_tool_turns(void) {
+    TurnTokens turns[3] = {
+        TURN(SPAN(101, 102), SPAN(201, 202), SPAN(301)),
+        TURN(SPAN(121, 122), SPAN(221), SPAN(321, 322)),
+        TURN(SPAN(131), SPAN(231), SPAN(331)),
+    };
+    turns[1].continues = true;
+    TokenizedSample s = {SAMPLE_CONVERSATION, turns, 3, NO_SPAN, 2};
+    DocList docs = {0};
+    char err[256];
+    EXPECT(layout_sample(LAYOUT_NPASS, NULL, &s, 0, &docs, err, sizeof err) == 0 && docs.n_docs == 3,
+           "npass: %d documents", docs.n_docs);
+    if (docs.n_docs == 3) {
+        check_doc("npass m0", &docs.docs[0],
+                  (ExpectedDoc){5, (int32_t[]){101, 102, 201, 202, 301}, (int32_t[]){-1, 201, 202, 301, -1},
+                                (int32_t[]){0, 1, 2, 3, 4}, (int32_t[]){5, 5, 5, 5, 5},
+                                (int32_t[]){0, 0, 0, 0, 0}, (int32_t[]){P, P, T, T, A}});
+        check_doc("npass m1 (keeps m0's thinking)", &docs.docs[1],
+                  (ExpectedDoc){10, (int32_t[]){101, 102, 201, 202, 301, 121, 122, 221, 321, 322},
+                                (int32_t[]){-1, -1, -1, -1, -1, -1, 221, 321, 322, -1},
+                                (int32_t[]){0, 1, 2, 3, 4, 5, 6, 7, 8, 9},
+                                (int32_t[]){10, 10, 10, 10, 10, 10, 10, 10, 10, 10},
+                                (int32_t[]){0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+                                (int32_t[]){P, P, T, T, A, P, P, T, A, A}});
+        check_doc("npass m2 (turn 0 stripped)", &docs.docs[2],
+                  (ExpectedDoc){10, (int32_t[]){101, 102, 301, 121, 122, 321, 322, 131, 231, 331},
+                                (int32_t[]){-1, -1, -1, -1, -1, -1, -1, 231, 331, -1},
+                                (int32_t[]){0, 1, 2, 3, 4, 5, 6, 7, 8, 9},
+                                (int32_t[]){10, 10, 10, 10, 10, 10, 10, 10, 10, 10},
+                                (int32_t[]){0, 0, 0, 0, 0, 0, 0, 1, 1, 1},
+                                (int32_t[]){P, P, A, P, P, A, A, P, T, A}});
+    }
+    doc_list_free(&docs);
+    // duplicate: loss copy p0 th0 a0 p1 th1 a1 (idx 0-9), history copy a0 p1 a1 (idx 10-14,
+    // positions from 2), turn 1 at position 7 = |p0| + |a0| + |p1| + |a1|.
+    ExpectedDoc dup = {
+        18,
+        (int32_t[]){101, 102, 201, 202, 301, 121, 122, 221, 321, 322, 301, 121, 122, 321, 322, 131, 231, 331},
+        (int32_t[]){-1, 201, 202, 301, -1, -1, 221, 321, 322, -1, -1, -1, -1, -1, -1, 231, 331, -1},
+        (int32_t[]){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 2, 3, 4, 5, 6, 7, 8, 9},
+        (int32_t[]){18, 18, 10, 10, 10, 10, 10, 10, 10, 10, 18, 18, 18, 18, 18, 18, 18, 18},
+        (int32_t[]){0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1},
+        (int32_t[]){P, P, T, T, A, P, P, T, A, A, H, P, P, H, H, P, T, A},
+    };
+    // mask_only: in order; turn 0's thinking visible up to the turn's end (index 10).
+    ExpectedDoc mask = {
+        13, (int32_t[]){101, 102, 201, 202, 301, 121, 122, 221, 321, 322, 131, 231, 331},
+        (int32_t[]){-1, 201, 202, 301, -1, -1, 221, 321, 322, -1, 231, 331, -1},
+        (int32_t[]){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12},
+        (int32_t[]){13, 13, 10, 10, 13, 13, 13, 10, 13, 13, 13, 13, 13},
+        (int32_t[]){0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1},
+        (int32_t[]){P, P, T, T, A, P, P, T, A, A, P, T, A}};
+    const LayoutKind kinds[2] = {LAYOUT_DUPLICATE, LAYOUT_MASK_ONLY};
+    const ExpectedDoc *want[2] = {&dup, &mask};
+    for (int k = 0; k < 2; k++) {
+        check_layout(layout_name(kinds[k]), kinds[k], (LossOptions){0}, &s, want[k]);
+        EXPECT(layout_sample(kinds[k], NULL, &s, 0, &docs, err, sizeof err) == 0, "%s", err);
+        if (docs.n_docs == 1) check_oracle(layout_name(kinds[k]), kinds[k], &docs.docs[0]);
+        doc_list_free(&docs);
+    }
+    // A sample cannot start by continuing a turn.
+    turns[0].continues = true;
+    EXPECT(layout_sample(LAYOUT_NPASS, NULL, &s, 0, &docs, err, sizeof err) == -1 && docs.n_docs == 0,
+           "a first message that continues a turn");
+}
+
 int main(void) {
     test_names();
     test_duplicate_worked_example();
@@ -385,5 +591,8 @@ int main(void) {
     test_turn_without_reasoning();
     test_shared_prefix();
     test_tokenize();
+    test_train_on_answer();
+    test_untrained_turns();
+    test_tool_turns();
     return test_finish();
 }

@@ -75,7 +75,7 @@ static bool layout_view(LayoutKind layout, const TokenizedSample *samples, int n
     if (pack_docs(&v->docs, opt.seq_len, opt.pack, &v->rows, &n_skipped, err, sizeof err) != 0)
         fatal("show: %s: %s", layout_name(layout), err);
     DatasetStats stats;
-    stats_compute(samples, n_samples, layout, &v->docs, &v->rows, ATTN_TILE, &stats);
+    stats_compute(samples, n_samples, layout, &opt.loss, &v->docs, &v->rows, ATTN_TILE, &stats);
     stats.n_skipped_too_long = n_skipped;
     stats_print(&stats, stdout);
 

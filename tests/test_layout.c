@@ -582,6 +582,56 @@ static void test_tool_turns(void) {
            "a first message that continues a turn");
 }
 
+// Tool use in the onepass template (data/tokenize.c): tool results under the user
+// header in <tool_response> tags, each call after the answer text in <tool_call> tags;
+// a message after tool results continues the user turn; tool definitions are a system
+// block first. Samples from tests/data/more_formats.jsonl.
+static void test_tokenize_tools(void) {
+    char err[512];
+    Tokenizer *tok = tokenizer_load(TOKENIZER_PATH, err, sizeof err);
+    if (!tok) {
+        printf("skipping the tool tokenizer checks: %s\n", err);
+        return;
+    }
+    Dataset d;
+    dataset_load("tests/data/more_formats.jsonl", &(LoadOptions){0}, &d);
+    TokenizedSample ts;
+    // Line 6: two calls, two results, then the final answer.
+    EXPECT(sample_tokenize(tok, &d.samples[5], SPECIAL_IN_TEXT_PLAIN, &ts, err, sizeof err) == 0, "%s", err);
+    EXPECT(ts.n_turns == 2, "line 6: %d messages", ts.n_turns);
+    if (ts.n_turns == 2) {
+        check_encoded(tok, "calls", ts.turns[0].answer,
+                      "Adding.\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 3}}\n"
+                      "</tool_call>\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 4, \"b\": 5}}\n"
+                      "</tool_call><|end|>");
+        check_encoded(tok, "results", ts.turns[1].prompt,
+                      "<|user|><tool_response>\n5\n</tool_response><|user|><tool_response>\n9\n"
+                      "</tool_response><|assistant|>");
+        check_encoded(tok, "final think", ts.turns[1].think, "<think>5 and 9.</think>");
+        EXPECT(!ts.turns[0].continues && ts.turns[1].continues, "the answer to tool results continues");
+        EXPECT(ts.turns[0].empty_think && !ts.turns[1].empty_think, "empty_think");
+        EXPECT(!ts.turns[0].context && !ts.turns[1].context, "no context messages");
+    }
+    tokenized_sample_free(&ts);
+    // Line 5: tool definitions first; a call with no content; a new user turn after.
+    EXPECT(sample_tokenize(tok, &d.samples[4], SPECIAL_IN_TEXT_PLAIN, &ts, err, sizeof err) == 0, "%s", err);
+    EXPECT(ts.n_turns == 3 && !ts.turns[0].continues && ts.turns[1].continues && !ts.turns[2].continues,
+           "line 5: turns");
+    if (ts.n_turns == 3)
+        check_encoded(tok, "tools block", ts.turns[0].prompt,
+                      "<|system|># Tools\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+                      "\"description\": \"Weather of a city.\", \"parameters\": {\"type\": \"object\", "
+                      "\"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}}\n"
+                      "<|user|>Weather in Paris?<|assistant|>");
+    tokenized_sample_free(&ts);
+    // Line 4 (TRL prompt/completion): the prompt's assistant message is context.
+    EXPECT(sample_tokenize(tok, &d.samples[3], SPECIAL_IN_TEXT_PLAIN, &ts, err, sizeof err) == 0, "%s", err);
+    EXPECT(ts.n_turns == 2 && ts.turns[0].context && !ts.turns[1].context, "line 4: context");
+    tokenized_sample_free(&ts);
+    dataset_free(&d);
+    tokenizer_free(tok);
+}
+
 int main(void) {
     test_names();
     test_duplicate_worked_example();
@@ -594,5 +644,6 @@ int main(void) {
     test_train_on_answer();
     test_untrained_turns();
     test_tool_turns();
+    test_tokenize_tools();
     return test_finish();
 }

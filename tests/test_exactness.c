@@ -183,12 +183,13 @@ static TokenizedSample random_sample(TestRng *rng, SampleKind kind, int line, bo
 }
 
 // Lays out and packs every sample; returns its trained entries.
-static EntrySet layout_entries(LayoutKind layout, const TokenizedSample *samples, int n_samples,
+static EntrySet layout_entries(LayoutKind layout, const LossOptions *loss,
+                               const TokenizedSample *samples, int n_samples,
                                PackedRows *rows_out, DocList *docs_out) {
     DocList docs = {0};
     char err[256];
     for (int s = 0; s < n_samples; s++)
-        EXPECT(layout_sample(layout, NULL, &samples[s], s, &docs, err, sizeof err) == 0, "%s: %s",
+        EXPECT(layout_sample(layout, loss, &samples[s], s, &docs, err, sizeof err) == 0, "%s: %s",
               layout_name(layout), err);
     PackedRows rows;
     int skipped;
@@ -227,36 +228,46 @@ static void test_conversations(TestRng *rng, int round) {
 
     PackedRows npass_rows;
     DocList npass_docs;
-    EntrySet npass = layout_entries(LAYOUT_NPASS, samples, N_SAMPLES, &npass_rows, &npass_docs);
-    EntrySet duplicate = layout_entries(LAYOUT_DUPLICATE, samples, N_SAMPLES, NULL, NULL);
-    EntrySet mask_only = layout_entries(LAYOUT_MASK_ONLY, samples, N_SAMPLES, NULL, NULL);
+    // Every fourth round draws loss options and turns with empty reasoning: the trained
+    // positions change, their contexts must still be npass's.
+    const bool options = round % 4 == 3;
+    LossOptions loss = {0};
+    if (options) {
+        loss = (LossOptions){test_rng_int(rng, 0, 1) ? TRAIN_ANSWER : TRAIN_THINK_ANSWER, true};
+        for (int s = 0; s < N_SAMPLES; s++)
+            for (int t = 0; t < samples[s].n_turns; t++)
+                samples[s].turns[t].empty_think = test_rng_int(rng, 0, 2) == 0;
+    }
+    EntrySet npass = layout_entries(LAYOUT_NPASS, &loss, samples, N_SAMPLES, &npass_rows, &npass_docs);
+    EntrySet duplicate = layout_entries(LAYOUT_DUPLICATE, &loss, samples, N_SAMPLES, NULL, NULL);
+    EntrySet mask_only = layout_entries(LAYOUT_MASK_ONLY, &loss, samples, N_SAMPLES, NULL, NULL);
     int n_inexact = 0, n_tools = 0;
     for (int s = 0; s < N_SAMPLES; s++) {
         // With tool turns npass's document order is not the turn's message order, so
         // only the multisets of (ctx, target) are compared: that is the exactness.
-        const bool tools = has_tool_turns(&samples[s]);
+        const bool tools = has_tool_turns(&samples[s]) || options;
         n_tools += tools;
         EntrySet ref = sample_slice(npass, s);
         EntrySet dup = sample_slice(duplicate, s), mask = sample_slice(mask_only, s);
         int want_trained = 0;
         for (int t = 0; t < samples[s].n_turns; t++)
             want_trained += samples[s].turns[t].think.n + samples[s].turns[t].answer.n;
-        EXPECT(ref.n == want_trained, "round %d sample %d: npass trains %d, want |think|+|answer| = %d",
+        EXPECT(options || ref.n == want_trained, "round %d sample %d: npass trains %d, want |think|+|answer| = %d",
               round, s, ref.n, want_trained);
         EXPECT(tools || positions_match(dup, ref), "round %d sample %d: duplicate differs from npass",
                round, s);
         EXPECT(multisets_equal(dup, ref), "round %d sample %d: duplicate multiset", round, s);
-        if (has_history_thinking(&samples[s])) {
+        if (has_history_thinking(&samples[s]) && !options) {
             n_inexact++;
             EXPECT(unmatched(mask, ref) > 0,
                   "round %d sample %d: mask_only matched npass although history answers "
                   "followed thinking", round, s);
-        } else {
+        } else if (!has_history_thinking(&samples[s])) {
             EXPECT(tools ? multisets_equal(mask, ref) : positions_match(mask, ref),
                    "round %d sample %d: without history thinking mask_only is npass", round, s);
         }
     }
-    EXPECT(n_inexact > 0, "round %d: no sample with history thinking was drawn", round);
+    EXPECT(n_inexact > 0 || options, "round %d: no sample with history thinking was drawn", round);
     EXPECT(n_tools > 0 || round % 2 == 0, "round %d: no sample with tool turns was drawn", round);
 
     // The hash can fail: change one token that some trained position sees.
@@ -287,8 +298,8 @@ static void test_shared_prefix(TestRng *rng, int round) {
     enum { N_SAMPLES = 16 };
     TokenizedSample samples[N_SAMPLES];
     for (int s = 0; s < N_SAMPLES; s++) samples[s] = random_sample(rng, SAMPLE_SHARED_PREFIX, s + 1, false);
-    EntrySet npass = layout_entries(LAYOUT_NPASS, samples, N_SAMPLES, NULL, NULL);
-    EntrySet shared = layout_entries(LAYOUT_SHARED_PREFIX, samples, N_SAMPLES, NULL, NULL);
+    EntrySet npass = layout_entries(LAYOUT_NPASS, NULL, samples, N_SAMPLES, NULL, NULL);
+    EntrySet shared = layout_entries(LAYOUT_SHARED_PREFIX, NULL, samples, N_SAMPLES, NULL, NULL);
     for (int s = 0; s < N_SAMPLES; s++) {
         EntrySet ref = sample_slice(npass, s), got = sample_slice(shared, s);
         EXPECT(positions_match(got, ref), "round %d set %d: shared_prefix differs from the "

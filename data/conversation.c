@@ -237,19 +237,27 @@ static void json_python(Text *t, const json_t *v) {
     }
 }
 
+// A value given as a JSON string of itself (tool arguments, some sets' "tools"): *v
+// becomes the decoded value, owned by *parsed (NULL when *v was no string).
+static int decode_json_string(const json_t **v, json_t **parsed, const char *field, char *err,
+                              size_t err_len) {
+    *parsed = NULL;
+    if (!json_is_string(*v)) return 0;
+    json_error_t jerr;
+    *parsed = json_loadb(json_string_value(*v), json_string_length(*v),
+                         JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+    if (!*parsed)
+        return fail(err, err_len, "%s: a string that is not valid JSON (%s)", field, jerr.text);
+    *v = *parsed;
+    return 0;
+}
+
 // The canonical text of `v`, an object or a JSON string holding one; field names it in
 // errors.
 static int canonical_json(const json_t *v, const char *field, char **out, char *err,
                           size_t err_len) {
     json_t *parsed = NULL;
-    if (json_is_string(v)) {
-        json_error_t jerr;
-        parsed = json_loadb(json_string_value(v), json_string_length(v),
-                            JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
-        if (!parsed)
-            return fail(err, err_len, "%s: a string that is not valid JSON (%s)", field, jerr.text);
-        v = parsed;
-    }
+    if (decode_json_string(&v, &parsed, field, err, err_len) != 0) return -1;
     if (!json_is_object(v)) {
         const char *got = json_type_name(v);
         json_decref(parsed);
@@ -609,14 +617,7 @@ static int parse_tools(const json_t *root, Sample *out, char *err, size_t err_le
     const json_t *tools = json_object_get(root, "tools");
     if (!tools || json_is_null(tools)) return 0;
     json_t *parsed = NULL;
-    if (json_is_string(tools)) {
-        json_error_t jerr;
-        parsed = json_loadb(json_string_value(tools), json_string_length(tools),
-                            JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
-        if (!parsed)
-            return fail(err, err_len, "tools: a string that is not valid JSON (%s)", jerr.text);
-        tools = parsed;
-    }
+    if (decode_json_string(&tools, &parsed, "tools", err, err_len) != 0) return -1;
     int rc = 0;
     if (!json_is_array(tools)) {
         rc = fail(err, err_len, "tools: expected an array (or a JSON string of one), got %s",
@@ -666,11 +667,11 @@ static int parse_conversation(const ParseOptions *opt, const MessageFormat *fmt,
                             err, err_len);
 }
 
-static int parse_shared_prefix(const ParseOptions *opt, const json_t *root, Sample *out, char *err,
-                               size_t err_len) {
-    static const char *const keys[] = {"prompt", "completions", "tools", NULL};
+// The top-level keys (known: the format's) and the "prompt" of the two prompt formats:
+// messages ending with a user message.
+static int parse_prompt(const ParseOptions *opt, const json_t *root, const char *const *keys,
+                        Sample *out, char *err, size_t err_len) {
     const MessageFormat *fmt = &FORMAT_MESSAGES;
-    out->kind = SAMPLE_SHARED_PREFIX;
     if (check_keys(opt, root, keys, "", "", err, err_len) != 0 ||
         parse_tools(root, out, err, err_len) != 0 ||
         parse_message_array(opt, fmt, root, "prompt", &out->messages, &out->n_messages, err,
@@ -680,6 +681,15 @@ static int parse_shared_prefix(const ParseOptions *opt, const json_t *root, Samp
     if (check_turn_order(fmt, "prompt", out->messages, out->n_messages, MSG_SYSTEM, MSG_USER, err,
                          err_len) != 0)
         return -1;
+    return 0;
+}
+
+static int parse_shared_prefix(const ParseOptions *opt, const json_t *root, Sample *out, char *err,
+                               size_t err_len) {
+    static const char *const keys[] = {"prompt", "completions", "tools", NULL};
+    const MessageFormat *fmt = &FORMAT_MESSAGES;
+    out->kind = SAMPLE_SHARED_PREFIX;
+    if (parse_prompt(opt, root, keys, out, err, err_len) != 0) return -1;
     if (parse_message_array(opt, fmt, root, "completions", &out->completions, &out->n_completions,
                             err, err_len) != 0)
         return -1;
@@ -705,15 +715,7 @@ static int parse_prompt_completion(const ParseOptions *opt, const json_t *root, 
     out->kind = SAMPLE_CONVERSATION;
     Message *completion = NULL;
     int n_completion = 0;
-    if (check_keys(opt, root, keys, "", "", err, err_len) != 0 ||
-        parse_tools(root, out, err, err_len) != 0 ||
-        parse_message_array(opt, fmt, root, "prompt", &out->messages, &out->n_messages, err,
-                            err_len) != 0)
-        return -1;
-    if (out->n_messages == 0) return fail(err, err_len, "prompt: empty prompt");
-    if (check_turn_order(fmt, "prompt", out->messages, out->n_messages, MSG_SYSTEM, MSG_USER, err,
-                         err_len) != 0)
-        return -1;
+    if (parse_prompt(opt, root, keys, out, err, err_len) != 0) return -1;
     if (parse_message_array(opt, fmt, root, "completion", &completion, &n_completion, err,
                             err_len) != 0)
         return -1;

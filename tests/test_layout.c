@@ -238,13 +238,18 @@ static Message msg(MessageRole role, const char *content, const char *reasoning)
     return (Message){.role = role, .content = (char *)content, .reasoning = (char *)reasoning};
 }
 
-static void test_tokenize(void) {
+// The shipped tokenizer, or NULL after saying which checks are skipped.
+static Tokenizer *load_tokenizer(const char *checks) {
     char err[512];
     Tokenizer *tok = tokenizer_load(TOKENIZER_PATH, err, sizeof err);
-    if (!tok) {
-        printf("skipping the tokenizer checks: %s\n", err);
-        return;
-    }
+    if (!tok) printf("skipping %s: %s\n", checks, err);
+    return tok;
+}
+
+static void test_tokenize(void) {
+    char err[512];
+    Tokenizer *tok = load_tokenizer("the tokenizer checks");
+    if (!tok) return;
     Message conversation[] = {
         msg(MSG_SYSTEM, "be brief", NULL),  msg(MSG_USER, "add 2 and 3", NULL),
         msg(MSG_ASSISTANT, "5", "2 plus 3 is 5"), msg(MSG_USER, "and 4?", NULL),
@@ -588,11 +593,8 @@ static void test_tool_turns(void) {
 // block first. Samples from tests/data/more_formats.jsonl.
 static void test_tokenize_tools(void) {
     char err[512];
-    Tokenizer *tok = tokenizer_load(TOKENIZER_PATH, err, sizeof err);
-    if (!tok) {
-        printf("skipping the tool tokenizer checks: %s\n", err);
-        return;
-    }
+    Tokenizer *tok = load_tokenizer("the tool tokenizer checks");
+    if (!tok) return;
     Dataset d;
     dataset_load("tests/data/more_formats.jsonl", &(LoadOptions){0}, &d);
     TokenizedSample ts;

@@ -3,11 +3,17 @@
 // Rendering (data/template.h); the special tokens alone delimit the text (no newlines
 // are inserted):
 //   prompt_t = for each non-assistant message since the previous assistant message:
-//                  role header + content            (system: <|system|>, user: <|user|>)
-//              + <|assistant|>
+//                  role header + content            (system: <|system|>, user: <|user|>;
+//                                                    tool: <|user|><tool_response>\n
+//                                                    content \n</tool_response>)
+//              + <|assistant|>                       (the sample's "tools" first, as a
+//                                                    <|system|># Tools\n block, a line each)
 //   think_t  = <think> + reasoning + </think>        (only when reasoning != NULL;
 //                                                      an empty string still renders)
-//   answer_t = content + <|end|>
+//   answer_t = content + per tool call [\n]<tool_call>\n{"name": N, "arguments": A}
+//              \n</tool_call> + <|end|>
+// One turn per assistant message; one that follows tool results (no user message since
+// the previous assistant message) `continues` its user turn (DESIGN.md §8).
 // Each part is encoded on its own and the ids concatenated: a template token through the
 // tokenizer's own matching (one id, checked at load by template_check_tokenizer), text
 // from the data with TOKENIZER_PLAIN, so a template token's string inside a message is

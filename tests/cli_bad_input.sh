@@ -81,6 +81,10 @@ answers=$(pack --set data.train_path="$fixtures/all_formats.jsonl" --set data.la
           --out "$tmp/rows.jsonl" 2>&1)
 [ -n "$(trained "$answers")" ] && [ "$(trained "$answers")" -lt "$(trained "$all")" ] && ok \
     || bad "train_on=answer trains fewer tokens: $(trained "$answers") vs $(trained "$all")"
+more=(--set data.train_path="$fixtures/more_formats.jsonl" --set data.seq_len=2048 --out "$tmp/rows.jsonl")
+with=$(pack "${more[@]}" 2>&1); without=$(pack "${more[@]}" --set data.skip_empty_think_turns=true 2>&1)
+[ -n "$(trained "$without")" ] && [ "$(trained "$without")" -lt "$(trained "$with")" ] && ok \
+    || bad "skip_empty_think_turns trains fewer tokens: $(trained "$without") vs $(trained "$with")"
 expect_error "pack train_on=all" "config key 'data.train_on': unknown value 'all'" \
     pack --set data.train_on=all --out "$tmp/rows.jsonl"
 expect_error "pack max_line_bytes=-1" "config key 'data.max_line_bytes'" \

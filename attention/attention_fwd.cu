@@ -7,10 +7,15 @@
 
 namespace {
 
-// The forward block takes two adjacent query tiles (2j, 2j+1), one per warpgroup; the two
-// warpgroups share every K/V tile loaded into shared memory.
-constexpr int FWD_Q_TILES = 2;
+// The forward block takes three adjacent query tiles, one per warpgroup, which share
+// every K/V tile loaded into shared memory (a K/V tile serves 192 queries). 384 threads
+// leave 168 registers each: Q stays in registers at D = 64 (150 used); at D = 128 it
+// would not fit (198 with two warpgroups), so there each warpgroup's Q tile sits in
+// shared memory. The first two warpgroups issue the copies (the loaders want 8-row passes).
+constexpr int FWD_Q_TILES = 3;
 constexpr int FWD_THREADS = FWD_Q_TILES * NUM_THREADS;
+constexpr int FWD_LOAD_THREADS = 2 * NUM_THREADS;
+constexpr bool fwd_q_in_smem(int D) { return D == 128; }
 
 // K/V ring depth: tile j + 1 must be resident while tile j's P V runs, and tile
 // j + FWD_STAGES - 1 is loaded meanwhile (two tiles of lead for the copies).
@@ -34,21 +39,30 @@ FwdParams fwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q
 
 // ---------------------------------------------------------------- shared memory
 
-// The block's key tiles are the union of the lists of its two query tiles: `walk` is
+// The block's key tiles are the union of the lists of its three query tiles: `walk` is
 // advanced by thread 0 only (per-thread merge state would hold 16 registers across the
 // main loop), which publishes step j + i in step[(j + i) % FWD_STAGES].
 typedef TileStep<FWD_Q_TILES> FwdStep;
 
+// The block's Q tiles, swizzled (K-major A operands), where Q lives in shared memory.
+template <int D, bool IN_SMEM = fwd_q_in_smem(D)>
+struct FwdQTiles {
+    alignas(1024) bf16 q[FWD_Q_TILES][BM * D];
+};
+template <int D>
+struct FwdQTiles<D, false> {};
+
 template <int D>
 struct FwdSmem {
     KeyRing<D, FWD_STAGES> keys;
+    FwdQTiles<D> q;
     MergedLines<FWD_Q_TILES> walk;
     FwdStep step[FWD_STAGES];
 };
 
 // ---------------------------------------------------------------- scheduler
 
-// Grid (n_heads, ceil(n_q_tiles / 2), batch); query tiles in reverse so the longest
+// Grid (n_heads, ceil(n_q_tiles / 3), batch); query tiles in reverse so the longest
 // (causal) start first. Warpgroup w owns query tile q_tile0 + w.
 struct FwdBlock {
     int head, kv_head, batch, q_tile0;
@@ -75,7 +89,8 @@ __device__ __forceinline__ void start_walk(FwdSmem<D> &smem, const TileListsView
 // One cp.async group per step: its key tile into ring stage `stage`, none past the end.
 template <int D>
 __device__ __forceinline__ void load_step(FwdSmem<D> &smem, const KeySource &src, const FwdStep &step, int stage) {
-    if (!step.done()) load_key_tile<FWD_THREADS>(smem.keys, stage, src, step.tile);
+    if (!step.done() && threadIdx.x < FWD_LOAD_THREADS)
+        load_key_tile<FWD_LOAD_THREADS>(smem.keys, stage, src, step.tile);
     cp_async_commit();
 }
 
@@ -105,6 +120,15 @@ __device__ __forceinline__ void issue_scores(float (&s)[BN / 8][4], const uint32
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++)
         wgmma::mma_rs_n64<0>(s, q_frag[kk], wgmma::desc_k_major(t_k, BN, 16 * kk), kk > 0);
+}
+
+// The same with Q from the warpgroup's shared-memory tile (both operands K-major).
+template <int D>
+__device__ __forceinline__ void issue_scores(float (&s)[BN / 8][4], const bf16 *t_q, const bf16 *t_k) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+        wgmma::mma_ss_n64<0, 0>(s, wgmma::desc_k_major(t_q, BM, 16 * kk), wgmma::desc_k_major(t_k, BN, 16 * kk),
+                                kk > 0);
 }
 
 // Issues O += P V for one key tile (V MN-major, from the ring); the caller commits.
@@ -209,13 +233,13 @@ __device__ __forceinline__ void store_out_lse(const FwdParams &p, const FwdBlock
 
 // ---------------------------------------------------------------- kernel
 
-// Both warpgroups walk the merged key tiles and share each K/V tile of the ring. Q stays
-// in registers as the A operand of S = Q K^T (m64n64k16 with both operands in shared
-// memory would need all of the shared-memory bandwidth). Per key tile j, software-pipelined
+// The warpgroups walk the merged key tiles and share each K/V tile of the ring. Q is the
+// A operand of S = Q K^T: registers at D = 64, the warpgroup's shared-memory tile at
+// D = 128. Per key tile j, software-pipelined
 // inside the warpgroup: issue S(j+1) = Q K(j+1)^T and O += P(j) V(j), then mask and
 // softmax S(j+1) while P(j) V(j) still runs on the tensor cores, then rescale O once it
-// has landed. Registers at D = 128: Q 32 + O 64 + S 32 + P 16 per thread, so one block of
-// 256 threads per SM.
+// has landed. Registers at D = 128: O 64 + S 32 + P 16 per thread (166 used), at D = 64
+// Q 16 + O 32 + S 32 + P 16 (150 used): one block of 384 threads per SM.
 template <int D>
 __global__ void __launch_bounds__(FWD_THREADS, 1) attn_fwd_kernel(const __grid_constant__ FwdParams p) {
     static_assert(sizeof(FwdSmem<D>) <= MAX_SMEM_PER_BLOCK, "shared memory of one block");
@@ -232,11 +256,19 @@ __global__ void __launch_bounds__(FWD_THREADS, 1) attn_fwd_kernel(const __grid_c
     if (threadIdx.x == 0) start_walk(smem, p.mask.by_query, blk);
     __syncthreads();  // smem.step
     FwdStep step = smem.step[0];
+    const bf16 *q_head = p.q + blk.batch * d.q_batch_stride + blk.head * D;
+    uint32_t q_frag[D / 16][4];  // Q in registers (unused where it is in shared memory)
+    if constexpr (fwd_q_in_smem(D)) {  // the Q tiles join step 0's copy group
+        if (!step.done() && threadIdx.x < FWD_LOAD_THREADS)
+#pragma unroll
+            for (int t = 0; t < FWD_Q_TILES; t++)
+                load_tile_swizzled<BM, D, FWD_LOAD_THREADS>(smem.q.q[t], q_head, d.q_row_stride,
+                                                            (blk.q_tile0 + t) * BM, d.seq_len);
+    } else {
+        load_q_frags<D>(q_frag, q_head, d.q_row_stride, q_row, d.seq_len, !step.done());
+    }
 #pragma unroll
     for (int i = 0; i < FWD_STAGES - 1; i++) load_step(smem, keys, smem.step[i], i);
-    uint32_t q_frag[D / 16][4];
-    load_q_frags<D>(q_frag, p.q + blk.batch * d.q_batch_stride + blk.head * D, d.q_row_stride, q_row, d.seq_len,
-                    !step.done());
 
     float o[D / 8][4];            // [64 x D] unnormalised output over the warpgroup
     float s[BN / 8][4];           // [64 x BN] scores of the next key tile
@@ -245,13 +277,17 @@ __global__ void __launch_bounds__(FWD_THREADS, 1) attn_fwd_kernel(const __grid_c
     OnlineSoftmax softmax;
     softmax.init();
     zero(o);
+    auto scores = [&](int stage) {  // issues S = Q K^T of the key tile in `stage`
+        if constexpr (fwd_q_in_smem(D)) issue_scores<D>(s, smem.q.q[wg], smem.keys.k[stage]);
+        else issue_scores<D>(s, q_frag, smem.keys.k[stage]);
+    };
 
     if (!step.done()) {  // step 0: scores and P before the pipelined loop
         cp_async_wait<FWD_STAGES - 2>();
         wgmma::fence_async_shared();
         __syncthreads();  // step 0 landed
         wgmma::fence();
-        issue_scores<D>(s, q_frag, smem.keys.k[0]);
+        scores(0);
         wgmma::commit();
         wgmma::wait<0>();
         wgmma::pin(s);
@@ -285,7 +321,7 @@ __global__ void __launch_bounds__(FWD_THREADS, 1) attn_fwd_kernel(const __grid_c
         if (threadIdx.x == 0) smem.step[stage] = smem.walk.next();  // step j + FWD_STAGES
 
         wgmma::fence();
-        issue_scores<D>(s, q_frag, smem.keys.k[next_stage]);
+        scores(next_stage);
         wgmma::commit();
         issue_pv<D>(o, p_frag, t_v);
         wgmma::commit();

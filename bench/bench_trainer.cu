@@ -8,13 +8,19 @@
 //   - the strip-thinking mask of 4 turns (user 1/8, think 5/8, answer 2/8 of each
 //     turn; later turns do not see earlier thinking), translated to one visible
 //     interval per key: lo[k] = k, hi[k] = end of k's turn for think keys, else S;
-//   - untied LM head; AdamW lr 1e-4, betas (0.9, 0.999), weight decay 0.01 on every
+//   - the model of the config: model.* keys (configs/bench_small.json, untied head) or
+//     model.init_from's config.json (configs/bench_qwen3_0.6b.json: head_dim 128 with
+//     q_norm/k_norm, tied; configs/bench_qwen2.5_1.5b.json: q/k/v biases, tied), random
+//     weights either way (params_init); AdamW lr 1e-4, betas (0.9, 0.999), weight decay 0.01 on every
 //     tensor (torch.optim.AdamW defaults as the anchor uses them), plus clipping.
 // Usage: bench_trainer --config configs/bench_small.json [--set key=value]... [steps]
+// (scripts/gpu_hf_bench.sh runs the Qwen presets beside the extended anchor)
 // Host clock around each step (every phase ends synchronised); warm-up, then the median
 // of >= 20 steps. MFU uses the
 // anchor's FLOP formula 6 (params - vocab d) S + 3.5 * 4 S^2 hd H L density, with
-// density = non-empty fraction of 128x128 tiles (FlexAttention's BlockMask blocks).
+// density = non-empty fraction of 128x128 tiles (FlexAttention's BlockMask blocks) and
+// hd the head dim; a tied head's matrix is counted once in params and is a matmul, so
+// nothing is subtracted then.
 // Memory: device memory taken from the first allocation to the end (cudaMemGetInfo,
 // with the stream-ordered pool told to keep its peak), excluding the CUDA context.
 #include "trainer/backend_cuda.h"
@@ -149,8 +155,10 @@ int main(int argc, char **argv) {
 
     const double dt = median(step_ms) / 1e3;
     const int L = cfg.num_hidden_layers, H = cfg.num_attention_heads;
-    const double head_dim = (double)cfg.hidden_size / H;
-    const double flops = 6.0 * ((double)P - (double)cfg.vocab_size * cfg.hidden_size) * S +
+    const double head_dim = model_dims(&cfg).head_dim;
+    const double lookup_params =
+        cfg.tie_word_embeddings ? 0.0 : (double)cfg.vocab_size * cfg.hidden_size;
+    const double flops = 6.0 * ((double)P - lookup_params) * S +
                          3.5 * 4.0 * (double)S * S * head_dim * H * L * density;
     const double state_bytes = P * (2.0 /* bf16 */ + sizeof(float)) + (3 * P + 2) * sizeof(float);
     printf("{\"config\": \"%s\", \"params_M\": %.1f, \"S\": %d, \"deterministic\": %s, "

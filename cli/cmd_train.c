@@ -8,13 +8,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/launch_ranks.h"
 #include "common/check.h"
 #include "common/output_file.h"
 #include "trainer/backend.h"
 #include "trainer/checkpoint.h"
 #include "trainer/data_options.h"
+#include "trainer/distributed.h"
 #include "trainer/eval.h"
 #include "trainer/prefetch.h"
 #include "trainer/lr_schedule.h"
@@ -121,6 +125,45 @@ static void *create_backend(const TrainBackendOps *ops, const ModelConfig *mc,
     return backend;
 }
 
+// How long a rank waits for the others at the rendezvous.
+#define RENDEZVOUS_TIMEOUT_S 300.0
+
+// The launcher's environment (trainer/distributed.h). Several ranks exchange the NCCL
+// unique id (random bytes until NCCL is in the step) and build the gradient bucket plan,
+// then stop: the gradient all-reduce is not in the step yet. ONEPASS_DIST_SETUP_ONLY=1
+// (the tests) makes that stop a success; ONEPASS_DIST_FAIL_RANK=r makes rank r fail
+// before the rendezvous, so the others wait in it.
+static DistComm distributed_setup(const Config *config, const ModelConfig *mc) {
+    DistEnv env;
+    char err[1024];
+    if (dist_env_parse(env_lookup_getenv, NULL, &env, err, sizeof err) != 0) fatal("%s", err);
+    if (env.world_size == 1) return dist_comm_single();
+    const char *fail_rank = getenv("ONEPASS_DIST_FAIL_RANK");
+    if (fail_rank && atoi(fail_rank) == env.rank) {
+        fprintf(stderr, "rank %d: failing on purpose (ONEPASS_DIST_FAIL_RANK)\n", env.rank);
+        exit(3);
+    }
+    unsigned char id[DIST_ID_BYTES];
+    uint64_t state = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    for (int i = 0; i < DIST_ID_BYTES; i++) id[i] = (unsigned char)splitmix64(&state);
+    if (dist_rendezvous(&env, config_str(config, "train.rendezvous_file"), id, sizeof id,
+                        RENDEZVOUS_TIMEOUT_S, err, sizeof err) != 0)
+        fatal("rank %d of %d (%s): %s", env.rank, env.world_size, launcher_name(env.launcher), err);
+    ParamTable table;
+    param_table_build(mc, &table);
+    BucketPlan plan;
+    bucket_plan_build(&table, (size_t)config_int(config, "train.bucket_mb") << 20, &plan);
+    printf("rank %d of %d (%s, local rank %d): rendezvous done, %d gradient buckets of "
+           "train.bucket_mb %lld\n", env.rank, env.world_size, launcher_name(env.launcher),
+           env.local_rank, plan.n_buckets, config_int(config, "train.bucket_mb"));
+    bucket_plan_free(&plan);
+    param_table_free(&table);
+    if (getenv("ONEPASS_DIST_SETUP_ONLY")) exit(0);
+    fatal("%d ranks (%s): training on several processes is not implemented yet (issue 16: the "
+          "gradient all-reduce is not in the step); run one process", env.world_size,
+          launcher_name(env.launcher));
+}
+
 // What the step loop works with, set up by cmd_train.
 typedef struct {
     const RunSettings *settings;
@@ -133,6 +176,7 @@ typedef struct {
     EvalSet *eval;  // NULL: no eval
     MetricsLog *metrics;
     double flops_per_token;
+    DistComm comm;  // the ranks the step's loss is normalised over
 } StepLoop;
 
 // The trained step's metrics (step: 1-based) before eval and the device's memory.
@@ -193,8 +237,8 @@ static double train_prepared_step(const StepLoop *loop, long step, const Prepare
     const double lr = lr_schedule(step, s->total_steps, s->warmup_steps, s->lr, s->min_lr_ratio);
     hyper.lr = (float)lr;
     char err[1024];
-    if (train_step(loop->ops, loop->backend, &batch->micro, batch->trained_tokens, &hyper,
-                   s->max_grad_norm, outcome, err, sizeof err) != 0)
+    if (train_step(loop->ops, loop->backend, &batch->micro, batch->trained_tokens, &loop->comm,
+                   &hyper, s->max_grad_norm, outcome, err, sizeof err) != 0)
         fatal("step %ld: %s", step + 1, err);
     return lr;
 }
@@ -260,6 +304,8 @@ static void print_summary(long first_step, const TrainProgress *progress, long t
 
 int cmd_train(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);  // progress lines interleave with errors in order
+    const int gpus = take_gpus_arg(&argc, argv);
+    if (gpus > 1) return launch_local_ranks(gpus, argc, argv);
     Config *config = config_from_args(argc, argv, "run", NULL, NULL);
     if (argc == 0)
         printf("train: no --config given: training the built-in defaults into out_dir '%s' "
@@ -268,13 +314,14 @@ int cmd_train(int argc, char **argv) {
     char *resolved = config_dump(config);
     printf("resolved config:\n%s\n", resolved);
     const ModelConfig mc = model_config_from(config);
+    const DistComm comm = distributed_setup(config, &mc);
     char why[512];
     const Backend backend = backend_choose(config_str(config, "backend"), &mc, why, sizeof why);
     printf("%s\n", why);
     const TrainBackendOps *ops = backend_ops(backend);
     const RunSettings settings = run_settings_from(config, backend);
     print_mfu_basis(&settings);
-    run_memory_check(&mc, &settings, (int)config_int(config, "data.seq_len"));
+    run_memory_check(&mc, &settings, (int)config_int(config, "data.seq_len"), backend);
 
     Tokenizer *tok = tokenizer_from(config, &mc);
     const DataOptions data_opt = data_options_from_config(config);
@@ -301,10 +348,10 @@ int cmd_train(int argc, char **argv) {
                      data_opt.pack, settings.tokens_per_step, settings.shuffle, settings.seed);
     loader.loss = data_opt.loss;
     resume_if_asked(config, &state, &loader);
+    // The backend first: it refuses what does not fit the device before out_dir exists.
+    void *trainer = create_backend(ops, &mc, &settings, data_opt.seq_len, &state);
     prepare_out_dir(out_dir, resolved);
     free(resolved);
-
-    void *trainer = create_backend(ops, &mc, &settings, data_opt.seq_len, &state);
     Prefetcher *prefetcher = prefetcher_start(&loader, settings.micro_rows, PREFETCH_DEPTH,
                                               ops->host_allocator);
     MetricsLog metrics;
@@ -317,6 +364,7 @@ int cmd_train(int argc, char **argv) {
         .ops = ops, .backend = trainer, .prefetcher = prefetcher, .eval = do_eval ? &eval : NULL,
         .metrics = &metrics,
         .flops_per_token = model_flops_per_token(model_matmul_params(&state.table, &mc)),
+        .comm = comm,
     };
     const long first_step = state.progress.step;
     char checkpoint_dir[4096] = "";

@@ -6,7 +6,7 @@
 #include "cli/commands.h"
 
 static const char USAGE[] =
-    "usage: train [run] --config FILE [--set key=value]...      train a model\n"
+    "usage: train [run] --config FILE [--set key=value]... [--gpus N]   train a model\n"
     "       train pack --config FILE [--set k=v]... --out rows.jsonl [--skip-bad]\n"
     "       train parity --config FILE [--set k=v]... --json out.json\n"
     "       train show --config FILE [--set k=v]... --conversation N --out DIR [--rows]\n"

@@ -2,10 +2,11 @@
 // saves what the backward needs, the loss head runs over chunks of target rows only,
 // backward walks the layers in reverse ADDING fp32 parameter gradients.
 // Memory: per layer the forward keeps only the residual stream (input and mid),
-// rstd, q/k/v, the attention output and lse. The backward recomputes the two norm
-// outputs (bitwise the forward's: same kernel, same input) and the stacked gate|up
-// product: one more MLP matmul per layer buys a much smaller activation arena (the
-// measured trade: docs/BENCHMARKS.md, "Training step").
+// rstd, q/k/v (with qk_norm: q and k before their norms), the attention output and lse.
+// The backward recomputes the two norm outputs (bitwise the forward's: same kernel, same
+// input), the normed and rotated q and k (qk_norm), and the stacked gate|up product: one
+// more MLP matmul per layer buys a much smaller activation arena (the measured trade:
+// docs/BENCHMARKS.md, "Training step").
 // T = n_rows * seq_len tokens, C hidden, F intermediate, V vocab, H query heads,
 // KV key/value heads, D head dim (ModelDims). Activations bf16, rstd/lse/losses fp32.
 #include <limits.h>
@@ -26,8 +27,9 @@ enum { LOGIT_CHUNK_ELEMENTS = 1 << 26 };
 // Activations of one layer saved by the forward for the backward.
 typedef struct {
     float *ln1_rstd;  // [T] input_layernorm
-    bf16 *q;          // [T, H, D] after RoPE (split out of the stacked q|k|v product)
-    bf16 *k;          // [T, KV, D] after RoPE
+    bf16 *q;          // [T, H, D] after RoPE (split out of the stacked q|k|v product);
+                      // with qk_norm the q_proj output before q_norm (and RoPE)
+    bf16 *k;          // [T, KV, D] after RoPE; with qk_norm before k_norm
     bf16 *v;          // [T, KV, D]
     bf16 *attn;       // [T, H, D] attention output (o_proj input)
     float *lse;       // [n_rows, H, seq_len] attention log-sum-exp
@@ -39,7 +41,8 @@ struct CudaModel {
     ModelConfig cfg;
     ParamTable table;
     ModelDims dims;
-    int max_rows, seq_len, chunk_rows;
+    int max_rows, seq_len;
+    int chunk_capacity, chunk_rows;  // logit rows allocated / used per chunk
     bool deterministic;
     ParamOffsets off;  // tensor offsets in the flat parameter/gradient buffers
     cudaStream_t stream;
@@ -65,6 +68,13 @@ struct CudaModel {
     bf16 *proj_out;            // [T, C] o_proj / down_proj output before the residual add
     bf16 *final_norm;          // [T, C] model.norm output
     float *final_rstd;         // [T]
+    // qk_norm only (empty otherwise), one of each for every layer: the attention inputs
+    // q_norm(q) and k_norm(k) after RoPE, made by the forward and remade by the backward,
+    // whose norm backwards then reuse them for the gradients d q, d k before the norms.
+    bf16 *q_normed;            // [T, H, D]
+    bf16 *k_normed;            // [T, KV, D]
+    float *q_rstd;             // [T, H] q_norm's 1/rms of each head
+    float *k_rstd;             // [T, KV]
     // loss head, one chunk of target rows at a time
     bf16 *chunk_input;   // [chunk_rows, C] final_norm rows of the chunk
     bf16 *chunk_logits;  // [chunk_rows, V] logits, then dlogits in place
@@ -87,7 +97,7 @@ static void carve(CudaModel *m, Arena *a) {
     const ModelConfig *cfg = &m->cfg;
     const size_t T = (size_t)m->max_rows * m->seq_len, C = cfg->hidden_size,
                  F = cfg->intermediate_size, V = cfg->vocab_size, H = cfg->num_attention_heads;
-    const size_t QD = m->dims.q_dim, KVD = m->dims.kv_dim, chunk = m->chunk_rows;
+    const size_t QD = m->dims.q_dim, KVD = m->dims.kv_dim, chunk = m->chunk_capacity;
     const int L = cfg->num_hidden_layers;
 
     device_batch_carve(&m->batch, a, m->max_rows, m->seq_len);
@@ -113,6 +123,11 @@ static void carve(CudaModel *m, Arena *a) {
     m->proj_out = arena_take<bf16>(a, T * C);
     m->final_norm = arena_take<bf16>(a, T * C);
     m->final_rstd = arena_take<float>(a, T);
+    const size_t qk = cfg->qk_norm ? T : 0, KV = cfg->num_key_value_heads;
+    m->q_normed = arena_take<bf16>(a, qk * QD);
+    m->k_normed = arena_take<bf16>(a, qk * KVD);
+    m->q_rstd = arena_take<float>(a, qk * H);
+    m->k_rstd = arena_take<float>(a, qk * KV);
 
     m->chunk_input = arena_take<bf16>(a, chunk * C);
     m->chunk_logits = arena_take<bf16>(a, chunk * V);
@@ -144,18 +159,19 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len) 
         fatal("cuda backend: head dim (model.hidden_size %d / model.num_attention_heads %d = %d) "
               "must be 64 or 128 for the attention kernels",
               cfg->hidden_size, cfg->num_attention_heads, m->dims.head_dim);
-    if (const char *feature = model_cuda_unsupported_feature(cfg))
-        fatal("cuda backend: %s is not implemented on CUDA yet; use backend \"cpu\"", feature);
     param_table_build(cfg, &m->table);
     m->max_rows = max_rows;
     m->seq_len = seq_len;
     m->deterministic = true;
     const int T = max_rows * seq_len;
     const OpsCudaState *ops = ops_cuda_state("cuda_model_create");
-    CHECK(ops->max_tokens >= T && ops->max_channels >= cfg->hidden_size,
+    // The norms' widths: hidden, and head_dim for q_norm/k_norm.
+    const int channels = cfg->qk_norm && m->dims.head_dim > cfg->hidden_size ? m->dims.head_dim
+                                                                              : cfg->hidden_size;
+    CHECK(ops->max_tokens >= T && ops->max_channels >= channels,
           "cuda_model_create: ops_cuda_init(max_tokens %d, max_channels %d) is too small for "
           "%d tokens x %d channels",
-          ops->max_tokens, ops->max_channels, T, cfg->hidden_size);
+          ops->max_tokens, ops->max_channels, T, channels);
 
     const int L = cfg->num_hidden_layers;
     param_offsets_resolve(cfg, &m->table, &m->off);
@@ -174,7 +190,11 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len) 
     if (chunk > 64) chunk -= chunk % 64;
     if (chunk < 1) chunk = 1;
     if (chunk > T) chunk = T;
-    m->chunk_rows = chunk;
+    m->chunk_capacity = m->chunk_rows = chunk;
+    // q_norm and k_norm run over tokens x heads rows.
+    CHECK(!cfg->qk_norm || (long long)T * cfg->num_attention_heads <= INT_MAX,
+          "cuda_model_create: %d tokens x %d heads exceed %d norm rows", T,
+          cfg->num_attention_heads, INT_MAX);
 
     m->residual = (bf16 **)xmalloc((size_t)(L + 1) * sizeof(bf16 *));
     m->layers = (LayerActivations *)xcalloc((size_t)L, sizeof(LayerActivations));
@@ -215,19 +235,56 @@ void cuda_model_set_deterministic(CudaModel *m, bool deterministic) {
 
 size_t cuda_model_arena_bytes(const CudaModel *m) { return m->arena_bytes; }
 
-bool model_dims_cuda_supported(const ModelDims *d) {
-    return d->head_dim == 64 || d->head_dim == 128;
+void cuda_model_set_logit_chunk_rows(CudaModel *m, int rows) {
+    m->chunk_rows = rows < 1 ? 1 : rows < m->chunk_capacity ? rows : m->chunk_capacity;
 }
 
-const char *model_cuda_unsupported_feature(const ModelConfig *cfg) {
-    if (cfg->qk_norm) return "q_norm/k_norm";
-    return NULL;
+bool model_dims_cuda_supported(const ModelDims *d) {
+    return d->head_dim == 64 || d->head_dim == 128;
 }
 
 // ---------------------------------------------------------------- the model
 
 static void zero_async(CudaModel *m, void *p, size_t bytes) {
     cudaCheck(cudaMemsetAsync(p, 0, bytes, m->stream));
+}
+
+// qk_norm: q_normed, k_normed = RoPE(q_norm(q)), RoPE(k_norm(k)) over each head's D
+// values, from the layer's saved pre-norm q and k (q_rstd, k_rstd saved).
+static void qk_norm_rope(CudaModel *m, const bf16 *params, const size_t *w,
+                         const LayerActivations *a, int T) {
+    const ModelConfig *cfg = &m->cfg;
+    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->dims.head_dim;
+    rmsnorm_forward_cuda(m->q_normed, m->q_rstd, a->q, params + w[W_Q_NORM], T * H, D,
+                         cfg->rms_norm_eps, m->stream);
+    rmsnorm_forward_cuda(m->k_normed, m->k_rstd, a->k, params + w[W_K_NORM], T * KV, D,
+                         cfg->rms_norm_eps, m->stream);
+    rope_qk_forward_cuda(m->q_normed, m->k_normed, m->rope_cos_sin, T, H, KV, D, m->stream);
+}
+
+// Backward of qk_norm_rope from attention's d_q, d_k (RoPE undone in place): adds the
+// norm weights' gradients and leaves the gradients of the pre-norm q and k in q_normed
+// and k_normed (free once the attention backward has run).
+static void qk_norm_rope_backward(CudaModel *m, const bf16 *params, float *grads,
+                                  const size_t *w, const LayerActivations *a, int T) {
+    const ModelConfig *cfg = &m->cfg;
+    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->dims.head_dim;
+    rope_qk_backward_cuda(m->d_q, m->d_k, m->rope_cos_sin, T, H, KV, D, m->stream);
+    zero_async(m, m->q_normed, (size_t)T * m->dims.q_dim * sizeof(bf16));
+    zero_async(m, m->k_normed, (size_t)T * m->dims.kv_dim * sizeof(bf16));
+    rmsnorm_backward_cuda(m->q_normed, grads + w[W_Q_NORM], m->d_q, a->q, params + w[W_Q_NORM],
+                          m->q_rstd, T * H, D, m->stream);
+    rmsnorm_backward_cuda(m->k_normed, grads + w[W_K_NORM], m->d_k, a->k, params + w[W_K_NORM],
+                          m->k_rstd, T * KV, D, m->stream);
+}
+
+// The attention inputs of a layer (after RoPE): its saved q, k, or with qk_norm the
+// normed ones qk_norm_rope made.
+static const bf16 *attention_q(const CudaModel *m, const LayerActivations *a) {
+    return m->cfg.qk_norm ? m->q_normed : a->q;
+}
+static const bf16 *attention_k(const CudaModel *m, const LayerActivations *a) {
+    return m->cfg.qk_norm ? m->k_normed : a->k;
 }
 
 // Embedding and all layers up to the final norm; fills every saved activation. Each
@@ -260,11 +317,15 @@ static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) 
         }
         {
             StageRange stage(m->timer, "fwd rope");
-            rope_split_qkv_cuda(a->q, a->k, a->v, m->qkv, m->rope_cos_sin, T, H, KV, D, s);
+            // With qk_norm the split only copies: RoPE follows the norms.
+            rope_split_qkv_cuda(a->q, a->k, a->v, m->qkv, cfg->qk_norm ? nullptr : m->rope_cos_sin,
+                                T, H, KV, D, s);
+            if (cfg->qk_norm) qk_norm_rope(m, params, w, a, T);
         }
         {
             StageRange stage(m->timer, "fwd attention");
-            attention_forward_cuda(&shape, &m->batch.mask, a->q, a->k, a->v, a->attn, a->lse, s);
+            attention_forward_cuda(&shape, &m->batch.mask, attention_q(m, a), attention_k(m, a),
+                                   a->v, a->attn, a->lse, s);
         }
         {
             StageRange stage(m->timer, "fwd o matmul");
@@ -362,6 +423,27 @@ double cuda_model_forward(CudaModel *m, const void *params_bf16, const ModelBatc
     return read_losses(m, b, n_targets, losses_host);
 }
 
+void cuda_model_logits(CudaModel *m, const void *params_bf16, const ModelBatch *b,
+                       float *logits_host) {
+    const bf16 *params = (const bf16 *)params_bf16;
+    device_batch_upload(&m->batch, b, &m->cfg, m->stream);
+    forward_body(m, params, b);
+    const int T = b->n_rows * b->seq_len, C = m->cfg.hidden_size, V = m->cfg.vocab_size;
+    bf16 *chunk = (bf16 *)xmalloc((size_t)m->chunk_rows * V * sizeof(bf16));  // [chunk_rows, V]
+    for (int start = 0; start < T; start += m->chunk_rows) {
+        const int rows = T - start < m->chunk_rows ? T - start : m->chunk_rows;
+        matmul_forward_cuda(m->chunk_logits, m->final_norm + (size_t)start * C,
+                            params + m->off.lm_head, rows, C, V, m->stream);
+        cudaCheck(cudaMemcpyAsync(chunk, m->chunk_logits, (size_t)rows * V * sizeof(bf16),
+                                  cudaMemcpyDeviceToHost, m->stream));
+        cudaCheck(cudaStreamSynchronize(m->stream));
+        for (size_t i = 0; i < (size_t)rows * V; i++)
+            logits_host[(size_t)start * V + i] = __bfloat162float(chunk[i]);
+    }
+    stage_timer_collect(m->timer);
+    free(chunk);
+}
+
 // Walks the layers in reverse from d_normed (set by loss_head), adding into grads.
 // Every d-input of a matmul is overwritten (beta 0), so only d_residual, which the
 // norms' backwards accumulate into, needs zeroing.
@@ -425,16 +507,26 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
             matmul_backward_overwrite_cuda(m->d_attn, grads + w[W_O], m->d_residual, a->attn,
                                            params + w[W_O], T, m->dims.q_dim, C, s);
         }
+        if (cfg->qk_norm) {
+            StageRange stage(m->timer, "bwd qk_norm recompute");
+            qk_norm_rope(m, params, w, a, T);
+        }
         {
             StageRange stage(m->timer, "bwd attention");
-            attention_backward_cuda(&shape, &m->batch.mask, a->q, a->k, a->v, a->attn, a->lse,
-                                    m->d_attn, m->d_q, m->d_k, m->d_v, m->deterministic,
-                                    m->attn_workspace, s);
+            attention_backward_cuda(&shape, &m->batch.mask, attention_q(m, a), attention_k(m, a),
+                                    a->v, a->attn, a->lse, m->d_attn, m->d_q, m->d_k, m->d_v,
+                                    m->deterministic, m->attn_workspace, s);
         }
         {
             StageRange stage(m->timer, "bwd rope");
-            rope_merge_qkv_backward_cuda(m->qkv, m->d_q, m->d_k, m->d_v, m->rope_cos_sin, T, H,
-                                         KV, D, s);
+            if (cfg->qk_norm) {
+                qk_norm_rope_backward(m, params, grads, w, a, T);
+                rope_merge_qkv_backward_cuda(m->qkv, m->q_normed, m->k_normed, m->d_v, nullptr,
+                                             T, H, KV, D, s);
+            } else {
+                rope_merge_qkv_backward_cuda(m->qkv, m->d_q, m->d_k, m->d_v, m->rope_cos_sin, T,
+                                             H, KV, D, s);
+            }
             if (cfg->attention_bias) bias_backward_cuda(grads + w[W_Q_BIAS], m->qkv, T, QKV, s);
         }
         {

@@ -8,8 +8,9 @@
 // max_rows x seq_len; a step allocates nothing on the device (the arena also holds the
 // attention backward's workspace, see attention_cuda.h).
 //
-// Requires ops_cuda_init(max_tokens >= max_rows * seq_len, max_channels >= hidden_size)
-// before cuda_model_create (the ops' scratch is process-wide, see ops_cuda.h).
+// Requires ops_cuda_init(max_tokens >= max_rows * seq_len, max_channels >= hidden_size,
+// and >= head_dim with qk_norm) before cuda_model_create (the ops' scratch is
+// process-wide, see ops_cuda.h).
 // All work runs in order on the model's stream (cuda_model_stream); put optimizer
 // kernels on that stream too. The two step functions return after the stream has
 // finished the step (they read the losses back).
@@ -28,9 +29,6 @@ typedef struct CudaModel CudaModel;
 // Whether the CUDA kernels run a model of these dimensions: the attention kernels are
 // built for head dims 64 and 128.
 bool model_dims_cuda_supported(const ModelDims *d);
-// The first architecture feature of cfg the CUDA model does not run yet ("q_norm/k_norm"),
-// or NULL when it runs them all.
-const char *model_cuda_unsupported_feature(const ModelConfig *cfg);
 
 // Validates the config (model_dims, then model_dims_cuda_supported: fatal, naming the
 // fields) and allocates the activation arena once.
@@ -44,6 +42,12 @@ void cuda_model_free(CudaModel *m);
 // sum over targets.
 double cuda_model_forward(CudaModel *m, const void *params_bf16, const ModelBatch *b,
                           float *losses_host);
+
+// Forward only, the logits of every position: logits_host [n_rows, seq_len, V] (host,
+// fp32 from the bf16 products), made a chunk of rows at a time in the arena (for tests:
+// the training steps never materialise them).
+void cuda_model_logits(CudaModel *m, const void *params_bf16, const ModelBatch *b,
+                       float *logits_host);
 
 // Forward and backward of sum(CE over targets) * loss_scale; gradients of it are ADDED
 // into grads (device, [ParamTable.total] fp32), so micro-batches accumulate. Returns the
@@ -62,6 +66,10 @@ cudaStream_t cuda_model_stream(const CudaModel *m);
 // Attention backward mode: true (the default) makes every gradient bitwise
 // reproducible run to run; false accumulates dQ with atomics (faster).
 void cuda_model_set_deterministic(CudaModel *m, bool deterministic);
+
+// Logit rows per chunk of the loss head (tests: chunking must not change the result);
+// clamped to [1, the chunk the arena was sized for: at most 2^26 logits, bf16].
+void cuda_model_set_logit_chunk_rows(CudaModel *m, int rows);
 
 // Bytes of the activation arena (for memory reports).
 size_t cuda_model_arena_bytes(const CudaModel *m);

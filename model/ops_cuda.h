@@ -27,8 +27,9 @@ extern "C" {
 #include "model/model.h"  // RopeScaling (a plain C header, inside the guard)
 
 // Creates the process-wide state for the current device: the cuBLASLt handle and
-// its workspace, and scratch for calls of up to max_tokens tokens and max_channels
-// channels (embedding/rmsnorm). Larger calls are a fatal error. Call once, before
+// its workspace, and scratch for calls of up to max_tokens tokens (embedding) and
+// max_channels channels (embedding, rmsnorm: its rows are not bounded, so q_norm runs
+// over tokens x heads rows). Larger calls are a fatal error. Call once, before
 // any op; ops_cuda_destroy frees it all (after the stream work is done).
 void ops_cuda_init(int max_tokens, int max_channels);
 void ops_cuda_destroy(void);
@@ -94,7 +95,8 @@ void rope_angles_cuda(float2 *cos_sin, const int32_t *pos, int N, int head_dim, 
 // ParamTable) gives rows qkv[N, (H + 2 KV) D] = [q | k | v]. split: q[N,H,D] and
 // k[N,KV,D] get RoPE with the angles of rope_angles_cuda (the same values as
 // rope_forward_cuda), v[N,KV,D] is copied. merge (the backward): dqkv =
-// [rope_backward(dq) | rope_backward(dk) | dv], overwritten.
+// [rope_backward(dq) | rope_backward(dk) | dv], overwritten. cos_sin NULL: q and k are
+// copied unrotated too (qk_norm: RoPE follows the norms, rope_qk_*_cuda).
 void rope_split_qkv_cuda(__nv_bfloat16 *q, __nv_bfloat16 *k, __nv_bfloat16 *v,
                          const __nv_bfloat16 *qkv, const float2 *cos_sin, int N, int n_heads,
                          int n_kv_heads, int head_dim, cudaStream_t stream);
@@ -102,6 +104,13 @@ void rope_merge_qkv_backward_cuda(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dq,
                                   const __nv_bfloat16 *dk, const __nv_bfloat16 *dv,
                                   const float2 *cos_sin, int N, int n_heads, int n_kv_heads,
                                   int head_dim, cudaStream_t stream);
+
+// RoPE in place on q[N, H, D] and k[N, KV, D] with the angles of rope_angles_cuda (the
+// values of rope_forward_cuda), one launch for both; backward: the inverse rotation.
+void rope_qk_forward_cuda(__nv_bfloat16 *q, __nv_bfloat16 *k, const float2 *cos_sin, int N,
+                          int n_heads, int n_kv_heads, int head_dim, cudaStream_t stream);
+void rope_qk_backward_cuda(__nv_bfloat16 *dq, __nv_bfloat16 *dk, const float2 *cos_sin, int N,
+                           int n_heads, int n_kv_heads, int head_dim, cudaStream_t stream);
 
 // SwiGLU over stacked rows gate_up[N, 2F] = [gate | up] (one matmul with the weights
 // [gate; up]): out[N,F] = silu(gate) * up; the backward overwrites d_gate_up[N, 2F]

@@ -133,9 +133,10 @@ void rope_backward_cuda(bf16 *dx, const int32_t *pos, int N, int n_heads, int he
 
 // The stacked row [q (H heads) | k (KV heads) | v (KV heads)] against the three
 // separate tensors [N, H, D], [N, KV, D], [N, KV, D].
+// rotate: false copies q and k too.
 static RopeGroups rope_qkv_groups(const bf16 *src_q, const bf16 *src_k, const bf16 *src_v,
                                   bool src_stacked, bf16 *dst_q, bf16 *dst_k, bf16 *dst_v,
-                                  int n_heads, int n_kv_heads, int head_dim) {
+                                  int n_heads, int n_kv_heads, int head_dim, bool rotate) {
     const int64_t stacked = (int64_t)(n_heads + 2 * n_kv_heads) * head_dim;
     const int64_t q_ld = (int64_t)n_heads * head_dim, kv_ld = (int64_t)n_kv_heads * head_dim;
     const int64_t src_q_ld = src_stacked ? stacked : q_ld, src_kv_ld = src_stacked ? stacked : kv_ld;
@@ -145,7 +146,7 @@ static RopeGroups rope_qkv_groups(const bf16 *src_q, const bf16 *src_k, const bf
                       {src_q_ld, src_kv_ld, src_kv_ld},
                       {dst_q_ld, dst_kv_ld, dst_kv_ld},
                       {n_heads, n_kv_heads, n_kv_heads},
-                      {true, true, false}};
+                      {rotate, rotate, false}};
 }
 
 void rope_angles_cuda(float2 *cos_sin, const int32_t *pos, int N, int head_dim, float theta,
@@ -164,7 +165,7 @@ void rope_split_qkv_cuda(bf16 *q, bf16 *k, bf16 *v, const bf16 *qkv, const float
     const int64_t q_dim = (int64_t)n_heads * head_dim, kv_dim = (int64_t)n_kv_heads * head_dim;
     rope_launch("rope_split_qkv_cuda",
                 rope_qkv_groups(qkv, qkv + q_dim, qkv + q_dim + kv_dim, true, q, k, v, n_heads,
-                                n_kv_heads, head_dim),
+                                n_kv_heads, head_dim, cos_sin != nullptr),
                 cos_sin, nullptr, N, head_dim, 0.0f, nullptr, 1.0f, stream);
 }
 
@@ -174,6 +175,25 @@ void rope_merge_qkv_backward_cuda(bf16 *dqkv, const bf16 *dq, const bf16 *dk, co
     const int64_t q_dim = (int64_t)n_heads * head_dim, kv_dim = (int64_t)n_kv_heads * head_dim;
     rope_launch("rope_merge_qkv_backward_cuda",
                 rope_qkv_groups(dq, dk, dv, false, dqkv, dqkv + q_dim, dqkv + q_dim + kv_dim,
-                                n_heads, n_kv_heads, head_dim),
+                                n_heads, n_kv_heads, head_dim, cos_sin != nullptr),
+                cos_sin, nullptr, N, head_dim, 0.0f, nullptr, -1.0f, stream);
+}
+
+// q [N, H, D] and k [N, KV, D], each in place.
+static RopeGroups rope_qk_in_place(bf16 *q, bf16 *k, int n_heads, int n_kv_heads, int head_dim) {
+    const int64_t q_ld = (int64_t)n_heads * head_dim, kv_ld = (int64_t)n_kv_heads * head_dim;
+    return RopeGroups{{q, k, k}, {q, k, k}, {q_ld, kv_ld, kv_ld}, {q_ld, kv_ld, kv_ld},
+                      {n_heads, n_kv_heads, 0}, {true, true, false}};
+}
+
+void rope_qk_forward_cuda(bf16 *q, bf16 *k, const float2 *cos_sin, int N, int n_heads,
+                          int n_kv_heads, int head_dim, cudaStream_t stream) {
+    rope_launch("rope_qk_forward_cuda", rope_qk_in_place(q, k, n_heads, n_kv_heads, head_dim),
+                cos_sin, nullptr, N, head_dim, 0.0f, nullptr, 1.0f, stream);
+}
+
+void rope_qk_backward_cuda(bf16 *dq, bf16 *dk, const float2 *cos_sin, int N, int n_heads,
+                           int n_kv_heads, int head_dim, cudaStream_t stream) {
+    rope_launch("rope_qk_backward_cuda", rope_qk_in_place(dq, dk, n_heads, n_kv_heads, head_dim),
                 cos_sin, nullptr, N, head_dim, 0.0f, nullptr, -1.0f, stream);
 }

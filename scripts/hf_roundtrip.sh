@@ -11,7 +11,7 @@ status=0
 common=(--set data.seq_len=1024 --set data.eval_path=datasets/synthetic/eval.jsonl)
 for dir in "$fixtures"/*/; do
   f=$(basename "$dir"); d="$out/$f"; mkdir -p "$d"
-  b=$backend; grep -q '"model_type": "qwen3"' "$dir/config.json" && b=cpu  # q/k norm: CPU only so far
+  b=$backend
   if ! "$train" --set model.init_from="$dir" --set backend=$b --set out_dir="$d/run" \
       --set train.steps=1 --set train.lr=0 --set train.warmup_steps=0 --set train.eval_every=1 \
       --set train.eval_max_conversations=200 --set train.micro_rows=2 \

@@ -1,6 +1,7 @@
 // CUDA block-sparse attention against the fp32 CPU oracle (attention_cpu.c) on the same
 // bf16-rounded inputs: random Q, K, V, dO (fresh each run), interval masks of every
-// layout family plus random intervals, ragged seq_len, GQA, head_dim 64 and 128.
+// layout family plus random intervals, ragged seq_len, GQA (bench_attention's H=12/KV=4/D=64 and
+// H=32/KV=8/D=128 among them), head_dim 64 and 128.
 // Also: the GPU tile-mask builder equals the CPU one; kernels follow the tile lists
 // (empty lists give zeros although lo/hi see keys); deterministic backward is bitwise
 // reproducible. ATTN_TEST_QUICK=1 runs two small cases (for compute-sanitizer).
@@ -323,6 +324,9 @@ int main(void) {
         {1, 320, 2, 1, 128, {CAUSAL}},
         {2, 129, 2, 2, 64, {STRIP_THINKING, SHARED_PREFIX}},
         {1, 500, 4, 4, 128, {DUPLICATE}},
+        // bench_attention's GQA shapes (the small trainer model, a Llama-3-like one)
+        {2, 300, 12, 4, 64, {STRIP_THINKING, SHARED_PREFIX}},
+        {2, 222, 32, 8, 128, {CAUSAL, DOCS}},
     };
     const int n_cases = quick ? 2 : (int)(sizeof(cases) / sizeof(cases[0]));
     for (int i = 0; i < n_cases; i++) run_case(cases[i], &rng, quick ? 2 : 10);

@@ -4,7 +4,6 @@
 // in both spellings; every refusal (config key, missing/extra tensor, shape, dtype) with
 // its message.
 #define _POSIX_C_SOURCE 200809L
-#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,61 +23,36 @@ static const char *const FIXTURES[] = {"llama3_scaling", "llama_linear_f16", "qw
 // error (relative) against the fixture's transformers reference. plain_rope: run it
 // without its RoPE scaling (the check must notice).
 static void fixture_errors(const char *name, bool plain_rope, double *logit_err, double *loss_err) {
-    char folder[512], path[600], err[1024];
+    char folder[512];
     snprintf(folder, sizeof folder, "tests/data/hf/%s", name);
     HfModelConfig hf;
     ParamTable table;
     float *params = load_hf_folder(folder, &hf, &table);
     if (plain_rope) hf.cfg.rope_scaling.type = ROPE_DEFAULT;
     const ModelConfig *cfg = &hf.cfg;
-
-    snprintf(path, sizeof path, "%s/reference.json", folder);
-    json_error_t jerr;
-    json_t *ref = json_load_file(path, 0, &jerr);
-    CHECK(ref, "%s: %s", path, jerr.text);
-    const json_t *tokens = json_object_get(ref, "tokens"), *positions = json_object_get(ref, "positions");
-    const json_t *targets = json_object_get(ref, "targets");
-    const int S = (int)json_array_size(tokens), V = cfg->vocab_size;
-    int32_t *token = xmalloc(S * sizeof(int32_t)), *pos = xmalloc(S * sizeof(int32_t));
-    int32_t *target = xmalloc(S * sizeof(int32_t)), *lo = xmalloc(S * sizeof(int32_t));
-    int32_t *hi = xmalloc(S * sizeof(int32_t));
-    int n_targets = 0;
-    for (int i = 0; i < S; i++) {
-        token[i] = (int32_t)json_integer_value(json_array_get(tokens, i));
-        pos[i] = (int32_t)json_integer_value(json_array_get(positions, i));
-        target[i] = (int32_t)json_integer_value(json_array_get(targets, i));
-        lo[i] = i, hi[i] = S;  // causal
-        n_targets += target[i] >= 0;
-    }
-    const double ref_loss = json_number_value(json_object_get(ref, "loss"));
-
-    SafeTensorsFile rf;
-    snprintf(path, sizeof path, "%s/reference.safetensors", folder);
-    CHECK(safetensors_read(path, &rf, err, sizeof err) == 0, "%s", err);
-    float *want = xmalloc((size_t)S * V * sizeof(float));
-    const int64_t shape[2] = {S, V};
-    CHECK(safetensors_copy_f32(&rf, "logits", 2, shape, want, err, sizeof err) == 0, "%s", err);
+    const int V = cfg->vocab_size;
+    HfReference ref;
+    hf_reference_load(folder, V, &ref);
+    const int S = ref.S;
     double *want_d = xmalloc((size_t)S * V * sizeof(double));
-    for (size_t i = 0; i < (size_t)S * V; i++) want_d[i] = want[i];
+    for (size_t i = 0; i < (size_t)S * V; i++) want_d[i] = ref.logits[i];
 
     AttnMask mask;
-    attn_mask_build(lo, hi, 1, S, 8, 8, &mask);
-    const ModelBatch b = {1, S, token, target, pos, &mask};
+    attn_mask_build(ref.lo, ref.hi, 1, S, 8, 8, &mask);
+    const ModelBatch b = {1, S, ref.token, ref.target, ref.pos, &mask};
     CpuModel *m = cpu_model_create(cfg, 1, S);
     float *logits = xmalloc((size_t)S * V * sizeof(float));
     cpu_model_logits(m, params, &b, logits);
     *logit_err = test_relative_error(logits, want_d, (size_t)S * V);
-    const double loss = cpu_model_forward(m, params, &b, NULL) / n_targets;
-    *loss_err = fabs(loss - ref_loss) / ref_loss;
+    const double loss = cpu_model_forward(m, params, &b, NULL) / ref.n_targets;
+    *loss_err = fabs(loss - ref.loss) / ref.loss;
     printf("%s%s: logits relative error %.3g, loss %.9g vs transformers %.9g\n", name,
-           plain_rope ? " without its rope scaling" : "", *logit_err, loss, ref_loss);
+           plain_rope ? " without its rope scaling" : "", *logit_err, loss, ref.loss);
 
     cpu_model_free(m);
     attn_mask_free(&mask);
-    safetensors_file_free(&rf);
-    json_decref(ref);
-    free(token), free(pos), free(target), free(lo), free(hi), free(want), free(want_d);
-    free(logits), free(params);
+    hf_reference_free(&ref);
+    free(want_d), free(logits), free(params);
     param_table_free(&table);
 }
 

@@ -3,7 +3,8 @@
 // layout code (duplicate and npass, FFD packing, tile metadata):
 //  - loss within 1e-2 relative, per-slot losses close, every gradient tensor at cosine
 //    similarity >= 0.99, nothing NaN; head_dim 64 (untied head) and 128 (tied head),
-//    Qwen2's q/k/v biases, llama3 RoPE scaling, head_dim decoupled from hidden / heads;
+//    Qwen2's q/k/v biases, llama3 RoPE scaling, head_dim decoupled from hidden / heads,
+//    Qwen3's q_norm/k_norm; the loss head in chunks gives the same result;
 //  - forward-only equals forward_backward's loss; a second call adds the same
 //    gradient again; the deterministic mode is bitwise reproducible; the atomic dQ
 //    mode agrees; a mask built with other block sizes is rebuilt and gives the same loss;
@@ -15,6 +16,7 @@ extern "C" {  // plain C headers without guards of their own
 #include "data/layout.h"
 #include "data/pack.h"
 }
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 #include "attention/attention_cuda.h"
@@ -133,6 +135,14 @@ static void run_config(const char *label, const ModelConfig *cfg) {
     // rounded values back as fp32.
     float *params_host = (float *)xmalloc(n * sizeof(float));
     params_init(cfg, &table, test_rng_next(&rng), params_host);
+    // Norm weights and biases off their 1 / 0 init, so a weight applied to the wrong
+    // tensor (q_norm's to k, say) shows.
+    for (int i = 0; i < table.n_tensors; i++) {
+        const ParamTensor *p = &table.tensors[i];
+        if (p->is_norm || p->is_bias)
+            for (size_t j = 0; j < p->numel; j++)
+                params_host[p->offset + j] += 0.2f * (float)test_rng_uniform(&rng);
+    }
     float *params_f32_dev, *grads_dev;
     __nv_bfloat16 *params_dev;
     cudaCheck(cudaMalloc(&params_f32_dev, n * sizeof(float)));
@@ -214,6 +224,24 @@ static void run_config(const char *label, const ModelConfig *cfg) {
         accumulate_err = fmax(accumulate_err, fabs(grads_again[i] - 2.0 * grads[i]));
     EXPECT(accumulate_err <= 1e-5 * test_max_abs(grads, n), "second call doubles: off by %g (max %g)",
           accumulate_err, test_max_abs(grads, n));
+
+    // The loss head in chunks of 100 target rows (the arena's chunk holds them all here):
+    // the same losses and gradients up to the order of the LM head's fp32 sums.
+    cuda_model_set_logit_chunk_rows(model, 100);
+    const double chunked_loss = gpu_gradients(model, params_dev, grads_dev, grads_again, n,
+                                              &dup.batch, loss_scale);
+    cuda_model_set_logit_chunk_rows(model, INT_MAX);
+    printf("  loss head in chunks of 100 rows: loss %.9g vs %.9g in one chunk\n", chunked_loss,
+           loss);
+    EXPECT(fabs(chunked_loss - loss) <= 1e-4 * fabs(loss), "chunked loss %.9g vs %.9g",
+           chunked_loss, loss);
+    double chunked_worst = 1.0;
+    for (int i = 0; i < table.n_tensors; i++) {
+        const ParamTensor *p = &table.tensors[i];
+        chunked_worst = fmin(chunked_worst, test_cosine(grads_again + p->offset,
+                                                        grads + p->offset, p->numel));
+    }
+    EXPECT(chunked_worst >= 0.9999, "chunked loss head gradients at cosine %.6f", chunked_worst);
 
     // Atomic dQ mode: the same forward, gradients within bf16 noise.
     cuda_model_set_deterministic(model, false);
@@ -308,6 +336,9 @@ int main(void) {
     ModelConfig decoupled = head64;  // head_dim 128 with hidden 256 / 4 heads: q_dim 512
     decoupled.head_dim = 128;
     run_config("explicit head_dim 128 != hidden / heads", &decoupled);
+    ModelConfig qwen3 = decoupled;  // Qwen3: q_norm/k_norm, head_dim 128 != 256 / 4, tied
+    qwen3.qk_norm = true, qwen3.arch = ARCH_QWEN3, qwen3.tie_word_embeddings = true;
+    run_config("qwen3 q_norm/k_norm, head_dim 128, tied", &qwen3);
     ops_cuda_destroy();
     return test_finish();
 }

@@ -310,6 +310,67 @@ static void test_rope_scaled(void) {
     free(pos);
 }
 
+// The stacked q|k|v path against the CPU rope op: split with the angle table rotates q
+// and k (v copied), without it copies all three (qk_norm); rope_qk_* rotates q and k in
+// place after the norms; the merge inverts either. Qwen3-like GQA, head_dim 128.
+static void test_rope_qk(void) {
+    printf("rope q|k|v stacked and q, k in place
+");
+    const int N = 1024, H = 4, KV = 2, D = 128, QKV = (H + 2 * KV) * D;
+    const float theta = 1000000.0f;
+    const size_t nq = (size_t)N * H * D, nkv = (size_t)N * KV * D, nqkv = (size_t)N * QKV;
+    int32_t *pos = (int32_t *)xmalloc(N * sizeof(int32_t));
+    for (int i = 0; i < N; i++) pos[i] = test_rng_int(&rng, 0, 40959);
+    int32_t *d_pos = upload_i32(pos, N);
+    float2 *d_cs = (float2 *)device_alloc((size_t)N * (D / 2) * sizeof(float2));
+    rope_angles_cuda(d_cs, d_pos, N, D, theta, NULL, 0);
+    float *qkv = random_bf16_values(nqkv, 1.0f, 0.0f);
+    bf16 *d_qkv = upload_bf16(qkv, nqkv);
+    bf16 *d_q = (bf16 *)device_alloc(nq * sizeof(bf16)), *d_k = (bf16 *)device_alloc(nkv * 2),
+         *d_v = (bf16 *)device_alloc(nkv * 2);
+    // The three parts of the stacked rows, as separate tensors.
+    float *q = host_floats(nq), *k = host_floats(nkv), *v = host_floats(nkv);
+    for (int n = 0; n < N; n++) {
+        memcpy(q + (size_t)n * H * D, qkv + (size_t)n * QKV, H * D * sizeof(float));
+        memcpy(k + (size_t)n * KV * D, qkv + (size_t)n * QKV + H * D, KV * D * sizeof(float));
+        memcpy(v + (size_t)n * KV * D, qkv + (size_t)n * QKV + (H + KV) * D,
+               KV * D * sizeof(float));
+    }
+    for (int rotate = 0; rotate < 2; rotate++) {
+        poison(d_q, nq * 2), poison(d_k, nkv * 2), poison(d_v, nkv * 2);
+        rope_split_qkv_cuda(d_q, d_k, d_v, d_qkv, rotate ? d_cs : NULL, N, H, KV, D, 0);
+        if (!rotate) {  // the copies, then RoPE in place as the qk_norm path does it
+            float *got_q = download_bf16(d_q, nq), *got_k = download_bf16(d_k, nkv);
+            expect_bitwise_equal("rope_split_qkv unrotated q (copy)", got_q, q, nq);
+            expect_bitwise_equal("rope_split_qkv unrotated k (copy)", got_k, k, nkv);
+            free(got_q), free(got_k);
+            rope_qk_forward_cuda(d_q, d_k, d_cs, N, H, KV, D, 0);
+        }
+        float *got_q = download_bf16(d_q, nq), *got_k = download_bf16(d_k, nkv);
+        float *got_v = download_bf16(d_v, nkv);
+        float *ref_q = copy_floats(q, nq), *ref_k = copy_floats(k, nkv);
+        rope_forward_cpu(ref_q, pos, N, H, D, theta, NULL);
+        rope_forward_cpu(ref_k, pos, N, KV, D, theta, NULL);
+        expect_close(rotate ? "rope_split_qkv q" : "rope_qk_forward q", got_q, ref_q, nq,
+                     BF16_TOL);
+        expect_close(rotate ? "rope_split_qkv k" : "rope_qk_forward k", got_k, ref_k, nkv,
+                     BF16_TOL);
+        expect_bitwise_equal("rope_split_qkv v (copy)", got_v, v, nkv);
+        // Inverse: merge (rotating, or after rope_qk_backward a plain copy) gives back the
+        // stacked rows, up to the two bf16 roundings.
+        if (!rotate) rope_qk_backward_cuda(d_q, d_k, d_cs, N, H, KV, D, 0);
+        bf16 *d_merged = (bf16 *)device_alloc(nqkv * sizeof(bf16));
+        poison(d_merged, nqkv * 2);
+        rope_merge_qkv_backward_cuda(d_merged, d_q, d_k, d_v, rotate ? d_cs : NULL, N, H, KV, D,
+                                     0);
+        float *merged = download_bf16(d_merged, nqkv);
+        expect_close(rotate ? "rope_merge_qkv_backward (inverse)" : "rope_qk_backward + merge copy",
+                     merged, qkv, nqkv, BF16_TOL);
+        free(got_q), free(got_k), free(got_v), free(ref_q), free(ref_k), free(merged);
+    }
+    free(pos), free(qkv), free(q), free(k), free(v);
+}
+
 // Linear biases (Qwen2's q/k/v over the stacked row): forward adds, backward sums rows
 // into fp32, accumulating, bitwise the same run to run.
 static void test_bias(void) {
@@ -618,12 +679,15 @@ int main(void) {
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
     rng = test_rng_from_env();
-    ops_cuda_init(4096 * 16, 768);  // the largest test: rmsnorm over [T * H, D] of Qwen3's q_norm
+    // rmsnorm over Qwen3's q_norm rows [T * H, D] exceeds max_tokens: its scratch is
+    // bounded by the channels alone.
+    ops_cuda_init(8192, 768);
     test_embedding();
     test_rmsnorm(4096, 768);
     test_rmsnorm(4096 * 16, 128);
     test_rope();
     test_rope_scaled();
+    test_rope_qk();
     test_bias();
     test_swiglu();
     test_matmul();

@@ -37,12 +37,6 @@ Backend backend_choose(const char *name, const ModelConfig *mc, char *why, size_
                  mc->hidden_size, mc->num_attention_heads);
         return BACKEND_CPU;
     }
-    const char *feature = model_cuda_unsupported_feature(mc);
-    if (want_auto && feature) {
-        snprintf(why, why_len, "backend: cpu (a CUDA device is visible, but %s is not "
-                 "implemented on CUDA yet)", feature);
-        return BACKEND_CPU;
-    }
     snprintf(why, why_len, "backend: cuda (%s; %d CUDA device%s visible, using device 0: %s)",
              want_cuda ? "requested" : "auto", n_devices, n_devices == 1 ? "" : "s", device);
     return BACKEND_CUDA;

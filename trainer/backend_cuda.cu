@@ -13,6 +13,9 @@
 #include "common/cuda_check.h"
 #include "model/model_cuda.h"
 #include "model/ops_cuda.h"
+extern "C" {  // a plain C header
+#include "trainer/device_memory.h"
+}
 
 struct CudaTrainer {
     const ParamTable *table;
@@ -64,6 +67,15 @@ static float *read_scalar(CudaTrainer *t, const float *device_scalar) {
 }
 
 static void *cuda_create(const BackendSetup *setup) {
+    // Refused up front, naming the keys, rather than "out of memory" midway (issue 14).
+    size_t free_bytes, total_bytes;
+    cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const CudaMemoryEstimate need =
+        cuda_memory_estimate(setup->mc, setup->micro_rows, setup->seq_len);
+    char err[1024];
+    if (cuda_memory_check(&need, free_bytes, total_bytes, setup->micro_rows, setup->seq_len, err,
+                          sizeof err) != 0)
+        fatal("%s", err);
     CudaTrainer *t = (CudaTrainer *)xcalloc(1, sizeof *t);
     t->table = setup->table;
     t->n = setup->table->total;

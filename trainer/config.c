@@ -67,7 +67,9 @@ static const char *const DEFAULTS_JSON =
     "    \"micro_rows\": 4,"
     "    \"shuffle\": true,"
     "    \"peak_tflops\": 0.0,"
-    "    \"overwrite\": false"
+    "    \"overwrite\": false,"
+    "    \"rendezvous_file\": null,"
+    "    \"bucket_mb\": 25"
     "  },"
     "  \"parity\": {"
     "    \"conversations\": 16,"
@@ -112,6 +114,7 @@ static const KeyRange RANGES[] = {
     {"train.eval_max_conversations", 0, ONE_G, false, false},
     {"train.checkpoint_every", 0, ONE_G, false, false},
     {"train.micro_rows", 1, 1 << 16, false, false},
+    {"train.bucket_mb", 1, 4096, false, false},
     {"train.peak_tflops", 0, 1e7, false, false},
     {"parity.conversations", 1, 1 << 20, false, false},
 };

@@ -165,7 +165,7 @@ static int compare_run_records(const char *saved_text, const char *now_text, cha
     return rc;
 }
 
-void run_memory_check(const ModelConfig *mc, const RunSettings *s, int seq_len) {
+void run_memory_check(const ModelConfig *mc, const RunSettings *s, int seq_len, Backend backend) {
     const double V = mc->vocab_size, C = mc->hidden_size, F = mc->intermediate_size,
                  L = mc->num_hidden_layers;
     const ModelDims dims = model_dims(mc);
@@ -185,7 +185,7 @@ void run_memory_check(const ModelConfig *mc, const RunSettings *s, int seq_len) 
         fatal("config keys model.hidden_size, model.intermediate_size, model.num_hidden_layers, "
               "model.vocab_size: %.3g parameters need %.1f GiB for weights, gradients and AdamW "
               "moments, more than this machine's %.1f GiB", params, state_bytes / gib, machine / gib);
-    if (activation_bytes > machine)
+    if (backend == BACKEND_CPU && activation_bytes > machine)
         fatal("config keys train.micro_rows x data.seq_len: %d x %d tokens per micro-batch need "
               "about %.1f GiB of activations, more than this machine's %.1f GiB (lower "
               "train.micro_rows)", s->micro_rows, seq_len, activation_bytes / gib, machine / gib);

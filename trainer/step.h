@@ -4,6 +4,7 @@
 #pragma once
 #include <stddef.h>
 #include "trainer/backend.h"
+#include "trainer/distributed.h"
 #include "trainer/loader.h"
 
 // Zeroes the gradients, then forward+backward of every micro-batch of mb, accumulating
@@ -23,11 +24,13 @@ typedef struct {
     double grad_norm;  // before clipping
 } StepOutcome;
 
-// One optimizer step on the micro-batches of a step with trained_tokens (> 0) targets:
-// forward+backward with the loss normalised by trained_tokens, the gradient norm, then
+// One optimizer step on this rank's micro-batches of a step, trained_tokens of its
+// targets on this rank: forward+backward with the loss normalised by the step's trained
+// tokens over comm's ranks (> 0; DESIGN §5), the gradient norm, then
 // AdamW with h (h->lr this step's rate) on the gradients clipped to max_grad_norm.
 // Returns 0, or -1 with a message when the loss, a gradient or (after the update) a
 // weight is not finite: the backend's state is then not worth saving.
+// comm: dist_comm_single() (world size 1: the gradient all-reduce is not wired in yet).
 int train_step(const TrainBackendOps *ops, void *backend, const MicroBatches *mb,
-               long long trained_tokens, const AdamWHyper *h, double max_grad_norm,
-               StepOutcome *out, char *err, size_t err_len);
+               long long trained_tokens, const DistComm *comm, const AdamWHyper *h,
+               double max_grad_norm, StepOutcome *out, char *err, size_t err_len);

@@ -1,0 +1,85 @@
+// The CUDA backend's device-memory estimate (trainer/device_memory.h) on the CPU:
+//  - a tiny config's estimate equals a count by hand of every buffer the CUDA backend
+//    allocates (model/model_cuda.cu's carve, attention_bwd.cu's workspace);
+//  - the activation arena grows linearly in train.micro_rows, the state not at all;
+//  - the check refuses an estimate above the free memory, naming the estimate, what is
+//    free, and the keys (train.micro_rows, data.seq_len; the model's size when the
+//    weights and optimizer state decide), and a micro-batch of more than 2^31-1 tokens.
+#include <string.h>
+
+#include "test_util.h"
+#include "trainer/device_memory.h"
+
+static ModelConfig config(int hidden, int heads, int kv_heads, int inter, int layers, int vocab) {
+    ModelConfig mc = {.hidden_size = hidden, .intermediate_size = inter, .num_hidden_layers = layers,
+                      .num_attention_heads = heads, .num_key_value_heads = kv_heads,
+                      .vocab_size = vocab, .rms_norm_eps = 1e-5f, .rope_theta = 10000.0f,
+                      .tie_word_embeddings = true};
+    return mc;
+}
+
+int main(void) {
+    // Hidden 64, one head of 64, F 128, one layer, vocab 256, tied; 1 row of 128 tokens.
+    const ModelConfig tiny = config(64, 1, 1, 128, 1, 256);
+    const CudaMemoryEstimate e = cuda_memory_estimate(&tiny, 1, 128);
+    // Parameters: embed 256x64 = 16384; layer: 2 norms of 64, q k v o 64x64 = 4 x 4096,
+    // gate up down 128x64 = 3 x 8192; final norm 64.
+    const size_t n = 16384 + (2 * 64 + 4 * 4096 + 3 * 8192) + 64;
+    EXPECT(n == 57536, "hand count of the parameters");
+    // bf16 weights 2n, fp32 gradients 4n, master | m | v | two norms 4 (3n + 2).
+    EXPECT(e.state == 2 * n + 4 * n + 4 * (3 * n + 2), "state %zu bytes", e.state);
+    // T = 128; every buffer rounded up to 256 bytes.
+    const size_t arena =
+        6 * 512 + 256           // token, pos, lo, hi, target slots, targets (4T); mask 24 int32
+        + 4 * 128 * 64 + 512    // RoPE cos|sin (T x 32 float2), per-slot losses
+        + 2 * (2 * 128 * 64)    // residual stream, L + 1 = 2 buffers of T x C bf16
+        + 2 * 512 + 4 * 16384 + 512 + 16384  // layer: 2 rstd, q k v attn, lse (T x H fp32), mid
+        + 3 * 16384 + 2 * 128 * 256 + 2 * 128 * 192 + 2 * 128 * 128 + 512  // ln, proj,
+                                // final norm; gate|up; q|k|v; act; final rstd
+        + 2 * (2 * 128 * 64) + 2 * 128 * 256  // loss chunk of 128 rows: input, dinput, logits
+        + 6 * 16384 + 2 * 128 * 128           // d residual, normed, attn, q, k, v; d act
+        + 2 * 512 + 4 * 128 * 64;             // attention workspace: dsum, lse2, dq accum
+    EXPECT(arena == 613120, "hand count of the arena");
+    EXPECT(e.arena == arena, "arena %zu bytes, by hand %zu", e.arena, arena);
+    ModelConfig qk = tiny;  // q_norm / k_norm: outputs T x 64 bf16 twice, rstd T x 1 twice
+    qk.qk_norm = true;
+    const CudaMemoryEstimate eq = cuda_memory_estimate(&qk, 1, 128);
+    EXPECT(eq.arena == arena + 2 * 16384 + 2 * 512 && eq.state == e.state + 18 * 128,
+           "q/k norms: arena %zu, state %zu (two norm weights of 64 more)", eq.arena, eq.state);
+    EXPECT(e.total == e.state + e.arena + e.scratch && e.scratch >= ((size_t)32 << 20),
+           "total = state + arena + scratch (>= the 32 MiB cuBLASLt workspace)");
+
+    // Linear in micro_rows (rows of 1024 tokens, a vocabulary whose loss chunk is fixed).
+    const ModelConfig mid = config(512, 8, 2, 1408, 4, 32000);
+    CudaMemoryEstimate r[4];
+    for (int i = 0; i < 4; i++) r[i] = cuda_memory_estimate(&mid, 2 << i, 1024);  // 2, 4, 8, 16
+    int bad = 0;
+    for (int i = 1; i < 3; i++) {
+        const double d1 = (double)r[i].arena - (double)r[i - 1].arena;
+        const double d2 = (double)r[i + 1].arena - (double)r[i].arena;
+        bad += !(d1 > 0) || fabs(d2 - 2 * d1) > 4096 || r[i].state != r[0].state;
+    }
+    EXPECT(bad == 0, "the arena grows linearly in micro_rows (%zu %zu %zu %zu), the state not",
+           r[0].arena, r[1].arena, r[2].arena, r[3].arena);
+
+    char err[1024];
+    const size_t gib = (size_t)1 << 30;
+    EXPECT(cuda_memory_check(&e, e.total, 140 * gib, 1, 128, err, sizeof err) == 0,
+           "fits exactly: accepted");
+    const CudaMemoryEstimate huge = cuda_memory_estimate(&mid, 60000, 1024);
+    EXPECT(cuda_memory_check(&huge, 100 * gib, 140 * gib, 60000, 1024, err, sizeof err) == -1 &&
+               strstr(err, "train.micro_rows") && strstr(err, "data.seq_len") &&
+               strstr(err, "100.00 GiB are free (of 140.00)") && strstr(err, "60000 x 1024") &&
+               strstr(err, "lower train.micro_rows"),
+           "too many tokens per micro-batch: refused naming the keys (%s)", err);
+    const ModelConfig big = config(8192, 64, 8, 28672, 80, 128256);  // a 70B shape
+    const CudaMemoryEstimate model = cuda_memory_estimate(&big, 1, 1024);
+    EXPECT(cuda_memory_check(&model, 139 * gib, 140 * gib, 1, 1024, err, sizeof err) == -1 &&
+               strstr(err, "model.hidden_size") && strstr(err, "lower the model's size"),
+           "a 70B model: refused naming the model keys (%s)", err);
+    const CudaMemoryEstimate over = cuda_memory_estimate(&tiny, 65536, 1 << 20);
+    EXPECT(cuda_memory_check(&over, 140 * gib, 140 * gib, 65536, 1 << 20, err, sizeof err) == -1 &&
+               strstr(err, "65536 x 1048576") && strstr(err, "train.micro_rows"),
+           "2^36 tokens per micro-batch: refused (%s)", err);
+    return test_finish();
+}

@@ -1,0 +1,54 @@
+// The device-memory estimate (trainer/device_memory.h) against what the CUDA model
+// really allocates: for several shapes (MHA and GQA, head dims 64 and 128, tied and
+// untied, q/k norms, a loss chunk smaller and larger than the micro-batch), the estimated arena is
+// at least cuda_model_arena_bytes and at most 4 KiB above it. A change to the arena
+// (model/model_cuda.cu's carve) that the estimate does not follow fails here.
+#include "common/check.h"
+#include "model/model_cuda.h"
+#include "model/ops_cuda.h"
+#include "trainer/backend_cuda.h"
+extern "C" {  // a plain C header
+#include "trainer/device_memory.h"
+}
+#include "tests/test_util.h"
+
+int main(void) {
+    char device[256];
+    if (cuda_device_count(device, sizeof device) == 0) {
+        printf("SKIP: no CUDA device\n");
+        return EXIT_SKIP;
+    }
+    struct {
+        int hidden, heads, kv, inter, layers, vocab, rows, seq;
+        bool tied, qk_norm;
+    } shapes[] = {
+        {64, 1, 1, 128, 1, 256, 1, 128, true, false},
+        {128, 2, 1, 384, 2, 1000, 2, 1024, true, false},
+        {256, 2, 2, 512, 3, 32000, 4, 1000, false, false},   // chunk (2048 rows) < 4000 tokens
+        {512, 4, 1, 1408, 2, 151936, 1, 4096, false, false},  // head_dim 128, GQA 4
+        {256, 4, 2, 768, 2, 5000, 2, 512, true, true},        // Qwen3's q_norm / k_norm
+    };
+    for (const auto &s : shapes) {
+        ModelConfig mc = {};
+        mc.hidden_size = s.hidden;
+        mc.intermediate_size = s.inter;
+        mc.num_hidden_layers = s.layers;
+        mc.num_attention_heads = s.heads;
+        mc.num_key_value_heads = s.kv;
+        mc.vocab_size = s.vocab;
+        mc.rms_norm_eps = 1e-5f;
+        mc.rope_theta = 10000.0f;
+        mc.tie_word_embeddings = s.tied;
+        mc.qk_norm = s.qk_norm;
+        ops_cuda_init(s.rows * s.seq, s.hidden);
+        CudaModel *m = cuda_model_create(&mc, s.rows, s.seq);
+        const size_t real = cuda_model_arena_bytes(m);
+        const CudaMemoryEstimate e = cuda_memory_estimate(&mc, s.rows, s.seq);
+        EXPECT(e.arena >= real && e.arena - real <= 4096,
+               "hidden %d, %d x %d tokens: estimated arena %zu bytes, allocated %zu", s.hidden,
+               s.rows, s.seq, e.arena, real);
+        cuda_model_free(m);
+        ops_cuda_destroy();
+    }
+    return test_finish();
+}

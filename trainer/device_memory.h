@@ -1,0 +1,27 @@
+// The CUDA backend's device memory, estimated before anything is allocated (issue 14):
+// a micro-batch or a model too large for the GPU is refused naming the keys that decide
+// it, instead of a CUDA "out of memory" midway. Pure arithmetic (no CUDA), so the CPU
+// tests check it; tests/test_device_memory_cuda.cu checks the activation arena against
+// the one cuda_model_create really allocates (model/model_cuda.cu's carve).
+#pragma once
+#include <stddef.h>
+#include "model/model.h"
+
+typedef struct {
+    size_t state;      // bf16 weights, fp32 gradients, fp32 master weights and AdamW m, v
+    size_t arena;      // the model's activation arena for micro_rows x seq_len, with the
+                       // attention backward's workspace
+    size_t scratch;    // the ops' process-wide scratch (cuBLASLt workspace, embedding sort,
+                       // norm partials) and a margin for the CUDA runtime's own allocations
+    size_t total;
+    long long tokens;  // micro_rows x seq_len
+} CudaMemoryEstimate;
+
+CudaMemoryEstimate cuda_memory_estimate(const ModelConfig *mc, int micro_rows, int seq_len);
+
+// Refuses an estimate above free_bytes (what cudaMemGetInfo reports free), or a
+// micro-batch of more tokens than the kernels index (2^31 - 1), with a message naming
+// the estimate, what is free of total_bytes, and the keys: train.micro_rows x
+// data.seq_len for the arena, the model.* sizes for the state. Returns 0 or -1.
+int cuda_memory_check(const CudaMemoryEstimate *e, size_t free_bytes, size_t total_bytes,
+                      int micro_rows, int seq_len, char *err, size_t err_len);

@@ -1,0 +1,108 @@
+// Data parallel over ranks (issue 16): one process per GPU. What does not need NCCL
+// lives here and is tested on the CPU: the launcher's environment, the exchange of the
+// NCCL unique id (TCP through MASTER_ADDR:MASTER_PORT, or a file on a shared path),
+// the rows of a step each rank trains, the step's reductions over ranks, and the plan of
+// gradient all-reduce buckets. trainer/nccl_cuda.cu (ONEPASS_HAVE_NCCL) runs the buckets.
+//
+// Status: world size 1 runs; several ranks are parsed, launched (`train --gpus N`) and
+// rendezvous, but `train run` refuses a world size above 1 until the gradient all-reduce
+// is wired into the step and verified on several GPUs.
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include "data/pack.h"
+#include "model/model.h"
+
+typedef enum { LAUNCHER_NONE, LAUNCHER_TORCHRUN, LAUNCHER_MPIRUN, LAUNCHER_SLURM } Launcher;
+
+typedef struct {
+    Launcher launcher;     // LAUNCHER_NONE: one process, no launcher variable set
+    int rank, world_size;
+    int local_rank;        // on this node: the GPU this rank uses
+    int local_world_size;  // ranks on this node; 0: the launcher does not say
+    const char *master_addr;  // MASTER_ADDR (the environment's string) or NULL
+    int master_port;          // MASTER_PORT, or 0 when not set
+} DistEnv;
+
+// The environment's lookup (getenv in the program, a table in the tests).
+typedef const char *(*EnvLookup)(const char *name, void *ctx);
+const char *env_lookup_getenv(const char *name, void *ctx);
+
+const char *launcher_name(Launcher launcher);
+
+// Reads the launcher variables: torchrun (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE),
+// mpirun (OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE), SLURM (SLURM_PROCID,
+// SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE), and MASTER_ADDR / MASTER_PORT.
+// Launchers nest (torchrun under srun, mpirun inside an allocation), so the innermost
+// one present gives the rank (torchrun, then mpirun, then SLURM) and every outer one
+// must agree with it: its world size divides the inner one (k inner ranks per outer
+// task) and its rank is the inner rank / k. ONEPASS_LAUNCHER=torchrun|mpirun|slurm|none
+// takes only that one. Returns 0, or -1 with a message naming the variables for a
+// malformed value (not a decimal integer, out of range), a launcher's variable missing,
+// or two launchers that contradict each other.
+int dist_env_parse(EnvLookup lookup, void *ctx, DistEnv *out, char *err, size_t err_len);
+
+// Where the NCCL unique id travels. With neither, ranks above 0 have no way to find
+// rank 0: dist_rendezvous refuses, naming MASTER_ADDR / MASTER_PORT and the file key.
+enum { DIST_ID_BYTES = 128 };  // sizeof(ncclUniqueId)
+
+// Rank 0 hands its id [id_len] to every other rank, which receives it into id; returns
+// once every rank has it (a barrier). Through a file when rendezvous_file is not NULL
+// (train.rendezvous_file, on a path every rank sees: rank 0 refuses one that exists,
+// writes it atomically and removes it once all ranks have read it), else over TCP: rank
+// 0 listens on MASTER_PORT, the others connect to MASTER_ADDR:MASTER_PORT. A rank that
+// does not arrive within timeout_s, a second process claiming a rank or another world
+// size is an error with a message. Returns 0 or -1.
+int dist_rendezvous(const DistEnv *env, const char *rendezvous_file, void *id, size_t id_len,
+                    double timeout_s, char *err, size_t err_len);
+
+// ------------------------------------------------------------ the step over ranks
+
+// Rank `rank` of `world_size` trains rows [*first, *first + *count) of a step's n_rows
+// packed rows: contiguous blocks in row order, sizes differing by at most one, so the
+// ranks' rows in rank order are the one-rank step's rows (an N-rank step is the
+// one-rank step with its micro-batches spread over the ranks) and the data cursor
+// stays in global samples (resume on another number of ranks continues the same order).
+void dist_shard_rows(int n_rows, int rank, int world_size, int *first, int *count);
+// This rank's rows of a step's packed rows: a view into step (nothing owned; a rank
+// may get no row when the step has fewer rows than ranks).
+PackedRows dist_rank_rows(const PackedRows *step, int rank, int world_size);
+
+// The reductions a step needs over ranks. dist_comm_single() is world size 1 (the
+// identity), the one the trainer runs today.
+typedef struct DistComm DistComm;
+struct DistComm {
+    int rank, world_size;
+    // values [n]: each replaced by its sum over the ranks (exact for integers < 2^53).
+    void (*sum)(const DistComm *comm, double *values, int n);
+    void *ctx;
+};
+DistComm dist_comm_single(void);
+
+// DESIGN §5: the loss of a step is divided by the trained positions of all its
+// micro-batches on all ranks. The step's trained tokens over all ranks from this rank's
+// (the loss scale, needed before the backward), and the step's CE sum over all ranks
+// from this rank's (the logged loss, after it).
+long long dist_step_trained_tokens(const DistComm *comm, long long trained_tokens);
+double dist_step_ce_sum(const DistComm *comm, double ce_sum);
+
+// ------------------------------------------------------- gradient all-reduce buckets
+
+// Which parameter tensors each all-reduce carries: tensors in reverse table order (the
+// backward produces the last layer's gradients first, so a bucket can be reduced while
+// the backward runs on), each bucket a contiguous range of the flat gradient buffer.
+// A bucket takes tensors until it holds at least bucket_bytes (fp32 gradients), so it
+// exceeds that by less than its last tensor; a tensor is never split.
+typedef struct {
+    size_t offset, count;        // elements [offset, offset + count) of the gradients
+    int first_tensor, n_tensors;  // table tensors [first_tensor, + n_tensors)
+} GradBucket;
+
+typedef struct {
+    GradBucket *buckets;  // [n_buckets], in reduce order (last tensors first)
+    int n_buckets;
+} BucketPlan;
+
+// Fatal (CHECK) when the table's tensors do not tile [0, table->total) in order.
+void bucket_plan_build(const ParamTable *table, size_t bucket_bytes, BucketPlan *out);
+void bucket_plan_free(BucketPlan *plan);

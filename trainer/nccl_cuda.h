@@ -1,0 +1,41 @@
+// NCCL for data parallel (issue 16), only in builds with NCCL (ONEPASS_HAVE_NCCL: CMake
+// finds nccl.h in the CUDA toolkit; option ONEPASS_NCCL). libnccl.so.2 is loaded when
+// the first communicator is made (ONEPASS_NCCL_LIBRARY: its path), so nothing links it.
+// One communicator per process, its all-reduces on a side stream of their own.
+//
+// Status: run and checked at world size 1 (tests/test_nccl_cuda.cu: the reduced
+// gradients and sums equal the inputs bit for bit); not run on several GPUs, and not
+// called by the training step yet (trainer/distributed.h says what is missing).
+#pragma once
+#include <stddef.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {  // plain C headers without guards of their own
+#endif
+#include "trainer/distributed.h"
+
+typedef struct NcclComm NcclComm;
+
+// Selects device env->local_rank, makes the unique id on rank 0 (ncclGetUniqueId), hands
+// it to every rank (dist_rendezvous: TCP or rendezvous_file, timeout_s) and joins the
+// communicator (ncclCommInitRank), with NCCL_NVLS_ENABLE=0 unless set. Returns NULL with
+// a message on any failure (libnccl not found, the rendezvous, NCCL's own).
+NcclComm *nccl_comm_create(const DistEnv *env, const char *rendezvous_file, double timeout_s,
+                           char *err, size_t err_len);
+void nccl_comm_destroy(NcclComm *c);
+
+// Sums grads (device, fp32, the plan's flat buffer) over the ranks in place: one
+// all-reduce per bucket, in the plan's order, grouped, on the communicator's stream,
+// which first waits for the work queued on `stream` (the backward's); `stream` then waits
+// for the reduction. Returns at once (nothing is synchronised on the host).
+void nccl_all_reduce_buckets(NcclComm *c, float *grads, const BucketPlan *plan,
+                             cudaStream_t stream);
+
+// The step's host reductions (DistComm.sum) through the communicator: the values go to
+// the device, are summed in fp64 and come back (synchronous).
+DistComm nccl_dist_comm(NcclComm *c);
+
+#ifdef __cplusplus
+}
+#endif

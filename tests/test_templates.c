@@ -129,7 +129,7 @@ static void test_fixtures(const char *name) {
         const json_t *c = json_array_get(cases, i);
         const char *line = json_string_value(json_object_get(c, "line"));
         Sample s;
-        int rc = sample_parse_line(line, strlen(line), path, (int)i + 1, &s, err, sizeof err);
+        int rc = sample_parse_line(line, strlen(line), path, (int)i + 1, NULL, &s, err, sizeof err);
         EXPECT(rc == 0, "%s", err);
         if (rc != 0) continue;
         views += check_sample(name, t, tok, &s, json_object_get(c, "views"), (int)i + 1);
@@ -144,7 +144,7 @@ static void test_fixtures(const char *name) {
 static int tokenize_line(const ChatTemplate *t, const Tokenizer *tok, const char *line,
                          SpecialInText policy, TokenizedSample *ts, char *err, size_t err_len) {
     Sample s;
-    if (sample_parse_line(line, strlen(line), "case.jsonl", 1, &s, err, err_len) != 0) return -2;
+    if (sample_parse_line(line, strlen(line), "case.jsonl", 1, NULL, &s, err, err_len) != 0) return -2;
     int rc = sample_tokenize(tok, t, &s, policy, ts, err, err_len);
     sample_free(&s);
     return rc;

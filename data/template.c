@@ -31,8 +31,25 @@ const ChatTemplate TEMPLATE_ONEPASS = {
     .n_controls = 6,
 };
 
+// Qwen3's tool use: the definitions as its system block (the first system message inside),
+// a run of tool results in one user block; <tool_call>, <tool_response> and their closes
+// are control tokens (added tokens of its vocabulary).
+static const ToolFormat QWEN3_TOOLS = {
+    .tools_open = "<|im_start|>system\n", .system_sep = "\n\n",
+    .tools_intro = "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                   "You are provided with function signatures within <tools></tools> XML tags:\n<tools>",
+    .def_open = "\n", .def_close = "",
+    .tools_close = "\n</tools>\n\nFor each function call, return a json object with function name and "
+                   "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+                   "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n",
+    .results_open = "<|im_start|>user", .result_open = "\n<tool_response>\n",
+    .result_close = "\n</tool_response>", .results_close = "<|im_end|>\n", TOOL_CALL_FIELDS,
+    .raw_arguments = true, .refuse_user_tool_response = true,
+};
+
 // Qwen3: the reply renders "<think>\n{reasoning}\n</think>\n\n{answer}", an empty think
-// block without reasoning; history replies render without it.
+// block without reasoning; history replies render without it. Within a turn (after the
+// last user message) earlier replies keep their think block when they have reasoning.
 static const ChatTemplate QWEN3 = {
     .name = "qwen3", .bos = "",
     .system_open = "<|im_start|>system\n", .system_close = "<|im_end|>\n",
@@ -41,7 +58,10 @@ static const ChatTemplate QWEN3 = {
     .think_open = "<think>\n", .think_close = "\n</think>\n\n",
     .end_of_turn = "<|im_end|>", .after_turn = "\n",
     .always_think = true, .strip_reasoning_newlines = true, .answer_no_leading_newline = true,
-    .controls = {"<|im_start|>", "<|im_end|>", "<think>", "</think>"}, .n_controls = 4,
+    .tools = &QWEN3_TOOLS,
+    .controls = {"<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>",
+                 "<tool_response>", "</tool_response>"},
+    .n_controls = 8,
 };
 
 // DeepSeek-R1-Distill: the template cuts every reply up to "</think>", the last one too;
@@ -491,6 +511,7 @@ int template_render(const ChatTemplate *t, const Sample *s, SpecialInText specia
     RenderedSegment trailing = {0};
     const bool conversation = s->kind == SAMPLE_CONVERSATION;
     if (!t->tools) refuse_tools(&r, s);
+    if (r.rc != 0) return -1;
     render_turns(&r, s, conversation ? "messages" : "prompt", &out->turns, &out->n_turns, &trailing);
     if (conversation) {
         segment_free(&trailing);

@@ -101,27 +101,27 @@ __global__ void attn_bwd_prep_kernel(const __grid_constant__ BwdParams p) {
 
 // ---------------------------------------------------------------- recomputed products
 
-// Both recomputed products of a backward step, in flight together: s = A_s B_s^T and
-// dp = A_dp B_dp^T over head_dim, every operand a 64-row swizzled tile read K-major
-// (the dK/dV pass: S^T = K Q^T, dP^T = V dO^T; the dQ pass: S = Q K^T, dP = dO V^T).
-// Returns with both landed in registers.
+// Issues both recomputed products of a backward step as two wgmma groups, s first:
+// s = A_s B_s^T and dp = A_dp B_dp^T over head_dim, every operand a 64-row swizzled tile
+// read K-major (the dK/dV pass: S^T = K Q^T, dP^T = V dO^T; the dQ pass: S = Q K^T,
+// dP = dO V^T). The callers issue the next tile's copies while they run, then wait for
+// both (landing s alone with wait<1>, so that its exponentials overlap dp, was slower:
+// docs/KERNEL_NOTES.md, v19).
 template <int D>
-__device__ __forceinline__ void recompute_s_dp(float (&s)[BN / 8][4], float (&dp)[BN / 8][4], const bf16 *a_s,
-                                               const bf16 *b_s, const bf16 *a_dp, const bf16 *b_dp) {
+__device__ __forceinline__ void issue_s_dp(float (&s)[BN / 8][4], float (&dp)[BN / 8][4], const bf16 *a_s,
+                                           const bf16 *b_s, const bf16 *a_dp, const bf16 *b_dp) {
     static_assert(BM == BN, "the four tiles share one row count");
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++)
         wgmma::mma_ss_n64<0, 0>(s, wgmma::desc_k_major(a_s, BM, 16 * kk), wgmma::desc_k_major(b_s, BM, 16 * kk),
                                 kk > 0);
+    wgmma::commit();
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++)
         wgmma::mma_ss_n64<0, 0>(dp, wgmma::desc_k_major(a_dp, BM, 16 * kk), wgmma::desc_k_major(b_dp, BM, 16 * kk),
                                 kk > 0);
     wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::pin(s);
-    wgmma::pin(dp);
 }
 
 // ---------------------------------------------------------------- dK/dV: layout
@@ -262,20 +262,16 @@ __device__ __forceinline__ void ds_t(float (&pt)[BM / 8][4], const float (&dpt)[
     }
 }
 
-// Issues dV += P^T dO and dK += dS^T Q (Q, dO MN-major) as one wgmma group.
+// Issues acc += A^T B as one wgmma group: dV += P^T dO or dK += dS^T Q, the A operand
+// (P^T or dS^T, k = queries) from registers, B (dO or Q) MN-major.
 template <int D>
-__device__ __forceinline__ void issue_dk_dv(float (&dk_acc)[D / 8][4], float (&dv_acc)[D / 8][4],
-                                            const uint32_t (&ds_frag)[BM / 16][4], const uint32_t (&p_frag)[BM / 16][4],
-                                            const bf16 *t_q, const bf16 *t_do) {
+__device__ __forceinline__ void issue_dkv(float (&acc)[D / 8][4], const uint32_t (&a_frag)[BM / 16][4],
+                                          const bf16 *b) {
     wgmma::fence();
-    wgmma::pin(dv_acc);
-    wgmma::pin(dk_acc);
+    wgmma::pin(acc);
 #pragma unroll
     for (int kk = 0; kk < BM / 16; kk++)
-        wgmma::mma_rs<D, 1>(dv_acc, p_frag[kk], wgmma::desc_mn_major(t_do, BM, 16 * kk, 0), true);
-#pragma unroll
-    for (int kk = 0; kk < BM / 16; kk++)
-        wgmma::mma_rs<D, 1>(dk_acc, ds_frag[kk], wgmma::desc_mn_major(t_q, BM, 16 * kk, 0), true);
+        wgmma::mma_rs<D, 1>(acc, a_frag[kk], wgmma::desc_mn_major(b, BM, 16 * kk, 0), true);
     wgmma::commit();
 }
 
@@ -407,13 +403,16 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
         cp_async_wait<0>();
         wgmma::fence_async_shared();
         __syncthreads();  // this step landed; every wgmma of the last step has completed
-        if (!next.done()) load_query_tile(smem, p, blk, next.tile, stage ^ 1);
-        cp_async_commit();
         const bf16 *t_q = smem.q[stage], *t_do = smem.dout[stage];
         const int q0 = step.tile * BM;
 
         float pt[BM / 8][4], dpt[BM / 8][4];  // S^T then P^T then dS^T; dP^T [64 keys x BM queries]
-        recompute_s_dp<D>(pt, dpt, smem.k[wg], t_q, smem.v[wg], t_do);
+        issue_s_dp<D>(pt, dpt, smem.k[wg], t_q, smem.v[wg], t_do);
+        if (!next.done()) load_query_tile(smem, p, blk, next.tile, stage ^ 1);  // while the products run
+        cp_async_commit();
+        wgmma::wait<0>();
+        wgmma::pin(pt);
+        wgmma::pin(dpt);
         probs_t(pt, smem.lse2[stage], d.scale_log2);
         // A branch, not predication: full tiles must not pay for the test.
         if (step.of(wg) != TileClass::Full || ragged) mask_probs_t(pt, keys, q0);
@@ -423,7 +422,8 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
         uint32_t ds_frag[BM / 16][4];
         acc_to_a<BM>(ds_frag, pt);
 
-        issue_dk_dv<D>(dk_acc, dv_acc, ds_frag, p_frag, t_q, t_do);
+        issue_dkv<D>(dv_acc, p_frag, t_do);
+        issue_dkv<D>(dk_acc, ds_frag, t_q);
         if constexpr (ATOMIC_DQ) reduce_dq<D>(smem, p, blk, wg, ds_frag, q0);
         wgmma::wait<0>();
         wgmma::pin(dv_acc);
@@ -461,17 +461,22 @@ __device__ __forceinline__ DqBlock dq_block(const AttnDims &d) {
 
 dim3 dq_grid(const AttnDims &d) { return dim3(d.n_heads, d.n_q_tiles, d.batch); }
 
-// S (masked) becomes dS = P * (dP - dsum) with P = 2^(S * scale_log2 - lse2), row-wise.
-__device__ __forceinline__ void ds_from_scores(float (&s)[BN / 8][4], const float (&dp)[BN / 8][4],
-                                               const float (&row_lse2)[2], const float (&row_dsum)[2],
-                                               float scale_log2) {
+// S (masked) becomes P = 2^(S * scale_log2 - lse2), row-wise.
+__device__ __forceinline__ void probs_from_scores(float (&s)[BN / 8][4], const float (&row_lse2)[2],
+                                                  float scale_log2) {
 #pragma unroll
     for (int j = 0; j < BN / 8; j++)
 #pragma unroll
-        for (int c = 0; c < 4; c++) {
-            s[j][c] = fast_exp2(fmaf(s[j][c], scale_log2, -row_lse2[c / 2]));
-            s[j][c] *= dp[j][c] - row_dsum[c / 2];
-        }
+        for (int c = 0; c < 4; c++) s[j][c] = fast_exp2(fmaf(s[j][c], scale_log2, -row_lse2[c / 2]));
+}
+
+// P becomes dS = P * (dP - dsum), row-wise.
+__device__ __forceinline__ void ds_from_probs(float (&s)[BN / 8][4], const float (&dp)[BN / 8][4],
+                                              const float (&row_dsum)[2]) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) s[j][c] *= dp[j][c] - row_dsum[c / 2];
 }
 
 // dQ = dQ_acc * scale as bf16, for this thread's rows below seq_len.
@@ -534,15 +539,19 @@ __global__ void __launch_bounds__(NUM_THREADS, 2) attn_bwd_dq_kernel(const __gri
         cp_async_wait<0>();
         wgmma::fence_async_shared();
         __syncthreads();  // tile i landed; the last tile's products have completed
-        if (i + 1 < list.n_total) load_key_tile<NUM_THREADS>(smem.keys, stage ^ 1, keys, list.tile(i + 1));
-        cp_async_commit();
         const bf16 *t_k = smem.keys.k[stage], *t_v = smem.keys.v[stage];
 
         float s[BN / 8][4], dp[BN / 8][4];  // S then P then dS; dP [64 queries x BN keys]
-        recompute_s_dp<D>(s, dp, smem.q, t_k, smem.dout, t_v);
+        issue_s_dp<D>(s, dp, smem.q, t_k, smem.dout, t_v);
+        if (i + 1 < list.n_total) load_key_tile<NUM_THREADS>(smem.keys, stage ^ 1, keys, list.tile(i + 1));
+        cp_async_commit();
+        wgmma::wait<0>();
+        wgmma::pin(s);
+        wgmma::pin(dp);
         mask_tile(s, list.cls(i), ragged_tile(list.tile(i), d.seq_len), smem.keys.lo[stage], smem.keys.hi[stage],
                   q_row);
-        ds_from_scores(s, dp, row_lse2, row_dsum, d.scale_log2);
+        probs_from_scores(s, row_lse2, d.scale_log2);
+        ds_from_probs(s, dp, row_dsum);
         uint32_t ds_frag[BN / 16][4];
         acc_to_a<BN>(ds_frag, s);
         wgmma::fence();

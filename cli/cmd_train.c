@@ -174,6 +174,9 @@ typedef struct {
     void *backend;
     Prefetcher *prefetcher;
     EvalSet *eval;  // NULL: no eval
+    AccuracySet *accuracy;  // NULL: no accuracy eval (eval.generate_conversations 0)
+    const Tokenizer *tok;
+    GenerateOptions generate;
     MetricsLog *metrics;
     double flops_per_token;
     DistComm comm;  // the ranks the step's loss is normalised over
@@ -193,8 +196,9 @@ static StepMetrics step_metrics(const StepLoop *loop, const PreparedStep *batch,
 }
 
 // The device memory in use, and on eval steps (every train.eval_every and the last) the
-// eval losses.
-static void add_memory_and_eval(const StepLoop *loop, StepMetrics *m) {
+// eval losses and the multi-turn accuracy (generated on the CPU from the state's host
+// weights, downloaded from the backend).
+static void add_memory_and_eval(const StepLoop *loop, TrainState *state, StepMetrics *m) {
     const RunSettings *s = loop->settings;
     size_t used, total;
     if (loop->ops->device_memory && loop->ops->device_memory(&used, &total))
@@ -202,6 +206,17 @@ static void add_memory_and_eval(const StepLoop *loop, StepMetrics *m) {
     if (loop->eval && (m->step % s->eval_every == 0 || m->step == s->total_steps)) {
         evaluate(loop->ops, loop->backend, loop->eval, &m->eval_loss, &m->eval_answer_loss);
         m->has_eval = true;
+        if (loop->accuracy) {
+            loop->ops->get_state(loop->backend, state->params, &state->opt);
+            char why[256];
+            AccuracyReport r;
+            accuracy_evaluate(loop->accuracy, decode_ops(BACKEND_CPU, why, sizeof why), loop->mc,
+                              state->params, &loop->generate, loop->tok, &r);
+            m->has_accuracy = true;
+            m->eval_accuracy = accuracy_ratio(r.n_correct, r.n_turns);
+            m->eval_later_turn_accuracy = accuracy_ratio(r.later_correct, r.later_n);
+            accuracy_report_free(&r);
+        }
     }
 }
 
@@ -286,7 +301,7 @@ static void run_steps(const StepLoop *loop, TrainState *state, char *checkpoint_
         advance_progress(progress, step, batch);
         StepMetrics m = step_metrics(loop, batch, progress->step, &outcome, lr, step_time);
         prefetcher_release(loop->prefetcher, batch);
-        add_memory_and_eval(loop, &m);
+        add_memory_and_eval(loop, state, &m);
         log_step(loop, &clock, progress, &m);
         if (checkpoint_or_stop(loop, state, checkpoint_dir, dir_len)) break;
     }
@@ -329,6 +344,15 @@ int cmd_train(int argc, char **argv) {
     load_train_data(config, tok, data_opt, &train);
     EvalSet eval = {0};
     const bool do_eval = load_eval_data(config, tok, data_opt, &settings, &eval);
+    AccuracySet accuracy = {0};
+    const int accuracy_conversations = (int)config_int(config, "eval.generate_conversations");
+    const bool do_accuracy = do_eval && accuracy_conversations > 0;
+    if (do_accuracy) {
+        accuracy_set_load(&accuracy, tok, data_opt.chat_template, config_str(config, "data.eval_path"),
+                          data_opt.special_in_text, accuracy_conversations);
+        printf("eval accuracy: %d turns of %d conversations generated at each eval\n",
+               accuracy.n_items, accuracy.n_conversations);
+    }
 
     TrainState state;
     train_state_init(&state, &mc, settings.seed);
@@ -362,6 +386,8 @@ int cmd_train(int argc, char **argv) {
     const StepLoop loop = {
         .settings = &settings, .mc = &mc, .seq_len = data_opt.seq_len, .out_dir = out_dir,
         .ops = ops, .backend = trainer, .prefetcher = prefetcher, .eval = do_eval ? &eval : NULL,
+        .accuracy = do_accuracy ? &accuracy : NULL, .tok = tok,
+        .generate = generate_options_from(config, tok),
         .metrics = &metrics,
         .flops_per_token = model_flops_per_token(model_matmul_params(&state.table, &mc)),
         .comm = comm,
@@ -377,6 +403,7 @@ int cmd_train(int argc, char **argv) {
     step_loader_free(&loader);
     train_state_free(&state);
     if (do_eval) eval_set_free(&eval);
+    if (do_accuracy) accuracy_set_free(&accuracy);
     packed_dataset_free(&train);
     tokenizer_free(tok);
     config_free(config);

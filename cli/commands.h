@@ -9,3 +9,5 @@ int cmd_show(int argc, char **argv);      // cli/cmd_show.c: draw the layouts' m
 int cmd_gen_data(int argc, char **argv);  // cli/cmd_gen_data.c: write the synthetic data sets
 int cmd_tokenizer(int argc, char **argv); // cli/cmd_tokenizer.c: train a SentencePiece model
 int cmd_export(int argc, char **argv);    // cli/cmd_export.c: a checkpoint as a HF folder
+int cmd_generate(int argc, char **argv);  // cli/cmd_generate.c: continue conversations
+int cmd_eval(int argc, char **argv);      // cli/cmd_eval.c: multi-turn accuracy

@@ -12,7 +12,9 @@ static const char USAGE[] =
     "       train show --config FILE [--set k=v]... --conversation N --out DIR [--rows]\n"
     "       train gen-data --out-dir DIR [--seed N] [--train N] [--eval N] [--shared N]\n"
     "       train tokenizer --corpus-from FILE.jsonl --out PREFIX [--vocab-size N]\n"
-    "       train export --from CHECKPOINT --out DIR [--dtype bf16|f16|f32]\n";
+    "       train export --from CHECKPOINT --out DIR [--dtype bf16|f16|f32]\n"
+    "       train generate --config FILE [--set k=v]... --prompts F.jsonl --out G.jsonl\n"
+    "       train eval --config FILE [--set k=v]... [--json out.json]\n";
 
 static void usage(FILE *f) { fputs(USAGE, f); }
 
@@ -56,6 +58,8 @@ int main(int argc, char **argv) {
     if (strcmp(sub, "gen-data") == 0) return cmd_gen_data(sub_argc, sub_argv);
     if (strcmp(sub, "tokenizer") == 0) return cmd_tokenizer(sub_argc, sub_argv);
     if (strcmp(sub, "export") == 0) return cmd_export(sub_argc, sub_argv);
+    if (strcmp(sub, "generate") == 0) return cmd_generate(sub_argc, sub_argv);
+    if (strcmp(sub, "eval") == 0) return cmd_eval(sub_argc, sub_argv);
     fprintf(stderr, "train: unknown command '%s'\n", sub);
     usage(stderr);
     return 2;

@@ -643,6 +643,7 @@ static int parse_conversation(const ParseOptions *opt, const MessageFormat *fmt,
     static const char *const messages_keys[] = {"messages", "tools", NULL};
     static const char *const sharegpt_keys[] = {"conversations", "system", "tools", NULL};
     const bool sharegpt = fmt == &FORMAT_SHAREGPT;
+    const MessageRole last = opt->prompts ? MSG_USER : MSG_ASSISTANT;
     out->kind = SAMPLE_CONVERSATION;
     if (check_keys(opt, root, sharegpt ? sharegpt_keys : messages_keys, "", "", err, err_len) != 0 ||
         parse_tools(root, out, err, err_len) != 0 ||
@@ -662,11 +663,10 @@ static int parse_conversation(const ParseOptions *opt, const MessageFormat *fmt,
                                                           json_string_length(system))};
         out->n_messages++;
         // Errors below name conversations[i] of the file: check the file's own messages.
-        return check_turn_order(fmt, key, out->messages + 1, out->n_messages - 1, MSG_SYSTEM,
-                                MSG_ASSISTANT, err, err_len);
+        return check_turn_order(fmt, key, out->messages + 1, out->n_messages - 1, MSG_SYSTEM, last,
+                                err, err_len);
     }
-    return check_turn_order(fmt, key, out->messages, out->n_messages, MSG_SYSTEM, MSG_ASSISTANT,
-                            err, err_len);
+    return check_turn_order(fmt, key, out->messages, out->n_messages, MSG_SYSTEM, last, err, err_len);
 }
 
 // The top-level keys (known: the format's) and the "prompt" of the two prompt formats:
@@ -856,7 +856,7 @@ static bool read_line_bounded(FILE *f, size_t max, char **buf, size_t *cap, size
 void dataset_load(const char *path, const LoadOptions *opt, Dataset *out) {
     enum { MAX_SKIP_WARNINGS = 5 };
     memset(out, 0, sizeof(*out));
-    ParseOptions parse = {opt->ignore_unknown_keys, &out->ignored};
+    ParseOptions parse = {opt->ignore_unknown_keys, &out->ignored, opt->prompts};
     char err[1024];
     if (input_file_check(path, err, sizeof err) != 0) fatal("%s", err);
     FILE *f = fopen(path, "rb");
@@ -903,6 +903,8 @@ void dataset_load(const char *path, const LoadOptions *opt, Dataset *out) {
         fatal("%s: no usable samples (%d bad lines skipped, %d too long)", path, out->n_skipped,
               out->n_too_long);
 }
+
+void prompts_load(const char *path, Dataset *out) { dataset_load(path, &(LoadOptions){.prompts = true}, out); }
 
 void sample_free(Sample *s) {
     messages_free(s->messages, s->n_messages);

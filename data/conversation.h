@@ -70,6 +70,7 @@ typedef struct {
 typedef struct {
     bool ignore_unknown_keys;  // count unknown keys in *ignored instead of refusing the line
     KeyTally *ignored;         // NULL: not counted
+    bool prompts;              // a conversation ends with a user message (the turn to generate)
 } ParseOptions;
 
 typedef struct {
@@ -79,6 +80,7 @@ typedef struct {
     // skipped and counted in n_too_long under skip_too_long); 0: no limit.
     size_t max_line_bytes;
     bool skip_too_long;
+    bool prompts;              // ParseOptions.prompts
 } LoadOptions;
 
 typedef struct {
@@ -98,6 +100,10 @@ int sample_parse_line(const char *text, size_t len, const char *path, int line,
 // file:line and the field) unless skip_bad, which skips it and counts it in n_skipped.
 // Ignored keys, if any, are reported in one line on stderr.
 void dataset_load(const char *path, const LoadOptions *opt, Dataset *out);
+
+// Reads a JSONL file of prompts: conversations whose last message is a user message (the
+// turn to generate). Any bad line is fatal, naming file:line and the field.
+void prompts_load(const char *path, Dataset *out);
 
 // "N unknown keys ignored: id (6), messages[].weight (12)" into buf.
 void key_tally_describe(const KeyTally *t, char *buf, size_t len);

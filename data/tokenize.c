@@ -253,3 +253,26 @@ void tokenized_sample_free(TokenizedSample *s) {
     s->turns = NULL;
     s->n_turns = 0;
 }
+
+int sample_tokenize_prompt(const Tokenizer *tok, const ChatTemplate *t, const Sample *s,
+                           SpecialInText special_in_text, TokenSpan *out, char *err,
+                           size_t err_len) {
+    *out = (TokenSpan){0};
+    if (s->kind != SAMPLE_CONVERSATION || s->n_messages == 0 ||
+        s->messages[s->n_messages - 1].role != MSG_USER)
+        return fail(err, err_len, "%s: the last message must be a user message (a prompt to "
+                    "answer)", s->kind != SAMPLE_CONVERSATION ? "prompt" : "messages");
+    // The prefix of a shared-prefix set with one empty completion is the generation
+    // prompt, with the ids the conversation's next turn trains after.
+    Message reply = {.role = MSG_ASSISTANT, .content = "", .reasoning = NULL};
+    Sample set = *s;
+    set.kind = SAMPLE_SHARED_PREFIX;
+    set.completions = &reply;
+    set.n_completions = 1;
+    TokenizedSample tokenized;
+    if (sample_tokenize(tok, t, &set, special_in_text, &tokenized, err, err_len) != 0) return -1;
+    *out = tokenized.prefix;
+    tokenized.prefix = (TokenSpan){0};
+    tokenized_sample_free(&tokenized);
+    return 0;
+}

@@ -41,3 +41,9 @@ int template_check_tokenizer(const Tokenizer *tok, const ChatTemplate *t, char *
 int sample_tokenize(const Tokenizer *tok, const ChatTemplate *t, const Sample *s,
                     SpecialInText special_in_text, TokenizedSample *out, char *err, size_t err_len);
 void tokenized_sample_free(TokenizedSample *s);
+// The generation prompt of a conversation whose last message is a user message: its
+// inference view (earlier thinking stripped) up to and including the assistant header,
+// into *out (ids malloc'd). Returns 0, or -1 with a location-free message in err.
+int sample_tokenize_prompt(const Tokenizer *tok, const ChatTemplate *t, const Sample *s,
+                           SpecialInText special_in_text, TokenSpan *out, char *err,
+                           size_t err_len);

@@ -136,6 +136,12 @@ double cpu_model_forward(CpuModel *m, const float *params, const ModelBatch *b, 
 // tests and tools on small batches: no chunking).
 void cpu_model_logits(CpuModel *m, const float *params, const ModelBatch *b, float *logits);
 
+// One layer's SwiGLU MLP on the CPU, shared by the model and the decoder (model/decode.h):
+// out[T,C] = down_proj(silu(gate_proj(x)) * up_proj(x)) with the layer's tensor offsets
+// w [LAYER_TENSORS]; gate, up, act [T,F] hold the intermediates (act may alias gate).
+void cpu_mlp_forward(const float *params, const size_t *w, const float *x, float *gate, float *up,
+                     float *act, float *out, int T, int C, int F);
+
 // Forward and backward. The loss is sum(CE over targets) * loss_scale, where
 // loss_scale = 1 / (trained positions of the whole optimizer step); gradients of
 // that loss are ADDED into grads (so micro-batches accumulate). Returns the

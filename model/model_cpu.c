@@ -224,6 +224,14 @@ static void attention_inputs_backward(CpuModel *m, const float *params, float *g
     }
 }
 
+void cpu_mlp_forward(const float *params, const size_t *w, const float *x, float *gate, float *up,
+                     float *act, float *out, int T, int C, int F) {
+    matmul_forward_cpu(gate, x, params + w[W_GATE], T, C, F);
+    matmul_forward_cpu(up, x, params + w[W_UP], T, C, F);
+    swiglu_forward_cpu(act, gate, up, (int64_t)T * F);
+    matmul_forward_cpu(out, act, params + w[W_DOWN], T, F, C);
+}
+
 // Embedding and all layers up to the final norm; fills every saved activation.
 static void forward_body(CpuModel *m, const float *params, const ModelBatch *b) {
     const ModelConfig *cfg = &m->cfg;
@@ -244,10 +252,7 @@ static void forward_body(CpuModel *m, const float *params, const ModelBatch *b) 
 
         rmsnorm_forward_cpu(a->ln2, a->ln2_rstd, a->mid, params + w[W_POST_NORM], T, C,
                             cfg->rms_norm_eps);
-        matmul_forward_cpu(a->gate, a->ln2, params + w[W_GATE], T, C, F);
-        matmul_forward_cpu(a->up, a->ln2, params + w[W_UP], T, C, F);
-        swiglu_forward_cpu(a->act, a->gate, a->up, (int64_t)T * F);
-        matmul_forward_cpu(m->proj_out, a->act, params + w[W_DOWN], T, F, C);
+        cpu_mlp_forward(params, w, a->ln2, a->gate, a->up, a->act, m->proj_out, T, C, F);
         add_arrays(m->residual[l + 1], a->mid, m->proj_out, (size_t)T * C);
     }
     rmsnorm_forward_cpu(m->final_norm, m->final_rstd, m->residual[cfg->num_hidden_layers],

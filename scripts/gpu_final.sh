@@ -1,19 +1,31 @@
 #!/usr/bin/env bash
-# One device call that checks and times the whole CUDA path: every CUDA test, the GPU
-# training checks (tests/cli_train_cuda.sh), the (a)/(b) loss-curve runs on the GPU
-# (plotted afterwards here with scripts/loss_curves.sh --plot-only), and the trainer
-# benchmark beside anchor_trainer.py (PyTorch + torch.compile + FlexAttention).
-# Expects `scripts/device_bundle.sh build-lead .device/lead test_ops_cuda test_model_cuda
-# test_attention_cuda test_train_cuda bench_trainer train` and anchor_trainer.py in .device/lead.
+# One device call that checks and times the whole CUDA path: every CUDA test binary in
+# BIN (test_*_cuda), the GPU CLI checks (tests/cli_*_cuda.sh), then, unless --tests-only,
+# the (a)/(b) loss-curve runs on the GPU (plotted afterwards here with
+# scripts/loss_curves.sh --plot-only) and the trainer benchmark, beside anchor_trainer.py
+# (PyTorch + torch.compile + FlexAttention) with --anchor.
+# Expects `scripts/device_bundle.sh build .device/lead <the test_*_cuda binaries> bench_trainer
+# train` and anchor_trainer.py in .device/lead.
+#   BIN=.device/lead bash scripts/gpu_final.sh [--tests-only | --anchor]
 set -u
 out=/tmp/final_out; mkdir -p "$out"  # packed into $OUT/final.tar.gz at the end (few files come back)
 bin=${BIN:-.device/lead}
+# RUNPATH $ORIGIN covers a binary's own libraries, not theirs (cairo's pixman): the bundle is on the path.
+export LD_LIBRARY_PATH=$PWD/$bin:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/info.log"
-for t in test_ops_cuda test_model_cuda test_attention_cuda test_train_cuda; do
-  $bin/$t > "$out/$t.log" 2>&1; echo "$t rc=$? $(tail -1 "$out/$t.log")"; grep FAIL "$out/$t.log" | head -5
+# libnccl is opened at run time (trainer/nccl_cuda.cu); the GPU machine has PyTorch's copy.
+if [ -z "${ONEPASS_NCCL_LIBRARY:-}" ]; then
+  ONEPASS_NCCL_LIBRARY=$(find /opt /usr -name 'libnccl.so.2' 2>/dev/null | head -1); export ONEPASS_NCCL_LIBRARY
+fi
+for path in "$bin"/test_*_cuda; do
+  t=$(basename "$path"); "$path" > "$out/$t.log" 2>&1; echo "$t rc=$? $(tail -1 "$out/$t.log")"
+  grep -E "FAIL|SKIP" "$out/$t.log" | head -5
 done
-bash tests/cli_train_cuda.sh $bin/train > "$out/cli_train_cuda.log" 2>&1; echo "cli_train_cuda rc=$? $(tail -1 "$out/cli_train_cuda.log")"
-grep FAIL "$out/cli_train_cuda.log" | head -5
+for script in tests/cli_*_cuda.sh; do
+  t=$(basename "$script" .sh); bash "$script" $bin/train > "$out/$t.log" 2>&1
+  echo "$t rc=$? $(tail -1 "$out/$t.log")"; grep -E "FAIL|SKIP" "$out/$t.log" | head -5
+done
+if [ "${1:-}" = "--tests-only" ]; then tar -C /tmp -czf "${OUT:-/tmp}/final.tar.gz" final_out; exit 0; fi
 for layout in npass duplicate mask_only; do
   d="$out/curves_$layout"; s=$(date +%s.%N)
   $bin/train --config configs/strip_thinking.json --set data.layout=$layout --set out_dir="$d" \

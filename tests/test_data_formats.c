@@ -122,7 +122,7 @@ static void test_random_round_trips(TestRng *rng) {
             char *line = json_dumps(root, JSON_COMPACT);
             Sample s;
             KeyTally tally = {0};
-            ParseOptions ignore = {true, &tally};
+            ParseOptions ignore = {.ignore_unknown_keys = true, .ignored = &tally};
             int rc = sample_parse_line(line, strlen(line), "rand.jsonl", trial + 1, &ignore, &s, err,
                                        sizeof err);
             EXPECT(rc == 0, "%s", err);
@@ -574,7 +574,7 @@ static void test_unknown_keys(void) {
                strstr(err, "k.jsonl:3: ") && strstr(err, ": unknown key"),
            "strict: %s", err);
     KeyTally tally = {0};
-    ParseOptions ignore = {true, &tally};
+    ParseOptions ignore = {.ignore_unknown_keys = true, .ignored = &tally};
     for (int rep = 0; rep < 2; rep++) {
         int rc = sample_parse_line(line, strlen(line), "k.jsonl", 3, &ignore, &s, err, sizeof err);
         EXPECT(rc == 0 && s.n_messages == 2 && strcmp(s.messages[1].content, "A") == 0, "%s", err);

@@ -72,6 +72,16 @@ static const char *const DEFAULTS_JSON =
     "    \"rendezvous_file\": null,"
     "    \"bucket_mb\": 25"
     "  },"
+    "  \"generate\": {"
+    "    \"max_new_tokens\": 384,"
+    "    \"temperature\": 0.0,"
+    "    \"top_p\": 1.0,"
+    "    \"seed\": 0,"
+    "    \"batch\": 32"
+    "  },"
+    "  \"eval\": {"
+    "    \"generate_conversations\": 4"
+    "  },"
     "  \"parity\": {"
     "    \"conversations\": 16,"
     "    \"weights\": null"
@@ -117,6 +127,12 @@ static const KeyRange RANGES[] = {
     {"train.micro_rows", 1, 1 << 16, false, false},
     {"train.bucket_mb", 1, 4096, false, false},
     {"train.peak_tflops", 0, 1e7, false, false},
+    {"generate.max_new_tokens", 1, 1 << 20, false, false},
+    {"generate.temperature", 0, 100, false, false},
+    {"generate.top_p", 0, 1, true, false},
+    {"generate.seed", 0, 9007199254740992.0, false, false},
+    {"generate.batch", 1, 1 << 16, false, false},
+    {"eval.generate_conversations", 0, ONE_G, false, false},
     {"parity.conversations", 1, 1 << 20, false, false},
 };
 

@@ -1,7 +1,11 @@
+#define _POSIX_C_SOURCE 200809L  // strndup
 #include "trainer/eval.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "data/synthetic.h"
 
 #include "common/check.h"
 #include "trainer/step.h"
@@ -40,4 +44,147 @@ void evaluate(const TrainBackendOps *ops, void *backend, EvalSet *eval, double *
     }
     *eval_loss = n_all ? all / (double)n_all : NAN;
     *eval_answer_loss = n_answer ? answer / (double)n_answer : NAN;
+}
+
+// ---- Multi-turn accuracy.
+
+void accuracy_set_load(AccuracySet *a, const Tokenizer *tok, const ChatTemplate *t,
+                       const char *path, SpecialInText special_in_text, int max_conversations) {
+    memset(a, 0, sizeof *a);
+    a->chat_template = t;
+    dataset_load(path, &(LoadOptions){0}, &a->data);
+    int cap = 0;
+    char err[1024];
+    for (int c = 0; c < a->data.n_samples; c++) {
+        if (max_conversations > 0 && a->n_conversations == max_conversations) break;
+        Sample *s = &a->data.samples[c];
+        if (s->kind != SAMPLE_CONVERSATION) {
+            a->n_shared_prefix++;
+            continue;
+        }
+        long long *results = xmalloc((size_t)(s->n_messages + 1) * sizeof(long long));
+        const bool numeric =
+            synthetic_expected_results(s->messages, s->n_messages, results, s->n_messages) > 0;
+        int turn = 0, asked = 0;
+        for (int m = 0; m < s->n_messages; m++) {
+            asked += s->messages[m].role == MSG_USER;
+            if (s->messages[m].role != MSG_ASSISTANT) continue;
+            // A reply after tool results continues its user turn: its prompt would end with
+            // the results, and a generation prompt ends with a user message. Only each user
+            // turn's first reply is scored.
+            if (s->messages[m - 1].role != MSG_USER) continue;
+            // The conversation up to this reply is the prompt of a conversation.
+            Sample upto = *s;
+            upto.n_messages = m;
+            AccuracyItem item = {.turn = turn++, .gold = s->messages[m].content ? s->messages[m].content : "",
+                                 .numeric = numeric && asked > 0,
+                                 .expected = asked > 0 ? results[asked - 1] : 0};
+            if (generate_prompt(tok, t, &upto, special_in_text, &item.prompt, err, sizeof err) != 0)
+                fatal("%s:%d: messages[%d]: %s", path, s->line, m, err);
+            ARRAY_PUSH(a->items, a->n_items, cap, item);
+        }
+        free(results);
+        a->n_conversations += turn > 0;
+    }
+}
+
+void accuracy_set_free(AccuracySet *a) {
+    for (int i = 0; i < a->n_items; i++) free(a->items[i].prompt.ids);
+    free(a->items);
+    dataset_free(&a->data);
+    memset(a, 0, sizeof *a);
+}
+
+static bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+
+// text[0..len) without whitespace at either end: the start, *len updated.
+static const char *trim(const char *text, size_t *len) {
+    while (*len > 0 && is_space(*text)) text++, (*len)--;
+    while (*len > 0 && is_space(text[*len - 1])) (*len)--;
+    return text;
+}
+
+const char *answer_part(const char *text, const char *think_open, const char *think_close,
+                        size_t *len) {
+    const char *close = strstr(text, think_close);
+    const char *start = close ? close + strlen(think_close) : text;
+    *len = strlen(start);
+    start = trim(start, len);
+    if (!close && strncmp(start, think_open, strlen(think_open)) == 0) return NULL;
+    return start;
+}
+
+bool answer_correct(const char *text, const GenerateTemplate *tmpl, const char *gold,
+                    bool numeric, long long expected) {
+    size_t len;
+    const char *answer = answer_part(text, tmpl->think_open, tmpl->think_close, &len);
+    if (!answer) return false;
+    char *copy = strndup(answer, len);
+    size_t gold_len = strlen(gold);
+    const char *g = trim(gold, &gold_len);
+    const bool ok = numeric ? synthetic_check_answer(copy, expected)
+                            : len == gold_len && memcmp(copy, g, len) == 0;
+    free(copy);
+    return ok;
+}
+
+double accuracy_ratio(int correct, int n) { return n ? (double)correct / n : NAN; }
+
+void accuracy_evaluate(const AccuracySet *a, const DecodeOps *ops, const ModelConfig *cfg,
+                       const float *params, const GenerateOptions *opt, const Tokenizer *tok,
+                       AccuracyReport *r) {
+    memset(r, 0, sizeof *r);
+    r->n_conversations = a->n_conversations;
+    const GenerateTemplate tmpl = generate_template(tok, a->chat_template);
+    TokenSpan *prompts = xmalloc(((size_t)a->n_items + 1) * sizeof *prompts);
+    for (int i = 0; i < a->n_items; i++) {
+        prompts[i] = a->items[i].prompt;
+        r->n_indices = a->items[i].turn + 1 > r->n_indices ? a->items[i].turn + 1 : r->n_indices;
+    }
+    Generation *gens = xcalloc((size_t)a->n_items + 1, sizeof *gens);
+    generate(ops, cfg, params, opt, tmpl.end_of_turn, prompts, a->n_items, gens, &r->gen);
+    r->per_turn_n = xcalloc((size_t)r->n_indices + 1, sizeof(int));
+    r->per_turn_correct = xcalloc((size_t)r->n_indices + 1, sizeof(int));
+    for (int i = 0; i < a->n_items; i++) {
+        const AccuracyItem *it = &a->items[i];
+        char *text = generation_text(tok, &gens[i]);
+        const bool ok = answer_correct(text, &tmpl, it->gold, it->numeric, it->expected);
+        free(text);
+        generation_free(&gens[i]);
+        r->n_turns++, r->n_correct += ok;
+        r->per_turn_n[it->turn]++, r->per_turn_correct[it->turn] += ok;
+        if (it->turn == 0) r->first_n++, r->first_correct += ok;
+        else r->later_n++, r->later_correct += ok;
+    }
+    free(gens);
+    free(prompts);
+}
+
+void accuracy_report_free(AccuracyReport *r) {
+    free(r->per_turn_n);
+    free(r->per_turn_correct);
+    memset(r, 0, sizeof *r);
+}
+
+// A ratio as JSON: null for none (JSON has no NaN).
+static json_t *json_ratio(int correct, int n) {
+    return n ? json_real(accuracy_ratio(correct, n)) : json_null();
+}
+
+json_t *accuracy_report_json(const AccuracyReport *r) {
+    json_t *per_turn = json_array();
+    for (int t = 0; t < r->n_indices; t++)
+        json_array_append_new(per_turn, json_pack("{s:i, s:i, s:i, s:o}", "turn", t + 1, "n",
+                                                  r->per_turn_n[t], "correct",
+                                                  r->per_turn_correct[t], "accuracy",
+                                                  json_ratio(r->per_turn_correct[t], r->per_turn_n[t])));
+    const double tps = r->gen.seconds > 0 ? (double)r->gen.generated_tokens / r->gen.seconds : 0;
+    return json_pack("{s:i, s:i, s:i, s:o, s:o, s:o, s:o, s:I, s:I, s:f, s:f}", "conversations",
+                     r->n_conversations, "turns", r->n_turns, "correct", r->n_correct,
+                     "accuracy", json_ratio(r->n_correct, r->n_turns), "first_turn_accuracy",
+                     json_ratio(r->first_correct, r->first_n), "later_turn_accuracy",
+                     json_ratio(r->later_correct, r->later_n), "per_turn", per_turn,
+                     "prompt_tokens", (json_int_t)r->gen.prompt_tokens, "generated_tokens",
+                     (json_int_t)r->gen.generated_tokens, "generate_seconds", r->gen.seconds,
+                     "generated_tokens_per_s", tps);
 }

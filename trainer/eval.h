@@ -1,10 +1,14 @@
-// Held-out evaluation during training: conversations in the inference view (npass),
+// Held-out evaluation: the eval loss (conversations in the inference view (npass),
 // packed and cut into micro-batches once, then a forward pass on the backend at every
-// eval step.
+// eval step) and the multi-turn accuracy of generated turns (`train eval`, and during
+// training on eval.generate_conversations).
 #pragma once
+#include <jansson.h>
+#include <stdbool.h>
 #include "data/batch.h"
 #include "data/tokenizer.h"
 #include "trainer/backend.h"
+#include "trainer/generate.h"
 #include "trainer/loader.h"
 
 typedef struct {
@@ -24,3 +28,62 @@ void eval_set_free(EvalSet *eval);
 // ROLE_ANSWER. NAN where there is no such target.
 void evaluate(const TrainBackendOps *ops, void *backend, EvalSet *eval, double *eval_loss,
               double *eval_answer_loss);
+
+// ---- Multi-turn accuracy (issue 12): every turn of every conversation generated from
+// its inference view with the gold history (earlier thinking stripped) up to the
+// assistant header, and its answer checked.
+
+// One turn to generate and check.
+typedef struct {
+    TokenSpan prompt;    // the turn's inference view up to the assistant header
+    int turn;            // 0-based turn index in its conversation
+    const char *gold;    // the gold answer text (into the dataset)
+    bool numeric;        // synthetic data: check the final number against `expected`
+    long long expected;
+} AccuracyItem;
+
+typedef struct {
+    Dataset data;
+    AccuracyItem *items;
+    int n_items, n_conversations;
+    int n_shared_prefix;  // shared-prefix sets in the file: no turns to score, left out
+    const ChatTemplate *chat_template;  // NULL: onepass
+} AccuracySet;
+
+// The first max_conversations conversations of path (0: all). Fatal, naming path:line,
+// for a line that does not parse or tokenize.
+void accuracy_set_load(AccuracySet *a, const Tokenizer *tok, const ChatTemplate *t,
+                       const char *path, SpecialInText special_in_text, int max_conversations);
+void accuracy_set_free(AccuracySet *a);
+
+// The answer part of a generated text: what follows the first think_close, or the whole
+// text when it has none (NULL when it opened a thinking block it never closed:
+// think_open at its start). Leading and trailing whitespace are not part of it: the
+// result points into text, *len is its length.
+const char *answer_part(const char *text, const char *think_open, const char *think_close,
+                        size_t *len);
+// Whether a generated text answers right: synthetic (numeric) turns by the answer's last
+// integer against expected, other turns by the answer text equal to gold (whitespace
+// at either end aside).
+bool answer_correct(const char *text, const GenerateTemplate *tmpl, const char *gold,
+                    bool numeric, long long expected);
+
+typedef struct {
+    int n_conversations, n_turns, n_correct;
+    int first_n, first_correct, later_n, later_correct;
+    int n_indices;     // turn indices seen (max turn index + 1)
+    int *per_turn_n;   // [n_indices]
+    int *per_turn_correct;
+    GenerateStats gen;
+} AccuracyReport;
+
+// Generates every item on ops (params: fp32 host weights) and scores it.
+void accuracy_evaluate(const AccuracySet *a, const DecodeOps *ops, const ModelConfig *cfg,
+                       const float *params, const GenerateOptions *opt, const Tokenizer *tok,
+                       AccuracyReport *r);
+void accuracy_report_free(AccuracyReport *r);
+// correct / n, NAN for n == 0.
+double accuracy_ratio(int correct, int n);
+// The report as JSON: accuracy overall, first turn, later turns, per turn index, with
+// the generation's tokens and time.
+json_t *accuracy_report_json(const AccuracyReport *r);

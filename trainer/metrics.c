@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +85,13 @@ void metrics_write(MetricsLog *log, const StepMetrics *m) {
         json_object_set_new(o, "eval_loss", json_real(m->eval_loss));
         json_object_set_new(o, "eval_answer_loss", json_real(m->eval_answer_loss));
     }
+    if (m->has_accuracy) {  // JSON has no NaN: null where there was no turn to score
+        json_object_set_new(o, "eval_accuracy", isnan(m->eval_accuracy) ? json_null()
+                                                    : json_real(m->eval_accuracy));
+        json_object_set_new(o, "eval_later_turn_accuracy",
+                            isnan(m->eval_later_turn_accuracy) ? json_null()
+                                : json_real(m->eval_later_turn_accuracy));
+    }
     // jansson prints reals with 17 significant digits: losses round-trip exactly.
     char *text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
     errno = 0;
@@ -121,6 +129,9 @@ void metrics_print_console(FILE *f, const StepMetrics *m, long total_steps, doub
     if (m->device_memory_gib > 0) fprintf(f, " | GPU mem %.2f GiB", m->device_memory_gib);
     if (m->has_eval)
         fprintf(f, " | eval_loss %.4f | eval_answer_loss %.4f", m->eval_loss, m->eval_answer_loss);
+    if (m->has_accuracy)
+        fprintf(f, " | eval_accuracy %.4f | eval_later_turn_accuracy %.4f", m->eval_accuracy,
+                m->eval_later_turn_accuracy);
     fputc('\n', f);
     fflush(f);
 }

@@ -19,6 +19,8 @@ typedef struct {
     double device_memory_gib;  // GPU memory in use (cudaMemGetInfo); 0: not on a GPU (omitted)
     bool has_eval;
     double eval_loss, eval_answer_loss;
+    bool has_accuracy;         // multi-turn accuracy on eval.generate_conversations (NAN: no turn)
+    double eval_accuracy, eval_later_turn_accuracy;
 } StepMetrics;
 
 typedef struct {

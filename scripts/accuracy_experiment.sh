@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Multi-turn accuracy of npass, duplicate (option b) and mask_only (option a) (issue 12):
+# fresh synthetic data from --seed (train gen-data), the three layouts trained from that
+# seed on the same conversations per step, then `train eval` on each: every turn of
+# every held-out conversation generated from its inference view (gold history, earlier
+# thinking stripped) and its answer's final number checked. Writes a markdown table and
+# a gnuplot PNG of accuracy per turn index, with tokens and time per layout.
+#
+# usage: scripts/accuracy_experiment.sh --seed N [--out DIR] [--backend auto|cpu|cuda]
+#            [--gen-backend cpu|cuda|auto] [--train N] [--eval N] [--steps N]
+#            [--tokens-per-step N] [--max-new-tokens N] [--tiny] [--set key=value]...
+#   BIN=path/to/train (default ./train). --backend trains (cuda on the H200),
+#   --gen-backend runs `train eval` (generation and eval loss; cpu by default).
+#   Defaults are the H200 scale: 20000 training conversations, 200 eval ones, 3000 steps
+#   of 16384 trained tokens, the ~10M-parameter model below. --tiny is a CPU proof
+#   that the pipeline runs end to end (a 0.1M model, 30 steps, minutes on 2 cores).
+#   --set goes to training (e.g. --set train.lr=1e-3).
+#
+# The model (~9.6M parameters): hidden 384, 6 layers, 6 heads of head_dim 64 (what the
+# CUDA kernels run), 2 KV heads, intermediate 1024, tied embeddings, the shipped
+# synthetic SentencePiece tokenizer (512 pieces: the generator's vocabulary does not
+# depend on its seed). Big enough to learn column arithmetic over several turns, small
+# enough that the three runs take minutes on the H200.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+BIN="${BIN:-$root/train}"
+seed="" out="" backend=auto gen_backend=cpu n_train=20000 n_eval=200 steps=3000 tps=16384
+max_new=384 tiny=0 overrides=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --seed) seed="$2"; shift 2 ;;
+        --out) out="$2"; shift 2 ;;
+        --backend) backend="$2"; shift 2 ;;
+        --gen-backend) gen_backend="$2"; shift 2 ;;
+        --train) n_train="$2"; shift 2 ;;
+        --eval) n_eval="$2"; shift 2 ;;
+        --steps) steps="$2"; shift 2 ;;
+        --tokens-per-step) tps="$2"; shift 2 ;;
+        --max-new-tokens) max_new="$2"; shift 2 ;;
+        --tiny) tiny=1; shift ;;
+        --set) overrides+=(--set "$2"); shift 2 ;;
+        *) echo "accuracy_experiment.sh: unknown argument '$1'" >&2; exit 2 ;;
+    esac
+done
+[ -n "$seed" ] || { echo "accuracy_experiment.sh: --seed N is required (not 1234: the shipped data's)" >&2; exit 2; }
+[ "$seed" != 1234 ] || { echo "accuracy_experiment.sh: seed 1234 made the shipped data; pick another" >&2; exit 2; }
+command -v gnuplot > /dev/null || { echo "accuracy_experiment.sh: gnuplot not found (apt-get install gnuplot-nox)" >&2; exit 1; }
+out="${out:-$root/runs/accuracy_seed$seed}"
+model=(--set model.hidden_size=384 --set model.num_hidden_layers=6 --set model.num_attention_heads=6
+       --set model.num_key_value_heads=2 --set model.intermediate_size=1024 --set train.lr=1e-3
+       --set train.warmup_steps=100 --set train.micro_rows=8 --set data.seq_len=2048)
+if [ "$tiny" -eq 1 ]; then
+    n_train=${n_train/#20000/200}; n_eval=${n_eval/#200/8}; steps=${steps/#3000/30}; tps=${tps/#16384/2048}
+    max_new=${max_new/#384/160}
+    model=(--set model.hidden_size=64 --set model.num_hidden_layers=2 --set model.num_attention_heads=2
+           --set model.num_key_value_heads=1 --set model.intermediate_size=128 --set train.warmup_steps=5)
+fi
+layouts=(npass duplicate mask_only)
+mkdir -p "$out"
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+echo "== data: $n_train train / $n_eval eval conversations, seed $seed -> $out/data"
+"$BIN" gen-data --out-dir "$out/data" --seed "$seed" --train "$n_train" --eval "$n_eval" --shared 1 > "$out/gen-data.log"
+data=(--set data.train_path="$out/data/train.jsonl" --set data.eval_path="$out/data/eval.jsonl"
+      --set data.tokenizer="$root/datasets/synthetic/tokenizer.model")
+checkpoint=$(printf 'checkpoint-%06d' "$steps")
+eval_every=$(( steps / 5 > 0 ? steps / 5 : 1 ))
+
+for layout in "${layouts[@]}"; do
+    run="$out/$layout"
+    rm -rf "$run"
+    echo "== train $layout ($steps steps of $tps trained tokens, backend $backend) -> $run"
+    start=$(now)
+    "$BIN" --set data.layout="$layout" --set out_dir="$run" --set seed="$seed" --set backend="$backend" \
+        --set train.steps="$steps" --set train.tokens_per_step="$tps" --set train.eval_every="$eval_every" \
+        --set train.checkpoint_every=0 --set eval.generate_conversations=0 "${data[@]}" "${model[@]}" \
+        "${overrides[@]}" > "$out/$layout.train.log" 2>&1 \
+        || { echo "training $layout failed; see $out/$layout.train.log" >&2; tail -5 "$out/$layout.train.log" >&2; exit 1; }
+    elapsed "$start" > "$run/train_wall_s"
+    echo "== eval $layout (generation backend $gen_backend)"
+    start=$(now)
+    "$BIN" eval --set model.init_from="$run/$checkpoint" --set backend="$gen_backend" "${data[@]}" \
+        --set generate.max_new_tokens="$max_new" --json "$run/eval.json" > "$out/$layout.eval.log" 2>&1 \
+        || { echo "eval of $layout failed; see $out/$layout.eval.log" >&2; tail -5 "$out/$layout.eval.log" >&2; exit 1; }
+    elapsed "$start" > "$run/eval_wall_s"
+    grep '^accuracy' "$out/$layout.eval.log"
+done
+
+# A number of the indented eval.json (no jq on the GPU machine: awk).
+json_num() { awk -v k="\"$2\":" '$1 == k { v = $2; sub(/,$/, "", v); if (v == "null") print "n/a"; else printf "%.4f\n", v; exit }' "$1"; }
+# turn, accuracy (null -> NaN), n of the per_turn entries.
+per_turn() { awk '/"turn":/ { t = $2 + 0 } /"n":/ { n = $2 + 0 }
+                  /"accuracy":/ && t { a = $2; sub(/,$/, "", a); if (a == "null") a = "NaN"; print t, a, n; t = 0 }' "$1"; }
+for layout in "${layouts[@]}"; do per_turn "$out/$layout/eval.json" > "$out/$layout/per_turn.dat"; done
+
+png="$out/accuracy_per_turn.png" md="$out/ACCURACY.md"
+gnuplot <<EOF
+set terminal pngcairo size 900,520 font ",11"
+set output "$png"
+set title "multi-turn accuracy per turn index (seed $seed): npass vs duplicate (b) vs mask\\\\_only (a)"
+set grid
+set xlabel "turn"
+set ylabel "accuracy (final number right)"
+set yrange [0:1.05]
+set xtics 1
+set key bottom left
+set style line 1 lc rgb "#7b3294" lw 2 pt 7
+set style line 2 lc rgb "#1b9e77" lw 2 dt 2 pt 5
+set style line 3 lc rgb "#e66101" lw 2 pt 9
+plot "$out/npass/per_turn.dat" using 1:2 with linespoints ls 1 title "npass", \\
+     "$out/duplicate/per_turn.dat" using 1:2 with linespoints ls 2 title "duplicate (b)", \\
+     "$out/mask_only/per_turn.dat" using 1:2 with linespoints ls 3 title "mask\\\\_only (a)"
+EOF
+
+max_turn=$(cat "$out"/*/per_turn.dat | awk '$1 > m { m = $1 } END { print m }')
+summary="| layout | accuracy | first turn | later turns | eval loss | eval answer loss | tokens processed | train wall (s) | eval wall (s) |
+|---|---|---|---|---|---|---|---|---|"
+header="| layout |" sep="|---|"
+for t in $(seq 1 "$max_turn"); do header+=" turn $t |"; sep+="---|"; done
+turns="$header"$'\n'"$sep"
+for layout in "${layouts[@]}"; do
+    j="$out/$layout/eval.json"
+    tokens=$(awk '{ if (match($0, /"tokens":[0-9]+/)) s += substr($0, RSTART + 9, RLENGTH - 9) } END { print s }' "$out/$layout/metrics.jsonl")
+    summary+=$'\n'"| $layout | $(json_num "$j" accuracy) | $(json_num "$j" first_turn_accuracy) | $(json_num "$j" later_turn_accuracy) | $(json_num "$j" eval_loss) | $(json_num "$j" eval_answer_loss) | $tokens | $(cat "$out/$layout/train_wall_s") | $(cat "$out/$layout/eval_wall_s") |"
+    row="| $layout |"
+    for t in $(seq 1 "$max_turn"); do
+        row+=" $(awk -v t="$t" '$1 == t { printf "%s (n %d)", $2, $3; f = 1 } END { if (!f) printf "-" }' "$out/$layout/per_turn.dat") |"
+    done
+    turns+=$'\n'"$row"
+done
+cat > "$md" <<EOF
+# Multi-turn accuracy: npass vs duplicate (b) vs mask_only (a), seed $seed
+
+\`scripts/accuracy_experiment.sh --seed $seed\` (BIN \`$BIN\`, training backend \`$backend\`,
+generation backend \`$gen_backend\`${overrides[*]:+, overrides \`${overrides[*]}\`}): $n_train
+fresh training conversations and $n_eval eval ones from \`train gen-data --seed $seed\`,
+$steps steps of $tps trained tokens per layout from seed $seed, greedy generation of at
+most $max_new tokens per turn. A turn is right when the final number of its answer
+(after \`</think>\`) is the gold result.
+
+$summary
+
+Accuracy per turn index (n: turns with that index):
+
+$turns
+
+![accuracy per turn]($(basename "$png"))
+EOF
+echo "$summary"
+echo "wrote $md and $png"

@@ -49,7 +49,7 @@ int main(int argc, char **argv) {
     if (!tok) fatal("%s", err);
     if (template_check_tokenizer(tok, t, err, sizeof err) != 0) fatal("%s: %s", argv[1], err);
     Dataset d;
-    dataset_load(data_path, false, &d);
+    dataset_load(data_path, &(LoadOptions){0}, &d);
     size_t bytes = 0;
     for (int s = 0; s < d.n_samples; s++) bytes += rendered_bytes(t, &d.samples[s]);
     double best = 1e30;

@@ -85,7 +85,7 @@ int cmd_pack(int argc, char **argv) {
     write_rows(&data.rows, out_path);
 
     DatasetStats stats;
-    stats_compute(data.samples, data.n_samples, opt.layout, &data.docs, &data.rows, (int)tile,
+    stats_compute(data.samples, data.n_samples, opt.layout, &opt.loss, &data.docs, &data.rows, (int)tile,
                   &stats);
     stats.n_skipped_bad = data.n_skipped_bad;
     stats.n_skipped_too_long = data.n_skipped_too_long;

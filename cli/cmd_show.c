@@ -38,7 +38,8 @@ static const char USAGE[] = "usage: train show --config FILE [--set key=value]..
 static TokenizedSample *load_samples(const Tokenizer *tok, const char *path, int line, int count,
                                      const DataOptions *opt, int *n_out) {
     Dataset data;
-    dataset_load(path, opt->skip_bad, &data);
+    const LoadOptions load = data_load_options(opt);
+    dataset_load(path, &load, &data);
     int first = 0;
     while (first < data.n_samples && data.samples[first].line != line) first++;
     if (first == data.n_samples)
@@ -64,7 +65,7 @@ static bool layout_view(LayoutKind layout, const TokenizedSample *samples, int n
     memset(v, 0, sizeof *v);
     char err[1024];
     for (int s = 0; s < n_samples; s++) {
-        if (layout_sample(layout, &samples[s], s, &v->docs, err, sizeof err) != 0) {
+        if (layout_sample(layout, &opt.loss, &samples[s], s, &v->docs, err, sizeof err) != 0) {
             printf("%-22s %s (%s: not drawn)\n\n", "layout", layout_name(layout), err);
             doc_list_free(&v->docs);
             return false;
@@ -74,7 +75,7 @@ static bool layout_view(LayoutKind layout, const TokenizedSample *samples, int n
     if (pack_docs(&v->docs, opt.seq_len, opt.pack, &v->rows, &n_skipped, err, sizeof err) != 0)
         fatal("show: %s: %s", layout_name(layout), err);
     DatasetStats stats;
-    stats_compute(samples, n_samples, layout, &v->docs, &v->rows, ATTN_TILE, &stats);
+    stats_compute(samples, n_samples, layout, &opt.loss, &v->docs, &v->rows, ATTN_TILE, &stats);
     stats.n_skipped_too_long = n_skipped;
     stats_print(&stats, stdout);
 

@@ -25,6 +25,7 @@ static void write_message(FILE *f, const Message *m) {
     switch (m->role) {
     case MSG_SYSTEM: write_sentences(f, TEMPLATE_SYSTEM_HEADER, m->content, ""); break;
     case MSG_USER:
+    case MSG_TOOL:
         write_sentences(f, TEMPLATE_USER_HEADER, m->content, TEMPLATE_ASSISTANT_HEADER);
         break;
     case MSG_ASSISTANT:
@@ -91,7 +92,7 @@ int cmd_tokenizer(int argc, char **argv) {
     if (!corpus_from || !prefix) usage_exit();
 
     Dataset d;
-    dataset_load(corpus_from, false, &d);
+    dataset_load(corpus_from, &(LoadOptions){0}, &d);
     check_sentencepiece_outputs(prefix);
     size_t corpus_len = strlen(prefix) + sizeof(".corpus.txt");
     char *corpus_path = xmalloc(corpus_len);

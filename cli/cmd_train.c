@@ -370,6 +370,7 @@ int cmd_train(int argc, char **argv) {
     StepLoader loader;
     step_loader_init(&loader, train.samples, train.n_samples, data_opt.layout, data_opt.seq_len,
                      data_opt.pack, settings.tokens_per_step, settings.shuffle, settings.seed);
+    loader.loss = data_opt.loss;
     resume_if_asked(config, &state, &loader);
     // The backend first: it refuses what does not fit the device before out_dir exists.
     void *trainer = create_backend(ops, &mc, &settings, data_opt.seq_len, &state);

@@ -37,7 +37,7 @@ typedef struct {
 static Views npass_views(const TokenizedSample *s, int sample_index) {
     DocList docs = {0};
     char err[256];
-    if (layout_sample(LAYOUT_NPASS, s, sample_index, &docs, err, sizeof err) != 0)
+    if (layout_sample(LAYOUT_NPASS, NULL, s, sample_index, &docs, err, sizeof err) != 0)
         fatal("npass views: %s", err);
     Views v = {.first_turn = s->kind == SAMPLE_SHARED_PREFIX, .n_views = docs.n_docs};
     v.ctx = xmalloc((size_t)docs.n_docs * sizeof *v.ctx);

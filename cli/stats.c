@@ -15,7 +15,7 @@ static void count_docs(const DocList *docs, long long *tokens, long long *traine
 }
 
 void stats_compute(const TokenizedSample *samples, int n_samples, LayoutKind layout,
-                   const DocList *docs, const PackedRows *rows, int tile, DatasetStats *out) {
+                   const LossOptions *loss, const DocList *docs, const PackedRows *rows, int tile, DatasetStats *out) {
     memset(out, 0, sizeof *out);
     out->layout = layout;
     out->n_samples = n_samples;
@@ -28,7 +28,7 @@ void stats_compute(const TokenizedSample *samples, int n_samples, LayoutKind lay
         out->n_turns += samples[s].n_turns;
         DocList npass = {0};
         char err[256];
-        if (layout_sample(LAYOUT_NPASS, &samples[s], s, &npass, err, sizeof err) != 0)
+        if (layout_sample(LAYOUT_NPASS, loss, &samples[s], s, &npass, err, sizeof err) != 0)
             fatal("statistics: %s", err);
         int npass_longest = 0;
         count_docs(&npass, &out->npass_tokens, &out->npass_trained, &npass_longest);

@@ -20,7 +20,8 @@ typedef struct {
 } DatasetStats;
 
 // Counts everything above. `samples` are the tokenized samples that `docs` were laid
-// out from (the npass figures are recomputed from them); `rows` are the packed docs.
+// out from (the npass figures are recomputed from them, under the same loss options);
+// `rows` are the packed docs.
 void stats_compute(const TokenizedSample *samples, int n_samples, LayoutKind layout,
-                   const DocList *docs, const PackedRows *rows, int tile, DatasetStats *out);
+                   const LossOptions *loss, const DocList *docs, const PackedRows *rows, int tile, DatasetStats *out);
 void stats_print(const DatasetStats *s, FILE *f);

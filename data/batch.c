@@ -64,6 +64,12 @@ static bool cannot_fit(const Sample *s, LayoutKind layout, int seq_len, size_t p
     return true;
 }
 
+LoadOptions data_load_options(const DataOptions *opt) {
+    return (LoadOptions){.skip_bad = opt->skip_bad, .ignore_unknown_keys = opt->ignore_unknown_keys,
+                         .max_line_bytes = opt->max_line_bytes,
+                         .skip_too_long = opt->pack.skip_too_long};
+}
+
 void packed_dataset_load(const Tokenizer *tok, const char *path, DataOptions opt,
                          PackedDataset *out) {
     memset(out, 0, sizeof *out);
@@ -71,11 +77,12 @@ void packed_dataset_load(const Tokenizer *tok, const char *path, DataOptions opt
     const ChatTemplate *tmpl = opt.chat_template ? opt.chat_template : &TEMPLATE_ONEPASS;
     if (template_check_tokenizer(tok, tmpl, why, sizeof why) != 0) fatal("%s", why);
     Dataset data;
-    dataset_load(path, opt.skip_bad, &data);
+    const LoadOptions load = data_load_options(&opt);
+    dataset_load(path, &load, &data);
     out->n_skipped_bad = data.n_skipped;
     out->samples = xcalloc((size_t)data.n_samples, sizeof(TokenizedSample));
     const size_t piece_bytes = max_piece_bytes(tok);
-    int skipped_before_tokenizing = 0;
+    int skipped_before_tokenizing = data.n_too_long;
     for (int i = 0; i < data.n_samples; i++) {
         if (opt.max_samples > 0 && out->n_samples == opt.max_samples) break;
         const Sample *sample = &data.samples[i];
@@ -93,7 +100,7 @@ void packed_dataset_load(const Tokenizer *tok, const char *path, DataOptions opt
             bad_sample(&opt, out, path, sample->line, why);
             continue;
         }
-        if (layout_sample(opt.layout, ts, out->n_samples, &out->docs, why, sizeof why) != 0) {
+        if (layout_sample(opt.layout, &opt.loss, ts, out->n_samples, &out->docs, why, sizeof why) != 0) {
             bad_sample(&opt, out, path, sample->line, why);
             tokenized_sample_free(ts);
             continue;

@@ -14,6 +14,9 @@ typedef struct {
     int max_samples;   // keep only the first max_samples usable samples; 0 = all
     const ChatTemplate *chat_template;  // NULL: onepass
     SpecialInText special_in_text;  // control tokens' strings in text fields
+    bool ignore_unknown_keys;       // count unknown JSONL keys instead of refusing the line
+    size_t max_line_bytes;          // longer JSONL lines are refused unparsed; 0: no limit
+    LossOptions loss;               // which tokens of which turns are trained
 } DataOptions;
 
 typedef struct {
@@ -24,6 +27,10 @@ typedef struct {
     int n_skipped_bad;         // lines / samples skipped under skip_bad
     int n_skipped_too_long;    // documents skipped under pack.skip_too_long
 } PackedDataset;
+
+// How dataset_load reads the file under opt (skip_bad, ignore_unknown_keys,
+// max_line_bytes, and pack.skip_too_long for lines over it).
+LoadOptions data_load_options(const DataOptions *opt);
 
 // Any error is fatal; one about a sample names its "path:line: ". A tokenizer without
 // the template's tokens is refused first (template_check_tokenizer).

@@ -1,20 +1,48 @@
-// Parsed JSONL samples (text, before tokenization). See DESIGN.md §1-2.
+// Parsed JSONL samples (text, before tokenization). See DESIGN.md §1-2, §8.
 // Formats, detected per line:
-//   {"messages": [{"role": "system"|"user"|"assistant", "content": ..., "reasoning_content"?: ...}]}
-//   {"conversations": [{"from": "system"|"human"|"gpt", "value": ...}]}     (inline <think>…</think>)
-//   {"prompt": [messages], "completions": [assistant messages]}              (shared-prefix set)
-// Assistant reasoning comes from "reasoning_content" or an inline <think>…</think>
-// at the start of the content; either way it ends up in Message.reasoning.
+//   {"messages": [message...], "tools"?: [...]}                         (OpenAI style)
+//       message = {"role": "system"|"user"|"assistant"|"tool", "content": text or parts,
+//                  "reasoning_content"? | "thinking"?: ..., (assistant)
+//                  "tool_calls"?: [{"type": "function", "function": {"name", "arguments"}}],
+//                  "name"?, "tool_call_id"? (tool)}
+//   {"conversations": [{"from": "system"|"human"|"gpt", "value": ...}], "system"?: ...}
+//                                                                     (ShareGPT; inline <think>)
+//   {"prompt": [messages], "completions": [assistant messages]}        (shared-prefix set)
+//   {"prompt": [messages], "completion": [messages]}                   (TRL conversational
+//                                        prompt-completion: one conversation, prompt untrained)
+// Content is a string or an array of parts [{"type": "text", "text": ...}] (concatenated).
+// Assistant reasoning comes from "reasoning_content" (or its other name "thinking") or an
+// inline <think>…</think> at the start of the content; either way it ends up in
+// Message.reasoning. Every key of a line is read or refused: an unknown key is an error
+// naming it (messages[2].foo) unless ParseOptions.ignore_unknown_keys, which counts it.
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
 
-typedef enum { MSG_SYSTEM = 0, MSG_USER = 1, MSG_ASSISTANT = 2 } MessageRole;
+typedef enum { MSG_SYSTEM = 0, MSG_USER = 1, MSG_ASSISTANT = 2, MSG_TOOL = 3 } MessageRole;
+
+// One assistant tool call, OpenAI style {"id"?, "type": "function", "function": {"name",
+// "arguments"}} (or the bare {"name", "arguments"}).
+typedef struct {
+    char *id;         // NULL when the call has none
+    char *name;
+    // The arguments object as the JSON text Python's json.dumps(args, ensure_ascii=False)
+    // writes (", " and ": " separators, key order kept), i.e. what the chat templates'
+    // `tojson` renders; given as a JSON string, it is parsed and written the same way.
+    char *arguments;
+    char *arguments_text;  // given as a JSON string: that string as written (Qwen3 renders
+                           // it so); NULL when given as an object
+} ToolCall;
 
 typedef struct {
     MessageRole role;
-    char *content;    // answer text for assistant messages (think block removed)
-    char *reasoning;  // NULL when the message has no reasoning
+    char *content;          // answer text for assistant messages (think block removed)
+    char *reasoning;        // NULL when the message has no reasoning
+    ToolCall *tool_calls;   // assistant only: [n_tool_calls], in order
+    int n_tool_calls;
+    char *name;             // tool only: the function whose result this is; NULL: absent
+    char *tool_call_id;     // tool only: the call it answers; NULL: absent
+    bool context;           // a TRL prompt's assistant message: rendered, never trained
 } Message;
 
 typedef enum { SAMPLE_CONVERSATION = 0, SAMPLE_SHARED_PREFIX = 1 } SampleKind;
@@ -26,26 +54,59 @@ typedef struct {
     Message *completions;   // shared-prefix only: assistant messages
     int n_completions;
     int line;               // 1-based line in the source file
+    char **tools;           // top-level "tools": each definition as JSON text (as ToolCall
+    int n_tools;            // arguments); [n_tools]
 } Sample;
+
+// Distinct names of the keys ignored under ignore_unknown_keys ("id", "messages[].weight"),
+// each with how many times it was met.
+typedef struct {
+    char **names;
+    long long *counts;
+    int n, cap;
+    long long total;
+} KeyTally;
+
+typedef struct {
+    bool ignore_unknown_keys;  // count unknown keys in *ignored instead of refusing the line
+    KeyTally *ignored;         // NULL: not counted
+    bool prompts;              // a conversation ends with a user message (the turn to generate)
+} ParseOptions;
+
+typedef struct {
+    bool skip_bad;             // skip (and count) lines that fail to parse
+    bool ignore_unknown_keys;  // data.ignore_unknown_keys
+    // data.max_line_bytes: a longer line is refused before its JSON is parsed (fatal, or
+    // skipped and counted in n_too_long under skip_too_long); 0: no limit.
+    size_t max_line_bytes;
+    bool skip_too_long;
+    bool prompts;              // ParseOptions.prompts
+} LoadOptions;
 
 typedef struct {
     Sample *samples;
     int n_samples;
-    int n_skipped;  // bad lines skipped under skip_bad
+    int n_skipped;   // bad lines skipped under skip_bad
+    int n_too_long;  // lines over max_line_bytes skipped under skip_too_long
+    KeyTally ignored;
 } Dataset;
 
 // Parses one JSONL line. Returns 0 on success; on failure returns -1 and writes
-// "path:line: <what is wrong>" (naming the field) into err.
-int sample_parse_line(const char *text, size_t len, const char *path, int line, Sample *out,
-                      char *err, size_t err_len);
+// "path:line: <what is wrong>" (naming the field) into err. opt NULL: the defaults (strict).
+int sample_parse_line(const char *text, size_t len, const char *path, int line,
+                      const ParseOptions *opt, Sample *out, char *err, size_t err_len);
 
 // Reads a whole JSONL file (blank lines ignored). A bad line is fatal (message names
 // file:line and the field) unless skip_bad, which skips it and counts it in n_skipped.
-void dataset_load(const char *path, bool skip_bad, Dataset *out);
+// Ignored keys, if any, are reported in one line on stderr.
+void dataset_load(const char *path, const LoadOptions *opt, Dataset *out);
 
 // Reads a JSONL file of prompts: conversations whose last message is a user message (the
 // turn to generate). Any bad line is fatal, naming file:line and the field.
 void prompts_load(const char *path, Dataset *out);
 
+// "N unknown keys ignored: id (6), messages[].weight (12)" into buf.
+void key_tally_describe(const KeyTally *t, char *buf, size_t len);
+void key_tally_free(KeyTally *t);
 void sample_free(Sample *s);
 void dataset_free(Dataset *d);

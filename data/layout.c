@@ -56,13 +56,6 @@ static void set_hi(DocBuilder *b, int from, int to, int hi) {
     for (int k = from; k < to; k++) b->doc.hi[k] = hi;
 }
 
-// Trains [first, end): each position predicts the next slot, which in every layout
-// is the next token of its own view within "last prompt token, think, answer".
-// The last token (end-of-turn) has no target.
-static void train_range(DocBuilder *b, int first, int end) {
-    for (int k = first; k + 1 < end; k++) b->doc.target[k] = b->doc.token[k + 1];
-}
-
 static void finish_doc(DocBuilder *b, int sample_index, int line, DocList *out) {
     for (int k = 0; k < b->doc.n; k++)
         if (b->doc.hi[k] < 0) b->doc.hi[k] = b->doc.n;
@@ -72,84 +65,159 @@ static void finish_doc(DocBuilder *b, int sample_index, int line, DocList *out) 
     memset(b, 0, sizeof *b);
 }
 
-// Appends turn t's trained part (prompt end, think, answer) as seen in its inference
-// view, with the prompt at position pos0; returns the position after the answer.
-static int push_trained_turn(DocBuilder *b, const TurnTokens *turn, int t, int pos0) {
-    int p = push_span(b, turn->prompt.ids, turn->prompt.n, pos0, t, ROLE_PROMPT);
-    pos0 += turn->prompt.n;
-    push_span(b, turn->think.ids, turn->think.n, pos0, t, ROLE_THINK);
-    pos0 += turn->think.n;
-    push_span(b, turn->answer.ids, turn->answer.n, pos0, t, ROLE_ANSWER);
-    train_range(b, p + turn->prompt.n - 1, b->doc.n);
-    return pos0 + turn->answer.n;
+int train_on_from_name(const char *name) {
+    if (name && strcmp(name, "think_answer") == 0) return TRAIN_THINK_ANSWER;
+    if (name && strcmp(name, "answer") == 0) return TRAIN_ANSWER;
+    return -1;
 }
 
-static void layout_npass_conversation(const TokenizedSample *s, int sample_index, DocList *out) {
+static bool turn_trained(const TurnTokens *t, const LossOptions *loss) {
+    return !t->context && !(loss->skip_empty_think && t->empty_think);
+}
+
+// Index after the last message of the user turn that starts at message `first`.
+static int turn_end(const TokenizedSample *s, int first) {
+    int end = first + 1;
+    while (end < s->n_turns && s->turns[end].continues) end++;
+    return end;
+}
+
+// Trains [first, end): each position predicts the next slot, which in every layout
+// is the next token of its own view within "last prompt token, think, answer"; under
+// TRAIN_ANSWER only the positions that predict an answer token. The last token
+// (end-of-turn) has no target.
+static void train_range(DocBuilder *b, int first, int end, const LossOptions *loss) {
+    for (int k = first; k + 1 < end; k++)
+        if (loss->train_on != TRAIN_ANSWER || b->doc.role[k + 1] != ROLE_THINK)
+            b->doc.target[k] = b->doc.token[k + 1];
+}
+
+// Appends message m (prompt, think unless with_think is false, answer) at positions
+// from pos0, tagged with user turn `turn`; its think and answer are trained when
+// `trained`. Returns the position after the answer.
+static int push_message(DocBuilder *b, const TurnTokens *m, int turn, int pos0, bool with_think,
+                        bool trained, const LossOptions *loss) {
+    int p = push_span(b, m->prompt.ids, m->prompt.n, pos0, turn, ROLE_PROMPT);
+    pos0 += m->prompt.n;
+    if (with_think) {
+        push_span(b, m->think.ids, m->think.n, pos0, turn, ROLE_THINK);
+        pos0 += m->think.n;
+    }
+    push_span(b, m->answer.ids, m->answer.n, pos0, turn, ROLE_ANSWER);
+    if (trained) train_range(b, p + m->prompt.n - 1, b->doc.n, loss);
+    return pos0 + m->answer.n;
+}
+
+// npass: one document per trained message, its inference view: earlier user turns
+// without their reasoning, its own turn as it is, up to the message.
+static void layout_npass_conversation(const TokenizedSample *s, const LossOptions *loss,
+                                      int sample_index, DocList *out) {
+    int turn = -1, first = 0;  // the message's user turn and that turn's first message
     for (int t = 0; t < s->n_turns; t++) {
-        DocBuilder b = {0};  // positions = indices: the inference view of turn t
-        for (int h = 0; h < t; h++) {
-            push_span(&b, s->turns[h].prompt.ids, s->turns[h].prompt.n, b.doc.n, h, ROLE_PROMPT);
-            push_span(&b, s->turns[h].answer.ids, s->turns[h].answer.n, b.doc.n, h, ROLE_ANSWER);
+        if (!s->turns[t].continues) turn++, first = t;
+        if (!turn_trained(&s->turns[t], loss)) continue;
+        DocBuilder b = {0};  // positions = indices
+        for (int h = 0, ht = -1; h < t; h++) {
+            ht += !s->turns[h].continues;
+            push_message(&b, &s->turns[h], ht, b.doc.n, h >= first, false, loss);
         }
-        push_trained_turn(&b, &s->turns[t], t, b.doc.n);
+        push_message(&b, &s->turns[t], turn, b.doc.n, true, true, loss);
         finish_doc(&b, sample_index, s->line, out);
     }
 }
 
-static void layout_mask_only(const TokenizedSample *s, int sample_index, DocList *out) {
+// mask_only: every message in order; a user turn's thinking is visible up to the end of
+// that turn, never to later turns.
+static void layout_mask_only(const TokenizedSample *s, const LossOptions *loss, int sample_index,
+                             DocList *out) {
     DocBuilder b = {0};
-    for (int t = 0; t < s->n_turns; t++) {
-        int think_start = b.doc.n + s->turns[t].prompt.n;
-        push_trained_turn(&b, &s->turns[t], t, b.doc.n);
-        // Later turns must not see this thinking: visible only up to the answer's end.
-        set_hi(&b, think_start, think_start + s->turns[t].think.n, b.doc.n);
-    }
-    finish_doc(&b, sample_index, s->line, out);
-}
-
-static void layout_duplicate(const TokenizedSample *s, int sample_index, DocList *out) {
-    DocBuilder b = {0};
-    int context = 0;  // c_t = Σ_{i<t} (|p_i| + |a_i|): where p_t sits in its inference view
-    for (int t = 0; t < s->n_turns; t++) {
-        const TurnTokens *turn = &s->turns[t];
-        int think_start = b.doc.n + turn->prompt.n;
-        push_trained_turn(&b, turn, t, context);
-        if (turn->think.n > 0 && t + 1 < s->n_turns) {
-            // History copy aB: positions restart right after p_t; th_t and aA_t stop
-            // being visible where aB starts, so aB and everything later see p_t aB_t.
-            set_hi(&b, think_start, b.doc.n, b.doc.n);
-            push_span(&b, turn->answer.ids, turn->answer.n, context + turn->prompt.n, t,
-                      ROLE_ANSWER_HISTORY);
+    for (int first = 0, turn = 0; first < s->n_turns; turn++) {
+        const int end = turn_end(s, first);
+        int *think_at = xmalloc((size_t)(end - first) * sizeof(int));  // [messages of the turn]
+        for (int t = first; t < end; t++) {
+            think_at[t - first] = b.doc.n + s->turns[t].prompt.n;
+            push_message(&b, &s->turns[t], turn, b.doc.n, true, turn_trained(&s->turns[t], loss),
+                         loss);
         }
-        context += turn->prompt.n + turn->answer.n;
+        for (int t = first; t < end; t++)
+            set_hi(&b, think_at[t - first], think_at[t - first] + s->turns[t].think.n, b.doc.n);
+        free(think_at);
+        first = end;
     }
     finish_doc(&b, sample_index, s->line, out);
 }
 
-static void layout_npass_shared_prefix(const TokenizedSample *s, int sample_index,
-                                       DocList *out) {
+// duplicate (DESIGN.md §3, §8 "Layout (b) with tools"): per user turn, its first prompt,
+// then its messages with their reasoning (the loss copy), then a history copy of all
+// after the first prompt except the reasoning, positions restarting right after that
+// prompt; later turns see the history copy only. A turn without reasoning, and the last
+// turn, have only the one copy; a turn with no target only the history form.
+static void layout_duplicate(const TokenizedSample *s, const LossOptions *loss, int sample_index,
+                             DocList *out) {
+    DocBuilder b = {0};
+    int context = 0;  // c_t = Σ_{i<t} (prompts and answers of user turn i): where turn t starts
+    for (int first = 0, turn = 0; first < s->n_turns; turn++) {
+        const int end = turn_end(s, first);
+        bool trained = false, thinks = false;
+        for (int t = first; t < end; t++) {
+            trained |= turn_trained(&s->turns[t], loss);
+            thinks |= s->turns[t].think.n > 0;
+        }
+        const bool two_copies = trained && thinks && end < s->n_turns;
+        const int loss_copy = b.doc.n + s->turns[first].prompt.n;
+        int pos = context;
+        for (int t = first; t < end; t++)
+            pos = push_message(&b, &s->turns[t], turn, pos, trained, turn_trained(&s->turns[t], loss),
+                               loss);
+        if (two_copies) {
+            // th, aA and the tool results of the loss copy stop being visible where the
+            // history copy starts, so it and everything later see the stripped turn.
+            set_hi(&b, loss_copy, b.doc.n, b.doc.n);
+            pos = context + s->turns[first].prompt.n;
+            for (int t = first; t < end; t++) {
+                const TurnTokens *m = &s->turns[t];
+                if (t > first) {
+                    push_span(&b, m->prompt.ids, m->prompt.n, pos, turn, ROLE_PROMPT);
+                    pos += m->prompt.n;
+                }
+                push_span(&b, m->answer.ids, m->answer.n, pos, turn, ROLE_ANSWER_HISTORY);
+                pos += m->answer.n;
+            }
+        }
+        for (int t = first; t < end; t++)
+            context += s->turns[t].prompt.n + s->turns[t].answer.n;
+        first = end;
+    }
+    finish_doc(&b, sample_index, s->line, out);
+}
+
+static void layout_npass_shared_prefix(const TokenizedSample *s, const LossOptions *loss,
+                                       int sample_index, DocList *out) {
     for (int i = 0; i < s->n_turns; i++) {
+        if (!turn_trained(&s->turns[i], loss)) continue;
         DocBuilder b = {0};
         push_span(&b, s->prefix.ids, s->prefix.n, 0, 0, ROLE_PROMPT);
         int first = b.doc.n - 1;
         push_span(&b, s->turns[i].think.ids, s->turns[i].think.n, b.doc.n, i + 1, ROLE_THINK);
         push_span(&b, s->turns[i].answer.ids, s->turns[i].answer.n, b.doc.n, i + 1, ROLE_ANSWER);
-        train_range(&b, first, b.doc.n);
+        train_range(&b, first, b.doc.n, loss);
         finish_doc(&b, sample_index, s->line, out);
     }
 }
 
-static void layout_shared_prefix(const TokenizedSample *s, int sample_index, DocList *out) {
+static void layout_shared_prefix(const TokenizedSample *s, const LossOptions *loss,
+                                 int sample_index, DocList *out) {
     DocBuilder b = {0};
     int last = s->prefix.n - 1;  // P[-1] is repeated at the head of every block
     push_span(&b, s->prefix.ids, last, 0, 0, ROLE_PROMPT);
     for (int i = 0; i < s->n_turns; i++) {
         const TurnTokens *c = &s->turns[i];
+        if (!turn_trained(c, loss)) continue;  // a block is seen only by itself
         int block = push_span(&b, &s->prefix.ids[last], 1, last, i + 1, ROLE_PROMPT);
         push_span(&b, c->think.ids, c->think.n, last + 1, i + 1, ROLE_THINK);
         push_span(&b, c->answer.ids, c->answer.n, last + 1 + c->think.n, i + 1, ROLE_ANSWER);
-        train_range(&b, block, b.doc.n);
-        set_hi(&b, block, b.doc.n, b.doc.n);  // a block is seen only by itself
+        train_range(&b, block, b.doc.n, loss);
+        set_hi(&b, block, b.doc.n, b.doc.n);
     }
     finish_doc(&b, sample_index, s->line, out);
 }
@@ -160,6 +228,7 @@ static int check_spans(const TokenizedSample *s, char *err, size_t err_len) {
     if (s->n_turns == 0) return fail(err, err_len, "sample has no turn");
     if (s->kind == SAMPLE_SHARED_PREFIX && s->prefix.n == 0)
         return fail(err, err_len, "shared prefix is empty");
+    if (s->turns[0].continues) return fail(err, err_len, "the first message continues no turn");
     for (int t = 0; t < s->n_turns; t++) {
         if ((s->kind == SAMPLE_CONVERSATION && s->turns[t].prompt.n == 0) ||
             s->turns[t].answer.n == 0)
@@ -169,22 +238,27 @@ static int check_spans(const TokenizedSample *s, char *err, size_t err_len) {
     return 0;
 }
 
-int layout_sample(LayoutKind kind, const TokenizedSample *s, int sample_index, DocList *out,
-                  char *err, size_t err_len) {
+int layout_sample(LayoutKind kind, const LossOptions *loss, const TokenizedSample *s,
+                  int sample_index, DocList *out, char *err, size_t err_len) {
+    static const LossOptions defaults = {0};
+    if (!loss) loss = &defaults;
     if (check_spans(s, err, err_len) != 0) return -1;
     bool shared = s->kind == SAMPLE_SHARED_PREFIX;
     // npass applies to both kinds of sample, every other layout to one.
     if (kind != LAYOUT_NPASS && shared != (kind == LAYOUT_SHARED_PREFIX))
         return fail(err, err_len, "layout %s does not apply to a %s", layout_name(kind),
                     shared ? "shared-prefix set" : "conversation");
+    bool any_trained = false;
+    for (int t = 0; t < s->n_turns; t++) any_trained |= turn_trained(&s->turns[t], loss);
+    if (!any_trained) return 0;
     switch (kind) {
     case LAYOUT_NPASS:
-        if (shared) layout_npass_shared_prefix(s, sample_index, out);
-        else layout_npass_conversation(s, sample_index, out);
+        if (shared) layout_npass_shared_prefix(s, loss, sample_index, out);
+        else layout_npass_conversation(s, loss, sample_index, out);
         return 0;
-    case LAYOUT_MASK_ONLY: layout_mask_only(s, sample_index, out); return 0;
-    case LAYOUT_DUPLICATE: layout_duplicate(s, sample_index, out); return 0;
-    case LAYOUT_SHARED_PREFIX: layout_shared_prefix(s, sample_index, out); return 0;
+    case LAYOUT_MASK_ONLY: layout_mask_only(s, loss, sample_index, out); return 0;
+    case LAYOUT_DUPLICATE: layout_duplicate(s, loss, sample_index, out); return 0;
+    case LAYOUT_SHARED_PREFIX: layout_shared_prefix(s, loss, sample_index, out); return 0;
     }
     return fail(err, err_len, "unknown layout %d", (int)kind);
 }

@@ -1,6 +1,7 @@
 // The four layouts (DESIGN.md §3). Every layout turns a tokenized sample into
 // documents: one sequence each, with per-token records.
 #pragma once
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "data/token_columns.h"
@@ -21,6 +22,17 @@ typedef enum {
     ROLE_ANSWER_HISTORY = 3,  // duplicate only: the history copy aB (no loss)
 } TokenRole;
 
+// Which tokens of which turns are trained (data.train_on, data.skip_empty_think_turns).
+// The zero value is the default: think and answer of every turn.
+typedef enum { TRAIN_THINK_ANSWER = 0, TRAIN_ANSWER = 1 } TrainOn;
+typedef struct {
+    TrainOn train_on;       // TRAIN_ANSWER: only answer tokens are targets (the thinking is
+                            // context): the position before the answer predicts its first token
+    bool skip_empty_think;  // no target in a turn whose reasoning is absent or empty
+} LossOptions;
+// Parses "think_answer" | "answer"; -1 if unknown.
+int train_on_from_name(const char *name);
+
 // One layout sequence. lo/hi are relative to the document start: key k is visible
 // to query q (both document indices) iff lo[k] <= q < hi[k].
 typedef struct {
@@ -39,11 +51,14 @@ typedef struct {
 int layout_from_name(const char *name);
 const char *layout_name(LayoutKind kind);
 
-// Appends the documents of one sample under a layout. Returns 0, or -1 with a
+// Appends the documents of one sample under a layout and loss options (NULL: the
+// defaults). A turn (Doc.turn) is a user turn: the assistant messages that answer tool
+// results continue it (DESIGN.md §8). Turns with no target keep only what later turns
+// see; a sample with no target at all gives no document. Returns 0, or -1 with a
 // location-free message when the layout does not apply (e.g. duplicate on a
 // shared-prefix set); the caller names the sample's line.
-int layout_sample(LayoutKind kind, const TokenizedSample *s, int sample_index, DocList *out,
-                  char *err, size_t err_len);
+int layout_sample(LayoutKind kind, const LossOptions *loss, const TokenizedSample *s,
+                  int sample_index, DocList *out, char *err, size_t err_len);
 // (Re)allocates every column of d for cap tokens, keeping the first d->n.
 void doc_reserve(Doc *d, int cap);
 void doc_list_free(DocList *list);

@@ -7,6 +7,17 @@
 
 #include "common/check.h"
 
+// Tool calls as Qwen3 writes them (onepass's wording too).
+#define TOOL_CALL_FIELDS \
+    .call_open = "<tool_call>\n{\"name\": \"", .call_mid = "\", \"arguments\": ", .call_close = "}\n</tool_call>"
+
+// onepass: text, no control tokens of its own; a tool result under the user header.
+static const ToolFormat ONEPASS_TOOLS = {
+    .tools_open = TEMPLATE_SYSTEM_HEADER, .tools_intro = "# Tools\n", .def_open = "", .def_close = "\n",
+    .tools_close = "", .results_open = "", .result_open = TEMPLATE_USER_HEADER "<tool_response>\n",
+    .result_close = "\n</tool_response>", .results_close = "", TOOL_CALL_FIELDS,
+};
+
 // Order fixes the ids of a tokenizer trained here (data/tokenizer.cc): 1..6.
 const ChatTemplate TEMPLATE_ONEPASS = {
     .name = "onepass", .bos = "",
@@ -14,14 +25,31 @@ const ChatTemplate TEMPLATE_ONEPASS = {
     .user_open = TEMPLATE_USER_HEADER, .user_close = "",
     .assistant_open = TEMPLATE_ASSISTANT_HEADER,
     .think_open = TEMPLATE_THINK_OPEN, .think_close = TEMPLATE_THINK_CLOSE,
-    .end_of_turn = TEMPLATE_END_OF_TURN, .after_turn = "",
+    .end_of_turn = TEMPLATE_END_OF_TURN, .after_turn = "", .tools = &ONEPASS_TOOLS,
     .controls = {TEMPLATE_SYSTEM_HEADER, TEMPLATE_USER_HEADER, TEMPLATE_ASSISTANT_HEADER,
                  TEMPLATE_THINK_OPEN, TEMPLATE_THINK_CLOSE, TEMPLATE_END_OF_TURN},
     .n_controls = 6,
 };
 
+// Qwen3's tool use: the definitions as its system block (the first system message inside),
+// a run of tool results in one user block; <tool_call>, <tool_response> and their closes
+// are control tokens (added tokens of its vocabulary).
+static const ToolFormat QWEN3_TOOLS = {
+    .tools_open = "<|im_start|>system\n", .system_sep = "\n\n",
+    .tools_intro = "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                   "You are provided with function signatures within <tools></tools> XML tags:\n<tools>",
+    .def_open = "\n", .def_close = "",
+    .tools_close = "\n</tools>\n\nFor each function call, return a json object with function name and "
+                   "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+                   "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n",
+    .results_open = "<|im_start|>user", .result_open = "\n<tool_response>\n",
+    .result_close = "\n</tool_response>", .results_close = "<|im_end|>\n", TOOL_CALL_FIELDS,
+    .raw_arguments = true, .refuse_user_tool_response = true,
+};
+
 // Qwen3: the reply renders "<think>\n{reasoning}\n</think>\n\n{answer}", an empty think
-// block without reasoning; history replies render without it.
+// block without reasoning; history replies render without it. Within a turn (after the
+// last user message) earlier replies keep their think block when they have reasoning.
 static const ChatTemplate QWEN3 = {
     .name = "qwen3", .bos = "",
     .system_open = "<|im_start|>system\n", .system_close = "<|im_end|>\n",
@@ -30,7 +58,10 @@ static const ChatTemplate QWEN3 = {
     .think_open = "<think>\n", .think_close = "\n</think>\n\n",
     .end_of_turn = "<|im_end|>", .after_turn = "\n",
     .always_think = true, .strip_reasoning_newlines = true, .answer_no_leading_newline = true,
-    .controls = {"<|im_start|>", "<|im_end|>", "<think>", "</think>"}, .n_controls = 4,
+    .tools = &QWEN3_TOOLS,
+    .controls = {"<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>",
+                 "<tool_response>", "</tool_response>"},
+    .n_controls = 8,
 };
 
 // DeepSeek-R1-Distill: the template cuts every reply up to "</think>", the last one too;
@@ -294,11 +325,17 @@ static void text(Renderer *r, RenderedSegment *s, const char *value, const char 
     push(s, part, n, false);
 }
 
-static void refuse(Renderer *r, const char *array, int index, const char *what) {
+// array[index].key: "<why>, which the <name> template cannot render the same in the reply
+// and in later views" (the first error wins).
+static void refuse(Renderer *r, const char *array, int index, const char *key, const char *why) {
     if (r->rc == 0)
-        r->rc = fail(r->err, r->err_len, "%s[%d].content: %s, which the %s template cannot render "
-                     "the same in the reply and in later turns' history", array, index, what,
-                     r->t->name);
+        r->rc = fail(r->err, r->err_len, "%s[%d].%s: %s, which the %s template cannot render "
+                     "the same in the reply and in later views", array, index, key, why, r->t->name);
+}
+
+static bool starts_ends(const char *text, const char *start, const char *end) {
+    size_t n = strlen(text), ne = strlen(end);
+    return strncmp(text, start, strlen(start)) == 0 && n >= ne && strcmp(text + n - ne, end) == 0;
 }
 
 // One assistant message's think and answer segments; array[index] names it.
@@ -306,9 +343,9 @@ static void reply(Renderer *r, const Message *m, const char *array, int index, R
     const ChatTemplate *t = r->t;
     const char *content = m->content ? m->content : "";
     if (t->answer_no_leading_newline && content[0] == '\n')
-        refuse(r, array, index, "the answer begins with a newline");
+        refuse(r, array, index, "content", "the answer begins with a newline");
     if (t->always_think && strstr(content, TEMPLATE_THINK_CLOSE))
-        refuse(r, array, index, "the answer contains '</think>'");
+        refuse(r, array, index, "content", "the answer contains '</think>'");
     size_t answer_len = 0;
     rendered_part(content, t->trim_text, false, &answer_len);
     if (m->reasoning || t->always_think) {
@@ -323,7 +360,68 @@ static void reply(Renderer *r, const Message *m, const char *array, int index, R
     }
     if (t->answer_open) literal(r, &turn->answer, t->answer_open);
     text(r, &turn->answer, content, array, index, "content", t->trim_text, false);
+    for (int c = 0; c < m->n_tool_calls; c++) {
+        const ToolFormat *f = t->tools;
+        const ToolCall *call = &m->tool_calls[c];
+        if (c > 0 || *content) literal(r, &turn->answer, "\n");
+        literal(r, &turn->answer, f->call_open);
+        text(r, &turn->answer, call->name, array, index, "tool_calls", false, false);
+        literal(r, &turn->answer, f->call_mid);
+        text(r, &turn->answer, f->raw_arguments && call->arguments_text ? call->arguments_text : call->arguments,
+             array, index, "tool_calls", false, false);
+        literal(r, &turn->answer, f->call_close);
+    }
     literal(r, &turn->answer, t->end_of_turn);
+    turn->empty_think = !m->reasoning || !*m->reasoning;
+    turn->context = m->context;
+}
+
+// Tool use under a template without tools: refused, naming the first field that has it.
+static void refuse_tools(Renderer *r, const Sample *s) {
+    const bool conversation = s->kind == SAMPLE_CONVERSATION;
+    for (int k = 0; k < 2 && r->rc == 0; k++) {
+        const Message *msgs = k == 0 ? s->messages : s->completions;
+        const int n = k == 0 ? s->n_messages : s->n_completions;
+        const char *array = k == 1 ? "completions" : conversation ? "messages" : "prompt";
+        for (int i = 0; i < n && r->rc == 0; i++) {
+            const char *what = msgs[i].role == MSG_TOOL ? "role" : msgs[i].n_tool_calls > 0 ? "tool_calls" : NULL;
+            if (what)
+                r->rc = fail(r->err, r->err_len, "%s[%d].%s: the %s template is not supported with tool %s here",
+                             array, i, what, r->t->name, msgs[i].role == MSG_TOOL ? "results" : "calls");
+        }
+    }
+    if (r->rc == 0 && s->n_tools > 0)
+        r->rc = fail(r->err, r->err_len, "tools: the %s template is not supported with tool definitions here",
+                     r->t->name);
+}
+
+// The sample's tool definitions (f->system_sep: with the first system message inside).
+static void render_tools(Renderer *r, RenderedSegment *s, const Sample *sample, const Message *system,
+                         const char *array) {
+    const ToolFormat *f = r->t->tools;
+    literal(r, s, f->tools_open);
+    if (system) {
+        text(r, s, system->content ? system->content : "", array, 0, "content", false, false);
+        literal(r, s, f->system_sep);
+    }
+    literal(r, s, f->tools_intro);
+    for (int i = 0; i < sample->n_tools; i++) {
+        literal(r, s, f->def_open);
+        text(r, s, sample->tools[i], "tools", i, "function", false, false);
+        literal(r, s, f->def_close);
+    }
+    literal(r, s, f->tools_close);
+}
+
+// A tool message; msgs[i - 1] and msgs[i + 1] decide whether it opens or closes a run.
+static void render_tool_result(Renderer *r, RenderedSegment *s, const Message *msgs, int n_msgs, int i,
+                               const char *array) {
+    const ToolFormat *f = r->t->tools;
+    if (i == 0 || msgs[i - 1].role != MSG_TOOL) literal(r, s, f->results_open);
+    literal(r, s, f->result_open);
+    text(r, s, msgs[i].content ? msgs[i].content : "", array, i, "content", false, false);
+    literal(r, s, f->result_close);
+    if (i + 1 == n_msgs || msgs[i + 1].role != MSG_TOOL) literal(r, s, f->results_close);
 }
 
 static void segment_free(RenderedSegment *s) {
@@ -343,11 +441,13 @@ static void turn_free(RenderedTurn *t) {
     segment_free(&t->answer);
 }
 
-// Walks messages into turns (one per assistant message). The non-assistant messages after
-// the last assistant message, plus the assistant header, are left in *trailing.
-static void render_turns(Renderer *r, const Message *msgs, int n_msgs, const char *array,
-                         RenderedTurn **turns, int *n_turns, RenderedSegment *trailing) {
+// Walks the sample's messages into turns (one per assistant message). The non-assistant
+// messages after the last assistant message, plus the assistant header, are left in *trailing.
+static void render_turns(Renderer *r, const Sample *s, const char *array, RenderedTurn **turns,
+                         int *n_turns, RenderedSegment *trailing) {
     const ChatTemplate *t = r->t;
+    const Message *msgs = s->messages;
+    const int n_msgs = s->n_messages;
     int cap = 0;
     *turns = NULL;
     *n_turns = 0;
@@ -358,17 +458,40 @@ static void render_turns(Renderer *r, const Message *msgs, int n_msgs, const cha
         literal(r, &prompt, t->default_system);
         literal(r, &prompt, t->system_close);
     }
-    for (int i = 0; i < n_msgs; i++) {
+    const bool system_in_tools = s->n_tools > 0 && t->tools->system_sep && n_msgs > 0 && msgs[0].role == MSG_SYSTEM;
+    if (s->n_tools > 0) render_tools(r, &prompt, s, system_in_tools ? &msgs[0] : NULL, array);
+    bool user_since_reply = true;  // a user message since the previous assistant message
+    for (int i = system_in_tools ? 1 : 0; i < n_msgs; i++) {
         const Message *m = &msgs[i];
         const char *content = m->content ? m->content : "";
+        if (m->role == MSG_TOOL) {
+            render_tool_result(r, &prompt, msgs, n_msgs, i, array);
+            continue;
+        }
         if (m->role != MSG_ASSISTANT) {
             const bool system = m->role == MSG_SYSTEM;
+            if (!system && t->tools && t->tools->refuse_user_tool_response &&
+                starts_ends(content, "<tool_response>", "</tool_response>"))
+                refuse(r, array, i, "content", "a user message written as a tool response (the "
+                       "template takes it for tool results)");
             literal(r, &prompt, system ? t->system_open : t->user_open);
             text(r, &prompt, content, array, i, "content", t->trim_text, false);
             literal(r, &prompt, system ? t->system_close : t->user_close);
+            user_since_reply |= !system;
             continue;
         }
-        RenderedTurn turn = {.message = i};
+        RenderedTurn turn = {.message = i, .continues = !user_since_reply};
+        user_since_reply = false;
+        const RenderedTurn *prev = *n_turns > 0 ? &(*turns)[*n_turns - 1] : NULL;
+        if (turn.continues && t->always_think && prev->empty_think) {
+            // The template keeps a reply's think block in the later views of its turn only
+            // when it has reasoning: the empty block of prev's own view is not in this view,
+            // which starts a new run of kept think blocks (the layouts' turn).
+            if (prev->continues)
+                refuse(r, array, prev->message, "reasoning", "a reply without reasoning after one "
+                       "with reasoning in the same turn, before more tool results");
+            turn.continues = false;
+        }
         literal(r, &prompt, t->assistant_open);
         turn.prompt = prompt;
         prompt = (RenderedSegment){0};
@@ -387,8 +510,9 @@ int template_render(const ChatTemplate *t, const Sample *s, SpecialInText specia
     Renderer r = {t, special_in_text, err, err_len, 0};
     RenderedSegment trailing = {0};
     const bool conversation = s->kind == SAMPLE_CONVERSATION;
-    render_turns(&r, s->messages, s->n_messages, conversation ? "messages" : "prompt", &out->turns,
-                 &out->n_turns, &trailing);
+    if (!t->tools) refuse_tools(&r, s);
+    if (r.rc != 0) return -1;
+    render_turns(&r, s, conversation ? "messages" : "prompt", &out->turns, &out->n_turns, &trailing);
     if (conversation) {
         segment_free(&trailing);
         if (r.rc == 0 && out->n_turns == 0) r.rc = fail(err, err_len, "conversation has no assistant message");

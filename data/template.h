@@ -26,6 +26,25 @@
 
 enum { TEMPLATE_MAX_CONTROLS = 8 };
 
+// How a template renders tool use (DESIGN.md §8). A tool call renders after the answer
+// text as call_open + name + call_mid + arguments + call_close, with a '\n' before it when
+// it is not the first or the answer text is not empty.
+typedef struct {
+    // The sample's "tools": tools_open [first system message + system_sep] tools_intro, then
+    // def_open + definition + def_close each, then tools_close; all before the messages.
+    const char *tools_open;
+    const char *system_sep;      // NULL: a first system message renders on its own, after
+    const char *tools_intro, *def_open, *def_close, *tools_close;
+    // A run of consecutive tool messages: results_open, result_open + content + result_close
+    // each, results_close.
+    const char *results_open, *result_open, *result_close, *results_close;
+    const char *call_open, *call_mid, *call_close;
+    bool raw_arguments;          // arguments given as a JSON string render as written
+    // A user message written as "<tool_response>…</tool_response>" is taken for tool
+    // results by the template (Qwen3's last_query_index): refused.
+    bool refuse_user_tool_response;
+} ToolFormat;
+
 typedef struct ChatTemplate {
     const char *name;            // data.template
     const char *bos;             // once, at the start of every view ("": none)
@@ -42,6 +61,7 @@ typedef struct ChatTemplate {
     bool trim_text;              // every message's text renders trimmed (Llama 3's `| trim`)
     bool answer_no_leading_newline;  // an answer beginning with '\n' is refused (Qwen3 drops
                                      // it from the reply being generated, not from history)
+    const ToolFormat *tools;     // NULL: tool use is refused by name
     const char *controls[TEMPLATE_MAX_CONTROLS];  // the control tokens, each one id
     int n_controls;
 } ChatTemplate;
@@ -74,6 +94,9 @@ typedef struct {
 typedef struct {
     RenderedSegment prompt, think, answer;  // think.n == 0: no think block
     int message;                    // index of its message in messages (or completions)
+    bool continues;    // its view keeps the previous reply's think block (TurnTokens.continues)
+    bool empty_think;  // reasoning absent or ""
+    bool context;      // a TRL prompt's assistant message: rendered, never trained
 } RenderedTurn;
 
 typedef struct {
@@ -94,7 +117,8 @@ int special_in_text_from_name(const char *name);
 
 // Renders a parsed sample's segments. Returns 0, or -1 with a location-free message in
 // err naming the field (a control token in text under SPECIAL_IN_TEXT_ERROR, a message the
-// template cannot render byte-exactly) or saying the sample has no assistant turn.
+// template cannot render byte-exactly, tool use under a template without tools) or saying
+// the sample has no assistant turn.
 int template_render(const ChatTemplate *t, const Sample *s, SpecialInText special_in_text,
                     RenderedSample *out, char *err, size_t err_len);
 void rendered_sample_free(RenderedSample *r);

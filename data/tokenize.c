@@ -11,6 +11,7 @@
 // control tokens before pre-tokenizing). A segment boundary inside a text run (Qwen3's
 // "</think>\n\n" | answer, ChatML's "assistant\n" | "<think>…") is checked per sample: the
 // two runs encoded joined must give the ids they give apart, else the sample is refused.
+// Tool results, tool calls and tool definitions are rendered by the template too.
 // Non-assistant messages after the last assistant message have nothing to train and are
 // dropped. A shared-prefix prompt is tokenized exactly like the history of a conversation
 // (p_0 a_0 … p_k, the inference view, thinking stripped), so "prompt + completion" has the
@@ -232,6 +233,9 @@ int sample_tokenize(const Tokenizer *tok, const ChatTemplate *t, const Sample *s
         out->turns[i].prompt = encoded_take(&prompt);
         out->turns[i].think = encoded_take(&think);
         out->turns[i].answer = encoded_take(&answer);
+        out->turns[i].continues = rt->continues;
+        out->turns[i].empty_think = rt->empty_think;
+        out->turns[i].context = rt->context;
     }
     out->prefix = encoded_take(&prefix);
     rendered_sample_free(&r);

@@ -1,6 +1,7 @@
 // A parsed sample tokenized with a chat template (DESIGN.md §2, §8): each turn's prompt,
 // think and answer segments as token ids, before any layout.
 #pragma once
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "data/conversation.h"
@@ -14,8 +15,12 @@ typedef struct {
 
 typedef struct {
     TokenSpan prompt;  // shared-prefix completions: empty (the prefix is in TokenizedSample.prefix)
-    TokenSpan think;   // n == 0: the turn has no think block
-    TokenSpan answer;  // answer text + end-of-turn
+    TokenSpan think;   // n == 0: the turn has no reasoning
+    TokenSpan answer;  // answer text (and its tool calls) + end-of-turn
+    bool continues;    // the message answers tool results: it is in the same user turn
+                       // (DESIGN.md §8) as the message before it, not a new one
+    bool empty_think;  // the message's reasoning is absent or "" (data.skip_empty_think_turns)
+    bool context;      // a TRL prompt's assistant message: rendered, never trained
 } TurnTokens;
 
 typedef struct {

@@ -28,6 +28,10 @@ it. Rules per template (DESIGN.md §8):
                answer), history replies the answer alone. llama3 renders its date lines with
                the template's default date_string.
   onepass      onepass.jinja (written for these fixtures).
+Tool use (qwen3 and onepass only, the others refuse it): a few conversations of
+datasets/tool_use and hand-made ones, the tools handed to the template. Within a turn
+(after the last user message) the template decides which earlier replies keep their
+reasoning: Qwen3 those that have some, onepass every one with a reasoning string.
 
   /tmp/hfvenv/bin/python scripts/make_template_fixtures.py
 Needs transformers, tokenizers, jinja2; CI never runs it (the outputs are committed).
@@ -43,8 +47,8 @@ OUT = os.path.join(ROOT, "tests/data/templates")
 
 # name: (fixture tokenizer style, added control tokens, bos, eos, end of turn, after turn)
 TEMPLATES = {
-    "qwen3": ("qwen2", ["<|im_start|>", "<|im_end|>", "<think>", "</think>"], None, "<|im_end|>",
-              "<|im_end|>", "\n"),
+    "qwen3": ("qwen2", ["<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>",
+                        "<tool_response>", "</tool_response>"], None, "<|im_end|>", "<|im_end|>", "\n"),
     "deepseek_r1": ("qwen2", ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>",
                               "<｜Assistant｜>", "<think>", "</think>"],
                     "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜end▁of▁sentence｜>", ""),
@@ -57,6 +61,7 @@ TEMPLATES = {
     "onepass": ("qwen2", [], None, "<|end|>", "<|end|>", ""),
 }
 THINK_AS_TEXT = {"chatml", "qwen2.5", "smollm2", "llama3", "zephyr"}
+TOOLS = {"qwen3", "onepass"}  # the templates that render tool use (the others refuse it)
 
 
 def split_inline_think(text):
@@ -71,6 +76,9 @@ def split_inline_think(text):
 
 def message(m, role=None):
     out = {"role": role or m["role"], "content": m.get("content") or ""}
+    for key in ["tool_calls", "name", "tool_call_id"]:
+        if key in m:
+            out[key] = m[key]
     if out["role"] == "assistant":
         if "reasoning_content" in m:  # "" and null: no reasoning (data/conversation.c)
             if m["reasoning_content"]:
@@ -91,10 +99,13 @@ def normalized(line):
     if "conversations" in d:
         return {"messages": [message({"role": SHAREGPT[t["from"]], "content": t["value"]})
                              for t in d["conversations"]]}
+    tools = {"tools": d["tools"]} if "tools" in d else {}
+    if "completion" in d:  # TRL prompt/completion: one conversation
+        return {**tools, "messages": [message(m) for m in d["prompt"] + d["completion"]]}
     if "prompt" in d:
-        return {"prompt": [message(m) for m in d["prompt"]],
+        return {**tools, "prompt": [message(m) for m in d["prompt"]],
                 "completions": [message(m, "assistant") for m in d["completions"]]}
-    return {"messages": [message(m) for m in d["messages"]]}
+    return {**tools, "messages": [message(m) for m in d["messages"]]}
 
 
 HAND_MADE = [
@@ -124,13 +135,58 @@ HAND_MADE = [
 ]
 
 
-def cases():
+CALCULATOR = {"type": "function", "function": {"name": "calculator", "description": "a op b",
+                                               "parameters": {"type": "object", "required": ["op", "a", "b"]}}}
+TOOL_MADE = [
+    {"tools": [CALCULATOR, {"type": "function", "function": {"name": "größe", "parameters": {}}}],
+     "messages": [  # a system message with tools, a reply without reasoning calling two tools
+        # (arguments as a JSON string not in json.dumps form: Qwen3 writes it as given), two results
+        {"role": "system", "content": "Use tools."},
+        {"role": "user", "content": "3 times 4, and the size of 'ab'?"},
+        {"role": "assistant", "content": "Let me compute.", "tool_calls": [
+            {"id": "c0", "type": "function", "function": {"name": "calculator",
+                                                          "arguments": "{\"op\":\"mul\", \"a\":3,\"b\":4}"}},
+            {"type": "function", "function": {"name": "größe", "arguments": {"text": "ab ü"}}}]},
+        {"role": "tool", "tool_call_id": "c0", "content": "12"},
+        {"role": "tool", "name": "größe", "content": "2"},
+        {"role": "assistant", "content": "12 and 2.", "reasoning_content": "Both came back."}]},
+    {"tools": [CALCULATOR],
+     "messages": [  # two tool rounds in one turn, each reply reasoning; then a turn without tools
+        {"role": "user", "content": "(2 + 3) * 4?"},
+        {"role": "assistant", "content": "", "reasoning_content": "First the sum.", "tool_calls": [
+            {"type": "function", "function": {"name": "calculator", "arguments": {"op": "add", "a": 2, "b": 3}}}]},
+        {"role": "tool", "content": "5"},
+        {"role": "assistant", "content": "Now the product.", "reasoning_content": "\nThen 5 * 4.\n", "tool_calls": [
+            {"type": "function", "function": {"name": "calculator", "arguments": {"op": "mul", "a": 5, "b": 4}}}]},
+        {"role": "tool", "content": "20"},
+        {"role": "assistant", "content": "20.", "reasoning_content": "Done."},
+        {"role": "user", "content": "Thanks."},
+        {"role": "assistant", "content": "You're welcome."}]},
+]
+
+
+def cases(name):
     lines = []
-    for path, n in [("datasets/synthetic/train.jsonl", 3), ("datasets/synthetic/eval.jsonl", 2),
-                    ("datasets/synthetic/shared_prefix.jsonl", 2), ("tests/data/all_formats.jsonl", 99)]:
+    sources = [("datasets/synthetic/train.jsonl", 3), ("datasets/synthetic/eval.jsonl", 2),
+               ("datasets/synthetic/shared_prefix.jsonl", 2), ("tests/data/all_formats.jsonl", 99)]
+    if name in TOOLS:  # lines 1, 2 (object and string arguments), 6 (TRL), 9 (two calls, two turns)
+        sources += [("datasets/tool_use/train.jsonl", [0, 1, 5, 8])]
+    for path, n in sources:
         with open(os.path.join(ROOT, path), encoding="utf-8") as f:
-            lines += [normalized(l) for l in f.read().splitlines()[:n] if l.strip()]
-    return lines + [normalized(json.dumps(s)) for s in HAND_MADE]
+            all_lines = f.read().splitlines()
+            picked = all_lines[:n] if isinstance(n, int) else [all_lines[i] for i in n]
+            lines += [normalized(l) for l in picked if l.strip()]
+    made = HAND_MADE + (TOOL_MADE if name in TOOLS else [])
+    return lines + [normalized(json.dumps(s)) for s in made]
+
+
+def canonical_arguments(call):
+    """onepass renders tool-call arguments given as a JSON string in json.dumps form."""
+    call = json.loads(json.dumps(call))
+    fn = call.get("function", call)
+    if isinstance(fn["arguments"], str):
+        fn["arguments"] = json.loads(fn["arguments"])
+    return call
 
 
 def template_messages(name, msgs, last_is_reply):
@@ -147,16 +203,18 @@ def template_messages(name, msgs, last_is_reply):
             out.append({"role": "assistant", "content": think + m["content"]})
         elif name == "deepseek_r1":  # the model's output; the template strips it itself
             out.append({"role": "assistant", "content": "<think>\n" + (r or "") + "\n</think>\n\n" + m["content"]})
+        elif name == "onepass" and "tool_calls" in m:
+            out.append({**m, "tool_calls": [canonical_arguments(c) for c in m["tool_calls"]]})
         else:
             out.append(dict(m))
     return out
 
 
-def view(tok, name, msgs):
+def view(tok, name, msgs, tools):
     """(text, trained_from) of the inference view whose last message is the trained reply."""
     _, _, _, eos, eot, after = TEMPLATES[name]
     gen = tok.apply_chat_template(template_messages(name, msgs[:-1], False), tokenize=False,
-                                  add_generation_prompt=True)
+                                  add_generation_prompt=True, tools=tools)
     reply = msgs[-1]
     if name == "deepseek_r1":
         assert gen.endswith("<｜Assistant｜><think>\n"), gen
@@ -165,7 +223,7 @@ def view(tok, name, msgs):
         assert full == gen[:-len("<think>\n")] + "\n\n" + reply["content"] + eot, (full, gen)
         text = gen + (reply.get("reasoning_content") or "") + "\n</think>\n\n" + reply["content"] + eot
         return text, len(gen.encode()) - len("<think>\n")
-    full = tok.apply_chat_template(template_messages(name, msgs, True), tokenize=False)
+    full = tok.apply_chat_template(template_messages(name, msgs, True), tokenize=False, tools=tools)
     assert full.startswith(gen) and full.endswith(eot + after), (gen, full)
     return full[:len(full) - len(after)], len(gen.encode())
 
@@ -177,7 +235,7 @@ def jsonl_form(sample):
         if m.get("reasoning_content") == "":
             return {"role": m["role"], "content": "<think></think>" + m["content"]}
         return m
-    return {k: [line_message(m) for m in v] for k, v in sample.items()}
+    return {k: v if k == "tools" else [line_message(m) for m in v] for k, v in sample.items()}
 
 
 def sample_views(sample):
@@ -205,8 +263,8 @@ def write_json(path, data):
 
 
 def main():
-    samples = cases()
     for name, (style, controls, bos, eos, _, _) in TEMPLATES.items():
+        samples = cases(name)
         folder = os.path.join(OUT, name)
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(ROOT, "tests/data/tokenizers", style, "tokenizer.json"), encoding="utf-8") as f:
@@ -232,7 +290,7 @@ def main():
         for sample in samples:
             views = []
             for msgs in sample_views(sample):
-                text, trained_from = view(hf, name, msgs)
+                text, trained_from = view(hf, name, msgs, sample.get("tools"))
                 views.append({"text": text, "trained_from": trained_from,
                               "ids": tok.encode(text, add_special_tokens=False).ids})
             out.append({"line": json.dumps(jsonl_form(sample), ensure_ascii=False), "views": views})

@@ -51,9 +51,44 @@ done <<'EOF'
 bad_role.jsonl|4: messages\[1\].role: unknown role 'robot'
 bad_utf8.jsonl|2: invalid UTF-8
 bad_think.jsonl|2: conversations\[1\].value: unclosed think tag
+bad_unknown_key.jsonl|2: messages\[1\]\.foo: unknown key
+bad_part_type.jsonl|2: messages\[0\]\.content\[1\]\.type: "image_url" is not supported
+bad_preference.jsonl|2: chosen: preference pairs
+bad_thinking_twice.jsonl|2: messages\[1\]: both reasoning_content and thinking
+bad_sharegpt_system.jsonl|2: system: given both at the top level and as conversations\[0\]
+bad_tool_order.jsonl|2: messages\[2\]\.role: a tool result must follow an assistant message with tool_calls
+bad_tool_arguments.jsonl|2: messages\[1\]\.tool_calls\[0\]\.function\.arguments: a string that is not valid JSON
+bad_completion.jsonl|2: completion\[0\]\.role: expected 'assistant' or 'tool', got 'user'
 EOF
 expect_error "pack bad_completions" "bad_completions.jsonl:3: completions: empty completions list" \
     pack --set data.train_path="$fixtures/bad_completions.jsonl" --set data.layout=shared_prefix --out "$tmp/rows.jsonl"
+
+# Every newer format (tool use, content parts, TRL prompt/completion, ShareGPT system,
+# "thinking") packs under each conversation layout. Unknown keys are ignored under
+# data.ignore_unknown_keys, with one line naming them; the loss options name their key.
+for layout in npass mask_only duplicate; do
+    if pack --set data.train_path="$fixtures/more_formats.jsonl" --set data.seq_len=2048 \
+           --set data.layout=$layout --out "$tmp/rows.jsonl" >/dev/null 2>&1; then ok
+    else bad "pack more_formats.jsonl under $layout failed"; fi
+done
+if out=$(pack --set data.train_path="$fixtures/bad_unknown_key.jsonl" --set data.ignore_unknown_keys=true \
+             --out "$tmp/rows.jsonl" 2>&1) &&
+   grep -q "bad_unknown_key.jsonl: 1 unknown key ignored (data.ignore_unknown_keys): messages\[\]\.foo (1)$" <<<"$out" &&
+   grep -q "^conversations *2$" <<<"$out"; then ok; else bad "ignore_unknown_keys: $out"; fi
+trained() { grep -o "^trained tokens *[0-9]*" <<<"$1" | grep -o "[0-9]*$"; }
+all=$(pack --set data.train_path="$fixtures/all_formats.jsonl" --set data.layout=npass --out "$tmp/rows.jsonl" 2>&1)
+answers=$(pack --set data.train_path="$fixtures/all_formats.jsonl" --set data.layout=npass --set data.train_on=answer \
+          --out "$tmp/rows.jsonl" 2>&1)
+[ -n "$(trained "$answers")" ] && [ "$(trained "$answers")" -lt "$(trained "$all")" ] && ok \
+    || bad "train_on=answer trains fewer tokens: $(trained "$answers") vs $(trained "$all")"
+more=(--set data.train_path="$fixtures/more_formats.jsonl" --set data.seq_len=2048 --out "$tmp/rows.jsonl")
+with=$(pack "${more[@]}" 2>&1); without=$(pack "${more[@]}" --set data.skip_empty_think_turns=true 2>&1)
+[ -n "$(trained "$without")" ] && [ "$(trained "$without")" -lt "$(trained "$with")" ] && ok \
+    || bad "skip_empty_think_turns trains fewer tokens: $(trained "$without") vs $(trained "$with")"
+expect_error "pack train_on=all" "config key 'data.train_on': unknown value 'all'" \
+    pack --set data.train_on=all --out "$tmp/rows.jsonl"
+expect_error "pack max_line_bytes=-1" "config key 'data.max_line_bytes'" \
+    pack --set data.max_line_bytes=-1 --out "$tmp/rows.jsonl"
 
 # Template tokens spelled in text fields: plain text by default, refused with the field
 # under data.special_in_text=error, any other value names the key.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Memory that the input decides is bounded (issue 14 item 5): huge sizes are refused
 # naming the key before anything is allocated, and a JSONL line whose text cannot fit
-# data.seq_len is refused before it is tokenized (today a 10 MB line costs GBs).
+# data.seq_len is refused before it is tokenized (today a 10 MB line costs GBs), and one
+# longer than data.max_line_bytes before its JSON is parsed.
 source "$(dirname "$0")/lib_cli.sh" "$1"
 need_data
 expect_error "tokens_per_step 1e15" "config key 'train.tokens_per_step': must be in" \
@@ -13,17 +14,38 @@ expect_error "micro-batches larger than the machine" "config keys train.micro_ro
     "$train" --set out_dir="$tmp/c" --set train.micro_rows=65536 --set data.seq_len=1048576
 [ ! -e "$tmp/a" ] && [ ! -e "$tmp/b" ] && [ ! -e "$tmp/c" ] && ok || bad "a refused run created its out_dir"
 
-# A 10 MB user message with data.seq_len 64: refused naming the line, in little memory.
+# A 10 MB user message with data.seq_len 64: refused naming the line and data.max_line_bytes
+# (default 64 x seq_len, at least 1 MiB) before its JSON is parsed, in little memory.
 { printf '{"messages": [{"role": "user", "content": "'; head -c 10000000 /dev/zero | tr '\0' x
   printf '"}, {"role": "assistant", "content": "ok"}]}\n'; } > "$tmp/big.jsonl"
 head -n 2 "$data/train.jsonl" >> "$tmp/big.jsonl"
+big_bytes=$(( $(head -n 1 "$tmp/big.jsonl" | wc -c) - 1 ))
 pack() { "$train" pack --set data.tokenizer="$data/tokenizer.model" --set data.train_path="$tmp/big.jsonl" "$@"; }
 if out=$(/usr/bin/time -f 'maxrss_kb %M' "$train" pack --set data.tokenizer="$data/tokenizer.model" \
          --set data.train_path="$tmp/big.jsonl" --set data.seq_len=64 --out "$tmp/rows.jsonl" 2>&1); then
     bad "10 MB line: exit 0"
 else
-    grep -q "big.jsonl:1: a document of at least [0-9]* tokens (10000002 bytes of text) does not fit seq_len 64" <<<"$out" \
+    grep -q "big.jsonl:1: the line is $big_bytes bytes, over data.max_line_bytes 1048576: not parsed" <<<"$out" \
         && ok || bad "10 MB line message: $(tail -2 <<<"$out")"
+    rss=$(grep -o 'maxrss_kb [0-9]*' <<<"$out" | grep -o '[0-9]*$')
+    [ -n "$rss" ] && [ "$rss" -lt 100000 ] && ok || bad "10 MB line took ${rss} KB (parsed?)"
+fi
+# The limit is the key's: a line of exactly the limit is parsed (below), one byte over is not.
+if out=$(pack --set data.seq_len=64 --set data.max_line_bytes=$((big_bytes - 1)) --out "$tmp/rows.jsonl" 2>&1); then
+    bad "line over an explicit limit: exit 0"
+else
+    grep -q "big.jsonl:1: the line is $big_bytes bytes, over data.max_line_bytes $((big_bytes - 1))" <<<"$out" \
+        && ok || bad "explicit limit: $(tail -2 <<<"$out")"
+fi
+# Under a limit that lets it through, the text check after the parse refuses it, before
+# tokenizing.
+if out=$(/usr/bin/time -f 'maxrss_kb %M' "$train" pack --set data.tokenizer="$data/tokenizer.model" \
+         --set data.train_path="$tmp/big.jsonl" --set data.seq_len=64 --set data.max_line_bytes=$big_bytes \
+         --out "$tmp/rows.jsonl" 2>&1); then
+    bad "10 MB line under its limit: exit 0"
+else
+    grep -q "big.jsonl:1: a document of at least [0-9]* tokens (10000002 bytes of text) does not fit seq_len 64" <<<"$out" \
+        && ok || bad "10 MB line text message: $(tail -2 <<<"$out")"
     rss=$(grep -o 'maxrss_kb [0-9]*' <<<"$out" | grep -o '[0-9]*$')
     [ -n "$rss" ] && [ "$rss" -lt 1000000 ] && ok || bad "10 MB line took ${rss} KB (tokenized?)"
 fi

@@ -39,4 +39,16 @@ if "$train" pack "${common[@]}" --set data.tokenizer="$tmp/odd" --set data.templ
 # A tokenizer without the template's tokens is refused, naming the token.
 expect_error "llama3 template, qwen3 tokenizer" "the tokenizer has no id for the template token '<|begin_of_text|>'" \
     "$train" pack "${common[@]}" --set data.tokenizer=tests/data/templates/qwen3 --set data.template=llama3 --out "$tmp/x.jsonl"
+
+# Tool use (datasets/tool_use) under qwen3 packs and trains; a template without tool support
+# refuses it, naming the field.
+tools=(--set data.train_path=datasets/tool_use/train.jsonl --set data.eval_path=datasets/tool_use/eval.jsonl
+       --set data.seq_len=4096 --set model.vocab_size=1536 --set data.tokenizer=tests/data/templates/qwen3)
+if out=$("$train" pack "${tools[@]}" --set data.template=qwen3 --out "$tmp/tools.jsonl" 2>&1) && [ -s "$tmp/tools.jsonl" ]
+then ok; else bad "pack qwen3 tool use: $(tail -2 <<<"$out")"; fi
+if out=$("$train" "${tools[@]}" "${tiny[@]}" --set data.template=qwen3 --set out_dir="$tmp/run-tools" 2>&1) &&
+   grep -q '^done: 2 steps' <<<"$out"; then ok; else bad "train qwen3 tool use: $(tail -2 <<<"$out")"; fi
+expect_error "llama3 with tool calls" \
+    "train.jsonl:1: messages\[2\].tool_calls: the llama3 template is not supported with tool calls here" \
+    "$train" pack "${tools[@]}" --set data.tokenizer=tests/data/templates/llama3 --set data.template=llama3 --out "$tmp/x.jsonl"
 finish

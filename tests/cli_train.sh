@@ -78,5 +78,12 @@ if ! "$train" --set out_dir="$tmp/gpt2" "${tiny[@]}" --set data.tokenizer=tests/
    grep -q "tests/data/tokenizers/gpt2: the tokenizer has no id for the template token '<|system|>'" "$tmp/glog"
 then ok; else bad "gpt2 tokenizer (no template tokens) not refused: $(tail -2 "$tmp/glog")"; fi
 
+# Tool-use conversations (datasets/tool_use) train under the exact layout, answers only.
+if "$train" --set out_dir="$tmp/tools" "${tiny[@]}" --set train.steps=2 --set train.eval_every=2 \
+       --set data.seq_len=2048 --set data.train_path=datasets/tool_use/train.jsonl \
+       --set data.eval_path=datasets/tool_use/eval.jsonl --set data.train_on=answer > "$tmp/tlog" 2>&1 &&
+   [ "$(wc -l < "$tmp/tools/metrics.jsonl")" -eq 2 ]; then ok
+else bad "tool-use run: $(tail -3 "$tmp/tlog")"; fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -116,12 +116,19 @@ static void test_random_round_trips(TestRng *rng) {
                 json_array_append_new(completions,
                                       message_json(&comps[c], c % 2 ? STYLE_INLINE : STYLE_REASONING_FIELD));
             }
+            // An unknown key: ignored and counted under ignore_unknown_keys.
             root = json_pack("{s:o, s:o, s:s}", "prompt", prompt, "completions", completions,
                              "id", "extra keys are ignored");
             char *line = json_dumps(root, JSON_COMPACT);
             Sample s;
-            int rc = sample_parse_line(line, strlen(line), "rand.jsonl", trial + 1, &s, err, sizeof err);
+            KeyTally tally = {0};
+            ParseOptions ignore = {.ignore_unknown_keys = true, .ignored = &tally};
+            int rc = sample_parse_line(line, strlen(line), "rand.jsonl", trial + 1, &ignore, &s, err,
+                                       sizeof err);
             EXPECT(rc == 0, "%s", err);
+            EXPECT(tally.total == 1 && tally.n == 1 && strcmp(tally.names[0], "id") == 0,
+                   "ignored keys: %lld", tally.total);
+            key_tally_free(&tally);
             if (rc == 0) {
                 EXPECT(s.kind == SAMPLE_SHARED_PREFIX && s.line == trial + 1, "kind %d line %d",
                       s.kind, s.line);
@@ -137,7 +144,7 @@ static void test_random_round_trips(TestRng *rng) {
             root = json_pack("{s:o}", style == STYLE_SHAREGPT ? "conversations" : "messages", arr);
             char *line = json_dumps(root, JSON_COMPACT | (trial % 2 ? JSON_ENSURE_ASCII : 0));
             Sample s;
-            int rc = sample_parse_line(line, strlen(line), "rand.jsonl", trial + 1, &s, err, sizeof err);
+            int rc = sample_parse_line(line, strlen(line), "rand.jsonl", trial + 1, NULL, &s, err, sizeof err);
             EXPECT(rc == 0, "%s", err);
             if (rc == 0) {
                 EXPECT(s.kind == SAMPLE_CONVERSATION && s.n_completions == 0, "kind %d", s.kind);
@@ -179,7 +186,7 @@ static void test_fixed_cases(void) {
          "A", NULL},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        int rc = sample_parse_line(cases[i].json, strlen(cases[i].json), "fixed.jsonl", 1, &s, err,
+        int rc = sample_parse_line(cases[i].json, strlen(cases[i].json), "fixed.jsonl", 1, NULL, &s, err,
                                    sizeof err);
         EXPECT(rc == 0, "case %zu: %s", i, err);
         if (rc != 0) continue;
@@ -191,7 +198,7 @@ static void test_fixed_cases(void) {
         sample_free(&s);
     }
     // A user message's think tags are its text, not reasoning.
-    int rc = sample_parse_line(cases[5].json, strlen(cases[5].json), "fixed.jsonl", 1, &s, err,
+    int rc = sample_parse_line(cases[5].json, strlen(cases[5].json), "fixed.jsonl", 1, NULL, &s, err,
                                sizeof err);
     EXPECT(rc == 0 && strcmp(s.messages[0].content, "<think>user text keeps tags</think>") == 0 &&
               !s.messages[0].reasoning,
@@ -227,9 +234,9 @@ static const BadCase BAD_CASES[] = {
      "messages[1].role: unknown role 'robot'"},
     {"{\"messages\":[{\"role\":7,\"content\":\"q\"}]}", "messages[0].role: expected a string, got an integer"},
     {"{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":42}]}",
-     "messages[1].content: expected a string, got an integer"},
+     "messages[1].content: expected a string or an array of parts, got an integer"},
     {"{\"messages\":[{\"role\":\"user\",\"content\":null},{\"role\":\"assistant\",\"content\":\"A\"}]}",
-     "messages[0].content: expected a string, got null"},
+     "messages[0].content: expected a string or an array of parts, got null"},
     {"{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":\"A\",\"reasoning_content\":[1]}]}",
      "messages[1].reasoning_content: expected a string, got an array"},
     {"{\"messages\":[{\"role\":\"user\",\"content\":\"q\",\"reasoning_content\":\"r\"},{\"role\":\"assistant\",\"content\":\"A\"}]}",
@@ -257,7 +264,8 @@ static const BadCase BAD_CASES[] = {
     {"{\"conversations\":[{\"from\":\"human\",\"value\":\"q\"},{\"from\":\"gpt\",\"value\":\"<think>open\"}]}",
      "conversations[1].value: unclosed think tag"},
     {"{\"conversations\":[{\"from\":\"human\",\"value\":\"q\"}]}", "conversations: no gpt message"},
-    {"{\"conversations\":[{\"from\":\"human\",\"text\":\"q\"}]}", "conversations[0]: missing field 'value'"},
+    {"{\"conversations\":[{\"from\":\"human\",\"text\":\"q\"}]}", "conversations[0].text: unknown key"},
+    {"{\"conversations\":[{\"from\":\"human\"}]}", "conversations[0]: missing field 'value'"},
     {"{\"prompt\":[{\"role\":\"user\",\"content\":\"q\"}],\"completions\":[]}",
      "completions: empty completions list"},
     {"{\"prompt\":[{\"role\":\"user\",\"content\":\"q\"}]}", "missing field 'completions'"},
@@ -270,6 +278,83 @@ static const BadCase BAD_CASES[] = {
      "completions[0].content: unclosed think tag"},
     {"{\"prompt\":[{\"role\":\"user\",\"content\":\"q\"}],\"completions\":{}}",
      "completions: expected an array, got an object"},
+    // Newer formats: reasoning names, content parts, TRL, tool use, unknown keys.
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"A\", \"reasoning_content\": \"r\", \"thinking\": \"s\"}]}",
+     "messages[1]: both reasoning_content and thinking"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\", \"thinking\": \"r\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "messages[0].thinking: only assistant messages have reasoning"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": [{\"type\": \"image_url\", \"image_url\": {\"url\": \"x\"}}]}]}",
+     "messages[1].content[0].type: \"image_url\" is not supported"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\"}]}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "messages[0].content[0].text: expected a string, got nothing"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": [\"hi\"]}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "messages[0].content[0]: expected an object, got a string"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"a\", \"extra\": 1}]}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "messages[0].content[0].extra: unknown key"},
+    {"{\"prompt\": [{\"role\": \"user\", \"content\": \"q\"}], \"chosen\": [{\"role\": \"assistant\", \"content\": \"A\"}], \"rejected\": [{\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "chosen: preference pairs"},
+    {"{\"prompt\": [{\"role\": \"user\", \"content\": \"q\"}], \"completion\": [{\"role\": \"assistant\", \"content\": \"A\"}], \"label\": true}",
+     "label: labelled completions"},
+    {"{\"prompt\": [{\"role\": \"user\", \"content\": \"q\"}], \"completion\": [{\"role\": \"assistant\", \"content\": \"A\"}], \"completions\": [{\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "ambiguous line"},
+    {"{\"prompt\": [{\"role\": \"user\", \"content\": \"q\"}], \"completion\": [{\"role\": \"user\", \"content\": \"q\"}]}",
+     "completion[0].role: expected 'assistant' or 'tool', got 'user'"},
+    {"{\"prompt\": [{\"role\": \"user\", \"content\": \"q\"}], \"completion\": []}",
+     "completion: empty conversation"},
+    {"{\"prompt\": \"q\", \"completion\": \"A\"}",
+     "prompt: a string (TRL's standard, non-conversational format) is not supported"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"A\"}, {\"role\": \"tool\", \"content\": \"r\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "messages[2].role: a tool result must follow an assistant message with tool_calls"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": {}}}]}, {\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "messages[2].role: expected 'tool' here, got 'user'"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": {}}}]}, {\"role\": \"tool\", \"content\": \"r\"}]}",
+     "messages[2].role: the last message must be 'assistant', got 'tool'"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\", \"tool_calls\": []}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "messages[0].tool_calls: unknown key"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\", \"name\": \"bob\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "messages[0].name: unknown key"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"type\": \"code\", \"function\": {\"name\": \"f\", \"arguments\": {}}}]}, {\"role\": \"tool\", \"content\": \"r\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "messages[1].tool_calls[0].type: only \"function\" tool calls"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": \"{oops\"}}]}, {\"role\": \"tool\", \"content\": \"r\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "messages[1].tool_calls[0].function.arguments: a string that is not valid JSON"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": [1]}}]}, {\"role\": \"tool\", \"content\": \"r\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "messages[1].tool_calls[0].function.arguments: expected an object (or a JSON string of one), got an array"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": \"[1]\"}}]}, {\"role\": \"tool\", \"content\": \"r\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "messages[1].tool_calls[0].function.arguments: expected an object (or a JSON string of one), got an array"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"type\": \"function\", \"function\": {\"arguments\": {}}}]}, {\"role\": \"tool\", \"content\": \"r\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "messages[1].tool_calls[0].function: missing field 'name'"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"name\": \"f\"}]}, {\"role\": \"tool\", \"content\": \"r\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "messages[1].tool_calls[0]: missing field 'arguments'"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": {}, \"strict\": true}}]}, {\"role\": \"tool\", \"content\": \"r\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "messages[1].tool_calls[0].function.strict: unknown key"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"tool_calls\": {}}, {\"role\": \"tool\", \"content\": \"r\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "messages[1].tool_calls: expected an array, got an object"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": null}, {\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "messages[1].content: expected a string or an array of parts, got null"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": {}}}]}, {\"role\": \"tool\", \"content\": \"r\", \"reasoning_content\": \"r\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "messages[2].reasoning_content: unknown key"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": {}}}]}, {\"role\": \"tool\", \"content\": \"r\", \"name\": 3}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "messages[2].name: expected a string, got an integer"},
+    {"{\"system\": \"s\", \"conversations\": [{\"from\": \"system\", \"value\": \"t\"}, {\"from\": \"human\", \"value\": \"q\"}, {\"from\": \"gpt\", \"value\": \"A\"}]}",
+     "system: given both at the top level and as conversations[0]"},
+    {"{\"system\": [\"s\"], \"conversations\": [{\"from\": \"human\", \"value\": \"q\"}, {\"from\": \"gpt\", \"value\": \"A\"}]}",
+     "system: expected a string, got an array"},
+    {"{\"system\": \"s\", \"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "system: unknown key"},
+    {"{\"tools\": {}, \"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "tools: expected an array (or a JSON string of one), got an object"},
+    {"{\"tools\": [[1]], \"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "tools[0]: expected an object (or a JSON string of one), got an array"},
+    {"{\"tools\": \"[\", \"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "tools: a string that is not valid JSON"},
+    {"{\"source\": \"web\", \"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "source: unknown key"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"A\", \"foo\": 1}]}",
+     "messages[1].foo: unknown key"},
+    {"{\"conversations\": [{\"from\": \"human\", \"value\": \"q\", \"weight\": 0}, {\"from\": \"gpt\", \"value\": \"A\"}]}",
+     "conversations[0].weight: unknown key"},
+    {"{\"prompt\": [{\"role\": \"user\", \"content\": \"q\"}], \"completions\": [{\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": {}}}]}]}",
+     "completions[0].tool_calls: a shared-prefix completion is one message"},
 };
 enum { N_BAD = sizeof(BAD_CASES) / sizeof(BAD_CASES[0]) };
 
@@ -279,7 +364,7 @@ static void test_bad_lines(TestRng *rng) {
         int line = test_rng_int(rng, 1, 100000);
         Sample s;
         int rc = sample_parse_line(BAD_CASES[i].json, strlen(BAD_CASES[i].json), "data.jsonl",
-                                   line, &s, err, sizeof err);
+                                   line, NULL, &s, err, sizeof err);
         snprintf(want_prefix, sizeof want_prefix, "data.jsonl:%d: ", line);
         EXPECT(rc == -1, "bad case %d accepted: %s", i, BAD_CASES[i].json);
         if (rc != -1) {
@@ -298,8 +383,8 @@ static const char *const GOOD_LINE =
     "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":"
     "\"<think>r</think>A\"}]}";
 
-// Runs dataset_load(path, false) in a child; returns its exit status and stderr.
-static int load_in_child(const char *path, char *out, size_t out_len) {
+// Runs dataset_load(path, opt) in a child; returns its exit status and stderr.
+static int load_in_child(const char *path, LoadOptions opt, char *out, size_t out_len) {
     int fds[2];
     if (pipe(fds) != 0) return -1;
     fflush(stdout);
@@ -308,7 +393,7 @@ static int load_in_child(const char *path, char *out, size_t out_len) {
         dup2(fds[1], 2);
         close(fds[0]);
         Dataset d;
-        dataset_load(path, false, &d);
+        dataset_load(path, &opt, &d);
         _exit(0);
     }
     close(fds[1]);
@@ -347,7 +432,7 @@ static void test_dataset_files(TestRng *rng) {
         fclose(f);
         if (n_good == 0) continue;  // an all-bad file is fatal even with skip_bad
         Dataset d;
-        dataset_load(path, true, &d);
+        dataset_load(path, &(LoadOptions){.skip_bad = true}, &d);
         EXPECT(d.n_samples == n_good && d.n_skipped == n_bad, "got %d good %d skipped, want %d %d",
               d.n_samples, d.n_skipped, n_good, n_bad);
         for (int i = 0; i < d.n_samples && i < n_good; i++)
@@ -356,7 +441,7 @@ static void test_dataset_files(TestRng *rng) {
         dataset_free(&d);
 
         char msg[2048], want[512];
-        int status = load_in_child(path, msg, sizeof msg);
+        int status = load_in_child(path, (LoadOptions){0}, msg, sizeof msg);
         if (n_bad == 0) {
             EXPECT(status == 0, "clean file failed to load: %s", msg);
         } else {
@@ -368,14 +453,161 @@ static void test_dataset_files(TestRng *rng) {
     }
     char msg[1024];
     snprintf(path, sizeof path, "%s/missing.jsonl", dir);
-    EXPECT(load_in_child(path, msg, sizeof msg) == 1 && strstr(msg, path),
+    EXPECT(load_in_child(path, (LoadOptions){0}, msg, sizeof msg) == 1 && strstr(msg, path),
           "a missing file: '%s'", msg);
     snprintf(path, sizeof path, "%s/empty.jsonl", dir);
     fclose(fopen(path, "wb"));
-    EXPECT(load_in_child(path, msg, sizeof msg) == 1 && strstr(msg, "no usable samples"),
+    EXPECT(load_in_child(path, (LoadOptions){0}, msg, sizeof msg) == 1 && strstr(msg, "no usable samples"),
           "an empty file: '%s'", msg);
     remove(path);
     snprintf(path, sizeof path, "%s/mixed.jsonl", dir);
+    remove(path);
+    rmdir(dir);
+}
+
+// ---- tests/data/more_formats.jsonl: every newer format, parsed field by field.
+typedef struct {
+    MessageRole role;
+    const char *content, *reasoning;
+    const char *calls[2][2];  // per tool call: name, canonical arguments
+    const char *name, *tool_call_id;
+    bool context;
+} WantMessage;
+
+// Python's json.dumps(json.loads(ARGS), ensure_ascii=False) for the arguments of line 5
+// (the reference the templates' `tojson` uses), transcribed.
+static const char WEATHER_ARGS[] =
+    "{\"city\": \"Paris \\\"\u00e9\\\"\\n\\t\\u0001\", \"n\": 1.5, \"big\": 1e+16, \"small\": 0.0001, "
+    "\"tiny\": 1e-05, \"x\": 123456789.123, \"neg\": -0.0, \"i\": -42, \"deep\": [1, {\"a\": null, "
+    "\"b\": true, \"c\": false}], \"e\": [], \"o\": {}, \"r\": 0.1, \"f\": 1.0, \"g\": 2.5e-300, "
+    "\"h\": 1.7976931348623157e+308, \"s\": \"\U0001F600\x7f/\", \"k\": 1e+17, "
+    "\"m\": 1.2345678901234567e+19, \"z\": 0.000123}";
+
+#define M(role_, content_, reasoning_, ...) \
+    {.role = role_, .content = content_, .reasoning = reasoning_, __VA_ARGS__}
+
+static void check_want(const Sample *s, const WantMessage *want, int n, int line) {
+    EXPECT(s->n_messages == n, "line %d: %d messages, want %d", line, s->n_messages, n);
+    for (int i = 0; i < n && i < s->n_messages; i++) {
+        const Message *m = &s->messages[i];
+        const WantMessage *w = &want[i];
+        EXPECT(m->role == w->role && same_text(m->content, w->content) &&
+                   same_text(m->reasoning, w->reasoning) && same_text(m->name, w->name) &&
+                   same_text(m->tool_call_id, w->tool_call_id) && m->context == w->context,
+               "line %d message %d: role %d content '%s' reasoning '%s' name '%s' id '%s' context %d",
+               line, i, m->role, m->content, m->reasoning ? m->reasoning : "(null)",
+               m->name ? m->name : "(null)", m->tool_call_id ? m->tool_call_id : "(null)", m->context);
+        int n_calls = (w->calls[0][0] != NULL) + (w->calls[1][0] != NULL);
+        EXPECT(m->n_tool_calls == n_calls, "line %d message %d: %d tool calls, want %d", line, i,
+               m->n_tool_calls, n_calls);
+        for (int c = 0; c < n_calls && c < m->n_tool_calls; c++)
+            EXPECT(strcmp(m->tool_calls[c].name, w->calls[c][0]) == 0 &&
+                       strcmp(m->tool_calls[c].arguments, w->calls[c][1]) == 0,
+                   "line %d message %d call %d: %s %s, want %s %s", line, i, c,
+                   m->tool_calls[c].name, m->tool_calls[c].arguments, w->calls[c][0], w->calls[c][1]);
+    }
+}
+
+static void test_more_formats(void) {
+    Dataset d;
+    dataset_load("tests/data/more_formats.jsonl", &(LoadOptions){0}, &d);
+    EXPECT(d.n_samples == 8, "%d samples", d.n_samples);
+    if (d.n_samples != 8) return;
+    const WantMessage sharegpt_system[] = {M(MSG_SYSTEM, "You are terse.", NULL),
+                                           M(MSG_USER, "Add 2 and 3.", NULL),
+                                           M(MSG_ASSISTANT, "The result is 5.", "2+3=5.")};
+    check_want(&d.samples[0], sharegpt_system, 3, 1);
+    check_want(&d.samples[1], sharegpt_system + 1, 2, 2);  // "thinking"
+    check_want(&d.samples[2], sharegpt_system + 1, 2, 3);  // content parts
+    const WantMessage trl[] = {M(MSG_SYSTEM, "You are terse.", NULL, .context = true),
+                               M(MSG_USER, "Add 2 and 3.", NULL, .context = true),
+                               M(MSG_ASSISTANT, "The result is 5.", "2+3=5.", .context = true),
+                               M(MSG_USER, "Now double it.", NULL, .context = true),
+                               M(MSG_ASSISTANT, "The result is 10.", "5*2=10.")};
+    EXPECT(d.samples[3].kind == SAMPLE_CONVERSATION, "TRL prompt/completion is a conversation");
+    check_want(&d.samples[3], trl, 5, 4);
+    const WantMessage weather[] = {
+        M(MSG_USER, "Weather in Paris?", NULL),
+        M(MSG_ASSISTANT, "", "I need the weather tool.", .calls = {{"get_weather", WEATHER_ARGS}}),
+        M(MSG_TOOL, "{\"temp\": 21}", NULL, .name = "get_weather", .tool_call_id = "call_1"),
+        M(MSG_ASSISTANT, "It is 21 degrees.", "The tool says 21."),
+        M(MSG_USER, "Thanks.", NULL),
+        M(MSG_ASSISTANT, "You are welcome.", NULL)};
+    check_want(&d.samples[4], weather, 6, 5);
+    EXPECT(d.samples[4].n_tools == 1 &&
+               strcmp(d.samples[4].tools[0],
+                      "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+                      "\"description\": \"Weather of a city.\", \"parameters\": {\"type\": "
+                      "\"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, "
+                      "\"required\": [\"city\"]}}}") == 0,
+           "tools: %s", d.samples[4].n_tools ? d.samples[4].tools[0] : "none");
+    const WantMessage adds[] = {
+        M(MSG_USER, "Add 2 and 3, then 4 and 5.", NULL),
+        M(MSG_ASSISTANT, "Adding.", NULL, .calls = {{"add", "{\"a\": 2, \"b\": 3}"}, {"add", "{\"a\": 4, \"b\": 5}"}}),
+        M(MSG_TOOL, "5", NULL),
+        M(MSG_TOOL, "9", NULL),
+        M(MSG_ASSISTANT, "The results are 5 and 9.", "5 and 9.")};
+    check_want(&d.samples[5], adds, 5, 6);
+    const WantMessage oslo[] = {M(MSG_USER, "Weather in Oslo?", NULL, .context = true),
+                                M(MSG_ASSISTANT, "", NULL, .calls = {{"get_weather", "{\"city\": \"Oslo\"}"}}),
+                                M(MSG_TOOL, "-3", NULL),
+                                M(MSG_ASSISTANT, "It is -3 degrees.", "Cold.")};
+    check_want(&d.samples[6], oslo, 4, 7);
+    const WantMessage hi[] = {M(MSG_SYSTEM, "Use tools.", NULL),
+                              M(MSG_USER, "Hi", NULL),
+                              M(MSG_ASSISTANT, "Hello.", "Greet.")};
+    check_want(&d.samples[7], hi, 3, 8);
+    EXPECT(d.samples[7].n_tools == 1 &&
+               strcmp(d.samples[7].tools[0], "{\"type\": \"function\", \"function\": {\"name\": \"add\"}}") == 0,
+           "tools from a JSON string");
+    dataset_free(&d);
+}
+
+// Unknown keys: refused naming the field, or ignored and counted by name.
+static void test_unknown_keys(void) {
+    const char *line = "{\"id\": 7, \"messages\": [{\"role\": \"user\", \"content\": \"q\", \"weight\": 1},"
+                       "{\"role\": \"assistant\", \"content\": [{\"type\": \"text\", \"text\": \"A\", "
+                       "\"cache\": 1}], \"weight\": 0, \"foo\": null}], \"source\": \"x\"}";
+    char err[512];
+    Sample s;
+    EXPECT(sample_parse_line(line, strlen(line), "k.jsonl", 3, NULL, &s, err, sizeof err) == -1 &&
+               strstr(err, "k.jsonl:3: ") && strstr(err, ": unknown key"),
+           "strict: %s", err);
+    KeyTally tally = {0};
+    ParseOptions ignore = {.ignore_unknown_keys = true, .ignored = &tally};
+    for (int rep = 0; rep < 2; rep++) {
+        int rc = sample_parse_line(line, strlen(line), "k.jsonl", 3, &ignore, &s, err, sizeof err);
+        EXPECT(rc == 0 && s.n_messages == 2 && strcmp(s.messages[1].content, "A") == 0, "%s", err);
+        if (rc == 0) sample_free(&s);
+    }
+    char what[512];
+    key_tally_describe(&tally, what, sizeof what);
+    EXPECT(strcmp(what, "12 unknown keys ignored (data.ignore_unknown_keys): id (2), source (2), "
+                        "messages[].weight (4), messages[].foo (2), messages[].content[].cache (2)") == 0,
+           "tally: %s", what);
+    key_tally_free(&tally);
+}
+
+// data.max_line_bytes: a line of exactly the limit (a '\r' before its '\n' not counted) is
+// parsed; one byte more is refused unparsed, or skipped and counted under skip_too_long.
+static void test_max_line_bytes(void) {
+    char dir[] = "/tmp/onepass_lines_XXXXXX", path[256];
+    EXPECT(mkdtemp(dir) != NULL, "mkdtemp failed");
+    snprintf(path, sizeof path, "%s/lines.jsonl", dir);
+    const size_t limit = strlen(GOOD_LINE);
+    FILE *f = fopen(path, "wb");
+    fprintf(f, "%s\r\n%s \n%s\n%s", GOOD_LINE, GOOD_LINE, GOOD_LINE, GOOD_LINE);
+    fclose(f);
+    Dataset d;
+    dataset_load(path, &(LoadOptions){.max_line_bytes = limit, .skip_too_long = true}, &d);
+    EXPECT(d.n_samples == 3 && d.n_too_long == 1 && d.samples[1].line == 3 && d.samples[2].line == 4,
+           "%d samples, %d too long", d.n_samples, d.n_too_long);
+    dataset_free(&d);
+    char msg[1024], want[512];
+    snprintf(want, sizeof want, "%s:2: the line is %zu bytes, over data.max_line_bytes %zu: not parsed",
+             path, limit + 1, limit);
+    int status = load_in_child(path, (LoadOptions){.max_line_bytes = limit}, msg, sizeof msg);
+    EXPECT(status == 1 && strstr(msg, want), "'%s', want '%s'", msg, want);
     remove(path);
     rmdir(dir);
 }
@@ -386,5 +618,8 @@ int main(void) {
     test_fixed_cases();
     test_bad_lines(&rng);
     test_dataset_files(&rng);
+    test_more_formats();
+    test_unknown_keys();
+    test_max_line_bytes();
     return test_finish();
 }

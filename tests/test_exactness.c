@@ -162,28 +162,34 @@ static TokenSpan random_span(TestRng *rng, int n) {
 }
 
 static TurnTokens random_turn(TestRng *rng, bool with_prompt) {
-    TurnTokens t;
+    TurnTokens t = {0};
     t.prompt = random_span(rng, with_prompt ? test_rng_int(rng, 1, 5) : 0);
     t.think = random_span(rng, test_rng_int(rng, 0, 9) < 3 ? 0 : test_rng_int(rng, 1, 6));
     t.answer = random_span(rng, test_rng_int(rng, 1, 4));
     return t;
 }
 
-static TokenizedSample random_sample(TestRng *rng, SampleKind kind, int line) {
+// A conversation's messages after the first continue the user turn of the one before
+// (they answer tool results, DESIGN.md §8) one time in four when `tools`.
+static TokenizedSample random_sample(TestRng *rng, SampleKind kind, int line, bool tools) {
     TokenizedSample s = {kind, NULL, test_rng_int(rng, 1, 8), {NULL, 0}, line};
     s.turns = malloc((size_t)s.n_turns * sizeof(TurnTokens));
-    for (int t = 0; t < s.n_turns; t++) s.turns[t] = random_turn(rng, kind == SAMPLE_CONVERSATION);
+    for (int t = 0; t < s.n_turns; t++) {
+        s.turns[t] = random_turn(rng, kind == SAMPLE_CONVERSATION);
+        s.turns[t].continues = tools && t > 0 && test_rng_int(rng, 0, 3) == 0;
+    }
     if (kind == SAMPLE_SHARED_PREFIX) s.prefix = random_span(rng, test_rng_int(rng, 1, 12));
     return s;
 }
 
 // Lays out and packs every sample; returns its trained entries.
-static EntrySet layout_entries(LayoutKind layout, const TokenizedSample *samples, int n_samples,
+static EntrySet layout_entries(LayoutKind layout, const LossOptions *loss,
+                               const TokenizedSample *samples, int n_samples,
                                PackedRows *rows_out, DocList *docs_out) {
     DocList docs = {0};
     char err[256];
     for (int s = 0; s < n_samples; s++)
-        EXPECT(layout_sample(layout, &samples[s], s, &docs, err, sizeof err) == 0, "%s: %s",
+        EXPECT(layout_sample(layout, loss, &samples[s], s, &docs, err, sizeof err) == 0, "%s: %s",
               layout_name(layout), err);
     PackedRows rows;
     int skipped;
@@ -198,44 +204,71 @@ static EntrySet layout_entries(LayoutKind layout, const TokenizedSample *samples
     return set;
 }
 
+// Thinking that a later user turn must not see (a message after it starts a new turn).
 static bool has_history_thinking(const TokenizedSample *s) {
-    for (int t = 0; t + 1 < s->n_turns; t++)
-        if (s->turns[t].think.n > 0) return true;
+    bool thinking = false;
+    for (int t = 0; t < s->n_turns; t++) {
+        if (thinking && !s->turns[t].continues) return true;
+        thinking |= s->turns[t].think.n > 0;
+    }
+    return false;
+}
+
+static bool has_tool_turns(const TokenizedSample *s) {
+    for (int t = 0; t < s->n_turns; t++)
+        if (s->turns[t].continues) return true;
     return false;
 }
 
 static void test_conversations(TestRng *rng, int round) {
     enum { N_SAMPLES = 24 };
     TokenizedSample samples[N_SAMPLES];
-    for (int s = 0; s < N_SAMPLES; s++) samples[s] = random_sample(rng, SAMPLE_CONVERSATION, s + 1);
+    for (int s = 0; s < N_SAMPLES; s++)
+        samples[s] = random_sample(rng, SAMPLE_CONVERSATION, s + 1, round % 2 == 1);
 
     PackedRows npass_rows;
     DocList npass_docs;
-    EntrySet npass = layout_entries(LAYOUT_NPASS, samples, N_SAMPLES, &npass_rows, &npass_docs);
-    EntrySet duplicate = layout_entries(LAYOUT_DUPLICATE, samples, N_SAMPLES, NULL, NULL);
-    EntrySet mask_only = layout_entries(LAYOUT_MASK_ONLY, samples, N_SAMPLES, NULL, NULL);
-    int n_inexact = 0;
+    // Every fourth round draws loss options and turns with empty reasoning: the trained
+    // positions change, their contexts must still be npass's.
+    const bool options = round % 4 == 3;
+    LossOptions loss = {0};
+    if (options) {
+        loss = (LossOptions){test_rng_int(rng, 0, 1) ? TRAIN_ANSWER : TRAIN_THINK_ANSWER, true};
+        for (int s = 0; s < N_SAMPLES; s++)
+            for (int t = 0; t < samples[s].n_turns; t++)
+                samples[s].turns[t].empty_think = test_rng_int(rng, 0, 2) == 0;
+    }
+    EntrySet npass = layout_entries(LAYOUT_NPASS, &loss, samples, N_SAMPLES, &npass_rows, &npass_docs);
+    EntrySet duplicate = layout_entries(LAYOUT_DUPLICATE, &loss, samples, N_SAMPLES, NULL, NULL);
+    EntrySet mask_only = layout_entries(LAYOUT_MASK_ONLY, &loss, samples, N_SAMPLES, NULL, NULL);
+    int n_inexact = 0, n_tools = 0;
     for (int s = 0; s < N_SAMPLES; s++) {
+        // With tool turns npass's document order is not the turn's message order, so
+        // only the multisets of (ctx, target) are compared: that is the exactness.
+        const bool tools = has_tool_turns(&samples[s]) || options;
+        n_tools += tools;
         EntrySet ref = sample_slice(npass, s);
         EntrySet dup = sample_slice(duplicate, s), mask = sample_slice(mask_only, s);
         int want_trained = 0;
         for (int t = 0; t < samples[s].n_turns; t++)
             want_trained += samples[s].turns[t].think.n + samples[s].turns[t].answer.n;
-        EXPECT(ref.n == want_trained, "round %d sample %d: npass trains %d, want |think|+|answer| = %d",
+        EXPECT(options || ref.n == want_trained, "round %d sample %d: npass trains %d, want |think|+|answer| = %d",
               round, s, ref.n, want_trained);
-        EXPECT(positions_match(dup, ref), "round %d sample %d: duplicate differs from npass", round, s);
+        EXPECT(tools || positions_match(dup, ref), "round %d sample %d: duplicate differs from npass",
+               round, s);
         EXPECT(multisets_equal(dup, ref), "round %d sample %d: duplicate multiset", round, s);
-        if (has_history_thinking(&samples[s])) {
+        if (has_history_thinking(&samples[s]) && !options) {
             n_inexact++;
             EXPECT(unmatched(mask, ref) > 0,
                   "round %d sample %d: mask_only matched npass although history answers "
                   "followed thinking", round, s);
-        } else {
-            EXPECT(positions_match(mask, ref), "round %d sample %d: without history thinking "
-                  "mask_only is npass", round, s);
+        } else if (!has_history_thinking(&samples[s])) {
+            EXPECT(tools ? multisets_equal(mask, ref) : positions_match(mask, ref),
+                   "round %d sample %d: without history thinking mask_only is npass", round, s);
         }
     }
-    EXPECT(n_inexact > 0, "round %d: no sample with history thinking was drawn", round);
+    EXPECT(n_inexact > 0 || options, "round %d: no sample with history thinking was drawn", round);
+    EXPECT(n_tools > 0 || round % 2 == 0, "round %d: no sample with tool turns was drawn", round);
 
     // The hash can fail: change one token that some trained position sees.
     int trained_slot;
@@ -264,9 +297,9 @@ static void test_conversations(TestRng *rng, int round) {
 static void test_shared_prefix(TestRng *rng, int round) {
     enum { N_SAMPLES = 16 };
     TokenizedSample samples[N_SAMPLES];
-    for (int s = 0; s < N_SAMPLES; s++) samples[s] = random_sample(rng, SAMPLE_SHARED_PREFIX, s + 1);
-    EntrySet npass = layout_entries(LAYOUT_NPASS, samples, N_SAMPLES, NULL, NULL);
-    EntrySet shared = layout_entries(LAYOUT_SHARED_PREFIX, samples, N_SAMPLES, NULL, NULL);
+    for (int s = 0; s < N_SAMPLES; s++) samples[s] = random_sample(rng, SAMPLE_SHARED_PREFIX, s + 1, false);
+    EntrySet npass = layout_entries(LAYOUT_NPASS, NULL, samples, N_SAMPLES, NULL, NULL);
+    EntrySet shared = layout_entries(LAYOUT_SHARED_PREFIX, NULL, samples, N_SAMPLES, NULL, NULL);
     for (int s = 0; s < N_SAMPLES; s++) {
         EntrySet ref = sample_slice(npass, s), got = sample_slice(shared, s);
         EXPECT(positions_match(got, ref), "round %d set %d: shared_prefix differs from the "
@@ -291,10 +324,14 @@ static void test_synthetic_data(const char *tokenizer_path, const ChatTemplate *
         const char *path;
         LayoutKind layout;
     } cases[] = {{"datasets/synthetic/train.jsonl", LAYOUT_DUPLICATE},
-                 {"datasets/synthetic/shared_prefix.jsonl", LAYOUT_SHARED_PREFIX}};
-    for (int c = 0; c < 2; c++) {
-        DataOptions opt = {.layout = LAYOUT_NPASS, .seq_len = 8192, .max_samples = 6,
-                           .chat_template = chat_template};
+                 {"datasets/synthetic/shared_prefix.jsonl", LAYOUT_SHARED_PREFIX},
+                 {"datasets/tool_use/train.jsonl", LAYOUT_DUPLICATE}};
+    // The tool-use data under the templates that render tools (the others refuse it).
+    const int n_cases = chat_template->tools ? 3 : 2;
+    for (int c = 0; c < n_cases; c++) {
+        const bool tools = c == 2;  // npass's document order is not a turn's message order
+        DataOptions opt = {.layout = LAYOUT_NPASS, .seq_len = 8192,
+                           .max_samples = tools ? 40 : 6, .chat_template = chat_template};
         PackedDataset ref_data, data;
         packed_dataset_load(tok, cases[c].path, opt, &ref_data);
         opt.layout = cases[c].layout;
@@ -302,8 +339,9 @@ static void test_synthetic_data(const char *tokenizer_path, const ChatTemplate *
         EntrySet ref, got;
         ref.e = trained_entries(&ref_data.rows, &ref_data.docs, ref_data.samples, true, &ref.n);
         got.e = trained_entries(&data.rows, &data.docs, data.samples, false, &got.n);
-        EXPECT(ref.n > 0 && positions_match(got, ref), "%s, %s template: %s differs from npass (%d vs %d "
-               "trained)", cases[c].path, chat_template->name, layout_name(cases[c].layout), got.n, ref.n);
+        EXPECT(ref.n > 0 && (tools ? multisets_equal(got, ref) : positions_match(got, ref)),
+               "%s, %s template: %s differs from npass (%d vs %d trained)", cases[c].path,
+               chat_template->name, layout_name(cases[c].layout), got.n, ref.n);
         free(ref.e);
         free(got.e);
         packed_dataset_free(&ref_data);

@@ -196,7 +196,7 @@ static void test_prompts_under_templates(void) {
         EXPECT(tok && t, "%s: %s", dir, err);
         if (!tok || !t) continue;
         Sample s;
-        CHECK(sample_parse_line(LINE, strlen(LINE), "case.jsonl", 1, &s, err, sizeof err) == 0, "%s", err);
+        CHECK(sample_parse_line(LINE, strlen(LINE), "case.jsonl", 1, NULL, &s, err, sizeof err) == 0, "%s", err);
         TokenizedSample ts;
         EXPECT(sample_tokenize(tok, t, &s, SPECIAL_IN_TEXT_PLAIN, &ts, err, sizeof err) == 0,
                "%s: %s", NAMES[k], err);

@@ -23,7 +23,7 @@ static int batch_samples(const StepBatch *b, int *out) {
 static long long sample_trained(const TokenizedSample *s, int index) {
     DocList docs = {0};
     char err[512];
-    if (layout_sample(LAYOUT_NPASS, s, index, &docs, err, sizeof err) != 0) fatal("%s", err);
+    if (layout_sample(LAYOUT_NPASS, NULL, s, index, &docs, err, sizeof err) != 0) fatal("%s", err);
     long long n = 0;
     for (int d = 0; d < docs.n_docs; d++)
         for (int i = 0; i < docs.docs[d].n; i++) n += docs.docs[d].target[i] != -1;

@@ -79,7 +79,7 @@ static void test_random_samples(TestRng *rng) {
         for (int layout = 0; layout < 4; layout++) {
             DocList docs = {0};
             for (int i = 0; i < n_samples; i++) {
-                int rc = layout_sample((LayoutKind)layout, &samples[i], i, &docs, err, sizeof err);
+                int rc = layout_sample((LayoutKind)layout, NULL, &samples[i], i, &docs, err, sizeof err);
                 bool applies = layout_applies((LayoutKind)layout, samples[i].kind);
                 EXPECT(rc == (applies ? 0 : -1), "%s on sample kind %d: rc %d (%s)",
                       layout_name((LayoutKind)layout), samples[i].kind, rc, rc ? err : "");
@@ -119,7 +119,7 @@ static void test_worked_example(TestRng *rng) {
     }
     DocList docs = {0};
     char err[256];
-    int rc = layout_sample(LAYOUT_DUPLICATE, &s, 0, &docs, err, sizeof err);
+    int rc = layout_sample(LAYOUT_DUPLICATE, NULL, &s, 0, &docs, err, sizeof err);
     EXPECT(rc == 0 && docs.n_docs == 1 && docs.docs[0].n == 19, "worked example layout: rc %d %s", rc,
           rc ? err : "");
     if (rc == 0 && docs.n_docs == 1 && docs.docs[0].n == 19) {

@@ -69,7 +69,7 @@ static void pack_layout(LayoutKind kind, const TokenizedSample *samples, int n_s
     memset(out, 0, sizeof(*out));
     char err[256];
     for (int s = 0; s < n_samples; s++)
-        if (layout_sample(kind, &samples[s], s, &out->docs, err, sizeof err) != 0)
+        if (layout_sample(kind, NULL, &samples[s], s, &out->docs, err, sizeof err) != 0)
             fatal("layout %s: %s", layout_name(kind), err);
     int skipped = 0;
     if (pack_docs(&out->docs, SEQ_LEN, PackOptions{false, false}, &out->rows, &skipped, err,

@@ -50,7 +50,7 @@ static int parse_all(const char *text, Sample **out) {
         size_t len = end ? (size_t)(end - p) : strlen(p);
         Sample s;
         line++;
-        int rc = sample_parse_line(p, len, "generated", line, &s, err, sizeof err);
+        int rc = sample_parse_line(p, len, "generated", line, NULL, &s, err, sizeof err);
         EXPECT(rc == 0, "%s", err);
         if (rc == 0) {
             if (n == cap) *out = realloc(*out, (size_t)(cap = cap ? 2 * cap : 64) * sizeof(Sample));
@@ -226,7 +226,7 @@ static void test_shipped_lengths(const Tokenizer *tok, const char *name) {
     char path[256], err[512];
     snprintf(path, sizeof path, SHIPPED_DIR "/%s", name);
     Dataset d;
-    dataset_load(path, false, &d);
+    dataset_load(path, &(LoadOptions){0}, &d);
     const LayoutKind kinds[] = {LAYOUT_NPASS, LAYOUT_MASK_ONLY, LAYOUT_DUPLICATE,
                                 LAYOUT_SHARED_PREFIX};
     int longest[4] = {0};
@@ -245,7 +245,7 @@ static void test_shipped_lengths(const Tokenizer *tok, const char *name) {
                            kinds[k] == LAYOUT_NPASS;
             if (!applies) continue;
             DocList docs = {0};
-            EXPECT(layout_sample(kinds[k], &ts, i, &docs, err, sizeof err) == 0, "%s", err);
+            EXPECT(layout_sample(kinds[k], NULL, &ts, i, &docs, err, sizeof err) == 0, "%s", err);
             for (int j = 0; j < docs.n_docs; j++)
                 if (docs.docs[j].n > longest[k]) longest[k] = docs.docs[j].n;
             doc_list_free(&docs);

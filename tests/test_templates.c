@@ -4,7 +4,8 @@
 // each turn's inference view of a set of conversations. For every conversation, turn and
 // template: the segments' text equals the view byte for byte, the trained segments start
 // where the reply after the generation prompt starts, and the segments' ids equal the ids
-// of the whole view. Also: the default template from a model folder's chat_template, the
+// of the whole view (tool use too, under qwen3 and onepass: a reply that continues its turn
+// sees the think blocks kept before it). Also: the default template from a model folder's chat_template, the
 // refusals, and control-token strings in text under both data.special_in_text policies.
 #define _POSIX_C_SOURCE 200809L
 #include <jansson.h>
@@ -78,8 +79,11 @@ static int check_sample(const char *name, const ChatTemplate *t, const Tokenizer
         int32_t *ids = NULL;
         int n_ids = 0;
         if (s->kind == SAMPLE_CONVERSATION) {
-            for (int i = 0; i < v; i++) {  // history: prompt + answer
+            int first = v;  // the replies from first on keep their think block in this view
+            while (first > 0 && r.turns[first].continues && ts.turns[first].continues) first--;
+            for (int i = 0; i < v; i++) {  // history: prompt + answer (+ think within the turn)
                 append_segment(&text, &r.turns[i].prompt, &ids, &n_ids, &ts.turns[i].prompt);
+                if (i >= first) append_segment(&text, &r.turns[i].think, &ids, &n_ids, &ts.turns[i].think);
                 append_segment(&text, &r.turns[i].answer, &ids, &n_ids, &ts.turns[i].answer);
             }
             append_segment(&text, &r.turns[v].prompt, &ids, &n_ids, &ts.turns[v].prompt);
@@ -129,7 +133,7 @@ static void test_fixtures(const char *name) {
         const json_t *c = json_array_get(cases, i);
         const char *line = json_string_value(json_object_get(c, "line"));
         Sample s;
-        int rc = sample_parse_line(line, strlen(line), path, (int)i + 1, &s, err, sizeof err);
+        int rc = sample_parse_line(line, strlen(line), path, (int)i + 1, NULL, &s, err, sizeof err);
         EXPECT(rc == 0, "%s", err);
         if (rc != 0) continue;
         views += check_sample(name, t, tok, &s, json_object_get(c, "views"), (int)i + 1);
@@ -144,7 +148,7 @@ static void test_fixtures(const char *name) {
 static int tokenize_line(const ChatTemplate *t, const Tokenizer *tok, const char *line,
                          SpecialInText policy, TokenizedSample *ts, char *err, size_t err_len) {
     Sample s;
-    if (sample_parse_line(line, strlen(line), "case.jsonl", 1, &s, err, err_len) != 0) return -2;
+    if (sample_parse_line(line, strlen(line), "case.jsonl", 1, NULL, &s, err, err_len) != 0) return -2;
     int rc = sample_tokenize(tok, t, &s, policy, ts, err, err_len);
     sample_free(&s);
     return rc;
@@ -163,6 +167,7 @@ static void expect_refused(const char *name, const char *line, const char *messa
 }
 
 static void test_refusals(void) {
+    char err[4600];
     // Qwen3 drops a leading newline from the reply being generated, not from history.
     expect_refused("qwen3",
                    "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},"
@@ -174,10 +179,48 @@ static void test_refusals(void) {
                    "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},"
                    "{\"role\":\"assistant\",\"content\":\"\\nA\"}]}",
                    "messages[1].content: ");
+    // Tool use under the templates that do not render it here: refused by name.
+    const char *call = "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\","
+                       "\"content\":\"\",\"tool_calls\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+                       "\"arguments\":{}}}]},{\"role\":\"tool\",\"content\":\"1\"},{\"role\":\"assistant\","
+                       "\"content\":\"A\"}]}";
+    static const char *const NO_TOOLS[] = {"deepseek_r1", "chatml", "qwen2.5", "smollm2", "llama3", "zephyr"};
+    for (int i = 0; i < 6; i++) {
+        char want[160];
+        snprintf(want, sizeof want, "messages[1].tool_calls: the %s template is not supported with tool calls here",
+                 NO_TOOLS[i]);
+        expect_refused(NO_TOOLS[i], call, want);
+    }
+    expect_refused("llama3",
+                   "{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"messages\":["
+                   "{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":\"A\"}]}",
+                   "tools: the llama3 template is not supported with tool definitions here");
+    // Qwen3 keeps an earlier reply's think block in a turn only when it has reasoning: a
+    // reply without it after one with it, before more results, fits no run of kept blocks.
+    const char *mixed = "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\","
+                        "\"content\":\"\",\"reasoning_content\":\"r\",\"tool_calls\":[{\"name\":\"f\","
+                        "\"arguments\":{}}]},{\"role\":\"tool\",\"content\":\"1\"},{\"role\":\"assistant\","
+                        "\"content\":\"\",\"tool_calls\":[{\"name\":\"f\",\"arguments\":{}}]},"
+                        "{\"role\":\"tool\",\"content\":\"2\"},{\"role\":\"assistant\",\"content\":\"A\"}]}";
+    expect_refused("qwen3", mixed, "messages[3].reasoning: a reply without reasoning after one with reasoning "
+                   "in the same turn, before more tool results, which the qwen3 template cannot render");
+    Tokenizer *tok = load_tokenizer("onepass");
+    if (tok) {  // onepass renders every reply's think block the same in all its views
+        TokenizedSample ts;
+        EXPECT(tokenize_line(&TEMPLATE_ONEPASS, tok, mixed, SPECIAL_IN_TEXT_PLAIN, &ts, err, sizeof err) == 0 &&
+                   ts.n_turns == 3 && ts.turns[1].continues && ts.turns[2].continues,
+               "onepass: %s", err);
+        tokenized_sample_free(&ts);
+        tokenizer_free(tok);
+    }
+    expect_refused("qwen3",
+                   "{\"messages\":[{\"role\":\"user\",\"content\":\"<tool_response>x</tool_response>\"},"
+                   "{\"role\":\"assistant\",\"content\":\"A\"}]}",
+                   "messages[0].content: a user message written as a tool response");
     // An unknown chat_template: the folder is named, and data.template is the way out.
     char dir[] = "/tmp/onepass_templates_XXXXXX";
     EXPECT(mkdtemp(dir) != NULL, "mkdtemp");
-    char path[128], err[4600];
+    char path[128];
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     FILE *f = fopen(path, "w");
     EXPECT(f != NULL, "%s", path);

@@ -111,7 +111,7 @@ static void append(int32_t *dst, int *n, TokenSpan s) {
 // Every turn's view: its segments' ids concatenated == tokenizing the rendered view.
 static void test_views(const Fixture *f, const Tokenizer *t, int32_t *ids) {
     Dataset d;
-    dataset_load("datasets/synthetic/eval.jsonl", false, &d);
+    dataset_load("datasets/synthetic/eval.jsonl", &(LoadOptions){0}, &d);
     int32_t *whole = malloc(MAX_IDS * sizeof(int32_t));
     char *text = malloc(1 << 20);
     int views = 0, bad = 0;

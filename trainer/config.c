@@ -28,6 +28,10 @@ static const char *const DEFAULTS_JSON =
     "    \"skip_too_long\": false,"
     "    \"stats_block\": 64,"
     "    \"special_in_text\": \"plain\","
+    "    \"ignore_unknown_keys\": false,"
+    "    \"max_line_bytes\": 0,"
+    "    \"train_on\": \"think_answer\","
+    "    \"skip_empty_think_turns\": false,"
     "    \"template\": null"
     "  },"
     "  \"model\": {"
@@ -98,6 +102,7 @@ static const KeyRange RANGES[] = {
     {"seed", 0, 9007199254740992.0, false, false},
     {"data.seq_len", 1, 1 << 20, false, false},
     {"data.stats_block", 1, 4096, false, false},
+    {"data.max_line_bytes", 0, 1LL << 40, false, false},
     {"model.vocab_size", 1, 1 << 24, false, false},
     {"model.hidden_size", 1, 1 << 16, false, false},
     {"model.intermediate_size", 1, 1 << 18, false, false},

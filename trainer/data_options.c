@@ -24,6 +24,18 @@ DataOptions data_options_from_config(const Config *c) {
               special ? special : "null");
     opt.special_in_text = (SpecialInText)policy;
     opt.chat_template = template_from_config(c);
+    opt.ignore_unknown_keys = config_bool(c, "data.ignore_unknown_keys");
+    // 0: the default limit, 64 bytes per token of seq_len and at least 1 MiB (README).
+    long long max_line = config_int(c, "data.max_line_bytes");
+    long long auto_line = 64 * seq_len > (1 << 20) ? 64 * seq_len : (1 << 20);
+    opt.max_line_bytes = (size_t)(max_line > 0 ? max_line : auto_line);
+    const char *train_on = config_str(c, "data.train_on");
+    int on = train_on_from_name(train_on);
+    if (on < 0)
+        fatal("config key 'data.train_on': unknown value '%s' (think_answer, answer)",
+              train_on ? train_on : "null");
+    opt.loss.train_on = (TrainOn)on;
+    opt.loss.skip_empty_think = config_bool(c, "data.skip_empty_think_turns");
     return opt;
 }
 

@@ -4,7 +4,8 @@
 #include "trainer/config.h"
 
 // data.layout, data.seq_len, data.unpacked, data.skip_bad, data.skip_too_long,
-// data.special_in_text, data.template; a bad value is fatal and names the key.
+// data.special_in_text, data.template, data.ignore_unknown_keys, data.max_line_bytes,
+// data.train_on, data.skip_empty_think_turns; a bad value is fatal and names the key.
 DataOptions data_options_from_config(const Config *c);
 
 // data.template, or when null the template of the model folder that data.tokenizer (else

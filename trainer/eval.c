@@ -52,7 +52,7 @@ void accuracy_set_load(AccuracySet *a, const Tokenizer *tok, const ChatTemplate 
                        const char *path, SpecialInText special_in_text, int max_conversations) {
     memset(a, 0, sizeof *a);
     a->chat_template = t;
-    dataset_load(path, false, &a->data);
+    dataset_load(path, &(LoadOptions){0}, &a->data);
     int cap = 0;
     char err[1024];
     for (int c = 0; c < a->data.n_samples; c++) {
@@ -69,6 +69,10 @@ void accuracy_set_load(AccuracySet *a, const Tokenizer *tok, const ChatTemplate 
         for (int m = 0; m < s->n_messages; m++) {
             asked += s->messages[m].role == MSG_USER;
             if (s->messages[m].role != MSG_ASSISTANT) continue;
+            // A reply after tool results continues its user turn: its prompt would end with
+            // the results, and a generation prompt ends with a user message. Only each user
+            // turn's first reply is scored.
+            if (s->messages[m - 1].role != MSG_USER) continue;
             // The conversation up to this reply is the prompt of a conversation.
             Sample upto = *s;
             upto.n_messages = m;

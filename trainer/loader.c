@@ -69,7 +69,7 @@ static int fill_step(StepLoader *l, StepBatch *out, char *why, size_t why_len, c
         int index = l->order[l->cursor++];
         const TokenizedSample *s = &l->samples[index];
         int first_doc = out->docs.n_docs;
-        if (layout_sample(l->layout, s, index, &out->docs, why, why_len) != 0)
+        if (layout_sample(l->layout, &l->loss, s, index, &out->docs, why, why_len) != 0)
             return fail(err, err_len, "sample at line %d: %s", s->line, why);
         for (int d = first_doc; d < out->docs.n_docs; d++) trained += doc_trained(&out->docs.docs[d]);
         out->n_samples++;

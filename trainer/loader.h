@@ -20,6 +20,7 @@ typedef struct {
     const TokenizedSample *samples;  // not owned
     int n_samples;
     LayoutKind layout;
+    LossOptions loss;  // the defaults (zero) unless set after step_loader_init
     int seq_len;
     PackOptions pack;
     long long budget;   // trained tokens per step

@@ -47,7 +47,8 @@ RunSettings run_settings_from(const Config *c, Backend backend) {
 // order the saved data cursor points into. A prefix ending in '.' covers a section.
 static const char *const FIXED_ON_RESUME[] = {
     "model.", "data.layout", "data.seq_len",
-    "data.unpacked", "data.skip_bad", "data.skip_too_long", "train.tokens_per_step",
+    "data.unpacked", "data.skip_bad", "data.skip_too_long", "data.max_line_bytes",
+    "data.ignore_unknown_keys", "train.tokens_per_step",
     "train.shuffle", "seed",
 };
 // Keys that name where this run goes rather than what it trains: never reported.

@@ -15,6 +15,8 @@
 #   Defaults are the H200 scale: 20000 training conversations, 200 eval ones, 3000 steps
 #   of 16384 trained tokens, the ~10M-parameter model below. --tiny is a CPU proof
 #   that the pipeline runs end to end (a 0.1M model, 30 steps, minutes on 2 cores).
+#   --plot-only remakes the table and the plot from an earlier --out DIR (a machine
+#   without gnuplot, such as the GPU machine, skips the plot).
 #   --set goes to training (e.g. --set train.lr=1e-3). --agreement N (default 64): with a
 #   GPU generation backend, N first-turn prompts generated greedily by the CPU and the GPU
 #   decoder from the npass model, and how many agree (needs python3, as the GPU machine has).
@@ -29,7 +31,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 BIN="${BIN:-$root/train}"
 seed="" out="" backend=auto gen_backend=cpu n_train=20000 n_eval=200 steps=3000 tps=16384
-max_new=384 tiny=0 agreement=64 overrides=()
+max_new=384 tiny=0 agreement=64 plot_only=0 overrides=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --seed) seed="$2"; shift 2 ;;
@@ -43,13 +45,13 @@ while [ $# -gt 0 ]; do
         --max-new-tokens) max_new="$2"; shift 2 ;;
         --tiny) tiny=1; shift ;;
         --agreement) agreement="$2"; shift 2 ;;
+        --plot-only) plot_only=1; shift ;;
         --set) overrides+=(--set "$2"); shift 2 ;;
         *) echo "accuracy_experiment.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
 [ -n "$seed" ] || { echo "accuracy_experiment.sh: --seed N is required (not 1234: the shipped data's)" >&2; exit 2; }
 [ "$seed" != 1234 ] || { echo "accuracy_experiment.sh: seed 1234 made the shipped data; pick another" >&2; exit 2; }
-command -v gnuplot > /dev/null || { echo "accuracy_experiment.sh: gnuplot not found (apt-get install gnuplot-nox)" >&2; exit 1; }
 out="${out:-$root/runs/accuracy_seed$seed}"
 model=(--set model.hidden_size=384 --set model.num_hidden_layers=6 --set model.num_attention_heads=6
        --set model.num_key_value_heads=2 --set model.intermediate_size=1024 --set train.lr=1e-3
@@ -67,6 +69,7 @@ mkdir -p "$out"
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
+if [ "$plot_only" -eq 0 ]; then
 echo "== data: $n_train train / $n_eval eval conversations, seed $seed -> $out/data"
 "$BIN" gen-data --out-dir "$out/data" --seed "$seed" --train "$n_train" --eval "$n_eval" --shared 1 > "$out/gen-data.log"
 data=(--set data.train_path="$out/data/train.jsonl" --set data.eval_path="$out/data/eval.jsonl"
@@ -119,8 +122,11 @@ print(f"CPU vs GPU greedy generation (npass model, {len(a)} first-turn prompts):
       f"identical, mean common prefix {sum(prefix) / len(a):.1f} tokens")
 PY
 )
-    echo "$agreement_line"
+    echo "$agreement_line" | tee "$out/agreement.txt"
 fi
+
+fi
+[ "$plot_only" -eq 0 ] || agreement_line=$(cat "$out/agreement.txt" 2>/dev/null || true)
 
 # A number of the indented eval.json (no jq on the GPU machine: awk).
 json_num() { awk -v k="\"$2\":" '$1 == k { v = $2; sub(/,$/, "", v); if (v == "null") print "n/a"; else printf "%.4f\n", v; exit }' "$1"; }
@@ -130,6 +136,7 @@ per_turn() { awk '/"turn":/ { t = $2 + 0 } /"n":/ { n = $2 + 0 }
 for layout in "${layouts[@]}"; do per_turn "$out/$layout/eval.json" > "$out/$layout/per_turn.dat"; done
 
 png="$out/accuracy_per_turn.png" md="$out/ACCURACY.md"
+if command -v gnuplot > /dev/null; then
 gnuplot <<EOF
 set terminal pngcairo size 900,520 font ",11"
 set output "$png"
@@ -147,6 +154,9 @@ plot "$out/npass/per_turn.dat" using 1:2 with linespoints ls 1 title "npass", \\
      "$out/duplicate/per_turn.dat" using 1:2 with linespoints ls 2 title "duplicate (b)", \\
      "$out/mask_only/per_turn.dat" using 1:2 with linespoints ls 3 title "mask\\\\_only (a)"
 EOF
+else
+    echo "accuracy_experiment.sh: no gnuplot here (apt-get install gnuplot-nox): table only; --plot-only plots later"
+fi
 
 max_turn=$(cat "$out"/*/per_turn.dat | awk '$1 > m { m = $1 } END { print m }')
 summary="| layout | accuracy | first turn | later turns | eval loss | eval answer loss | tokens processed | train wall (s) | eval wall (s) |

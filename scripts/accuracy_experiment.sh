@@ -103,10 +103,11 @@ agreement_line=""
 if [ "$agreement" -gt 0 ] && [ "$gen_backend" != cpu ]; then
     python3 - "$out/data/eval.jsonl" "$agreement" > "$out/agreement_prompts.jsonl" <<'PY'
 import json, sys
-for line in list(open(sys.argv[1]))[: int(sys.argv[2])]:
-    msgs = json.loads(line)["messages"]
-    first_user = next(i for i, m in enumerate(msgs) if m["role"] == "user")
-    print(json.dumps({"messages": msgs[: first_user + 1]}))
+# Conversations (messages or ShareGPT), not shared-prefix sets: each cut after its first user message.
+for c in [c for c in map(json.loads, open(sys.argv[1])) if "prompt" not in c][: int(sys.argv[2])]:
+    key, role, user = ("messages", "role", "user") if "messages" in c else ("conversations", "from", "human")
+    first_user = next(i for i, m in enumerate(c[key]) if m[role] == user)
+    print(json.dumps({key: c[key][: first_user + 1]}))
 PY
     for b in cpu "$gen_backend"; do
         "$BIN" generate --set model.init_from="$out/npass/$checkpoint" --set backend="$b" "${data[@]}" \

@@ -171,7 +171,7 @@ for layout in "${layouts[@]}"; do
     summary+=$'\n'"| $layout | $(json_num "$j" accuracy) | $(json_num "$j" first_turn_accuracy) | $(json_num "$j" later_turn_accuracy) | $(json_num "$j" eval_loss) | $(json_num "$j" eval_answer_loss) | $tokens | $(cat "$out/$layout/train_wall_s") | $(cat "$out/$layout/eval_wall_s") |"
     row="| $layout |"
     for t in $(seq 1 "$max_turn"); do
-        row+=" $(awk -v t="$t" '$1 == t { printf "%s (n %d)", $2, $3; f = 1 } END { if (!f) printf "-" }' "$out/$layout/per_turn.dat") |"
+        row+=" $(awk -v t="$t" '$1 == t { if ($2 == "NaN") printf "n/a (n %d)", $3; else printf "%.3f (n %d)", $2, $3; f = 1 } END { if (!f) printf "-" }' "$out/$layout/per_turn.dat") |"
     done
     turns+=$'\n'"$row"
 done

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <vector>
 #include "common/cuda_check.h"
+#include "tests/test_cuda_util.cuh"
 #include "tests/test_util.h"
 
 namespace {
@@ -309,11 +310,7 @@ void run_case(const Case &c, TestRng *rng, int deterministic_runs) {
 }  // namespace
 
 int main(void) {
-    int n_devices = 0;
-    if (cudaGetDeviceCount(&n_devices) != cudaSuccess || n_devices == 0) {
-        printf("SKIP: no CUDA device\n");
-        return EXIT_SKIP;
-    }
+    SKIP_WITHOUT_CUDA_DEVICE();
     TestRng rng = test_rng_from_env();
     const bool quick = getenv("ATTN_TEST_QUICK") != NULL;
     const Case cases[] = {

@@ -28,6 +28,8 @@
 #include "attention/attention_decode_cuda.h"
 #include "common/cuda_check.h"
 #include "model/ops_cuda.h"
+#include "tests/test_cuda_util.cuh"
+#include "tests/test_model_util.h"
 #include "tests/test_util.h"
 
 static TestRng rng;
@@ -361,27 +363,11 @@ static void test_decoder(const char *label, const ModelConfig *cfg) {
     param_table_free(&table);
 }
 
-// V = 512, 2 layers, hidden 256.
-static ModelConfig base_config(void) {
-    ModelConfig c;
-    memset(&c, 0, sizeof(c));
-    c.vocab_size = 512;
-    c.hidden_size = 256;
-    c.intermediate_size = 512;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.rms_norm_eps = 1e-5f;
-    c.rope_theta = 10000.0f;
-    return c;
-}
+// V = 512, 2 layers, hidden 256, 4 query heads sharing 2 KV heads.
+static ModelConfig base_config(void) { return test_model_config(512, 256, 512, 2, 4, 2); }
 
 int main(void) {
-    int n_devices = 0;
-    if (cudaGetDeviceCount(&n_devices) != cudaSuccess || n_devices == 0) {
-        printf("SKIP: no CUDA device\n");
-        return EXIT_SKIP;
-    }
+    SKIP_WITHOUT_CUDA_DEVICE();
     rng = test_rng_from_env();
     test_kernel();
 

@@ -14,6 +14,7 @@
 extern "C" {  // plain C headers without guards of their own
 #include "tests/test_hf_util.h"
 }
+#include "tests/test_cuda_util.cuh"
 #include "tests/test_util.h"
 
 // The fixture's row of S <= ROW tokens is padded to one whole attention tile: pad keys
@@ -87,11 +88,7 @@ static void fixture_cosines(const char *name, Mutation mutation, double *worst, 
 }
 
 int main(void) {
-    int n_devices = 0;
-    if (cudaGetDeviceCount(&n_devices) != cudaSuccess || n_devices == 0) {
-        printf("SKIP: no CUDA device\n");
-        return EXIT_SKIP;
-    }
+    SKIP_WITHOUT_CUDA_DEVICE();
     ops_cuda_init(ROW, MAX_CHANNELS);
     static const char *const FIXTURES[] = {"llama_linear_f16", "qwen2_bias_bf16",
                                            "qwen3_qknorm_sharded"};

@@ -22,6 +22,8 @@ extern "C" {  // plain C headers without guards of their own
 #include "attention/attention_cuda.h"
 #include "common/cuda_check.h"
 #include "model/ops_cuda.h"
+#include "tests/test_cuda_util.cuh"
+#include "tests/test_model_util.h"
 #include "tests/test_util.h"
 
 // Conversations are at most 3 turns of prompt <= 30, think <= 80, answer <= 30 tokens:
@@ -299,26 +301,13 @@ static void run_config(const char *label, const ModelConfig *cfg) {
 
 // V = 512, 2 layers, 4 query heads sharing 2 KV heads (GQA).
 static ModelConfig tiny_config(int hidden, int intermediate, bool tied) {
-    ModelConfig c;
-    memset(&c, 0, sizeof(c));
-    c.vocab_size = 512;
-    c.hidden_size = hidden;
-    c.intermediate_size = intermediate;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.rms_norm_eps = 1e-5f;
-    c.rope_theta = 10000.0f;
+    ModelConfig c = test_model_config(512, hidden, intermediate, 2, 4, 2);
     c.tie_word_embeddings = tied;
     return c;
 }
 
 int main(void) {
-    int n_devices = 0;
-    if (cudaGetDeviceCount(&n_devices) != cudaSuccess || n_devices == 0) {
-        printf("SKIP: no CUDA device\n");
-        return EXIT_SKIP;
-    }
+    SKIP_WITHOUT_CUDA_DEVICE();
     rng = test_rng_from_env();
     ops_cuda_init(MAX_ROWS * SEQ_LEN, MAX_CHANNELS);
     const ModelConfig head64 = tiny_config(256, 512, false);    // 4 heads of 64

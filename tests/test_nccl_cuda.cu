@@ -9,6 +9,7 @@
 #include <string.h>
 #include "common/check.h"
 #include "trainer/backend_cuda.h"
+#include "tests/test_model_util.h"
 #include "tests/test_util.h"
 #ifdef ONEPASS_HAVE_NCCL
 #include "common/cuda_check.h"
@@ -31,15 +32,7 @@ int main(void) {
     return EXIT_SKIP;
 #else
     TestRng rng = test_rng_from_env();
-    ModelConfig mc = {};
-    mc.hidden_size = 128;
-    mc.intermediate_size = 384;
-    mc.num_hidden_layers = 3;
-    mc.num_attention_heads = 2;
-    mc.num_key_value_heads = 1;
-    mc.vocab_size = 1000;
-    mc.rms_norm_eps = 1e-5f;
-    mc.rope_theta = 10000.0f;
+    const ModelConfig mc = test_model_config(1000, 128, 384, 3, 2, 1);
     ParamTable table;
     param_table_build(&mc, &table);
     const size_t n = table.total;

@@ -80,7 +80,7 @@ static const char *const DEFAULTS_JSON =
     "    \"batch\": 32"
     "  },"
     "  \"eval\": {"
-    "    \"generate_conversations\": 4"
+    "    \"generate_conversations\": 0"
     "  },"
     "  \"parity\": {"
     "    \"conversations\": 16,"

@@ -4,8 +4,10 @@
 // embedding and of lm_head, read back from the exported model.safetensors, equal the
 // mean of the source rows computed here; every other row is the source's; the exported
 // tokenizer gives each token the id the reference `tokenizers` gave it
-// (tests/data/add_tokens, scripts/make_add_tokens_fixture.py).
+// (tests/data/add_tokens, scripts/make_add_tokens_fixture.py), and a tokenizer_config.json's
+// added_tokens_decoder names it under that id.
 #define _POSIX_C_SOURCE 200809L
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -64,8 +66,20 @@ static void check_source(int source_vocab, const char *root, TestRng *rng) {
     params_load_or_init(&mc, &table, src, 0, params);
     params_init_added_rows(&mc, &table, tok, src, params);
     write_folder(out, &table, params, &mc);
+    // A tokenizer_config.json with an added_tokens_decoder (transformers writes one) gets
+    // the tokens too.
+    char config_path[700];
+    snprintf(config_path, sizeof config_path, "%s/tokenizer_config.json", out);
+    json_t *decoder = json_pack("{s:{s:{s:s, s:b}}}", "added_tokens_decoder", "1502", "content",
+                                "<|im_start|>", "special", 1);
     CHECK(hf_copy_tokenizer(NULL, CHATML, out, err, sizeof err) == 0 &&
+          json_dump_file(decoder, config_path, 0) == 0 &&
           hf_write_added_tokens(out, tok, err, sizeof err) == 0, "%s", err);
+    json_decref(decoder);
+    json_t *written = json_load_file(config_path, 0, NULL);
+    const json_t *entries = json_object_get(written, "added_tokens_decoder");
+    EXPECT(json_object_size(entries) == 1 + N_ADDED, "added_tokens_decoder has %zu entries",
+           json_object_size(entries));
 
     // The exported rows against the source's, and the mean row computed here.
     char path[700];
@@ -112,7 +126,13 @@ static void check_source(int source_vocab, const char *root, TestRng *rng) {
         const int n = tokenizer_encode(back, ADDED[i], ids, 4), m = tokenizer_encode(ref, ADDED[i], want, 4);
         EXPECT(n == 1 && m == 1 && ids[0] == want[0], "%s: %d ids (%d), reference %d ids (%d)",
                ADDED[i], n, ids[0], m, want[0]);
+        char key[16];
+        snprintf(key, sizeof key, "%d", want[0]);
+        const char *content = json_string_value(json_object_get(json_object_get(entries, key), "content"));
+        EXPECT(content && strcmp(content, ADDED[i]) == 0, "added_tokens_decoder[%s] is %s", key,
+               content ? content : "absent");
     }
+    json_decref(written);
     tokenizer_free(back);
     tokenizer_free(ref);
     tokenizer_free(tok);

@@ -318,7 +318,11 @@ int hf_write_added_tokens(const char *dir, const Tokenizer *tok, char *err, size
         if (!root) return fail_at(err, err_len, path, jerr.line, "%s", jerr.text);
         json_t *list = json_object_get(root, f == 0 ? "added_tokens" : "added_tokens_decoder");
         if (f == 0 && !json_is_array(list)) json_object_set_new(root, "added_tokens", list = json_array());
-        for (int i = 0; i < n && list; i++) {
+        if (!json_is_object(list) && !json_is_array(list)) {  // no added_tokens_decoder: as copied
+            json_decref(root);
+            continue;
+        }
+        for (int i = 0; i < n; i++) {
             json_t *entry = added_token_json(f == 0 ? ids[i] : -1, tokenizer_id_to_piece(tok, ids[i]));
             char key[16];
             snprintf(key, sizeof key, "%d", ids[i]);

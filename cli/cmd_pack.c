@@ -14,6 +14,7 @@
 #include "common/output_file.h"
 #include "trainer/config.h"
 #include "trainer/data_options.h"
+#include "trainer/setup.h"
 
 static void write_array(FILE *f, const char *name, const int32_t *values, int n, bool last) {
     fprintf(f, "\"%s\": [", name);
@@ -77,9 +78,7 @@ int cmd_pack(int argc, char **argv) {
     if (!tokenizer_path) fatal("config key 'data.tokenizer' is required");
     if (!data_path) fatal("config key 'data.train_path' is required");
 
-    char err[1024];
-    Tokenizer *tok = tokenizer_load(tokenizer_path, err, sizeof err);
-    if (!tok) fatal("config key 'data.tokenizer': %s", err);
+    Tokenizer *tok = tokenizer_with_added(config);
     PackedDataset data;
     packed_dataset_load(tok, data_path, opt, &data);
     write_rows(&data.rows, out_path);

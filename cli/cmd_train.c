@@ -360,10 +360,12 @@ int cmd_train(int argc, char **argv) {
     if (init_from) {
         params_load_or_init(&mc, &state.table, init_from, settings.seed, state.params);
         printf("weights: %s\n", init_from);
+        params_init_added_rows(&mc, &state.table, tok, init_from, state.params);
     }
     hf_export_from(config, &mc, tok, &state.export);
     state.tokenizer_dir = init_from;
     state.tokenizer_model = config_str(config, "data.tokenizer");
+    state.tokenizer = tok;
     state.progress.run_record = run_record_from(config);
     printf("model: %zu parameters (%d layers, hidden %d, vocab %d)\n", state.table.total,
            mc.num_hidden_layers, mc.hidden_size, mc.vocab_size);

@@ -253,6 +253,18 @@ static void set_piece(Bpe *b, int id, const char *piece, size_t len) {
     b->pieces[id][len] = '\0';
 }
 
+// The string map over every id's piece (rebuilt when tokens are added).
+static void vocab_map_build(Bpe *b) {
+    free(b->vocab.keys), free(b->vocab.values);
+    strmap_init(&b->vocab, (size_t)b->vocab_size);
+    for (int id = 0; id < b->vocab_size; id++) {
+        if (!b->pieces[id]) continue;
+        size_t slot = strmap_slot(&b->vocab, b->pieces[id], strlen(b->pieces[id]));
+        b->vocab.keys[slot] = b->pieces[id];
+        b->vocab.values[slot] = id;
+    }
+}
+
 // The vocabulary and the added tokens: ids, pieces and the string map.
 static int parse_vocab(Bpe *b, const json_t *vocab, const json_t *added, const char *path,
                        char *err, size_t err_len) {
@@ -295,13 +307,7 @@ static int parse_vocab(Bpe *b, const json_t *vocab, const json_t *added, const c
         b->is_added[t->id] = true;
         b->added_first_byte[(unsigned char)content[0]] = true;
     }
-    strmap_init(&b->vocab, (size_t)b->vocab_size);
-    for (int id = 0; id < b->vocab_size; id++) {
-        if (!b->pieces[id]) continue;
-        size_t slot = strmap_slot(&b->vocab, b->pieces[id], strlen(b->pieces[id]));
-        b->vocab.keys[slot] = b->pieces[id];
-        b->vocab.values[slot] = id;
-    }
+    vocab_map_build(b);
     return 0;
 }
 
@@ -403,6 +409,31 @@ void bpe_free(Bpe *b) {
 }
 
 int bpe_vocab_size(const Bpe *b) { return b->vocab_size; }
+
+void bpe_add_tokens(Bpe *b, const char *const *tokens, int n, int32_t *ids) {
+    b->pieces = xrealloc(b->pieces, (size_t)(b->vocab_size + n) * sizeof(char *));
+    b->is_added = xrealloc(b->is_added, (size_t)(b->vocab_size + n) * sizeof(bool));
+    b->added = xrealloc(b->added, (size_t)(b->n_added + n) * sizeof(AddedToken));
+    for (int i = 0; i < n; i++) {
+        AddedToken *t = &b->added[b->n_added++];
+        t->len = strlen(tokens[i]);
+        CHECK(t->len > 0, "an empty added token");
+        // A piece of the vocabulary keeps its id (as the reference's AddedVocabulary does).
+        int id = strmap_get(&b->vocab, tokens[i], t->len);
+        if (id < 0) {
+            id = b->vocab_size++;
+            b->pieces[id] = NULL;
+            set_piece(b, id, tokens[i], t->len);
+        }
+        t->content = xmalloc(t->len + 1);
+        memcpy(t->content, tokens[i], t->len + 1);
+        t->id = ids[i] = id;
+        b->is_added[id] = true;
+        b->added_first_byte[(unsigned char)tokens[i][0]] = true;
+    }
+    qsort(b->added, (size_t)b->n_added, sizeof(AddedToken), by_length_desc);
+    vocab_map_build(b);
+}
 
 // ---------------------------------------------------------------------------------
 // Encoding

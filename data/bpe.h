@@ -23,6 +23,10 @@ typedef struct Bpe Bpe;
 Bpe *bpe_load(const char *path, char *err, size_t err_len);
 void bpe_free(Bpe *b);
 int bpe_vocab_size(const Bpe *b);
+// Adds tokens (non-empty, none yet one id when encoded) as added tokens, matched like the
+// file's own, with the ids the reference's add_tokens gives (into ids[n]): a token that is
+// a piece of the vocabulary keeps that piece's id, the others get vocab_size, + 1, ...
+void bpe_add_tokens(Bpe *b, const char *const *tokens, int n, int32_t *ids);
 // Encodes text[0..len); plain: added tokens' strings are ordinary text. Returns the
 // number of ids (writes at most cap), or -1 on invalid UTF-8.
 int bpe_encode(const Bpe *b, const char *text, size_t len, int plain, int32_t *ids, int cap);

@@ -52,6 +52,8 @@ struct Tokenizer {
     sentencepiece::SentencePieceProcessor sp;
     std::vector<std::string> user_symbols;  // SentencePiece's user-defined pieces
     int continue_symbol = -1;  // dummy-prefix models: the symbol continuation encodes after
+    int loaded_size = 0;       // the vocabulary size at load; tokenizer_add_tokens adds after it
+    std::vector<int32_t> added_ids;  // tokenizer_add_tokens' ids, in order
 };
 
 static bool is_regular_file(const std::string &path) {
@@ -168,7 +170,10 @@ static Tokenizer *load_file(const std::string &file, char *err, size_t err_len) 
     Tokenizer *t = new Tokenizer;
     const int rc = ends_with(file, ".json") ? ((t->bpe = bpe_load(file.c_str(), err, err_len)) ? 0 : -1)
                                             : sp_setup(t, file, err, err_len);
-    if (rc == 0) return t;
+    if (rc == 0) {
+        t->loaded_size = tokenizer_vocab_size(t);
+        return t;
+    }
     delete t;
     return nullptr;
 }
@@ -202,6 +207,30 @@ extern "C" void tokenizer_free(Tokenizer *t) {
 
 extern "C" int tokenizer_vocab_size(const Tokenizer *t) {
     return t->bpe ? bpe_vocab_size(t->bpe) : t->sp.GetPieceSize();
+}
+
+extern "C" int tokenizer_loaded_size(const Tokenizer *t) { return t->loaded_size; }
+
+extern "C" int tokenizer_add_tokens(Tokenizer *t, const char *const *tokens, int n, char *err,
+                                    size_t err_len) {
+    if (n == 0) return 0;
+    // SentencePiece takes user-defined symbols only when a model is trained.
+    if (!t->bpe)
+        return fail(err, err_len, "a SentencePiece tokenizer cannot take added tokens ('%s'); use a "
+                    "tokenizer.json, or a SentencePiece model trained with them", tokens[0]);
+    try {
+        const size_t at = t->added_ids.size();
+        t->added_ids.resize(at + (size_t)n);
+        bpe_add_tokens(t->bpe, tokens, n, t->added_ids.data() + at);
+        return 0;
+    } catch (...) {
+        return fail(err, err_len, "adding tokens failed (out of memory?)");
+    }
+}
+
+extern "C" int tokenizer_added_ids(const Tokenizer *t, const int32_t **ids) {
+    *ids = t->added_ids.data();
+    return (int)t->added_ids.size();
 }
 
 // One SentencePiece call, appended to out; continuation as described above.

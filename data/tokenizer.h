@@ -16,6 +16,15 @@ typedef struct Tokenizer Tokenizer;
 Tokenizer *tokenizer_load(const char *path, char *err, size_t err_len);
 void tokenizer_free(Tokenizer *t);
 int tokenizer_vocab_size(const Tokenizer *t);
+// Adds tokens (non-empty, none of them yet one id here) as added tokens, with the ids
+// the reference tokenizers' add_tokens gives: a vocabulary piece's own id, else the next
+// id after the vocabulary (tokenizer.json only: a SentencePiece model is refused, naming
+// the first token). Returns 0, or -1 with a message in err.
+int tokenizer_add_tokens(Tokenizer *t, const char *const *tokens, int n, char *err, size_t err_len);
+// The ids tokenizer_add_tokens gave, in order (*ids borrowed); returns their number.
+int tokenizer_added_ids(const Tokenizer *t, const int32_t **ids);
+// The vocabulary size at load: the ids [it, tokenizer_vocab_size) are new ones (added).
+int tokenizer_loaded_size(const Tokenizer *t);
 // Encodes UTF-8 text the way the model's own tokenizer encodes a whole string: special
 // and added tokens are matched anywhere, SentencePiece's dummy prefix is added. Returns
 // the number of ids (writes at most cap; call again with a larger buffer if the return

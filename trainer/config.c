@@ -44,7 +44,8 @@ static const char *const DEFAULTS_JSON =
     "    \"rms_norm_eps\": 1e-5,"
     "    \"rope_theta\": 10000.0,"
     "    \"tie_word_embeddings\": true,"
-    "    \"init_from\": null"
+    "    \"init_from\": null,"
+    "    \"add_tokens\": []"
     "  },"
     "  \"train\": {"
     "    \"steps\": 300,"
@@ -341,6 +342,21 @@ bool config_bool(const Config *c, const char *key) {
     json_t *v = get(c, key);
     if (!json_is_boolean(v)) fatal("config key '%s' is not a boolean", key);
     return json_is_true(v);
+}
+
+int config_str_list(const Config *c, const char *key, const char ***out) {
+    json_t *v = get(c, key);
+    if (!json_is_array(v)) fatal("config key '%s' is not a list", key);
+    const int n = (int)json_array_size(v);
+    *out = xcalloc((size_t)n + 1, sizeof(char *));
+    for (int i = 0; i < n; i++) {
+        const char *s = json_string_value(json_array_get(v, (size_t)i));
+        if (!s || !*s) fatal("config key '%s': [%d] must be a non-empty string", key, i);
+        for (int j = 0; j < i; j++)
+            if (strcmp((*out)[j], s) == 0) fatal("config key '%s': [%d] '%s' repeats [%d]", key, i, s, j);
+        (*out)[i] = s;
+    }
+    return n;
 }
 
 bool config_was_set(const Config *c, const char *key) {

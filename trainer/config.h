@@ -18,6 +18,9 @@ const char *config_str(const Config *c, const char *key);
 long long config_int(const Config *c, const char *key);
 double config_num(const Config *c, const char *key);  // accepts integers too
 bool config_bool(const Config *c, const char *key);
+// A list of non-empty, distinct strings (fatal otherwise, naming the key and the index):
+// returns its length, the strings (borrowed from c) in *out, malloc'd.
+int config_str_list(const Config *c, const char *key, const char ***out);
 
 // Whether the config file or a --set gave this key (false: it holds the default).
 bool config_was_set(const Config *c, const char *key);

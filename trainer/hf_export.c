@@ -293,6 +293,52 @@ int hf_copy_tokenizer(const char *src_dir, const char *run_tokenizer, const char
     return copy_file(run_tokenizer, dst, err, err_len);
 }
 
+// An added token's entry (AddedToken's fields; with its id in tokenizer.json's list).
+static json_t *added_token_json(int id, const char *content) {
+    static const char *const OFF[] = {"single_word", "lstrip", "rstrip", "normalized"};
+    json_t *j = json_object();
+    if (id >= 0) json_object_set_new(j, "id", json_integer(id));
+    json_object_set_new(j, "content", json_string(content));
+    for (int k = 0; k < 4; k++) json_object_set_new(j, OFF[k], json_false());
+    json_object_set_new(j, "special", json_true());
+    return j;
+}
+
+int hf_write_added_tokens(const char *dir, const Tokenizer *tok, char *err, size_t err_len) {
+    const int32_t *ids;
+    const int n = tokenizer_added_ids(tok, &ids);
+    if (n == 0) return 0;
+    static const char *const FILES[] = {"tokenizer.json", "tokenizer_config.json"};
+    for (int f = 0; f < 2; f++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, FILES[f]);
+        if (f == 1 && access(path, R_OK) != 0) continue;  // tokenizer_config.json is optional
+        json_error_t jerr;
+        json_t *root = json_load_file(path, 0, &jerr);
+        if (!root) return fail_at(err, err_len, path, jerr.line, "%s", jerr.text);
+        json_t *list = json_object_get(root, f == 0 ? "added_tokens" : "added_tokens_decoder");
+        if (f == 0 && !json_is_array(list)) json_object_set_new(root, "added_tokens", list = json_array());
+        if (!json_is_object(list) && !json_is_array(list)) {  // no added_tokens_decoder: as copied
+            json_decref(root);
+            continue;
+        }
+        for (int i = 0; i < n; i++) {
+            json_t *entry = added_token_json(f == 0 ? ids[i] : -1, tokenizer_id_to_piece(tok, ids[i]));
+            char key[16];
+            snprintf(key, sizeof key, "%d", ids[i]);
+            if (f == 0) json_array_append_new(list, entry);
+            else json_object_set_new(list, key, entry);
+        }
+        // Not write_json: a tokenizer.json's reals keep their full precision.
+        char *text = json_dumps(root, JSON_INDENT(2));
+        json_decref(root);
+        const int rc = write_file_atomic(path, text, strlen(text), err, err_len);
+        free(text);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
 int hf_export_checkpoint(const char *from, const char *out, const SaveDtype *dtype, char *err,
                          size_t err_len) {
     HfExport e = {.generation_eos_token_id = -1};

@@ -5,6 +5,7 @@
 // limit), generation_config.json; the tokenizer files are copied by hf_copy_tokenizer.
 #pragma once
 #include <stddef.h>
+#include "data/tokenizer.h"
 #include "model/hf_model.h"
 #include "model/model.h"
 #include "model/safetensors.h"
@@ -37,6 +38,12 @@ int hf_export_write(const char *dir, const ParamTable *table, const float *param
 // a message.
 int hf_copy_tokenizer(const char *src_dir, const char *run_tokenizer, const char *dst_dir,
                       char *err, size_t err_len);
+
+// The tokens tok added (model.add_tokens, tokenizer_added_ids) into dir's
+// copied tokenizer files: tokenizer.json's added_tokens (special, not normalized, matched
+// as written) and, where tokenizer_config.json has one, its added_tokens_decoder.
+// Returns 0, or -1 with a message.
+int hf_write_added_tokens(const char *dir, const Tokenizer *tok, char *err, size_t err_len);
 
 // `train export`: the checkpoint (or any Hugging Face folder) `from` as a folder `out`
 // without optimizer state: its config, its weights (the fp32 master weights when the

@@ -204,6 +204,7 @@ void train_state_init(TrainState *s, const ModelConfig *mc, uint64_t seed) {
     s->export.hf.cfg = *mc;
     s->export.hf.bos_token_id = s->export.hf.pad_token_id = -1;
     s->tokenizer_dir = s->tokenizer_model = NULL;
+    s->tokenizer = NULL;
 }
 
 int train_state_resume(TrainState *s, const char *dir, char *err, size_t err_len) {
@@ -234,7 +235,8 @@ int train_state_save(TrainState *s, const TrainBackendOps *ops, void *backend,
     if (checkpoint_save_hf(dir, &s->table, s->params, &s->opt, &s->progress, &s->export, err,
                            err_len))
         return -1;
-    return hf_copy_tokenizer(s->tokenizer_dir, s->tokenizer_model, dir, err, err_len);
+    if (hf_copy_tokenizer(s->tokenizer_dir, s->tokenizer_model, dir, err, err_len)) return -1;
+    return s->tokenizer ? hf_write_added_tokens(dir, s->tokenizer, err, err_len) : 0;
 }
 
 void train_state_free(TrainState *s) {

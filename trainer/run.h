@@ -45,6 +45,7 @@ typedef struct {
     HfExport export;              // how checkpoints are written (dtype, ids); f32 by default
     const char *tokenizer_dir;    // tokenizer files copied into each checkpoint, or NULL
     const char *tokenizer_model;  // the run's data.tokenizer (file or folder), copied too
+    const Tokenizer *tokenizer;   // its model.add_tokens go into the copied files; may be NULL
 } TrainState;
 
 // The run record saved with each checkpoint (TrainProgress.run_record): the resolved

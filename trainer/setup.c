@@ -1,6 +1,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "trainer/setup.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -50,16 +52,75 @@ static void check_against_checkpoint(const Config *c, const ModelConfig *hf, con
               hf->tie_word_embeddings ? "true" : "false");
 }
 
+// data.tokenizer with model.add_tokens added; say: a line for each listed token the
+// tokenizer has as one id already (left as it is) and one for those added.
+static Tokenizer *tokenizer_load_added(const Config *c, bool say) {
+    const char *path = config_str(c, "data.tokenizer");
+    if (!path)
+        fatal("config key 'data.tokenizer': a SentencePiece .model, a tokenizer.json or a model "
+              "folder is required");
+    char err[1024];
+    Tokenizer *tok = tokenizer_load(path, err, sizeof err);
+    if (!tok) fatal("config key 'data.tokenizer': %s", err);
+    const char **tokens;
+    const int n = config_str_list(c, "model.add_tokens", &tokens);
+    const char **missing = xcalloc((size_t)n + 1, sizeof(char *));
+    int n_missing = 0;
+    for (int i = 0; i < n; i++) {
+        int32_t ids[2];
+        if (tokenizer_encode_flags(tok, tokens[i], TOKENIZER_CONTINUE, ids, 2) != 1)
+            missing[n_missing++] = tokens[i];
+        else if (say)
+            printf("model.add_tokens: '%s' is already one id (%d) of %s: left as it is\n",
+                   tokens[i], ids[0], path);
+    }
+    if (tokenizer_add_tokens(tok, missing, n_missing, err, sizeof err) != 0)
+        fatal("config key 'model.add_tokens': %s: %s", path, err);
+    const int32_t *ids;
+    for (int i = 0; say && i < tokenizer_added_ids(tok, &ids); i++)
+        printf("%s'%s' %d%s", i ? ", " : "model.add_tokens: added (token id): ", missing[i], ids[i],
+               i + 1 == n_missing ? "\n" : "");
+    free(missing);
+    free(tokens);
+    return tok;
+}
+
+// The tokenizer's size with model.add_tokens added; 0 when that list is empty.
+static int added_vocab_size(const Config *c) {
+    const char **tokens;
+    const int n = config_str_list(c, "model.add_tokens", &tokens);
+    free(tokens);
+    if (n == 0) return 0;
+    Tokenizer *tok = tokenizer_load_added(c, false);
+    const int size = tokenizer_vocab_size(tok);
+    tokenizer_free(tok);
+    return size;
+}
+
 ModelConfig model_config_from(const Config *c) {
+    // model.add_tokens grows the vocabulary to the tokenizer's new size, never shrinks it.
+    const int grown = added_vocab_size(c);
+    const bool vocab_set = config_was_set(c, "model.vocab_size");
+    const long long vocab_key = config_int(c, "model.vocab_size");
     HfModelConfig hf;
     if (model_source_from(c, &hf)) {
+        if (grown > hf.cfg.vocab_size) {
+            if (vocab_set && vocab_key != grown)
+                fatal("config key 'model.vocab_size' is %lld but model.add_tokens grows "
+                      "model.init_from's %d rows to the tokenizer's %d", vocab_key,
+                      hf.cfg.vocab_size, grown);
+            hf.cfg.vocab_size = grown;
+        }
         check_against_checkpoint(c, &hf.cfg, config_str(c, "model.init_from"));
         model_dims(&hf.cfg);  // fatal, naming the key, for what the model cannot run
         return hf.cfg;
     }
+    if (grown > vocab_key && vocab_set)
+        fatal("config key 'model.vocab_size' is %lld but data.tokenizer with model.add_tokens has "
+              "%d pieces", vocab_key, grown);
     // config_load has range-checked every model.* size (trainer/config.c RANGES).
     ModelConfig mc = {
-        .vocab_size = (int)config_int(c, "model.vocab_size"),
+        .vocab_size = grown > vocab_key ? grown : (int)vocab_key,
         .hidden_size = (int)config_int(c, "model.hidden_size"),
         .intermediate_size = (int)config_int(c, "model.intermediate_size"),
         .num_hidden_layers = (int)config_int(c, "model.num_hidden_layers"),
@@ -72,20 +133,90 @@ ModelConfig model_config_from(const Config *c) {
     return mc;
 }
 
+// The template's tokens the tokenizer lacks, as a JSON list for model.add_tokens.
+static void missing_controls(const Tokenizer *tok, const ChatTemplate *t, char *out, size_t len) {
+    size_t used = (size_t)snprintf(out, len, "[");
+    for (int i = 0; i < t->n_controls && used < len; i++) {
+        int32_t ids[2];
+        if (tokenizer_encode_flags(tok, t->controls[i], TOKENIZER_CONTINUE, ids, 2) == 1) continue;
+        used += (size_t)snprintf(out + used, len - used, "%s\"%s\"", used > 1 ? "," : "",
+                                 t->controls[i]);
+    }
+    if (used < len) snprintf(out + used, len - used, "]");
+}
+
+Tokenizer *tokenizer_with_added(const Config *c) {
+    Tokenizer *tok = tokenizer_load_added(c, true);
+    const ChatTemplate *t = template_from_config(c);
+    char err[1024], missing[512];
+    if (template_check_tokenizer(tok, t, err, sizeof err) != 0) {
+        missing_controls(tok, t, missing, sizeof missing);
+        fatal("config key 'data.tokenizer': %s: %s; model.add_tokens adds what the tokenizer "
+              "lacks (--set model.add_tokens='%s')", config_str(c, "data.tokenizer"), err, missing);
+    }
+    return tok;
+}
+
 Tokenizer *tokenizer_from(const Config *c, const ModelConfig *mc) {
-    const char *path = config_str(c, "data.tokenizer");
-    if (!path)
-        fatal("config key 'data.tokenizer': a SentencePiece .model, a tokenizer.json or a model "
-              "folder is required");
-    char err[1024];
-    Tokenizer *tok = tokenizer_load(path, err, sizeof err);
-    if (!tok) fatal("config key 'data.tokenizer': %s", err);
-    if (template_check_tokenizer(tok, template_from_config(c), err, sizeof err) != 0)
-        fatal("config key 'data.tokenizer': %s: %s", path, err);
+    Tokenizer *tok = tokenizer_with_added(c);
     if (tokenizer_vocab_size(tok) > mc->vocab_size)
         fatal("config key 'model.vocab_size': %d is smaller than the tokenizer's %d pieces (%s)",
-              mc->vocab_size, tokenizer_vocab_size(tok), path);
+              mc->vocab_size, tokenizer_vocab_size(tok), config_str(c, "data.tokenizer"));
     return tok;
+}
+
+// Rows [first, end) of the embedding and of an untied LM head := that matrix's mean row
+// over rows [0, n_old).
+static void mean_rows(const ModelConfig *mc, const ParamTable *table, float *params, int n_old,
+                      int first, int end) {
+    const char *names[] = {"model.embed_tokens.weight", mc->tie_word_embeddings ? NULL : "lm_head.weight"};
+    const size_t C = (size_t)mc->hidden_size;
+    double *sum = xcalloc(C, sizeof(double));  // [C]
+    for (int k = 0; k < 2 && names[k]; k++) {
+        const ParamTensor *p = param_table_find(table, names[k]);
+        CHECK(p && p->shape[0] == mc->vocab_size && end <= mc->vocab_size, "%s rows", names[k]);
+        float *w = params + p->offset;  // [vocab_size, C]
+        memset(sum, 0, C * sizeof(double));
+        for (size_t r = 0; r < (size_t)n_old; r++)
+            for (size_t j = 0; j < C; j++) sum[j] += w[r * C + j];
+        for (size_t r = (size_t)first; r < (size_t)end; r++)
+            for (size_t j = 0; j < C; j++) w[r * C + j] = (float)(sum[j] / n_old);
+    }
+    free(sum);
+}
+
+// An HF folder's weights whose vocabulary is smaller than the model's (model.add_tokens):
+// loaded at their size, the new rows the mean row.
+static int load_grown(const ModelConfig *mc, const ParamTable *table, const char *dir, int n_old,
+                      float *params, char *err, size_t err_len) {
+    ModelConfig old = *mc;
+    old.vocab_size = n_old;
+    ParamTable small;
+    param_table_build(&old, &small);
+    float *loaded = xmalloc(small.total * sizeof(float));  // [small.total]
+    const int rc = hf_weights_load(dir, &small, loaded, err, err_len);
+    for (int i = 0; rc == 0 && i < small.n_tensors; i++) {
+        const ParamTensor *from = &small.tensors[i], *to = param_table_find(table, from->name);
+        CHECK(to && to->numel >= from->numel, "%s", from->name);
+        memcpy(params + to->offset, loaded + from->offset, from->numel * sizeof(float));
+    }
+    if (rc == 0) mean_rows(mc, table, params, n_old, n_old, mc->vocab_size);
+    free(loaded);
+    param_table_free(&small);
+    return rc;
+}
+
+void params_init_added_rows(const ModelConfig *mc, const ParamTable *table, const Tokenizer *tok,
+                            const char *weights, float *params) {
+    HfModelConfig source;
+    char err[1024];
+    if (hf_config_read(weights, &source, err, sizeof err) != 0) fatal("loading weights: %s", err);
+    const int first = tokenizer_loaded_size(tok), end = tokenizer_vocab_size(tok);
+    if (first >= end) return;
+    mean_rows(mc, table, params, source.cfg.vocab_size, first, end);
+    printf("model.add_tokens: rows %d..%d of the embedding%s are its mean row over %s's %d rows\n",
+           first, end - 1, mc->tie_word_embeddings ? "" : " and of lm_head", weights,
+           source.cfg.vocab_size);
 }
 
 void params_load_or_init(const ModelConfig *mc, const ParamTable *table, const char *weights,
@@ -98,8 +229,12 @@ void params_load_or_init(const ModelConfig *mc, const ParamTable *table, const c
     struct stat st;
     snprintf(path, sizeof path, "%s/config.json", weights);
     if (stat(path, &st) == 0) {  // a Hugging Face model folder (or a checkpoint: one too)
-        if (hf_weights_load(weights, table, params, err, sizeof err) != 0)
-            fatal("loading weights: %s", err);
+        HfModelConfig source;
+        const int rc = hf_config_read(weights, &source, err, sizeof err) != 0 ? -1
+                       : source.cfg.vocab_size < mc->vocab_size
+                           ? load_grown(mc, table, weights, source.cfg.vocab_size, params, err, sizeof err)
+                           : hf_weights_load(weights, table, params, err, sizeof err);
+        if (rc != 0) fatal("loading weights: %s", err);
         return;
     }
     if (stat(weights, &st) == 0 && S_ISDIR(st.st_mode))

@@ -14,15 +14,28 @@ ModelConfig model_config_from(const Config *c);
 // model.init_from's config.json into *out; false when model.init_from is not set.
 bool model_source_from(const Config *c, HfModelConfig *out);
 
-// data.tokenizer (a .model, a tokenizer.json or a model folder); fatal when it cannot be
-// loaded, lacks a template token or has more pieces than model.vocab_size.
+// data.tokenizer (a .model, a tokenizer.json or a model folder) with model.add_tokens
+// added (each listed token the tokenizer lacks as one id, as an added token after its
+// vocabulary; those it has are left alone, saying so); fatal when it cannot be loaded,
+// cannot take them (SentencePiece) or lacks a template token (naming them all and the
+// model.add_tokens value that adds them).
+Tokenizer *tokenizer_with_added(const Config *c);
+// tokenizer_with_added, also fatal when it has more pieces than the model's vocab_size.
 Tokenizer *tokenizer_from(const Config *c, const ModelConfig *mc);
 
 // params [table->total]: from `weights` when not NULL (a Hugging Face model folder,
 // i.e. one with config.json, single or sharded, any of F32/BF16/F16; else a
-// model.safetensors file or a directory holding one), else the seeded init.
+// model.safetensors file or a directory holding one), else the seeded init. A folder
+// with fewer vocabulary rows than mc (model.add_tokens) gets the embedding's (and an
+// untied LM head's) mean row in the rows it lacks.
 void params_load_or_init(const ModelConfig *mc, const ParamTable *table, const char *weights,
                          uint64_t seed, float *params);
+// A fresh run from the Hugging Face folder `weights`: the rows of the new ids that
+// model.add_tokens gave (tokenizer_loaded_size(tok) up) become the mean row of the
+// folder's rows, also where they fall inside its padding rows (a token that was a
+// vocabulary piece keeps its id and its row). Says so on stdout.
+void params_init_added_rows(const ModelConfig *mc, const ParamTable *table, const Tokenizer *tok,
+                            const char *weights, float *params);
 
 // How the run's checkpoints are written: train.save_dtype (default bf16 with
 // model.init_from, else f32), the source's token ids and max_position_embeddings (else

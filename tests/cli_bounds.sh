@@ -22,16 +22,18 @@ expect_error "micro-batches larger than the machine" "config keys train.micro_ro
 head -n 2 "$data/train.jsonl" >> "$tmp/big.jsonl"
 big_bytes=$(( $(head -n 1 "$tmp/big.jsonl" | wc -c) - 1 ))
 # Memory is measured above the binary's own start-up (a CUDA build maps and touches its
-# CUDA libraries before main: ~200 MB resident).
-base_rss=$(/usr/bin/time -f 'maxrss_kb %M' "$train" --help 2>&1 >/dev/null | grep -o 'maxrss_kb [0-9]*' | grep -o '[0-9]*$')
-pack() { "$train" pack --set data.tokenizer="$data/tokenizer.model" --set data.train_path="$tmp/big.jsonl" "$@"; }
-if out=$(/usr/bin/time -f 'maxrss_kb %M' "$train" pack --set data.tokenizer="$data/tokenizer.model" \
-         --set data.train_path="$tmp/big.jsonl" --set data.seq_len=64 --out "$tmp/rows.jsonl" 2>&1); then
+# CUDA libraries before main: ~200 MB resident): GNU time's peak resident KB of a run.
+timed() { /usr/bin/time -f 'maxrss_kb %M' "$@"; }
+maxrss() { grep -o 'maxrss_kb [0-9]*' <<<"$1" | grep -o '[0-9]*$'; }
+base_rss=$(maxrss "$(timed "$train" --help 2>&1 >/dev/null)")
+pack_big=(pack --set data.tokenizer="$data/tokenizer.model" --set data.train_path="$tmp/big.jsonl")
+pack() { "$train" "${pack_big[@]}" "$@"; }
+if out=$(timed "$train" "${pack_big[@]}" --set data.seq_len=64 --out "$tmp/rows.jsonl" 2>&1); then
     bad "10 MB line: exit 0"
 else
     grep -q "big.jsonl:1: the line is $big_bytes bytes, over data.max_line_bytes 1048576: not parsed" <<<"$out" \
         && ok || bad "10 MB line message: $(tail -2 <<<"$out")"
-    rss=$(grep -o 'maxrss_kb [0-9]*' <<<"$out" | grep -o '[0-9]*$')
+    rss=$(maxrss "$out")
     [ -n "$rss" ] && [ $((rss - base_rss)) -lt 6000 ] && ok || bad "10 MB line took ${rss} KB, ${base_rss} KB at start-up (parsed?)"
 fi
 # The limit is the key's: a line of exactly the limit is parsed (below), one byte over is not.
@@ -43,14 +45,13 @@ else
 fi
 # Under a limit that lets it through, the text check after the parse refuses it, before
 # tokenizing.
-if out=$(/usr/bin/time -f 'maxrss_kb %M' "$train" pack --set data.tokenizer="$data/tokenizer.model" \
-         --set data.train_path="$tmp/big.jsonl" --set data.seq_len=64 --set data.max_line_bytes=$big_bytes \
+if out=$(timed "$train" "${pack_big[@]}" --set data.seq_len=64 --set data.max_line_bytes=$big_bytes \
          --out "$tmp/rows.jsonl" 2>&1); then
     bad "10 MB line under its limit: exit 0"
 else
     grep -q "big.jsonl:1: a document of at least [0-9]* tokens (10000002 bytes of text) does not fit seq_len 64" <<<"$out" \
         && ok || bad "10 MB line text message: $(tail -2 <<<"$out")"
-    rss=$(grep -o 'maxrss_kb [0-9]*' <<<"$out" | grep -o '[0-9]*$')
+    rss=$(maxrss "$out")
     [ -n "$rss" ] && [ $((rss - base_rss)) -lt 1000000 ] && ok || bad "10 MB line took ${rss} KB, ${base_rss} KB at start-up (tokenized?)"
 fi
 if out=$(pack --set data.seq_len=1024 --set data.skip_too_long=true --out "$tmp/rows.jsonl" 2>&1) &&

@@ -40,7 +40,7 @@ struct CudaDecoder {
     float2 *rope_cos_sin; // [T, D / 2] RoPE angles of the chunk's positions
     bf16 *x;              // [T, C] residual stream
     bf16 *ln;             // [T, C] norm output (input, post-attention, final)
-    float *rstd;          // [T * H] rstd of any norm (not needed: no backward)
+    float *rstd;          // [T] rstd of the hidden-size norms (not needed: no backward)
     bf16 *qkv;            // [T, (H + 2 KV) D] stacked q|k|v product (+ biases)
     bf16 *q_raw, *k_raw;  // [T, H, D], [T, KV, D] before q_norm/k_norm (qk_norm only)
     bf16 *q, *k, *v;      // [T, H, D], [T, KV, D], [T, KV, D] (q and k after RoPE)
@@ -63,13 +63,13 @@ static DecodeShape decode_shape(const CudaDecoder *d, int n_tokens, int max_keys
 static void carve(CudaDecoder *d, Arena *a) {
     const ModelConfig *cfg = &d->cfg;
     const size_t T = d->chunk_capacity, C = cfg->hidden_size, F = cfg->intermediate_size,
-                 V = cfg->vocab_size, H = cfg->num_attention_heads;
+                 V = cfg->vocab_size;
     const size_t QD = d->dims.q_dim, KVD = d->dims.kv_dim;
     d->cols = arena_take<int32_t>(a, DECODE_COLUMNS * T);
     d->rope_cos_sin = arena_take<float2>(a, T * (d->dims.head_dim / 2));
     d->x = arena_take<bf16>(a, T * C);
     d->ln = arena_take<bf16>(a, T * C);
-    d->rstd = arena_take<float>(a, T * H);
+    d->rstd = arena_take<float>(a, T);
     d->qkv = arena_take<bf16>(a, T * d->dims.qkv_dim);
     if (cfg->qk_norm) {
         d->q_raw = arena_take<bf16>(a, T * QD);
@@ -215,11 +215,9 @@ static void attention_inputs(CudaDecoder *d, const bf16 *params, const size_t *w
         return;
     }
     rope_split_qkv_cuda(d->q_raw, d->k_raw, d->v, d->qkv, nullptr, n, H, KV, D, s);  // unrotated
-    rmsnorm_forward_cuda(d->q, d->rstd, d->q_raw, params + w[W_Q_NORM], n * H, D,
-                         cfg->rms_norm_eps, s);
-    rmsnorm_forward_cuda(d->k, d->rstd, d->k_raw, params + w[W_K_NORM], n * KV, D,
-                         cfg->rms_norm_eps, s);
-    rope_qk_forward_cuda(d->q, d->k, d->rope_cos_sin, n, H, KV, D, s);
+    qk_norm_rope_forward_cuda(d->q, d->k, nullptr, nullptr, d->q_raw, d->k_raw,
+                              params + w[W_Q_NORM], params + w[W_K_NORM], d->rope_cos_sin, n, H,
+                              KV, D, cfg->rms_norm_eps, s);
 }
 
 // One chunk of n tokens whose columns are in d->cols; logits to logits_host [n, V].

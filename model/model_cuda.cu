@@ -67,8 +67,7 @@ struct CudaModel {
     bf16 *final_norm;          // [T, C] model.norm output
     float *final_rstd;         // [T]
     // qk_norm only (empty otherwise), one of each for every layer: the attention inputs
-    // q_norm(q) and k_norm(k) after RoPE, made by the forward and remade by the backward,
-    // whose norm backwards then reuse them for the gradients d q, d k before the norms.
+    // q_norm(q) and k_norm(k) after RoPE, made by the forward and remade by the backward.
     bf16 *q_normed;            // [T, H, D]
     bf16 *k_normed;            // [T, KV, D]
     float *q_rstd;             // [T, H] q_norm's 1/rms of each head
@@ -252,28 +251,10 @@ static void zero_async(CudaModel *m, void *p, size_t bytes) {
 static void qk_norm_rope(CudaModel *m, const bf16 *params, const size_t *w,
                          const LayerActivations *a, int T) {
     const ModelConfig *cfg = &m->cfg;
-    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->dims.head_dim;
-    rmsnorm_forward_cuda(m->q_normed, m->q_rstd, a->q, params + w[W_Q_NORM], T * H, D,
-                         cfg->rms_norm_eps, m->stream);
-    rmsnorm_forward_cuda(m->k_normed, m->k_rstd, a->k, params + w[W_K_NORM], T * KV, D,
-                         cfg->rms_norm_eps, m->stream);
-    rope_qk_forward_cuda(m->q_normed, m->k_normed, m->rope_cos_sin, T, H, KV, D, m->stream);
-}
-
-// Backward of qk_norm_rope from attention's d_q, d_k (RoPE undone in place): adds the
-// norm weights' gradients and leaves the gradients of the pre-norm q and k in q_normed
-// and k_normed (free once the attention backward has run).
-static void qk_norm_rope_backward(CudaModel *m, const bf16 *params, float *grads,
-                                  const size_t *w, const LayerActivations *a, int T) {
-    const ModelConfig *cfg = &m->cfg;
-    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->dims.head_dim;
-    rope_qk_backward_cuda(m->d_q, m->d_k, m->rope_cos_sin, T, H, KV, D, m->stream);
-    zero_async(m, m->q_normed, (size_t)T * m->dims.q_dim * sizeof(bf16));
-    zero_async(m, m->k_normed, (size_t)T * m->dims.kv_dim * sizeof(bf16));
-    rmsnorm_backward_cuda(m->q_normed, grads + w[W_Q_NORM], m->d_q, a->q, params + w[W_Q_NORM],
-                          m->q_rstd, T * H, D, m->stream);
-    rmsnorm_backward_cuda(m->k_normed, grads + w[W_K_NORM], m->d_k, a->k, params + w[W_K_NORM],
-                          m->k_rstd, T * KV, D, m->stream);
+    qk_norm_rope_forward_cuda(m->q_normed, m->k_normed, m->q_rstd, m->k_rstd, a->q, a->k,
+                              params + w[W_Q_NORM], params + w[W_K_NORM], m->rope_cos_sin, T,
+                              cfg->num_attention_heads, cfg->num_key_value_heads,
+                              m->dims.head_dim, cfg->rms_norm_eps, m->stream);
 }
 
 // The attention inputs of a layer (after RoPE): its saved q, k, or with qk_norm the
@@ -518,9 +499,10 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
         {
             StageRange stage(m->timer, "bwd rope");
             if (cfg->qk_norm) {
-                qk_norm_rope_backward(m, params, grads, w, a, T);
-                rope_merge_qkv_backward_cuda(m->qkv, m->q_normed, m->k_normed, m->d_v, nullptr,
-                                             T, H, KV, D, s);
+                qk_norm_rope_merge_qkv_backward_cuda(
+                    m->qkv, grads + w[W_Q_NORM], grads + w[W_K_NORM], m->d_q, m->d_k, m->d_v, a->q,
+                    a->k, params + w[W_Q_NORM], params + w[W_K_NORM], m->q_rstd, m->k_rstd,
+                    m->rope_cos_sin, T, H, KV, D, s);
             } else {
                 rope_merge_qkv_backward_cuda(m->qkv, m->d_q, m->d_k, m->d_v, m->rope_cos_sin, T,
                                              H, KV, D, s);

@@ -98,7 +98,7 @@ void rope_angles_cuda(float2 *cos_sin, const int32_t *pos, int N, int head_dim, 
 // k[N,KV,D] get RoPE with the angles of rope_angles_cuda (the same values as
 // rope_forward_cuda), v[N,KV,D] is copied. merge (the backward): dqkv =
 // [rope_backward(dq) | rope_backward(dk) | dv], overwritten. cos_sin NULL: q and k are
-// copied unrotated too (qk_norm: RoPE follows the norms, rope_qk_*_cuda).
+// copied unrotated too (qk_norm: RoPE follows the norms, qk_norm_rope_*_cuda).
 void rope_split_qkv_cuda(__nv_bfloat16 *q, __nv_bfloat16 *k, __nv_bfloat16 *v,
                          const __nv_bfloat16 *qkv, const float2 *cos_sin, int N, int n_heads,
                          int n_kv_heads, int head_dim, cudaStream_t stream);
@@ -107,12 +107,25 @@ void rope_merge_qkv_backward_cuda(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dq,
                                   const float2 *cos_sin, int N, int n_heads, int n_kv_heads,
                                   int head_dim, cudaStream_t stream);
 
-// RoPE in place on q[N, H, D] and k[N, KV, D] with the angles of rope_angles_cuda (the
-// values of rope_forward_cuda), one launch for both; backward: the inverse rotation.
-void rope_qk_forward_cuda(__nv_bfloat16 *q, __nv_bfloat16 *k, const float2 *cos_sin, int N,
-                          int n_heads, int n_kv_heads, int head_dim, cudaStream_t stream);
-void rope_qk_backward_cuda(__nv_bfloat16 *dq, __nv_bfloat16 *dk, const float2 *cos_sin, int N,
-                           int n_heads, int n_kv_heads, int head_dim, cudaStream_t stream);
+// Qwen3's q_norm / k_norm followed by RoPE, one launch each way (head_dim 64 or 128).
+// forward: q_out[N,H,D] = rope(rmsnorm(q[N,H,D], q_weight[D])) with the angles of
+// rope_angles_cuda, the normed values rounded to bf16 before the rotation (the values of
+// rmsnorm_forward_cuda then a rope); k likewise over [N,KV,D]; q_rstd[N*H], k_rstd[N*KV]
+// saved (NULL: not wanted). backward: from the attention's gradients dq, dk (rotated)
+// and dv, dqkv[N, (H + 2 KV) D] = [dq before q_norm | dk before k_norm | dv],
+// overwritten; dq_weight[D], dk_weight[D] (fp32) accumulate in a fixed order.
+void qk_norm_rope_forward_cuda(__nv_bfloat16 *q_out, __nv_bfloat16 *k_out, float *q_rstd,
+                               float *k_rstd, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                               const __nv_bfloat16 *q_weight, const __nv_bfloat16 *k_weight,
+                               const float2 *cos_sin, int N, int H, int KV, int D, float eps,
+                               cudaStream_t stream);
+void qk_norm_rope_merge_qkv_backward_cuda(__nv_bfloat16 *dqkv, float *dq_weight, float *dk_weight,
+                                          const __nv_bfloat16 *dq, const __nv_bfloat16 *dk,
+                                          const __nv_bfloat16 *dv, const __nv_bfloat16 *q,
+                                          const __nv_bfloat16 *k, const __nv_bfloat16 *q_weight,
+                                          const __nv_bfloat16 *k_weight, const float *q_rstd,
+                                          const float *k_rstd, const float2 *cos_sin, int N,
+                                          int H, int KV, int D, cudaStream_t stream);
 
 // SwiGLU over stacked rows gate_up[N, 2F] = [gate | up] (one matmul with the weights
 // [gate; up]): out[N,F] = silu(gate) * up; the backward overwrites d_gate_up[N, 2F]

@@ -178,22 +178,3 @@ void rope_merge_qkv_backward_cuda(bf16 *dqkv, const bf16 *dq, const bf16 *dk, co
                                 n_heads, n_kv_heads, head_dim, cos_sin != nullptr),
                 cos_sin, nullptr, N, head_dim, 0.0f, nullptr, -1.0f, stream);
 }
-
-// q [N, H, D] and k [N, KV, D], each in place.
-static RopeGroups rope_qk_in_place(bf16 *q, bf16 *k, int n_heads, int n_kv_heads, int head_dim) {
-    const int64_t q_ld = (int64_t)n_heads * head_dim, kv_ld = (int64_t)n_kv_heads * head_dim;
-    return RopeGroups{{q, k, k}, {q, k, k}, {q_ld, kv_ld, kv_ld}, {q_ld, kv_ld, kv_ld},
-                      {n_heads, n_kv_heads, 0}, {true, true, false}};
-}
-
-void rope_qk_forward_cuda(bf16 *q, bf16 *k, const float2 *cos_sin, int N, int n_heads,
-                          int n_kv_heads, int head_dim, cudaStream_t stream) {
-    rope_launch("rope_qk_forward_cuda", rope_qk_in_place(q, k, n_heads, n_kv_heads, head_dim),
-                cos_sin, nullptr, N, head_dim, 0.0f, nullptr, 1.0f, stream);
-}
-
-void rope_qk_backward_cuda(bf16 *dq, bf16 *dk, const float2 *cos_sin, int N, int n_heads,
-                           int n_kv_heads, int head_dim, cudaStream_t stream) {
-    rope_launch("rope_qk_backward_cuda", rope_qk_in_place(dq, dk, n_heads, n_kv_heads, head_dim),
-                cos_sin, nullptr, N, head_dim, 0.0f, nullptr, -1.0f, stream);
-}

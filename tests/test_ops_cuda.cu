@@ -311,10 +311,10 @@ static void test_rope_scaled(void) {
 }
 
 // The stacked q|k|v path against the CPU rope op: split with the angle table rotates q
-// and k (v copied), without it copies all three (qk_norm); rope_qk_* rotates q and k in
-// place after the norms; the merge inverts either. Qwen3-like GQA, head_dim 128.
-static void test_rope_qk(void) {
-    printf("rope q|k|v stacked and q, k in place\n");
+// and k (v copied), without it copies all three (qk_norm: the norms and RoPE follow); the
+// merge inverts either. Qwen3-like GQA, head_dim 128.
+static void test_rope_qkv(void) {
+    printf("rope q|k|v stacked\n");
     const int N = 1024, H = 4, KV = 2, D = 128, QKV = (H + 2 * KV) * D;
     const float theta = 1000000.0f;
     const size_t nq = (size_t)N * H * D, nkv = (size_t)N * KV * D, nqkv = (size_t)N * QKV;
@@ -338,36 +338,131 @@ static void test_rope_qk(void) {
     for (int rotate = 0; rotate < 2; rotate++) {
         poison(d_q, nq * 2), poison(d_k, nkv * 2), poison(d_v, nkv * 2);
         rope_split_qkv_cuda(d_q, d_k, d_v, d_qkv, rotate ? d_cs : NULL, N, H, KV, D, 0);
-        if (!rotate) {  // the copies, then RoPE in place as the qk_norm path does it
-            float *got_q = download_bf16(d_q, nq), *got_k = download_bf16(d_k, nkv);
-            expect_bitwise_equal("rope_split_qkv unrotated q (copy)", got_q, q, nq);
-            expect_bitwise_equal("rope_split_qkv unrotated k (copy)", got_k, k, nkv);
-            free(got_q), free(got_k);
-            rope_qk_forward_cuda(d_q, d_k, d_cs, N, H, KV, D, 0);
-        }
         float *got_q = download_bf16(d_q, nq), *got_k = download_bf16(d_k, nkv);
         float *got_v = download_bf16(d_v, nkv);
         float *ref_q = copy_floats(q, nq), *ref_k = copy_floats(k, nkv);
-        rope_forward_cpu(ref_q, pos, N, H, D, theta, NULL);
-        rope_forward_cpu(ref_k, pos, N, KV, D, theta, NULL);
-        expect_close(rotate ? "rope_split_qkv q" : "rope_qk_forward q", got_q, ref_q, nq,
-                     BF16_TOL);
-        expect_close(rotate ? "rope_split_qkv k" : "rope_qk_forward k", got_k, ref_k, nkv,
-                     BF16_TOL);
+        if (rotate) {
+            rope_forward_cpu(ref_q, pos, N, H, D, theta, NULL);
+            rope_forward_cpu(ref_k, pos, N, KV, D, theta, NULL);
+            expect_close("rope_split_qkv q", got_q, ref_q, nq, BF16_TOL);
+            expect_close("rope_split_qkv k", got_k, ref_k, nkv, BF16_TOL);
+        } else {
+            expect_bitwise_equal("rope_split_qkv unrotated q (copy)", got_q, q, nq);
+            expect_bitwise_equal("rope_split_qkv unrotated k (copy)", got_k, k, nkv);
+        }
         expect_bitwise_equal("rope_split_qkv v (copy)", got_v, v, nkv);
-        // Inverse: merge (rotating, or after rope_qk_backward a plain copy) gives back the
-        // stacked rows, up to the two bf16 roundings.
-        if (!rotate) rope_qk_backward_cuda(d_q, d_k, d_cs, N, H, KV, D, 0);
+        // Inverse: merge (rotating, or a plain copy) gives back the stacked rows, up to the
+        // two bf16 roundings when rotating.
         bf16 *d_merged = (bf16 *)device_alloc(nqkv * sizeof(bf16));
         poison(d_merged, nqkv * 2);
         rope_merge_qkv_backward_cuda(d_merged, d_q, d_k, d_v, rotate ? d_cs : NULL, N, H, KV, D,
                                      0);
         float *merged = download_bf16(d_merged, nqkv);
-        expect_close(rotate ? "rope_merge_qkv_backward (inverse)" : "rope_qk_backward + merge copy",
-                     merged, qkv, nqkv, BF16_TOL);
+        if (rotate)
+            expect_close("rope_merge_qkv_backward (inverse)", merged, qkv, nqkv, BF16_TOL);
+        else
+            expect_bitwise_equal("rope_merge_qkv_backward unrotated (copy)", merged, qkv, nqkv);
         free(got_q), free(got_k), free(got_v), free(ref_q), free(ref_k), free(merged);
     }
     free(pos), free(qkv), free(q), free(k), free(v);
+}
+
+// Qwen3's q_norm / k_norm + RoPE, fused, against the CPU ops in sequence (rmsnorm over
+// head rows, then rope; backward: rope_backward, then rmsnorm_backward into zeros), at
+// both head dims, N not a multiple of any block's rows; the backward five times bitwise.
+static void test_qk_norm_rope(int D) {
+    printf("qk_norm + rope fused, head_dim %d\n", D);
+    const int N = 1000, H = 6, KV = 2, QKV = (H + 2 * KV) * D;
+    const float theta = 1000000.0f, eps = 1e-6f;
+    const size_t nq = (size_t)N * H * D, nkv = (size_t)N * KV * D, nqkv = (size_t)N * QKV;
+    int32_t *pos = (int32_t *)xmalloc(N * sizeof(int32_t));
+    for (int i = 0; i < N; i++) pos[i] = test_rng_int(&rng, 0, 40959);
+    int32_t *d_pos = upload_i32(pos, N);
+    float2 *d_cs = (float2 *)device_alloc((size_t)N * (D / 2) * sizeof(float2));
+    rope_angles_cuda(d_cs, d_pos, N, D, theta, NULL, 0);
+    float *q = random_bf16_values(nq, 2.0f, 0.0f), *k = random_bf16_values(nkv, 2.0f, 0.0f);
+    float *qw = random_bf16_values(D, 0.5f, 1.0f), *kw = random_bf16_values(D, 0.5f, 1.0f);
+    bf16 *d_q = upload_bf16(q, nq), *d_k = upload_bf16(k, nkv);
+    bf16 *d_qw = upload_bf16(qw, D), *d_kw = upload_bf16(kw, D);
+
+    bf16 *d_qo = (bf16 *)device_alloc(nq * 2), *d_ko = (bf16 *)device_alloc(nkv * 2);
+    float *d_qr = (float *)device_alloc((size_t)N * H * 4), *d_kr = (float *)device_alloc((size_t)N * KV * 4);
+    poison(d_qo, nq * 2), poison(d_ko, nkv * 2), poison(d_qr, (size_t)N * H * 4),
+        poison(d_kr, (size_t)N * KV * 4);
+    qk_norm_rope_forward_cuda(d_qo, d_ko, d_qr, d_kr, d_q, d_k, d_qw, d_kw, d_cs, N, H, KV, D,
+                              eps, 0);
+    float *qo = download_bf16(d_qo, nq), *ko = download_bf16(d_ko, nkv);
+    float *qr = download_f32(d_qr, (size_t)N * H), *kr = download_f32(d_kr, (size_t)N * KV);
+    float *qo_ref = host_floats(nq), *ko_ref = host_floats(nkv);
+    float *qr_ref = host_floats((size_t)N * H), *kr_ref = host_floats((size_t)N * KV);
+    rmsnorm_forward_cpu(qo_ref, qr_ref, q, qw, N * H, D, eps);
+    rmsnorm_forward_cpu(ko_ref, kr_ref, k, kw, N * KV, D, eps);
+    rope_forward_cpu(qo_ref, pos, N, H, D, theta, NULL);
+    rope_forward_cpu(ko_ref, pos, N, KV, D, theta, NULL);
+    expect_close("qk_norm_rope_forward q", qo, qo_ref, nq, BF16_TOL);
+    expect_close("qk_norm_rope_forward k", ko, ko_ref, nkv, BF16_TOL);
+    expect_close("qk_norm_rope_forward q_rstd", qr, qr_ref, (size_t)N * H, FP32_TOL);
+    expect_close("qk_norm_rope_forward k_rstd", kr, kr_ref, (size_t)N * KV, FP32_TOL);
+
+    // Backward from the CPU's rstd, so it is tested on its own.
+    float *dq = random_bf16_values(nq, 1.0f, 0.0f), *dk = random_bf16_values(nkv, 1.0f, 0.0f);
+    float *dv = random_bf16_values(nkv, 1.0f, 0.0f);
+    float *dqw_init = random_bf16_values(D, 1.0f, 0.0f), *dkw_init = random_bf16_values(D, 1.0f, 0.0f);
+    bf16 *d_dq = upload_bf16(dq, nq), *d_dk = upload_bf16(dk, nkv), *d_dv = upload_bf16(dv, nkv);
+    float *d_qr_ref = upload_f32(qr_ref, (size_t)N * H), *d_kr_ref = upload_f32(kr_ref, (size_t)N * KV);
+    float *d_dqw = upload_f32(dqw_init, D), *d_dkw = upload_f32(dkw_init, D);
+    bf16 *d_dqkv = (bf16 *)device_alloc(nqkv * 2);
+
+    float *dq_un = copy_floats(dq, nq), *dk_un = copy_floats(dk, nkv);
+    rope_backward_cpu(dq_un, pos, N, H, D, theta, NULL);
+    rope_backward_cpu(dk_un, pos, N, KV, D, theta, NULL);
+    float *dqin_ref = host_floats(nq), *dkin_ref = host_floats(nkv);
+    memset(dqin_ref, 0, nq * sizeof(float)), memset(dkin_ref, 0, nkv * sizeof(float));
+    float *dqw_ref = copy_floats(dqw_init, D), *dkw_ref = copy_floats(dkw_init, D);
+    rmsnorm_backward_cpu(dqin_ref, dqw_ref, dq_un, q, qw, qr_ref, N * H, D);
+    rmsnorm_backward_cpu(dkin_ref, dkw_ref, dk_un, k, kw, kr_ref, N * KV, D);
+
+    float *first = NULL;
+    bool all_equal = true;
+    const size_t n_out = nqkv + 2 * (size_t)D;  // dqkv, then both dweights
+    for (int run = 0; run < 5; run++) {
+        poison(d_dqkv, nqkv * 2);
+        cudaCheck(cudaMemcpy(d_dqw, dqw_init, D * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(d_dkw, dkw_init, D * sizeof(float), cudaMemcpyHostToDevice));
+        qk_norm_rope_merge_qkv_backward_cuda(d_dqkv, d_dqw, d_dkw, d_dq, d_dk, d_dv, d_q, d_k,
+                                             d_qw, d_kw, d_qr_ref, d_kr_ref, d_cs, N, H, KV, D, 0);
+        float *dqkv = download_bf16(d_dqkv, nqkv);
+        float *dqw = download_f32(d_dqw, D), *dkw = download_f32(d_dkw, D);
+        float *out = host_floats(n_out);
+        memcpy(out, dqkv, nqkv * sizeof(float));
+        memcpy(out + nqkv, dqw, D * sizeof(float)), memcpy(out + nqkv + D, dkw, D * sizeof(float));
+        if (run == 0) {
+            float *got_q = host_floats(nq), *got_k = host_floats(nkv), *got_v = host_floats(nkv);
+            for (int n = 0; n < N; n++) {
+                memcpy(got_q + (size_t)n * H * D, dqkv + (size_t)n * QKV, H * D * sizeof(float));
+                memcpy(got_k + (size_t)n * KV * D, dqkv + (size_t)n * QKV + H * D,
+                       KV * D * sizeof(float));
+                memcpy(got_v + (size_t)n * KV * D, dqkv + (size_t)n * QKV + (H + KV) * D,
+                       KV * D * sizeof(float));
+            }
+            expect_close("qk_norm_rope backward dq (before q_norm)", got_q, dqin_ref, nq, BF16_TOL);
+            expect_close("qk_norm_rope backward dk (before k_norm)", got_k, dkin_ref, nkv, BF16_TOL);
+            expect_bitwise_equal("qk_norm_rope backward dv (copy)", got_v, dv, nkv);
+            expect_close("qk_norm_rope backward q_norm dweight (accumulate)", dqw, dqw_ref, D, FP32_TOL);
+            expect_close("qk_norm_rope backward k_norm dweight (accumulate)", dkw, dkw_ref, D, FP32_TOL);
+            free(got_q), free(got_k), free(got_v);
+            first = out;
+        } else {
+            all_equal = all_equal && memcmp(out, first, n_out * sizeof(float)) == 0;
+            free(out);
+        }
+        free(dqkv), free(dqw), free(dkw);
+    }
+    expect_bitwise("qk_norm_rope backward, 5 runs", all_equal);
+    free(first), free(pos), free(q), free(k), free(qw), free(kw), free(qo), free(ko), free(qr),
+        free(kr), free(qo_ref), free(ko_ref), free(qr_ref), free(kr_ref), free(dq), free(dk),
+        free(dv), free(dqw_init), free(dkw_init), free(dq_un), free(dk_un), free(dqin_ref),
+        free(dkin_ref), free(dqw_ref), free(dkw_ref);
 }
 
 // Linear biases (Qwen2's q/k/v over the stacked row): forward adds, backward sums rows
@@ -686,7 +781,9 @@ int main(void) {
     test_rmsnorm(4096 * 16, 128);
     test_rope();
     test_rope_scaled();
-    test_rope_qk();
+    test_rope_qkv();
+    test_qk_norm_rope(128);
+    test_qk_norm_rope(64);
     test_bias();
     test_swiglu();
     test_matmul();

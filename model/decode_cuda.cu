@@ -102,6 +102,9 @@ CudaDecoder *cuda_decoder_create(const ModelConfig *cfg, int max_seqs, int max_l
         fatal("cuda decoder: head dim %d (model.head_dim, else model.hidden_size / "
               "model.num_attention_heads) exceeds %d",
               d->dims.head_dim, DECODE_MAX_HEAD_DIM);
+    if (cfg->qk_norm && !qk_norm_rope_supports_head_dim(d->dims.head_dim))
+        fatal("cuda decoder: q_norm/k_norm run with head dims 32, 64, 128 or 256 here, not %d "
+              "(model.head_dim)", d->dims.head_dim);
     if (group > DECODE_MAX_GROUP)
         fatal("cuda decoder: model.num_attention_heads %d / model.num_key_value_heads %d = %d "
               "query heads per key/value head exceed %d",

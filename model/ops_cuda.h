@@ -107,13 +107,13 @@ void rope_merge_qkv_backward_cuda(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dq,
                                   const float2 *cos_sin, int N, int n_heads, int n_kv_heads,
                                   int head_dim, cudaStream_t stream);
 
-// Qwen3's q_norm / k_norm followed by RoPE, one launch each way (head_dim 64 or 128).
-// forward: q_out[N,H,D] = rope(rmsnorm(q[N,H,D], q_weight[D])) with the angles of
-// rope_angles_cuda, the normed values rounded to bf16 before the rotation (the values of
-// rmsnorm_forward_cuda then a rope); k likewise over [N,KV,D]; q_rstd[N*H], k_rstd[N*KV]
-// saved (NULL: not wanted). backward: from the attention's gradients dq, dk (rotated)
+// Qwen3's q_norm / k_norm followed by RoPE, one launch each way (head_dim D one of
+// qk_norm_rope_supports_head_dim's). forward: q_out[N,H,D] = rope(rmsnorm(q[N,H,D],
+// q_weight[D])) with the angles of rope_angles_cuda, in fp32 and rounded to bf16 once;
+// k likewise over [N,KV,D]; q_rstd[N*H], k_rstd[N*KV] saved (NULL: not wanted). backward: from the attention's gradients dq, dk (rotated)
 // and dv, dqkv[N, (H + 2 KV) D] = [dq before q_norm | dk before k_norm | dv],
 // overwritten; dq_weight[D], dk_weight[D] (fp32) accumulate in a fixed order.
+bool qk_norm_rope_supports_head_dim(int head_dim);
 void qk_norm_rope_forward_cuda(__nv_bfloat16 *q_out, __nv_bfloat16 *k_out, float *q_rstd,
                                float *k_rstd, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                                const __nv_bfloat16 *q_weight, const __nv_bfloat16 *k_weight,

@@ -2,6 +2,8 @@
 // forward and the backward of rmsnorm_*_cuda over head rows, then rope): each head row
 // of D values is read once, normalised, rotated and written, where the unfused ops made
 // four passes over q and k and a dweight reduction sized for model-width rows.
+#include <type_traits>
+
 #include "model/ops_cuda.h"
 #include "model/ops_cuda_internal.cuh"
 
@@ -41,18 +43,13 @@ __device__ inline RowHalves load_halves(const bf16 *row, int j, int half) {
     return r;
 }
 
-// Stores bf16-rounded values and returns them as floats (what a reader of the tensor sees).
-__device__ inline RowHalves store_halves(bf16 *row, int j, int half, const RowHalves &v) {
+__device__ inline void store_halves(bf16 *row, int j, int half, const RowHalves &v) {
     Pack<bf16, 4> a, b;
-    RowHalves r;
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 4; i++)
         a.x[i] = __float2bfloat16_rn(v.lo[i]), b.x[i] = __float2bfloat16_rn(v.hi[i]);
-        r.lo[i] = __bfloat162float(a.x[i]), r.hi[i] = __bfloat162float(b.x[i]);
-    }
     store_bf16s<4>(row + 4 * j, a);
     store_bf16s<4>(row + half + 4 * j, b);
-    return r;
 }
 
 // RoPE of a lane's pairs with token n's angles (cos_sin [N, D/2]); direction -1 inverts.
@@ -99,11 +96,9 @@ __global__ void qk_norm_rope_forward_kernel(bf16 *q_out, bf16 *k_out, float *q_r
         for (int i = 0; i < 4; i++) sum_sq += x.lo[i] * x.lo[i] + x.hi[i] * x.hi[i];
         const float r = rsqrtf(row_reduce_sum<L::LANES>(sum_sq) / D + eps);
         RowHalves normed;
-        // Rounded to bf16 before the rotation, as the unfused rmsnorm then rope stored it.
 #pragma unroll
         for (int i = 0; i < 4; i++)
-            normed.lo[i] = __bfloat162float(__float2bfloat16_rn(x.lo[i] * r * w.lo[i])),
-            normed.hi[i] = __bfloat162float(__float2bfloat16_rn(x.hi[i] * r * w.hi[i]));
+            normed.lo[i] = x.lo[i] * r * w.lo[i], normed.hi[i] = x.hi[i] * r * w.hi[i];
         store_halves((is_q ? q_out : k_out) + local * D, j, L::HALF,
                      rotate_halves(normed, cos_sin, rows.token(row), j, L::HALF, 1.0f));
         float *rstd = is_q ? q_rstd : k_rstd;
@@ -130,8 +125,8 @@ static void plan_part(int64_t rows, int rows_per_slot_pass, int max_blocks, int 
     if (rows == 0) *blocks = 0;
 }
 
-// dx = r * (w * dy - x * r^2 * mean(w * dy * x)) of rmsnorm_backward, dy the
-// un-rotated gradient rounded to bf16; dweight partial sums of dy * x * r per block.
+// dx = r * (w * dy - x * r^2 * mean(w * dy * x)) of rmsnorm_backward, dy the un-rotated
+// gradient (kept in fp32); dweight partial sums of dy * x * r per block.
 template <int D>
 __global__ void qk_norm_rope_backward_kernel(bf16 *dqkv, float *partials, const bf16 *dq,
                                              const bf16 *dk, const bf16 *dv, const bf16 *q,
@@ -172,11 +167,7 @@ __global__ void qk_norm_rope_backward_kernel(bf16 *dqkv, float *partials, const 
     for (int64_t row = begin + slot; row < end; row += L::SLOTS) {
         const int64_t n = row / heads;
         const RowHalves rotated = load_halves(grad + row * D, j, L::HALF);
-        RowHalves dy = rotate_halves(rotated, cos_sin, n, j, L::HALF, -1.0f);
-#pragma unroll
-        for (int i = 0; i < 4; i++)  // the unfused path stored the un-rotated gradient
-            dy.lo[i] = __bfloat162float(__float2bfloat16_rn(dy.lo[i])),
-            dy.hi[i] = __bfloat162float(__float2bfloat16_rn(dy.hi[i]));
+        const RowHalves dy = rotate_halves(rotated, cos_sin, n, j, L::HALF, -1.0f);
         const RowHalves x = load_halves(inp + row * D, j, L::HALF);
         const float r = rstd[row];
         float dot = 0.0f;
@@ -219,8 +210,8 @@ __global__ void qk_dweight_finish_kernel(float *dq_weight, float *dk_weight, con
 
 void check_shape(const char *op, int N, int H, int KV, int D, const void *const *pointers,
                  int n_pointers) {
-    CHECK(N >= 0 && H > 0 && KV > 0 && (D == 64 || D == 128),
-          "%s: N=%d H=%d KV=%d head_dim=%d (head_dim 64 or 128)", op, N, H, KV, D);
+    CHECK(N >= 0 && H > 0 && KV > 0 && qk_norm_rope_supports_head_dim(D),
+          "%s: N=%d H=%d KV=%d head_dim=%d (head_dim 32, 64, 128 or 256)", op, N, H, KV, D);
     CHECK((int64_t)N * (H + 2 * KV) <= INT32_MAX, "%s: %d tokens x %d heads exceed 2^31 rows",
           op, N, H + 2 * KV);
     for (int i = 0; i < n_pointers; i++)
@@ -228,7 +219,20 @@ void check_shape(const char *op, int N, int H, int KV, int D, const void *const 
               op, i);
 }
 
+// The kernels' instantiations, one per supported head dim.
+template <typename Launch>
+void for_head_dim(int D, Launch launch) {
+    switch (D) {
+    case 32: launch(std::integral_constant<int, 32>()); break;
+    case 64: launch(std::integral_constant<int, 64>()); break;
+    case 128: launch(std::integral_constant<int, 128>()); break;
+    default: launch(std::integral_constant<int, 256>()); break;
+    }
+}
+
 }  // namespace
+
+bool qk_norm_rope_supports_head_dim(int D) { return D == 32 || D == 64 || D == 128 || D == 256; }
 
 void qk_norm_rope_forward_cuda(bf16 *q_out, bf16 *k_out, float *q_rstd, float *k_rstd,
                                const bf16 *q, const bf16 *k, const bf16 *q_weight,
@@ -241,12 +245,10 @@ void qk_norm_rope_forward_cuda(bf16 *q_out, bf16 *k_out, float *q_rstd, float *k
     const int64_t n_rows = (int64_t)N * (H + KV);
     const int slots = QK_THREADS / (D / 8);
     const unsigned blocks = grid_for((n_rows + slots - 1) / slots, 1);
-    if (D == 128)
-        qk_norm_rope_forward_kernel<128><<<blocks, QK_THREADS, 0, stream>>>(
+    for_head_dim(D, [&](auto dim) {
+        qk_norm_rope_forward_kernel<dim.value><<<blocks, QK_THREADS, 0, stream>>>(
             q_out, k_out, q_rstd, k_rstd, q, k, q_weight, k_weight, cos_sin, rows, eps);
-    else
-        qk_norm_rope_forward_kernel<64><<<blocks, QK_THREADS, 0, stream>>>(
-            q_out, k_out, q_rstd, k_rstd, q, k, q_weight, k_weight, cos_sin, rows, eps);
+    });
     cudaCheckLaunch();
 }
 
@@ -270,14 +272,11 @@ void qk_norm_rope_merge_qkv_backward_cuda(bf16 *dqkv, float *dq_weight, float *d
     plan_part((int64_t)N * KV, slots, INT32_MAX / 4, &plan.blocks_v, &plan.rows_per_block_v);
     const QkRows rows = {N, H, KV};
     const unsigned blocks = (unsigned)(plan.blocks_q + plan.blocks_k + plan.blocks_v);
-    if (D == 128)
-        qk_norm_rope_backward_kernel<128><<<blocks, QK_THREADS, 0, stream>>>(
+    for_head_dim(D, [&](auto dim) {
+        qk_norm_rope_backward_kernel<dim.value><<<blocks, QK_THREADS, 0, stream>>>(
             dqkv, s->partials, dq, dk, dv, q, k, q_weight, k_weight, q_rstd, k_rstd, cos_sin,
             rows, plan);
-    else
-        qk_norm_rope_backward_kernel<64><<<blocks, QK_THREADS, 0, stream>>>(
-            dqkv, s->partials, dq, dk, dv, q, k, q_weight, k_weight, q_rstd, k_rstd, cos_sin,
-            rows, plan);
+    });
     cudaCheckLaunch();
     qk_dweight_finish_kernel<<<2, D, 0, stream>>>(dq_weight, dk_weight, s->partials, plan.blocks_q,
                                                   plan.blocks_k, D);

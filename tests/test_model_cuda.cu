@@ -46,7 +46,7 @@ static TokenizedSample random_conversation(int vocab, int line, bool history_thi
     s.kind = SAMPLE_CONVERSATION;
     s.n_turns = history_thinking ? 3 : test_rng_int(&rng, 1, 3);
     s.line = line;
-    s.turns = (TurnTokens *)xmalloc((size_t)s.n_turns * sizeof(TurnTokens));
+    s.turns = (TurnTokens *)xcalloc((size_t)s.n_turns, sizeof(TurnTokens));
     for (int t = 0; t < s.n_turns; t++) {
         s.turns[t].prompt = random_span(test_rng_int(&rng, 4, 30), vocab);
         // A quarter of the turns has no reasoning (a single answer copy under duplicate).

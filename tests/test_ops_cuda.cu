@@ -369,10 +369,11 @@ static void test_rope_qkv(void) {
 
 // Qwen3's q_norm / k_norm + RoPE, fused, against the CPU ops in sequence (rmsnorm over
 // head rows, then rope; backward: rope_backward, then rmsnorm_backward into zeros), at
-// both head dims, N not a multiple of any block's rows; the backward five times bitwise.
-static void test_qk_norm_rope(int D) {
-    printf("qk_norm + rope fused, head_dim %d\n", D);
-    const int N = 1000, H = 6, KV = 2, QKV = (H + 2 * KV) * D;
+// every head dim, N not a multiple of any block's rows (and at head_dim 256 enough rows
+// that the dweight partials' scratch caps the blocks); the backward five times bitwise.
+static void test_qk_norm_rope(int N, int D) {
+    printf("qk_norm + rope fused, N %d head_dim %d\n", N, D);
+    const int H = 6, KV = 2, QKV = (H + 2 * KV) * D;
     const float theta = 1000000.0f, eps = 1e-6f;
     const size_t nq = (size_t)N * H * D, nkv = (size_t)N * KV * D, nqkv = (size_t)N * QKV;
     int32_t *pos = (int32_t *)xmalloc(N * sizeof(int32_t));
@@ -782,8 +783,10 @@ int main(void) {
     test_rope();
     test_rope_scaled();
     test_rope_qkv();
-    test_qk_norm_rope(128);
-    test_qk_norm_rope(64);
+    test_qk_norm_rope(1000, 128);
+    test_qk_norm_rope(1000, 64);
+    test_qk_norm_rope(1000, 32);
+    test_qk_norm_rope(4100, 256);
     test_bias();
     test_swiglu();
     test_matmul();

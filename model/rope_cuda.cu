@@ -48,39 +48,39 @@ __global__ void rope_angles_kernel(float2 *cos_sin, const int32_t *pos, int N, i
         cos_sin[idx] = rope_cos_sin(pos[idx / half], (int)(idx % half), freqs);
 }
 
-// One thread per (token, head of any group, pack of VEC frequencies i): it takes those
-// angles (from the table cos_sin [N, half] when given, else computed) and rotates pairs
-// (i, i + half) of its head, or copies them. direction = +1 forward, -1 inverse (the
-// backward). A thread per head (not per token) keeps enough loads in flight.
+// One block per token row (grid-stride over rows), one thread per (head of any group,
+// pack of VEC frequencies i): it takes those angles (from the table cos_sin [N, half]
+// when given, else computed) and rotates pairs (i, i + half) of its head, or copies them.
+// direction = +1 forward, -1 inverse (the backward). The row and head come from the
+// block and thread indices: no 64-bit division per element.
 template <int VEC>
 __global__ void rope_kernel(RopeGroups g, const float2 *cos_sin, const int32_t *pos, int N,
                             int head_dim, RopeFreqs freqs, float direction) {
     const int half = head_dim / 2, packs = half / VEC;
     const int heads = g.heads[0] + g.heads[1] + g.heads[2];
-    const int64_t total = (int64_t)N * heads * packs;
-    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
-         idx += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t n = idx / ((int64_t)heads * packs);
-        int h = (int)(idx / packs % heads);
-        const int i0 = (int)(idx % packs) * VEC;
-        int group = 0;
-        while (h >= g.heads[group]) h -= g.heads[group++];
-        const bf16 *src = g.src[group] + n * g.src_ld[group] + h * head_dim + i0;
-        bf16 *dst = g.dst[group] + n * g.dst_ld[group] + h * head_dim + i0;
-        Pack<bf16, VEC> x1 = load_bf16s<VEC>(src), x2 = load_bf16s<VEC>(src + half);
-        if (g.rotate[group]) {
+    for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+        for (int t = threadIdx.x; t < heads * packs; t += blockDim.x) {
+            int h = t / packs;
+            const int i0 = (t - h * packs) * VEC;
+            int group = 0;
+            while (h >= g.heads[group]) h -= g.heads[group++];
+            const bf16 *src = g.src[group] + n * g.src_ld[group] + h * head_dim + i0;
+            bf16 *dst = g.dst[group] + n * g.dst_ld[group] + h * head_dim + i0;
+            Pack<bf16, VEC> x1 = load_bf16s<VEC>(src), x2 = load_bf16s<VEC>(src + half);
+            if (g.rotate[group]) {
 #pragma unroll
-            for (int j = 0; j < VEC; j++) {
-                const float2 cs = cos_sin ? cos_sin[n * half + i0 + j]
-                                          : rope_cos_sin(pos[n], i0 + j, freqs);
-                const float cos_f = cs.x, sin_f = direction * cs.y;
-                const float a = __bfloat162float(x1.x[j]), b = __bfloat162float(x2.x[j]);
-                x1.x[j] = __float2bfloat16_rn(a * cos_f - b * sin_f);
-                x2.x[j] = __float2bfloat16_rn(b * cos_f + a * sin_f);
+                for (int j = 0; j < VEC; j++) {
+                    const float2 cs = cos_sin ? cos_sin[n * half + i0 + j]
+                                              : rope_cos_sin(pos[n], i0 + j, freqs);
+                    const float cos_f = cs.x, sin_f = direction * cs.y;
+                    const float a = __bfloat162float(x1.x[j]), b = __bfloat162float(x2.x[j]);
+                    x1.x[j] = __float2bfloat16_rn(a * cos_f - b * sin_f);
+                    x2.x[j] = __float2bfloat16_rn(b * cos_f + a * sin_f);
+                }
             }
+            store_bf16s<VEC>(dst, x1);
+            store_bf16s<VEC>(dst + half, x2);
         }
-        store_bf16s<VEC>(dst, x1);
-        store_bf16s<VEC>(dst + half, x2);
     }
 }
 
@@ -100,15 +100,19 @@ static void rope_launch(const char *op, RopeGroups g, const float2 *cos_sin, con
             packed = packed && pack_aligned(g.src[i], 16) && pack_aligned(g.dst[i], 16) &&
                      g.src_ld[i] % 8 == 0 && g.dst_ld[i] % 8 == 0;
     const int vec = packed ? 8 : 1;
-    const int64_t total = (int64_t)N * (g.heads[0] + g.heads[1] + g.heads[2]) * (head_dim / 2 / vec);
-    const unsigned blocks = grid_for(total, ELEMENTWISE_THREADS);
+    const int64_t per_row = (int64_t)(g.heads[0] + g.heads[1] + g.heads[2]) * (head_dim / 2 / vec);
+    CHECK(per_row <= INT32_MAX, "%s: %lld threads' work per token row", op, (long long)per_row);
+    // Threads of a row rounded up to whole warps, at most ELEMENTWISE_THREADS (they loop).
+    const int threads = per_row >= ELEMENTWISE_THREADS ? ELEMENTWISE_THREADS
+                                                       : (int)(per_row + 31) / 32 * 32;
+    const unsigned blocks = grid_for(N, 1);
     const RopeFreqs freqs = rope_freqs(op, head_dim, theta, scaling);
     if (packed)
-        rope_kernel<8><<<blocks, ELEMENTWISE_THREADS, 0, stream>>>(g, cos_sin, pos, N, head_dim,
-                                                                   freqs, direction);
+        rope_kernel<8><<<blocks, threads, 0, stream>>>(g, cos_sin, pos, N, head_dim, freqs,
+                                                       direction);
     else
-        rope_kernel<1><<<blocks, ELEMENTWISE_THREADS, 0, stream>>>(g, cos_sin, pos, N, head_dim,
-                                                                   freqs, direction);
+        rope_kernel<1><<<blocks, threads, 0, stream>>>(g, cos_sin, pos, N, head_dim, freqs,
+                                                       direction);
     cudaCheckLaunch();
 }
 

@@ -7,19 +7,32 @@
 
 namespace {
 
-// The forward block takes three adjacent query tiles, one per warpgroup, which share
-// every K/V tile loaded into shared memory (a K/V tile serves 192 queries). 384 threads
-// leave 168 registers each: Q stays in registers at D = 64 (150 used); at D = 128 it
-// would not fit (198 with two warpgroups), so there each warpgroup's Q tile sits in
-// shared memory. The first two warpgroups issue the copies (the loaders want 8-row passes).
-constexpr int FWD_Q_TILES = 3;
-constexpr int FWD_THREADS = FWD_Q_TILES * NUM_THREADS;
+// A forward block takes Q_TILES adjacent query tiles, one per warpgroup, which share every
+// K/V tile loaded into shared memory, and walks the union of their key tiles STEP_TILES
+// tiles (a step) at a time: per step each warpgroup computes S = Q K^T over the step's
+// 64 * STEP_TILES keys and O += P V. Longer steps pay the per-step costs (barrier, walk,
+// row maximum shuffles, waits) once for more tensor work. The copies of step j + LEAD are
+// issued while step j runs. The first two warpgroups issue the copies (the loaders want
+// 8-row passes).
+template <int D>
+struct FwdConfig;
+// D = 64: three warpgroups (a K/V tile serves 192 queries; 384 threads leave 168
+// registers each), 64-key steps, Q in registers (Q 16 + O 32 + S 32 + P 16).
+template <>
+struct FwdConfig<64> {
+    static constexpr int Q_TILES = 3, STEP_TILES = 1, LEAD = 3;
+    static constexpr bool Q_IN_SMEM = false;
+};
+// D = 128: two warpgroups (255 registers each), 128-key steps (O 64 + S 64 + P 32), Q in
+// shared memory; K/V of one step are 64 KiB, so the copies run one step ahead.
+template <>
+struct FwdConfig<128> {
+    static constexpr int Q_TILES = 2, STEP_TILES = 2, LEAD = 2;
+    static constexpr bool Q_IN_SMEM = true;
+};
 constexpr int FWD_LOAD_THREADS = 2 * NUM_THREADS;
-constexpr bool fwd_q_in_smem(int D) { return D == 128; }
-
-// K/V ring depth: tile j + 1 must be resident while tile j's P V runs, and tile
-// j + FWD_STAGES - 1 is loaded meanwhile (two tiles of lead for the copies).
-constexpr int FWD_STAGES = 4;
+template <int D>
+constexpr int fwd_threads() { return FwdConfig<D>::Q_TILES * NUM_THREADS; }
 
 // ---------------------------------------------------------------- params
 
@@ -39,58 +52,98 @@ FwdParams fwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q
 
 // ---------------------------------------------------------------- shared memory
 
-// The block's key tiles are the union of the lists of its three query tiles: `walk` is
-// advanced by thread 0 only (per-thread merge state would hold 16 registers across the
-// main loop), which publishes step j + i in step[(j + i) % FWD_STAGES].
-typedef TileStep<FWD_Q_TILES> FwdStep;
+// The block's key tiles are the union of the lists of its query tiles: `walk` is advanced
+// by thread 0 only (per-thread merge state would hold 16 registers across the main loop),
+// which publishes step j in step[j % (LEAD + 1)]. A step's later tiles may be past the
+// end of the walk (done): those are staged as zeros that no query sees.
+template <int D>
+struct FwdStep {
+    TileStep<FwdConfig<D>::Q_TILES> tile[FwdConfig<D>::STEP_TILES];
+    __device__ bool done() const { return tile[0].done(); }
+};
+
+// The ring of steps: step j's K in k[j % LEAD] (with its intervals), its V in
+// v[j % (LEAD + 1)]. S(j + 1) and P(j) V(j) run together, so K(j + 1 .. j + LEAD) and
+// V(j .. j + LEAD) are resident or in flight. A slot holds a step's tiles as one swizzled
+// tile of 64 * STEP_TILES rows (the B operand of one wgmma per 16-wide slice).
+template <int D, int LEAD = FwdConfig<D>::LEAD, int KEYS = FwdConfig<D>::STEP_TILES * BN>
+struct FwdRing {
+    alignas(1024) bf16 k[LEAD][KEYS * D];
+    alignas(1024) bf16 v[LEAD + 1][KEYS * D];
+    int32_t lo[LEAD][KEYS], hi[LEAD][KEYS];
+};
 
 // The block's Q tiles, swizzled (K-major A operands), where Q lives in shared memory.
-template <int D, bool IN_SMEM = fwd_q_in_smem(D)>
+template <int D, bool IN_SMEM = FwdConfig<D>::Q_IN_SMEM>
 struct FwdQTiles {
-    alignas(1024) bf16 q[FWD_Q_TILES][BM * D];
+    alignas(1024) bf16 q[FwdConfig<D>::Q_TILES][BM * D];
 };
 template <int D>
 struct FwdQTiles<D, false> {};
 
 template <int D>
 struct FwdSmem {
-    KeyRing<D, FWD_STAGES> keys;
+    FwdRing<D> ring;
     FwdQTiles<D> q;
-    MergedLines<FWD_Q_TILES> walk;
-    FwdStep step[FWD_STAGES];
+    MergedLines<FwdConfig<D>::Q_TILES> walk;
+    FwdStep<D> step[FwdConfig<D>::LEAD + 1];
 };
 
 // ---------------------------------------------------------------- scheduler
 
-// Grid (n_heads, ceil(n_q_tiles / 3), batch); query tiles in reverse so the longest
+// Grid (n_heads, ceil(n_q_tiles / Q_TILES), batch); query tiles in reverse so the longest
 // (causal) start first. Warpgroup w owns query tile q_tile0 + w.
 struct FwdBlock {
     int head, kv_head, batch, q_tile0;
 };
 
+template <int D>
 __device__ __forceinline__ FwdBlock fwd_block(const AttnDims &d) {
     const int head = blockIdx.x;
-    return {head, head / d.group, (int)blockIdx.z, (int)(gridDim.y - 1 - blockIdx.y) * FWD_Q_TILES};
+    return {head, head / d.group, (int)blockIdx.z, (int)(gridDim.y - 1 - blockIdx.y) * FwdConfig<D>::Q_TILES};
 }
 
-dim3 fwd_grid(const AttnDims &d) { return dim3(d.n_heads, n_tiles(d.n_q_tiles, FWD_Q_TILES), d.batch); }
+template <int D>
+dim3 fwd_grid(const AttnDims &d) { return dim3(d.n_heads, n_tiles(d.n_q_tiles, FwdConfig<D>::Q_TILES), d.batch); }
+
+// Thread 0: the next step of the walk.
+template <int D>
+__device__ __forceinline__ FwdStep<D> next_step(FwdSmem<D> &smem) {
+    FwdStep<D> step;
+#pragma unroll
+    for (int t = 0; t < FwdConfig<D>::STEP_TILES; t++) step.tile[t] = smem.walk.next();
+    return step;
+}
 
 // Thread 0: the walk over the merged lists of the block's query tiles, and its first
-// FWD_STAGES steps.
+// LEAD + 1 steps.
 template <int D>
 __device__ __forceinline__ void start_walk(FwdSmem<D> &smem, const TileListsView &by_query, const FwdBlock &blk) {
     smem.walk.init(by_query, blk.batch, blk.q_tile0);
 #pragma unroll
-    for (int i = 0; i < FWD_STAGES; i++) smem.step[i] = smem.walk.next();
+    for (int i = 0; i <= FwdConfig<D>::LEAD; i++) smem.step[i] = next_step(smem);
 }
 
 // ---------------------------------------------------------------- main-loop pieces
 
-// One cp.async group per step: its key tile into ring stage `stage`, none past the end.
+// One cp.async group per step: step j's key tiles into its ring slots, none past the end;
+// a missing later tile of the step as zeros with lo = hi = 0 (a zero source length reads
+// nothing), so its scores are hidden and its V rows are finite.
 template <int D>
-__device__ __forceinline__ void load_step(FwdSmem<D> &smem, const KeySource &src, const FwdStep &step, int stage) {
-    if (!step.done() && threadIdx.x < FWD_LOAD_THREADS)
-        load_key_tile<FWD_LOAD_THREADS>(smem.keys, stage, src, step.tile);
+__device__ __forceinline__ void load_step(FwdSmem<D> &smem, const KeySource &src, const FwdStep<D> &step, int j) {
+    constexpr int LEAD = FwdConfig<D>::LEAD, KEYS = FwdConfig<D>::STEP_TILES * BN;
+    if (!step.done() && threadIdx.x < FWD_LOAD_THREADS) {
+        const int ks = j % LEAD, vs = j % (LEAD + 1);
+#pragma unroll
+        for (int t = 0; t < FwdConfig<D>::STEP_TILES; t++) {
+            const bool missing = step.tile[t].done();
+            KeySource from = src;
+            from.seq_len = missing ? 0 : src.seq_len;
+            load_keys<FWD_LOAD_THREADS, D, KEYS>(smem.ring.k[ks] + t * BN * 64, smem.ring.v[vs] + t * BN * 64,
+                                                 smem.ring.lo[ks] + t * BN, smem.ring.hi[ks] + t * BN, from,
+                                                 missing ? 0 : step.tile[t].tile);
+        }
+    }
     cp_async_commit();
 }
 
@@ -113,37 +166,44 @@ __device__ __forceinline__ void load_q_frags(uint32_t (&q_frag)[D / 16][4], cons
     }
 }
 
-// Issues S = Q K^T for one key tile (K-major, from the ring); the caller commits.
-template <int D>
-__device__ __forceinline__ void issue_scores(float (&s)[BN / 8][4], const uint32_t (&q_frag)[D / 16][4],
+// Issues S = Q K^T for the KEYS keys of one step (K-major, from the ring); the caller commits.
+template <int D, int KEYS>
+__device__ __forceinline__ void issue_scores(float (&s)[KEYS / 8][4], const uint32_t (&q_frag)[D / 16][4],
                                              const bf16 *t_k) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++)
-        wgmma::mma_rs_n64<0>(s, q_frag[kk], wgmma::desc_k_major(t_k, BN, 16 * kk), kk > 0);
+        wgmma::mma_rs<KEYS, 0>(s, q_frag[kk], wgmma::desc_k_major(t_k, KEYS, 16 * kk), kk > 0);
 }
 
 // The same with Q from the warpgroup's shared-memory tile (both operands K-major).
-template <int D>
-__device__ __forceinline__ void issue_scores(float (&s)[BN / 8][4], const bf16 *t_q, const bf16 *t_k) {
+template <int D, int KEYS>
+__device__ __forceinline__ void issue_scores(float (&s)[KEYS / 8][4], const bf16 *t_q, const bf16 *t_k) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++)
-        wgmma::mma_ss_n64<0, 0>(s, wgmma::desc_k_major(t_q, BM, 16 * kk), wgmma::desc_k_major(t_k, BN, 16 * kk),
-                                kk > 0);
+        wgmma::mma_ss<KEYS, 0, 0>(s, wgmma::desc_k_major(t_q, BM, 16 * kk), wgmma::desc_k_major(t_k, KEYS, 16 * kk),
+                                  kk > 0);
 }
 
-// Issues O += P V for one key tile (V MN-major, from the ring); the caller commits.
-template <int D>
-__device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&p_frag)[BN / 16][4],
+// Issues O += P V for the KEYS keys of one step (V MN-major, from the ring); the caller commits.
+template <int D, int KEYS>
+__device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&p_frag)[KEYS / 16][4],
                                          const bf16 *t_v) {
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; kk++)
-        wgmma::mma_rs<D, 1>(o, p_frag[kk], wgmma::desc_mn_major(t_v, BN, 16 * kk, 0), true);
+    for (int kk = 0; kk < KEYS / 16; kk++)
+        wgmma::mma_rs<D, 1>(o, p_frag[kk], wgmma::desc_mn_major(t_v, KEYS, 16 * kk, 0), true);
 }
 
 // ---------------------------------------------------------------- online softmax
 
+// A row maximum that grows by at most RESCALE_SLACK (base-2 units) is not taken up (FA4):
+// P stays relative to the older maximum, so P <= 2^8 (fine for the fp32 sums and bf16 P),
+// and since the final normalisation and the LSE use that same maximum the result is the
+// same softmax. O is rescaled only when a row of the warp moved further, which after the
+// first steps is rare.
+constexpr float RESCALE_SLACK = 8.0f;
+
 // Running softmax state of this thread's two rows (accumulator rows lane/4 and lane/4 + 8)
-// in scaled base-2 units: the row maximum and this thread's part of the row sum.
+// in scaled base-2 units: the row maximum used so far and this thread's part of the row sum.
 struct OnlineSoftmax {
     float row_max[2], row_sum[2];
 
@@ -152,23 +212,28 @@ struct OnlineSoftmax {
         row_sum[0] = row_sum[1] = 0.0f;
     }
 
-    // The masked scores of one key tile become P = 2^(s * scale_log2 - new maximum);
-    // rescale[r] is what O's row r must be multiplied by.
-    __device__ void update(float (&s)[BN / 8][4], float scale_log2, float (&rescale)[2]) {
+    // The masked scores of one step become P = 2^(s * scale_log2 - row maximum); where a
+    // row's maximum moved, rescale[r] is what O's row r must be multiplied by (else 1).
+    // Returns whether either row moved.
+    template <int NJ>
+    __device__ bool update(float (&s)[NJ][4], float scale_log2, float (&rescale)[2]) {
+        bool moved = false;
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             float tile_max = -INFINITY;
 #pragma unroll
-            for (int j = 0; j < BN / 8; j++) tile_max = fmaxf(tile_max, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+            for (int j = 0; j < NJ; j++) tile_max = fmaxf(tile_max, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
             tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 1));
             tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 2));
-            const float new_max = fmaxf(row_max[r], tile_max * scale_log2);
-            const float base = new_max == -INFINITY ? 0.0f : new_max;  // all hidden so far: p = 0
-            rescale[r] = fast_exp2(row_max[r] - base);
-            row_max[r] = new_max;
+            tile_max *= scale_log2;
+            const bool grow = tile_max > row_max[r] + RESCALE_SLACK;  // -inf + 8: the first visible step
+            rescale[r] = grow ? fast_exp2(row_max[r] - tile_max) : 1.0f;
+            if (grow) row_max[r] = tile_max;
+            moved |= grow;
+            const float base = row_max[r] == -INFINITY ? 0.0f : row_max[r];  // all hidden so far: p = 0
             float sum = 0.0f;
 #pragma unroll
-            for (int j = 0; j < BN / 8; j++) {
+            for (int j = 0; j < NJ; j++) {
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     const float p = fast_exp2(fmaf(s[j][2 * r + e], scale_log2, -base));
@@ -178,6 +243,7 @@ struct OnlineSoftmax {
             }
             row_sum[r] = row_sum[r] * rescale[r] + sum;
         }
+        return moved;
     }
 
     template <int N>
@@ -233,20 +299,21 @@ __device__ __forceinline__ void store_out_lse(const FwdParams &p, const FwdBlock
 
 // ---------------------------------------------------------------- kernel
 
-// The warpgroups walk the merged key tiles and share each K/V tile of the ring. Q is the
-// A operand of S = Q K^T: registers at D = 64, the warpgroup's shared-memory tile at
-// D = 128. Per key tile j, software-pipelined
-// inside the warpgroup: issue S(j+1) = Q K(j+1)^T and O += P(j) V(j), then mask and
-// softmax S(j+1) while P(j) V(j) still runs on the tensor cores, then rescale O once it
-// has landed. Registers at D = 128: O 64 + S 32 + P 16 per thread (166 used), at D = 64
-// Q 16 + O 32 + S 32 + P 16 (150 used): one block of 384 threads per SM.
+// The warpgroups walk the merged key tiles a step at a time and share each step's K/V of
+// the ring. Q is the A operand of S = Q K^T: registers at D = 64, the warpgroup's
+// shared-memory tile at D = 128. Per step j, software-pipelined inside the warpgroup:
+// issue S(j+1) = Q K(j+1)^T and O += P(j) V(j), then mask and softmax S(j+1) while
+// P(j) V(j) still runs on the tensor cores, then rescale O once it has landed (only if
+// a row maximum moved). One block per SM (FwdConfig has the registers).
 template <int D>
-__global__ void __launch_bounds__(FWD_THREADS, 1) attn_fwd_kernel(const __grid_constant__ FwdParams p) {
+__global__ void __launch_bounds__(fwd_threads<D>(), 1) attn_fwd_kernel(const __grid_constant__ FwdParams p) {
     static_assert(sizeof(FwdSmem<D>) <= MAX_SMEM_PER_BLOCK, "shared memory of one block");
+    typedef FwdConfig<D> C;
+    constexpr int LEAD = C::LEAD, KEYS = C::STEP_TILES * BN;
     extern __shared__ unsigned char smem_raw[];
     FwdSmem<D> &smem = *reinterpret_cast<FwdSmem<D> *>(smem_raw);
     const AttnDims &d = p.dims;
-    const FwdBlock blk = fwd_block(d);
+    const FwdBlock blk = fwd_block<D>(d);
     const int wg = threadIdx.x / NUM_THREADS;
     const int q_row = (blk.q_tile0 + wg) * BM + warp_row();
     const int64_t kv_off = blk.batch * d.kv_batch_stride + blk.kv_head * D;
@@ -255,35 +322,43 @@ __global__ void __launch_bounds__(FWD_THREADS, 1) attn_fwd_kernel(const __grid_c
 
     if (threadIdx.x == 0) start_walk(smem, p.mask.by_query, blk);
     __syncthreads();  // smem.step
-    FwdStep step = smem.step[0];
+    FwdStep<D> step = smem.step[0];
     const bf16 *q_head = p.q + blk.batch * d.q_batch_stride + blk.head * D;
     uint32_t q_frag[D / 16][4];  // Q in registers (unused where it is in shared memory)
-    if constexpr (fwd_q_in_smem(D)) {  // the Q tiles join step 0's copy group
+    if constexpr (C::Q_IN_SMEM) {  // the Q tiles join step 0's copy group
         if (!step.done() && threadIdx.x < FWD_LOAD_THREADS)
 #pragma unroll
-            for (int t = 0; t < FWD_Q_TILES; t++)
+            for (int t = 0; t < C::Q_TILES; t++)
                 load_tile_swizzled<BM, D, FWD_LOAD_THREADS>(smem.q.q[t], q_head, d.q_row_stride,
                                                             (blk.q_tile0 + t) * BM, d.seq_len);
     } else {
         load_q_frags<D>(q_frag, q_head, d.q_row_stride, q_row, d.seq_len, !step.done());
     }
 #pragma unroll
-    for (int i = 0; i < FWD_STAGES - 1; i++) load_step(smem, keys, smem.step[i], i);
+    for (int i = 0; i < LEAD; i++) load_step(smem, keys, smem.step[i], i);
 
-    float o[D / 8][4];            // [64 x D] unnormalised output over the warpgroup
-    float s[BN / 8][4];           // [64 x BN] scores of the next key tile
-    uint32_t p_frag[BN / 16][4];  // P of this key tile as A fragments (k = keys)
+    float o[D / 8][4];              // [64 x D] unnormalised output over the warpgroup
+    float s[KEYS / 8][4];           // [64 x KEYS] scores of the next step
+    uint32_t p_frag[KEYS / 16][4];  // P of this step as A fragments (k = keys)
     float rescale[2];
     OnlineSoftmax softmax;
     softmax.init();
     zero(o);
-    auto scores = [&](int stage) {  // issues S = Q K^T of the key tile in `stage`
-        if constexpr (fwd_q_in_smem(D)) issue_scores<D>(s, smem.q.q[wg], smem.keys.k[stage]);
-        else issue_scores<D>(s, q_frag, smem.keys.k[stage]);
+    auto scores = [&](int j) {  // issues S = Q K^T of step j
+        if constexpr (C::Q_IN_SMEM) issue_scores<D, KEYS>(s, smem.q.q[wg], smem.ring.k[j % LEAD]);
+        else issue_scores<D, KEYS>(s, q_frag, smem.ring.k[j % LEAD]);
+    };
+    auto mask = [&](const FwdStep<D> &st, int j) {  // the hidden scores of step j
+#pragma unroll
+        for (int t = 0; t < C::STEP_TILES; t++) {
+            const TileStep<C::Q_TILES> &tile = st.tile[t];
+            mask_tile(s, tile.of(wg), !tile.done() && ragged_tile(tile.tile, d.seq_len),
+                      smem.ring.lo[j % LEAD] + t * BN, smem.ring.hi[j % LEAD] + t * BN, q_row, t * BN / 8);
+        }
     };
 
     if (!step.done()) {  // step 0: scores and P before the pipelined loop
-        cp_async_wait<FWD_STAGES - 2>();
+        cp_async_wait<LEAD - 1>();
         wgmma::fence_async_shared();
         __syncthreads();  // step 0 landed
         wgmma::fence();
@@ -291,50 +366,47 @@ __global__ void __launch_bounds__(FWD_THREADS, 1) attn_fwd_kernel(const __grid_c
         wgmma::commit();
         wgmma::wait<0>();
         wgmma::pin(s);
-        mask_tile(s, step.of(wg), ragged_tile(step.tile, d.seq_len), smem.keys.lo[0], smem.keys.hi[0], q_row);
+        mask(step, 0);
         softmax.update(s, d.scale_log2, rescale);
-        acc_to_a<BN>(p_frag, s);  // O is still 0: no rescale
+        acc_to_a<KEYS>(p_frag, s);  // O is still 0: no rescale
     }
     // Step j's P is in p_frag. The wgmma sequences carry no branch between issue and
     // wait (ptxas serializes them otherwise), so the last step's P V is peeled off.
     for (int j = 0; !step.done(); j++) {
-        const int stage = j % FWD_STAGES, next_stage = (j + 1) % FWD_STAGES;
-        const FwdStep next = smem.step[next_stage];
-        const bf16 *t_v = smem.keys.v[stage];
+        const FwdStep<D> next = smem.step[(j + 1) % (LEAD + 1)];
+        const bf16 *t_v = smem.ring.v[j % (LEAD + 1)];
         if (next.done()) {
             wgmma::fence();
-            issue_pv<D>(o, p_frag, t_v);
+            issue_pv<D, KEYS>(o, p_frag, t_v);
             wgmma::commit();
             wgmma::wait<0>();
             wgmma::pin(o);
             wgmma::pin(p_frag);
             break;
         }
-        cp_async_wait<FWD_STAGES - 3>();
+        cp_async_wait<LEAD - 2>();
         wgmma::fence_async_shared();
-        // Step j + 1 landed; every warpgroup has finished step j - 1, so its stage
-        // (the slot of step j + FWD_STAGES - 1) is free, and the published step j + 1
-        // is read by everyone before thread 0 reuses the slot of step j.
+        // Step j + 1 landed; every warpgroup has finished step j - 1, so K(j) and V(j - 1)
+        // are free for step j + LEAD, and the published step j + 1 is read by everyone
+        // before thread 0 reuses the slot of step j.
         __syncthreads();
-        const int refill = (j + FWD_STAGES - 1) % FWD_STAGES;
-        load_step(smem, keys, smem.step[refill], refill);
-        if (threadIdx.x == 0) smem.step[stage] = smem.walk.next();  // step j + FWD_STAGES
+        load_step(smem, keys, smem.step[(j + LEAD) % (LEAD + 1)], j + LEAD);
+        if (threadIdx.x == 0) smem.step[j % (LEAD + 1)] = next_step(smem);  // step j + LEAD + 1
 
         wgmma::fence();
-        scores(next_stage);
+        scores(j + 1);
         wgmma::commit();
-        issue_pv<D>(o, p_frag, t_v);
+        issue_pv<D, KEYS>(o, p_frag, t_v);
         wgmma::commit();
         wgmma::wait<1>();  // the scores; P V may still run
         wgmma::pin(s);
-        mask_tile(s, next.of(wg), ragged_tile(next.tile, d.seq_len), smem.keys.lo[next_stage],
-                  smem.keys.hi[next_stage], q_row);
-        softmax.update(s, d.scale_log2, rescale);
+        mask(next, j + 1);
+        const bool moved = softmax.update(s, d.scale_log2, rescale);
         wgmma::wait<0>();
         wgmma::pin(o);
         wgmma::pin(p_frag);
-        OnlineSoftmax::rescale_o(o, rescale);
-        acc_to_a<BN>(p_frag, s);
+        if (__any_sync(0xffffffff, moved)) OnlineSoftmax::rescale_o(o, rescale);
+        acc_to_a<KEYS>(p_frag, s);
         step = next;
     }
 
@@ -346,7 +418,7 @@ __global__ void __launch_bounds__(FWD_THREADS, 1) attn_fwd_kernel(const __grid_c
 
 template <int D>
 void forward(const FwdParams &p, cudaStream_t stream) {
-    launch(attn_fwd_kernel<D>, fwd_grid(p.dims), FWD_THREADS, sizeof(FwdSmem<D>), stream, p);
+    launch(attn_fwd_kernel<D>, fwd_grid<D>(p.dims), fwd_threads<D>(), sizeof(FwdSmem<D>), stream, p);
 }
 
 }  // namespace

@@ -246,18 +246,18 @@ __device__ __forceinline__ void load_pair64(T *dst_a, T *dst_b, const T *a, cons
 }
 
 // Rows [row0, row0 + ROWS) of one head of a [seq_len, row_stride] bf16 matrix into a
-// 128-byte-swizzled shared tile (wgmma.cuh) by all THREADS threads of the block; rows past
-// seq_len become zeros. A thread copies the same 16-byte column chunk of rows r0,
+// 128-byte-swizzled shared tile (wgmma.cuh) of DST_ROWS rows (`tile` points at the first
+// row written) by all THREADS threads of the block; rows past seq_len become zeros. A thread copies the same 16-byte column chunk of rows r0,
 // r0 + PASS_ROWS, ...: PASS_ROWS is a multiple of 8, so the swizzle pattern is the same
 // for each and one shared offset and one source pointer serve every pass (few registers
 // held across the main loops).
-template <int ROWS, int D, int THREADS = NUM_THREADS>
+template <int ROWS, int D, int THREADS = NUM_THREADS, int DST_ROWS = ROWS>
 __device__ __forceinline__ void load_tile_swizzled(bf16 *tile, const bf16 *head_base, int row_stride,
                                                    int row0, int seq_len) {
     constexpr int CHUNKS = D / 8, PASS_ROWS = THREADS / CHUNKS;  // 16-byte pieces per row
     static_assert(PASS_ROWS % 8 == 0 && ROWS % PASS_ROWS == 0, "whole swizzle periods per pass");
     const int r0 = threadIdx.x / CHUNKS, c = (threadIdx.x % CHUNKS) * 8;
-    bf16 *dst = tile + wgmma::swizzled_offset(r0, c, ROWS);
+    bf16 *dst = tile + wgmma::swizzled_offset(r0, c, DST_ROWS);
     const bf16 *src = head_base + (int64_t)(row0 + r0) * row_stride + c;
 #pragma unroll
     for (int n = 0; n < ROWS / PASS_ROWS; n++) {
@@ -283,23 +283,32 @@ struct KeySource {
     int row_stride, seq_len;
 };
 
-// Key tile `tile` into stage `stage` of a ring, by THREADS threads (the intervals by the
-// first 128); keys past seq_len are zeros with lo = hi = 0. Issues the copies only.
+// Key tile `tile` into K and V tiles of DST_ROWS rows (k and v point at the tile's first
+// row) and its intervals, by THREADS threads (the intervals by the first 128); keys past
+// seq_len are zeros with lo = hi = 0. Issues the copies only.
+template <int THREADS, int D, int DST_ROWS = BN>
+__device__ __forceinline__ void load_keys(bf16 *k, bf16 *v, int32_t *lo, int32_t *hi, const KeySource &src,
+                                          int tile) {
+    const int k0 = tile * BN;
+    load_tile_swizzled<BN, D, THREADS, DST_ROWS>(k, src.k, src.row_stride, k0, src.seq_len);
+    load_tile_swizzled<BN, D, THREADS, DST_ROWS>(v, src.v, src.row_stride, k0, src.seq_len);
+    if (THREADS == NUM_THREADS || threadIdx.x < NUM_THREADS) load_pair64(lo, hi, src.lo, src.hi, k0, src.seq_len);
+}
+
+// Key tile `tile` into stage `stage` of a ring.
 template <int THREADS, int D, int STAGES>
 __device__ __forceinline__ void load_key_tile(KeyRing<D, STAGES> &ring, int stage, const KeySource &src, int tile) {
-    const int k0 = tile * BN;
-    load_tile_swizzled<BN, D, THREADS>(ring.k[stage], src.k, src.row_stride, k0, src.seq_len);
-    load_tile_swizzled<BN, D, THREADS>(ring.v[stage], src.v, src.row_stride, k0, src.seq_len);
-    if (THREADS == NUM_THREADS || threadIdx.x < NUM_THREADS)
-        load_pair64(ring.lo[stage], ring.hi[stage], src.lo, src.hi, k0, src.seq_len);
+    load_keys<THREADS, D>(ring.k[stage], ring.v[stage], ring.lo[stage], ring.hi[stage], src, tile);
 }
 
 // ---------------------------------------------------------------- score masking
 
-// Scores [16 x BN] of one warp: -inf where key k (columns, lo/hi from shared memory)
-// is hidden from query q_row (accumulator row lane/4) or q_row + 8.
-__device__ __forceinline__ void mask_scores(float (&s)[BN / 8][4], const int32_t *tile_lo,
-                                            const int32_t *tile_hi, int q_row) {
+// Scores [16 x BN] of one warp (column groups [j0, j0 + BN / 8) of s, one key tile): -inf
+// where key k (columns, lo/hi from shared memory) is hidden from query q_row (accumulator
+// row lane/4) or q_row + 8.
+template <int NJ>
+__device__ __forceinline__ void mask_scores(float (&s)[NJ][4], const int32_t *tile_lo, const int32_t *tile_hi,
+                                            int q_row, int j0) {
     int l = lane_id();
 #pragma unroll
     for (int j = 0; j < BN / 8; j++) {
@@ -307,8 +316,8 @@ __device__ __forceinline__ void mask_scores(float (&s)[BN / 8][4], const int32_t
         for (int e = 0; e < 2; e++) {
             int col = 8 * j + 2 * (l % 4) + e;
             int lo = tile_lo[col], hi = tile_hi[col];
-            if (!(lo <= q_row && q_row < hi)) s[j][e] = -INFINITY;
-            if (!(lo <= q_row + 8 && q_row + 8 < hi)) s[j][2 + e] = -INFINITY;
+            if (!(lo <= q_row && q_row < hi)) s[j0 + j][e] = -INFINITY;
+            if (!(lo <= q_row + 8 && q_row + 8 < hi)) s[j0 + j][2 + e] = -INFINITY;
         }
     }
 }
@@ -316,14 +325,17 @@ __device__ __forceinline__ void mask_scores(float (&s)[BN / 8][4], const int32_t
 // The scores of a key tile that the warp's query tile sees as `cls`: a full tile needs
 // nothing unless ragged (its keys past seq_len are staged as lo = hi = 0), a partial one
 // the per-element test, and one its lists do not show (another query tile's, merged in)
-// is hidden whole.
-__device__ __forceinline__ void mask_tile(float (&s)[BN / 8][4], TileClass cls, bool ragged,
-                                          const int32_t *tile_lo, const int32_t *tile_hi, int q_row) {
+// is hidden whole. The tile's scores are column groups [j0, j0 + BN / 8) of s (a step of
+// several key tiles; j0 a compile-time constant after unrolling).
+template <int NJ>
+__device__ __forceinline__ void mask_tile(float (&s)[NJ][4], TileClass cls, bool ragged, const int32_t *tile_lo,
+                                          const int32_t *tile_hi, int q_row, int j0 = 0) {
+    static_assert(NJ % (BN / 8) == 0, "whole key tiles");
     if (cls == TileClass::Full && !ragged) return;
-    if (cls != TileClass::Empty) mask_scores(s, tile_lo, tile_hi, q_row);
+    if (cls != TileClass::Empty) mask_scores(s, tile_lo, tile_hi, q_row, j0);
     else
 #pragma unroll
-        for (int j = 0; j < BN / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = -INFINITY;
+        for (int j = 0; j < BN / 8; j++) s[j0 + j][0] = s[j0 + j][1] = s[j0 + j][2] = s[j0 + j][3] = -INFINITY;
 }
 
 // ---------------------------------------------------------------- host side

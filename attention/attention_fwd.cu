@@ -1,8 +1,11 @@
 // Block-sparse flash-attention forward over the query-major tile lists, on Hopper wgmma
 // (sm_90a). Parts, in order: params (FwdParams, built by fwd_params), shared memory
-// (FwdSmem), scheduler (FwdBlock, the tile walk in shared memory), main-loop pieces
-// (loads and products), online softmax (OnlineSoftmax), epilogue (store_out_lse), the
-// kernel, and the host entry. Shared pieces: attention_kernels.cuh.
+// (FwdSmem), scheduler (FwdBlock, the tile walk), main-loop pieces (loads and products),
+// online softmax (OnlineSoftmax), epilogue (store_out_lse), the kernels, and the host
+// entry. Two kernels, one per head dim: at D = 64 every warpgroup computes and helps
+// copy, in lock step (a block barrier per step); at D = 128 a producer warp issues the
+// copies onto mbarriers and two consumer warpgroups compute, each at its own pace
+// (FA3's warp specialisation). Shared pieces: attention_kernels.cuh.
 #include "attention/attention_kernels.cuh"
 
 namespace {
@@ -10,35 +13,39 @@ namespace {
 // A forward block takes Q_TILES adjacent query tiles, one per warpgroup, which share every
 // K/V tile loaded into shared memory, and walks the union of their key tiles STEP_TILES
 // tiles (a step) at a time: per step each warpgroup computes S = Q K^T over the step's
-// 64 * STEP_TILES keys and O += P V. Longer steps pay the per-step costs (barrier, walk,
-// row maximum shuffles, waits) once for more tensor work. The copies of step j + LEAD are
-// issued while step j runs. The first two warpgroups issue the copies (the loaders want
-// 8-row passes).
+// 64 * STEP_TILES keys and O += P V. Longer steps pay the per-step costs (walk, row
+// maximum shuffles, waits) once for more tensor work. The copies of step j + LEAD are
+// issued while step j runs.
 template <int D>
 struct FwdConfig;
 // D = 64: three warpgroups (a K/V tile serves 192 queries; 384 threads leave 168
-// registers each), 64-key steps, Q in registers (Q 16 + O 32 + S 32 + P 16).
+// registers each), 64-key steps, Q in registers (Q 16 + O 32 + S 32 + P 16); the first
+// two warpgroups issue the copies (the loaders want 8-row passes).
 template <>
 struct FwdConfig<64> {
     static constexpr int Q_TILES = 3, STEP_TILES = 1, LEAD = 3;
-    static constexpr bool Q_IN_SMEM = false;
+    static constexpr bool Q_IN_SMEM = false, SPECIALISED = false;
 };
-// D = 128: two warpgroups (255 registers each), 128-key steps (O 64 + S 64 + P 32), Q in
-// shared memory; K/V of one step are 64 KiB, so the copies run one step ahead.
+// D = 128: two consumer warpgroups (232 registers each, the producer's warpgroup keeps
+// 40), 128-key steps (O 64 + S 64 + P 32), Q in shared memory; K/V of one step are
+// 64 KiB, so K is two steps deep and V three.
 template <>
 struct FwdConfig<128> {
     static constexpr int Q_TILES = 2, STEP_TILES = 2, LEAD = 2;
-    static constexpr bool Q_IN_SMEM = true;
+    static constexpr bool Q_IN_SMEM = true, SPECIALISED = true;
 };
 constexpr int FWD_LOAD_THREADS = 2 * NUM_THREADS;
+constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
+// The consumer warpgroups, and the producer's where the kernel is warp-specialised.
 template <int D>
-constexpr int fwd_threads() { return FwdConfig<D>::Q_TILES * NUM_THREADS; }
+constexpr int fwd_threads() { return (FwdConfig<D>::Q_TILES + FwdConfig<D>::SPECIALISED) * NUM_THREADS; }
 
 // ---------------------------------------------------------------- params
 
 struct FwdParams : AttnInputs {
     bf16 *out;
-    float *lse;  // [batch, n_heads, seq_len]
+    float *lse;               // [batch, n_heads, seq_len]
+    CUtensorMap map_q, map_k, map_v;  // TMA descriptors of q, k, v (warp-specialised kernel)
 };
 
 FwdParams fwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q, const bf16 *k,
@@ -52,10 +59,11 @@ FwdParams fwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q
 
 // ---------------------------------------------------------------- shared memory
 
-// The block's key tiles are the union of the lists of its query tiles: `walk` is advanced
-// by thread 0 only (per-thread merge state would hold 16 registers across the main loop),
-// which publishes step j in step[j % (LEAD + 1)]. A step's later tiles may be past the
-// end of the walk (done): those are staged as zeros that no query sees.
+// The block's key tiles are the union of the lists of its query tiles, walked by one
+// thread (D = 64: thread 0, the walk in shared memory, since per-thread merge state would
+// hold 16 registers across the main loop; D = 128: the producer warp), which publishes
+// each step in shared memory. A step's later tiles may be past the end of the walk
+// (done): those are staged as zeros that no query sees.
 template <int D>
 struct FwdStep {
     TileStep<FwdConfig<D>::Q_TILES> tile[FwdConfig<D>::STEP_TILES];
@@ -81,12 +89,28 @@ struct FwdQTiles {
 template <int D>
 struct FwdQTiles<D, false> {};
 
+// How the block's threads hand steps over. Lock step: the walk, and step j in
+// step[j % (LEAD + 1)]. Warp-specialised: step j in step[j % LEAD], published with K(j);
+// per slot a full barrier (the producer's copies have landed) and an empty one (every
+// consumer thread is done with it), for K (with the intervals and the step) and V apart;
+// and one for the Q tiles.
+template <int D, bool SPECIALISED = FwdConfig<D>::SPECIALISED>
+struct FwdSync {
+    MergedLines<FwdConfig<D>::Q_TILES> walk;
+    FwdStep<D> step[FwdConfig<D>::LEAD + 1];
+};
+template <int D>
+struct FwdSync<D, true> {
+    static constexpr int LEAD = FwdConfig<D>::LEAD;
+    FwdStep<D> step[LEAD];
+    uint64_t full_k[LEAD], empty_k[LEAD], full_v[LEAD + 1], empty_v[LEAD + 1], full_q;
+};
+
 template <int D>
 struct FwdSmem {
     FwdRing<D> ring;
     FwdQTiles<D> q;
-    MergedLines<FwdConfig<D>::Q_TILES> walk;
-    FwdStep<D> step[FwdConfig<D>::LEAD + 1];
+    FwdSync<D> sync;
 };
 
 // ---------------------------------------------------------------- scheduler
@@ -106,22 +130,22 @@ __device__ __forceinline__ FwdBlock fwd_block(const AttnDims &d) {
 template <int D>
 dim3 fwd_grid(const AttnDims &d) { return dim3(d.n_heads, n_tiles(d.n_q_tiles, FwdConfig<D>::Q_TILES), d.batch); }
 
-// Thread 0: the next step of the walk.
+// The next step of a walk.
 template <int D>
-__device__ __forceinline__ FwdStep<D> next_step(FwdSmem<D> &smem) {
+__device__ __forceinline__ FwdStep<D> next_step(MergedLines<FwdConfig<D>::Q_TILES> &walk) {
     FwdStep<D> step;
 #pragma unroll
-    for (int t = 0; t < FwdConfig<D>::STEP_TILES; t++) step.tile[t] = smem.walk.next();
+    for (int t = 0; t < FwdConfig<D>::STEP_TILES; t++) step.tile[t] = walk.next();
     return step;
 }
 
-// Thread 0: the walk over the merged lists of the block's query tiles, and its first
-// LEAD + 1 steps.
+// Thread 0 (lock step): the walk over the merged lists of the block's query tiles, and
+// its first LEAD + 1 steps.
 template <int D>
 __device__ __forceinline__ void start_walk(FwdSmem<D> &smem, const TileListsView &by_query, const FwdBlock &blk) {
-    smem.walk.init(by_query, blk.batch, blk.q_tile0);
+    smem.sync.walk.init(by_query, blk.batch, blk.q_tile0);
 #pragma unroll
-    for (int i = 0; i <= FwdConfig<D>::LEAD; i++) smem.step[i] = next_step(smem);
+    for (int i = 0; i <= FwdConfig<D>::LEAD; i++) smem.sync.step[i] = next_step<D>(smem.sync.walk);
 }
 
 // ---------------------------------------------------------------- main-loop pieces
@@ -191,6 +215,18 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&
 #pragma unroll
     for (int kk = 0; kk < KEYS / 16; kk++)
         wgmma::mma_rs<D, 1>(o, p_frag[kk], wgmma::desc_mn_major(t_v, KEYS, 16 * kk, 0), true);
+}
+
+// The hidden scores of a step whose K slot is `ks`, for the query tile of warpgroup wg.
+template <int D>
+__device__ __forceinline__ void mask_step(float (&s)[FwdConfig<D>::STEP_TILES * BN / 8][4], const FwdStep<D> &step,
+                                          int wg, const FwdRing<D> &ring, int ks, int seq_len, int q_row) {
+#pragma unroll
+    for (int t = 0; t < FwdConfig<D>::STEP_TILES; t++) {
+        const TileStep<FwdConfig<D>::Q_TILES> &tile = step.tile[t];
+        mask_tile(s, tile.of(wg), !tile.done() && ragged_tile(tile.tile, seq_len), ring.lo[ks] + t * BN,
+                  ring.hi[ks] + t * BN, q_row, t * BN / 8);
+    }
 }
 
 // ---------------------------------------------------------------- online softmax
@@ -321,8 +357,8 @@ __global__ void __launch_bounds__(fwd_threads<D>(), 1) attn_fwd_kernel(const __g
                             p.mask.hi + (int64_t)blk.batch * d.seq_len, d.kv_row_stride, d.seq_len};
 
     if (threadIdx.x == 0) start_walk(smem, p.mask.by_query, blk);
-    __syncthreads();  // smem.step
-    FwdStep<D> step = smem.step[0];
+    __syncthreads();  // smem.sync.step
+    FwdStep<D> step = smem.sync.step[0];
     const bf16 *q_head = p.q + blk.batch * d.q_batch_stride + blk.head * D;
     uint32_t q_frag[D / 16][4];  // Q in registers (unused where it is in shared memory)
     if constexpr (C::Q_IN_SMEM) {  // the Q tiles join step 0's copy group
@@ -335,7 +371,7 @@ __global__ void __launch_bounds__(fwd_threads<D>(), 1) attn_fwd_kernel(const __g
         load_q_frags<D>(q_frag, q_head, d.q_row_stride, q_row, d.seq_len, !step.done());
     }
 #pragma unroll
-    for (int i = 0; i < LEAD; i++) load_step(smem, keys, smem.step[i], i);
+    for (int i = 0; i < LEAD; i++) load_step(smem, keys, smem.sync.step[i], i);
 
     float o[D / 8][4];              // [64 x D] unnormalised output over the warpgroup
     float s[KEYS / 8][4];           // [64 x KEYS] scores of the next step
@@ -348,14 +384,7 @@ __global__ void __launch_bounds__(fwd_threads<D>(), 1) attn_fwd_kernel(const __g
         if constexpr (C::Q_IN_SMEM) issue_scores<D, KEYS>(s, smem.q.q[wg], smem.ring.k[j % LEAD]);
         else issue_scores<D, KEYS>(s, q_frag, smem.ring.k[j % LEAD]);
     };
-    auto mask = [&](const FwdStep<D> &st, int j) {  // the hidden scores of step j
-#pragma unroll
-        for (int t = 0; t < C::STEP_TILES; t++) {
-            const TileStep<C::Q_TILES> &tile = st.tile[t];
-            mask_tile(s, tile.of(wg), !tile.done() && ragged_tile(tile.tile, d.seq_len),
-                      smem.ring.lo[j % LEAD] + t * BN, smem.ring.hi[j % LEAD] + t * BN, q_row, t * BN / 8);
-        }
-    };
+    auto mask = [&](const FwdStep<D> &st, int j) { mask_step<D>(s, st, wg, smem.ring, j % LEAD, d.seq_len, q_row); };
 
     if (!step.done()) {  // step 0: scores and P before the pipelined loop
         cp_async_wait<LEAD - 1>();
@@ -373,7 +402,7 @@ __global__ void __launch_bounds__(fwd_threads<D>(), 1) attn_fwd_kernel(const __g
     // Step j's P is in p_frag. The wgmma sequences carry no branch between issue and
     // wait (ptxas serializes them otherwise), so the last step's P V is peeled off.
     for (int j = 0; !step.done(); j++) {
-        const FwdStep<D> next = smem.step[(j + 1) % (LEAD + 1)];
+        const FwdStep<D> next = smem.sync.step[(j + 1) % (LEAD + 1)];
         const bf16 *t_v = smem.ring.v[j % (LEAD + 1)];
         if (next.done()) {
             wgmma::fence();
@@ -390,8 +419,8 @@ __global__ void __launch_bounds__(fwd_threads<D>(), 1) attn_fwd_kernel(const __g
         // are free for step j + LEAD, and the published step j + 1 is read by everyone
         // before thread 0 reuses the slot of step j.
         __syncthreads();
-        load_step(smem, keys, smem.step[(j + LEAD) % (LEAD + 1)], j + LEAD);
-        if (threadIdx.x == 0) smem.step[j % (LEAD + 1)] = next_step(smem);  // step j + LEAD + 1
+        load_step(smem, keys, smem.sync.step[(j + LEAD) % (LEAD + 1)], j + LEAD);
+        if (threadIdx.x == 0) smem.sync.step[j % (LEAD + 1)] = next_step<D>(smem.sync.walk);  // step j + LEAD + 1
 
         wgmma::fence();
         scores(j + 1);
@@ -414,11 +443,192 @@ __global__ void __launch_bounds__(fwd_threads<D>(), 1) attn_fwd_kernel(const __g
     store_out_lse<D>(p, blk, q_row, o, softmax);
 }
 
+// Warp-specialised (FA3): warp 0 of the last warpgroup produces, the other warpgroups
+// consume. The producer walks the merged lists (every lane the same walk, in registers)
+// and, per step j, waits until K slot j % LEAD is free, publishes the step there and has
+// the copy engine bring K(j) (TMA, 128-byte swizzle; a missing tile is read past the
+// tensor's end, as zeros) while its lanes copy the intervals, then the same for V(j) in
+// V slot j % (LEAD + 1). After the walk's end it publishes one done step and leaves.
+template <int D>
+__device__ __forceinline__ void produce(FwdSmem<D> &smem, const FwdParams &p, const FwdBlock &blk) {
+    typedef FwdConfig<D> C;
+    constexpr int LEAD = C::LEAD, KEYS = C::STEP_TILES * BN, STEP_BYTES = KEYS * D * (int)sizeof(bf16);
+    FwdSync<D> &sync = smem.sync;
+    const AttnDims &d = p.dims;
+    const int l = lane_id();
+    const int32_t *lo = p.mask.lo + (int64_t)blk.batch * d.seq_len, *hi = p.mask.hi + (int64_t)blk.batch * d.seq_len;
+    MergedLines<C::Q_TILES> walk;
+    walk.init(p.mask.by_query, blk.batch, blk.q_tile0);
+    FwdStep<D> step = next_step<D>(walk);
+    if (l == 0 && !step.done()) {  // (no copy may be in flight when the block ends)
+        mbar_arrive_expect_tx(&sync.full_q, C::Q_TILES * BM * D * (int)sizeof(bf16));
+#pragma unroll
+        for (int t = 0; t < C::Q_TILES; t++)
+#pragma unroll
+            for (int c = 0; c < D / 64; c++)
+                tma_load_3d(smem.q.q[t] + c * BM * 64, &p.map_q, blk.head * D + 64 * c, (blk.q_tile0 + t) * BM,
+                            blk.batch, &sync.full_q);
+    }
+    for (int j = 0;; j++, step = next_step<D>(walk)) {
+        const int ks = j % LEAD, vs = j % (LEAD + 1);
+        if (j >= LEAD) mbar_wait(&sync.empty_k[ks], (j / LEAD + 1) & 1);
+        if (l == 0) {
+            sync.step[ks] = step;
+            mbar_arrive_expect_tx(&sync.full_k[ks], step.done() ? 0 : STEP_BYTES);
+        }
+        if (!step.done()) {
+#pragma unroll
+            for (int t = 0; t < C::STEP_TILES; t++) {
+                const bool missing = step.tile[t].done();
+                const int k0 = missing ? d.s_pad : step.tile[t].tile * BN;
+                if (l == 0)
+#pragma unroll
+                    for (int c = 0; c < D / 64; c++)
+                        tma_load_3d(smem.ring.k[ks] + c * KEYS * 64 + t * BN * 64, &p.map_k, blk.kv_head * D + 64 * c,
+                                    k0, blk.batch, &sync.full_k[ks]);
+#pragma unroll
+                for (int i = l; i < BN; i += 32) {
+                    const bool valid = k0 + i < d.seq_len;
+                    cp_async4(smem.ring.lo[ks] + t * BN + i, lo + (valid ? k0 + i : 0), valid);
+                    cp_async4(smem.ring.hi[ks] + t * BN + i, hi + (valid ? k0 + i : 0), valid);
+                }
+            }
+        }
+        mbar_arrive_cp_async(&sync.full_k[ks]);
+        if (step.done()) return;
+        if (j >= LEAD + 1) mbar_wait(&sync.empty_v[vs], (j / (LEAD + 1) + 1) & 1);
+        if (l == 0) {
+            mbar_arrive_expect_tx(&sync.full_v[vs], STEP_BYTES);
+#pragma unroll
+            for (int t = 0; t < C::STEP_TILES; t++) {
+                const int k0 = step.tile[t].done() ? d.s_pad : step.tile[t].tile * BN;
+#pragma unroll
+                for (int c = 0; c < D / 64; c++)
+                    tma_load_3d(smem.ring.v[vs] + c * KEYS * 64 + t * BN * 64, &p.map_v, blk.kv_head * D + 64 * c, k0,
+                                blk.batch, &sync.full_v[vs]);
+            }
+        }
+    }
+}
+
+// A consumer warpgroup: the lock-step kernel's pipelined loop, with waits on the slots'
+// full barriers instead of the block barrier, and arrivals on their empty barriers as
+// soon as S (with the intervals) and P V are done with them.
+template <int D>
+__device__ __forceinline__ void consume(FwdSmem<D> &smem, const FwdParams &p, const FwdBlock &blk, int wg) {
+    typedef FwdConfig<D> C;
+    constexpr int LEAD = C::LEAD, KEYS = C::STEP_TILES * BN;
+    FwdSync<D> &sync = smem.sync;
+    const AttnDims &d = p.dims;
+    const int q_row = (blk.q_tile0 + wg) * BM + warp_row();
+    float o[D / 8][4];              // [64 x D] unnormalised output over the warpgroup
+    float s[KEYS / 8][4];           // [64 x KEYS] scores of the next step
+    uint32_t p_frag[KEYS / 16][4];  // P of this step as A fragments (k = keys)
+    float rescale[2];
+    OnlineSoftmax softmax;
+    softmax.init();
+    zero(o);
+
+    mbar_wait(&sync.full_k[0], 0);
+    FwdStep<D> step = sync.step[0];
+    if (!step.done()) {  // step 0: scores and P before the pipelined loop
+        mbar_wait(&sync.full_q, 0);
+        wgmma::fence();
+        issue_scores<D, KEYS>(s, smem.q.q[wg], smem.ring.k[0]);
+        wgmma::commit();
+        wgmma::wait<0>();
+        wgmma::pin(s);
+        mask_step<D>(s, step, wg, smem.ring, 0, d.seq_len, q_row);
+        mbar_arrive(&sync.empty_k[0]);
+        softmax.update(s, d.scale_log2, rescale);
+        acc_to_a<KEYS>(p_frag, s);  // O is still 0: no rescale
+    }
+    // As in the lock-step kernel, the last step's P V is peeled off.
+    for (int j = 0; !step.done(); j++) {
+        const int ks = (j + 1) % LEAD, vs = j % (LEAD + 1);
+        mbar_wait(&sync.full_k[ks], ((j + 1) / LEAD) & 1);
+        const FwdStep<D> next = sync.step[ks];
+        mbar_wait(&sync.full_v[vs], (j / (LEAD + 1)) & 1);
+        const bf16 *t_v = smem.ring.v[vs];
+        if (next.done()) {
+            wgmma::fence();
+            issue_pv<D, KEYS>(o, p_frag, t_v);
+            wgmma::commit();
+            wgmma::wait<0>();
+            wgmma::pin(o);
+            wgmma::pin(p_frag);
+            break;
+        }
+        wgmma::fence();
+        issue_scores<D, KEYS>(s, smem.q.q[wg], smem.ring.k[ks]);
+        wgmma::commit();
+        issue_pv<D, KEYS>(o, p_frag, t_v);
+        wgmma::commit();
+        wgmma::wait<1>();  // the scores; P V may still run
+        wgmma::pin(s);
+        mask_step<D>(s, next, wg, smem.ring, ks, d.seq_len, q_row);
+        mbar_arrive(&sync.empty_k[ks]);
+        const bool moved = softmax.update(s, d.scale_log2, rescale);
+        wgmma::wait<0>();
+        wgmma::pin(o);
+        wgmma::pin(p_frag);
+        mbar_arrive(&sync.empty_v[vs]);
+        if (__any_sync(0xffffffff, moved)) OnlineSoftmax::rescale_o(o, rescale);
+        acc_to_a<KEYS>(p_frag, s);
+        step = next;
+    }
+
+    softmax.finalize();
+    store_out_lse<D>(p, blk, q_row, o, softmax);
+}
+
+// Thread 0 sets up the barriers; then the producer's warpgroup gives its registers to the
+// consumers, and its warp 0 produces while the others leave.
+template <int D>
+__global__ void __launch_bounds__(fwd_threads<D>(), 1) attn_fwd_ws_kernel(const __grid_constant__ FwdParams p) {
+    static_assert(sizeof(FwdSmem<D>) <= MAX_SMEM_PER_BLOCK, "shared memory of one block");
+    typedef FwdConfig<D> C;
+    constexpr int CONSUMER_THREADS = C::Q_TILES * NUM_THREADS;
+    extern __shared__ unsigned char smem_raw[];
+    FwdSmem<D> &smem = *reinterpret_cast<FwdSmem<D> *>(smem_raw);
+    const FwdBlock blk = fwd_block<D>(p.dims);
+    const int wg = threadIdx.x / NUM_THREADS;
+    if (threadIdx.x == 0) {
+        FwdSync<D> &sync = smem.sync;
+        for (int i = 0; i < C::LEAD; i++) {
+            mbar_init(&sync.full_k[i], 1 + 32);  // the producer's lane 0 and its lanes' interval copies
+            mbar_init(&sync.empty_k[i], CONSUMER_THREADS);
+        }
+        for (int i = 0; i <= C::LEAD; i++) {
+            mbar_init(&sync.full_v[i], 1);
+            mbar_init(&sync.empty_v[i], CONSUMER_THREADS);
+        }
+        mbar_init(&sync.full_q, 1);
+        mbar_fence_init();
+    }
+    __syncthreads();
+    if (wg == C::Q_TILES) {
+        regs_dec<PRODUCER_REGS>();
+        if (threadIdx.x % NUM_THREADS < 32) produce(smem, p, blk);
+        return;
+    }
+    regs_inc<CONSUMER_REGS>();
+    consume(smem, p, blk, wg);
+}
+
 // ---------------------------------------------------------------- host
 
 template <int D>
-void forward(const FwdParams &p, cudaStream_t stream) {
-    launch(attn_fwd_kernel<D>, fwd_grid<D>(p.dims), fwd_threads<D>(), sizeof(FwdSmem<D>), stream, p);
+void forward(FwdParams p, cudaStream_t stream) {
+    const AttnDims &d = p.dims;
+    if constexpr (FwdConfig<D>::SPECIALISED) {
+        p.map_q = tensor_map_bf16(p.q, d.q_row_stride, d.seq_len, d.batch, d.q_row_stride, d.q_batch_stride);
+        p.map_k = tensor_map_bf16(p.k, d.kv_row_stride, d.seq_len, d.batch, d.kv_row_stride, d.kv_batch_stride);
+        p.map_v = tensor_map_bf16(p.v, d.kv_row_stride, d.seq_len, d.batch, d.kv_row_stride, d.kv_batch_stride);
+        launch(attn_fwd_ws_kernel<D>, fwd_grid<D>(d), fwd_threads<D>(), sizeof(FwdSmem<D>), stream, p);
+    } else {
+        launch(attn_fwd_kernel<D>, fwd_grid<D>(d), fwd_threads<D>(), sizeof(FwdSmem<D>), stream, p);
+    }
 }
 
 }  // namespace

@@ -1,51 +1,36 @@
 // Block-sparse flash-attention forward over the query-major tile lists, on Hopper wgmma
-// (sm_90a). Parts, in order: params (FwdParams, built by fwd_params), shared memory
-// (FwdSmem), scheduler (FwdBlock, the tile walk), main-loop pieces (loads and products),
-// online softmax (OnlineSoftmax), epilogue (store_out_lse), the kernels, and the host
-// entry. Two kernels, one per head dim: at D = 64 every warpgroup computes and helps
-// copy, in lock step (a block barrier per step); at D = 128 a producer warp issues the
-// copies onto mbarriers and two consumer warpgroups compute, each at its own pace
-// (FA3's warp specialisation). Shared pieces: attention_kernels.cuh.
+// (sm_90a), warp-specialised as FlashAttention-3's: a producer warp issues the copies
+// (TMA) onto mbarriers, two consumer warpgroups compute, each at its own pace. Parts, in
+// order: params (FwdParams, built by fwd_params), shared memory (FwdSmem), scheduler
+// (FwdBlock, the tile walk), main-loop pieces (products), online softmax
+// (OnlineSoftmax), epilogue (store_out_lse), producer, consumer, the kernel, and the
+// host entry. Shared pieces: attention_kernels.cuh.
 #include "attention/attention_kernels.cuh"
 
 namespace {
 
-// A forward block takes Q_TILES adjacent query tiles, one per warpgroup, which share every
-// K/V tile loaded into shared memory, and walks the union of their key tiles STEP_TILES
-// tiles (a step) at a time: per step each warpgroup computes S = Q K^T over the step's
-// 64 * STEP_TILES keys and O += P V. Longer steps pay the per-step costs (walk, row
-// maximum shuffles, waits) once for more tensor work. The copies of step j + LEAD are
-// issued while step j runs.
+// A forward block takes Q_TILES adjacent query tiles, one per consumer warpgroup, which
+// share every K/V tile loaded into shared memory, and walks the union of their key tiles
+// STEP_TILES tiles (a step) at a time: per step each consumer computes S = Q K^T over the
+// step's 64 * STEP_TILES keys and O += P V. Two consumers (232 registers each; the
+// producer's warpgroup keeps 40) with 128-key steps: O (D/2) + S 64 + P 32 registers, Q
+// in shared memory. The copies of step j + LEAD are issued while step j runs: K is LEAD
+// steps deep, V LEAD + 1 (at D = 128 one step's K and V are 64 KiB).
 template <int D>
-struct FwdConfig;
-// D = 64: three warpgroups (a K/V tile serves 192 queries; 384 threads leave 168
-// registers each), 64-key steps, Q in registers (Q 16 + O 32 + S 32 + P 16); the first
-// two warpgroups issue the copies (the loaders want 8-row passes).
-template <>
-struct FwdConfig<64> {
-    static constexpr int Q_TILES = 3, STEP_TILES = 1, LEAD = 3;
-    static constexpr bool Q_IN_SMEM = false, SPECIALISED = false;
+struct FwdConfig {
+    static constexpr int Q_TILES = 2, STEP_TILES = 2, LEAD = D == 64 ? 3 : 2;
 };
-// D = 128: two consumer warpgroups (232 registers each, the producer's warpgroup keeps
-// 40), 128-key steps (O 64 + S 64 + P 32), Q in shared memory; K/V of one step are
-// 64 KiB, so K is two steps deep and V three.
-template <>
-struct FwdConfig<128> {
-    static constexpr int Q_TILES = 2, STEP_TILES = 2, LEAD = 2;
-    static constexpr bool Q_IN_SMEM = true, SPECIALISED = true;
-};
-constexpr int FWD_LOAD_THREADS = 2 * NUM_THREADS;
 constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
-// The consumer warpgroups, and the producer's where the kernel is warp-specialised.
+// The consumer warpgroups and the producer's.
 template <int D>
-constexpr int fwd_threads() { return (FwdConfig<D>::Q_TILES + FwdConfig<D>::SPECIALISED) * NUM_THREADS; }
+constexpr int fwd_threads() { return (FwdConfig<D>::Q_TILES + 1) * NUM_THREADS; }
 
 // ---------------------------------------------------------------- params
 
 struct FwdParams : AttnInputs {
     bf16 *out;
     float *lse;               // [batch, n_heads, seq_len]
-    CUtensorMap map_q, map_k, map_v;  // TMA descriptors of q, k, v (warp-specialised kernel)
+    CUtensorMap map_q, map_k, map_v;  // TMA descriptors of q, k, v
 };
 
 FwdParams fwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q, const bf16 *k,
@@ -54,16 +39,18 @@ FwdParams fwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q
     static_cast<AttnInputs &>(p) = attn_inputs(shape, mask, q, k, v);
     p.out = out;
     p.lse = lse;
+    const AttnDims &d = p.dims;
+    p.map_q = tensor_map_bf16(q, d.q_row_stride, d.seq_len, d.batch, d.q_row_stride, d.q_batch_stride);
+    p.map_k = tensor_map_bf16(k, d.kv_row_stride, d.seq_len, d.batch, d.kv_row_stride, d.kv_batch_stride);
+    p.map_v = tensor_map_bf16(v, d.kv_row_stride, d.seq_len, d.batch, d.kv_row_stride, d.kv_batch_stride);
     return p;
 }
 
 // ---------------------------------------------------------------- shared memory
 
-// The block's key tiles are the union of the lists of its query tiles, walked by one
-// thread (D = 64: thread 0, the walk in shared memory, since per-thread merge state would
-// hold 16 registers across the main loop; D = 128: the producer warp), which publishes
-// each step in shared memory. A step's later tiles may be past the end of the walk
-// (done): those are staged as zeros that no query sees.
+// The block's key tiles are the union of the lists of its query tiles, walked by the
+// producer warp, which publishes each step in shared memory. A step's later tiles may be
+// past the end of the walk (done): those are staged as zeros that no query sees.
 template <int D>
 struct FwdStep {
     TileStep<FwdConfig<D>::Q_TILES> tile[FwdConfig<D>::STEP_TILES];
@@ -81,27 +68,12 @@ struct FwdRing {
     int32_t lo[LEAD][KEYS], hi[LEAD][KEYS];
 };
 
-// The block's Q tiles, swizzled (K-major A operands), where Q lives in shared memory.
-template <int D, bool IN_SMEM = FwdConfig<D>::Q_IN_SMEM>
-struct FwdQTiles {
-    alignas(1024) bf16 q[FwdConfig<D>::Q_TILES][BM * D];
-};
-template <int D>
-struct FwdQTiles<D, false> {};
-
-// How the block's threads hand steps over. Lock step: the walk, and step j in
-// step[j % (LEAD + 1)]. Warp-specialised: step j in step[j % LEAD], published with K(j);
-// per slot a full barrier (the producer's copies have landed) and an empty one (every
+// How the producer hands steps over: step j in step[j % LEAD], published with K(j); per
+// slot a full barrier (the producer's copies have landed) and an empty one (every
 // consumer thread is done with it), for K (with the intervals and the step) and V apart;
 // and one for the Q tiles.
-template <int D, bool SPECIALISED = FwdConfig<D>::SPECIALISED>
+template <int D, int LEAD = FwdConfig<D>::LEAD>
 struct FwdSync {
-    MergedLines<FwdConfig<D>::Q_TILES> walk;
-    FwdStep<D> step[FwdConfig<D>::LEAD + 1];
-};
-template <int D>
-struct FwdSync<D, true> {
-    static constexpr int LEAD = FwdConfig<D>::LEAD;
     FwdStep<D> step[LEAD];
     uint64_t full_k[LEAD], empty_k[LEAD], full_v[LEAD + 1], empty_v[LEAD + 1], full_q;
 };
@@ -109,7 +81,7 @@ struct FwdSync<D, true> {
 template <int D>
 struct FwdSmem {
     FwdRing<D> ring;
-    FwdQTiles<D> q;
+    alignas(1024) bf16 q[FwdConfig<D>::Q_TILES][BM * D];  // the Q tiles, swizzled (K-major A operands)
     FwdSync<D> sync;
 };
 
@@ -139,67 +111,10 @@ __device__ __forceinline__ FwdStep<D> next_step(MergedLines<FwdConfig<D>::Q_TILE
     return step;
 }
 
-// Thread 0 (lock step): the walk over the merged lists of the block's query tiles, and
-// its first LEAD + 1 steps.
-template <int D>
-__device__ __forceinline__ void start_walk(FwdSmem<D> &smem, const TileListsView &by_query, const FwdBlock &blk) {
-    smem.sync.walk.init(by_query, blk.batch, blk.q_tile0);
-#pragma unroll
-    for (int i = 0; i <= FwdConfig<D>::LEAD; i++) smem.sync.step[i] = next_step<D>(smem.sync.walk);
-}
-
 // ---------------------------------------------------------------- main-loop pieces
 
-// One cp.async group per step: step j's key tiles into its ring slots, none past the end;
-// a missing later tile of the step as zeros with lo = hi = 0 (a zero source length reads
-// nothing), so its scores are hidden and its V rows are finite.
-template <int D>
-__device__ __forceinline__ void load_step(FwdSmem<D> &smem, const KeySource &src, const FwdStep<D> &step, int j) {
-    constexpr int LEAD = FwdConfig<D>::LEAD, KEYS = FwdConfig<D>::STEP_TILES * BN;
-    if (!step.done() && threadIdx.x < FWD_LOAD_THREADS) {
-        const int ks = j % LEAD, vs = j % (LEAD + 1);
-#pragma unroll
-        for (int t = 0; t < FwdConfig<D>::STEP_TILES; t++) {
-            const bool missing = step.tile[t].done();
-            KeySource from = src;
-            from.seq_len = missing ? 0 : src.seq_len;
-            load_keys<FWD_LOAD_THREADS, D, KEYS>(smem.ring.k[ks] + t * BN * 64, smem.ring.v[vs] + t * BN * 64,
-                                                 smem.ring.lo[ks] + t * BN, smem.ring.hi[ks] + t * BN, from,
-                                                 missing ? 0 : step.tile[t].tile);
-        }
-    }
-    cp_async_commit();
-}
-
-// This warp's 16 query rows (q_row and q_row + 8 of this thread) as A fragments (the
-// mma.sync layout wgmma takes from registers), straight from global memory; zeros past
-// seq_len, and everywhere when the block has no key tile.
-template <int D>
-__device__ __forceinline__ void load_q_frags(uint32_t (&q_frag)[D / 16][4], const bf16 *q_head, int row_stride,
-                                             int q_row, int seq_len, bool any_tile) {
-    const int l = lane_id();
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int qi = q_row + 8 * r;
-        const uint32_t *src = reinterpret_cast<const uint32_t *>(q_head + (int64_t)qi * row_stride + 2 * (l % 4));
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            q_frag[kk][r] = qi < seq_len && any_tile ? src[8 * kk] : 0u;
-            q_frag[kk][2 + r] = qi < seq_len && any_tile ? src[8 * kk + 4] : 0u;
-        }
-    }
-}
-
-// Issues S = Q K^T for the KEYS keys of one step (K-major, from the ring); the caller commits.
-template <int D, int KEYS>
-__device__ __forceinline__ void issue_scores(float (&s)[KEYS / 8][4], const uint32_t (&q_frag)[D / 16][4],
-                                             const bf16 *t_k) {
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++)
-        wgmma::mma_rs<KEYS, 0>(s, q_frag[kk], wgmma::desc_k_major(t_k, KEYS, 16 * kk), kk > 0);
-}
-
-// The same with Q from the warpgroup's shared-memory tile (both operands K-major).
+// Issues S = Q K^T for the KEYS keys of one step, Q from the warpgroup's shared-memory
+// tile, K from the ring (both K-major); the caller commits.
 template <int D, int KEYS>
 __device__ __forceinline__ void issue_scores(float (&s)[KEYS / 8][4], const bf16 *t_q, const bf16 *t_k) {
 #pragma unroll
@@ -333,122 +248,14 @@ __device__ __forceinline__ void store_out_lse(const FwdParams &p, const FwdBlock
     }
 }
 
-// ---------------------------------------------------------------- kernel
+// ---------------------------------------------------------------- producer
 
-// The warpgroups walk the merged key tiles a step at a time and share each step's K/V of
-// the ring. Q is the A operand of S = Q K^T: registers at D = 64, the warpgroup's
-// shared-memory tile at D = 128. Per step j, software-pipelined inside the warpgroup:
-// issue S(j+1) = Q K(j+1)^T and O += P(j) V(j), then mask and softmax S(j+1) while
-// P(j) V(j) still runs on the tensor cores, then rescale O once it has landed (only if
-// a row maximum moved). One block per SM (FwdConfig has the registers).
-template <int D>
-__global__ void __launch_bounds__(fwd_threads<D>(), 1) attn_fwd_kernel(const __grid_constant__ FwdParams p) {
-    static_assert(sizeof(FwdSmem<D>) <= MAX_SMEM_PER_BLOCK, "shared memory of one block");
-    typedef FwdConfig<D> C;
-    constexpr int LEAD = C::LEAD, KEYS = C::STEP_TILES * BN;
-    extern __shared__ unsigned char smem_raw[];
-    FwdSmem<D> &smem = *reinterpret_cast<FwdSmem<D> *>(smem_raw);
-    const AttnDims &d = p.dims;
-    const FwdBlock blk = fwd_block<D>(d);
-    const int wg = threadIdx.x / NUM_THREADS;
-    const int q_row = (blk.q_tile0 + wg) * BM + warp_row();
-    const int64_t kv_off = blk.batch * d.kv_batch_stride + blk.kv_head * D;
-    const KeySource keys = {p.k + kv_off, p.v + kv_off, p.mask.lo + (int64_t)blk.batch * d.seq_len,
-                            p.mask.hi + (int64_t)blk.batch * d.seq_len, d.kv_row_stride, d.seq_len};
-
-    if (threadIdx.x == 0) start_walk(smem, p.mask.by_query, blk);
-    __syncthreads();  // smem.sync.step
-    FwdStep<D> step = smem.sync.step[0];
-    const bf16 *q_head = p.q + blk.batch * d.q_batch_stride + blk.head * D;
-    uint32_t q_frag[D / 16][4];  // Q in registers (unused where it is in shared memory)
-    if constexpr (C::Q_IN_SMEM) {  // the Q tiles join step 0's copy group
-        if (!step.done() && threadIdx.x < FWD_LOAD_THREADS)
-#pragma unroll
-            for (int t = 0; t < C::Q_TILES; t++)
-                load_tile_swizzled<BM, D, FWD_LOAD_THREADS>(smem.q.q[t], q_head, d.q_row_stride,
-                                                            (blk.q_tile0 + t) * BM, d.seq_len);
-    } else {
-        load_q_frags<D>(q_frag, q_head, d.q_row_stride, q_row, d.seq_len, !step.done());
-    }
-#pragma unroll
-    for (int i = 0; i < LEAD; i++) load_step(smem, keys, smem.sync.step[i], i);
-
-    float o[D / 8][4];              // [64 x D] unnormalised output over the warpgroup
-    float s[KEYS / 8][4];           // [64 x KEYS] scores of the next step
-    uint32_t p_frag[KEYS / 16][4];  // P of this step as A fragments (k = keys)
-    float rescale[2];
-    OnlineSoftmax softmax;
-    softmax.init();
-    zero(o);
-    auto scores = [&](int j) {  // issues S = Q K^T of step j
-        if constexpr (C::Q_IN_SMEM) issue_scores<D, KEYS>(s, smem.q.q[wg], smem.ring.k[j % LEAD]);
-        else issue_scores<D, KEYS>(s, q_frag, smem.ring.k[j % LEAD]);
-    };
-    auto mask = [&](const FwdStep<D> &st, int j) { mask_step<D>(s, st, wg, smem.ring, j % LEAD, d.seq_len, q_row); };
-
-    if (!step.done()) {  // step 0: scores and P before the pipelined loop
-        cp_async_wait<LEAD - 1>();
-        wgmma::fence_async_shared();
-        __syncthreads();  // step 0 landed
-        wgmma::fence();
-        scores(0);
-        wgmma::commit();
-        wgmma::wait<0>();
-        wgmma::pin(s);
-        mask(step, 0);
-        softmax.update(s, d.scale_log2, rescale);
-        acc_to_a<KEYS>(p_frag, s);  // O is still 0: no rescale
-    }
-    // Step j's P is in p_frag. The wgmma sequences carry no branch between issue and
-    // wait (ptxas serializes them otherwise), so the last step's P V is peeled off.
-    for (int j = 0; !step.done(); j++) {
-        const FwdStep<D> next = smem.sync.step[(j + 1) % (LEAD + 1)];
-        const bf16 *t_v = smem.ring.v[j % (LEAD + 1)];
-        if (next.done()) {
-            wgmma::fence();
-            issue_pv<D, KEYS>(o, p_frag, t_v);
-            wgmma::commit();
-            wgmma::wait<0>();
-            wgmma::pin(o);
-            wgmma::pin(p_frag);
-            break;
-        }
-        cp_async_wait<LEAD - 2>();
-        wgmma::fence_async_shared();
-        // Step j + 1 landed; every warpgroup has finished step j - 1, so K(j) and V(j - 1)
-        // are free for step j + LEAD, and the published step j + 1 is read by everyone
-        // before thread 0 reuses the slot of step j.
-        __syncthreads();
-        load_step(smem, keys, smem.sync.step[(j + LEAD) % (LEAD + 1)], j + LEAD);
-        if (threadIdx.x == 0) smem.sync.step[j % (LEAD + 1)] = next_step<D>(smem.sync.walk);  // step j + LEAD + 1
-
-        wgmma::fence();
-        scores(j + 1);
-        wgmma::commit();
-        issue_pv<D, KEYS>(o, p_frag, t_v);
-        wgmma::commit();
-        wgmma::wait<1>();  // the scores; P V may still run
-        wgmma::pin(s);
-        mask(next, j + 1);
-        const bool moved = softmax.update(s, d.scale_log2, rescale);
-        wgmma::wait<0>();
-        wgmma::pin(o);
-        wgmma::pin(p_frag);
-        if (__any_sync(0xffffffff, moved)) OnlineSoftmax::rescale_o(o, rescale);
-        acc_to_a<KEYS>(p_frag, s);
-        step = next;
-    }
-
-    softmax.finalize();
-    store_out_lse<D>(p, blk, q_row, o, softmax);
-}
-
-// Warp-specialised (FA3): warp 0 of the last warpgroup produces, the other warpgroups
-// consume. The producer walks the merged lists (every lane the same walk, in registers)
-// and, per step j, waits until K slot j % LEAD is free, publishes the step there and has
-// the copy engine bring K(j) (TMA, 128-byte swizzle; a missing tile is read past the
-// tensor's end, as zeros) while its lanes copy the intervals, then the same for V(j) in
-// V slot j % (LEAD + 1). After the walk's end it publishes one done step and leaves.
+// Warp 0 of the last warpgroup produces, the other warpgroups consume. The producer walks
+// the merged lists (every lane the same walk, in registers) and, per step j, waits until
+// K slot j % LEAD is free, publishes the step there and has the copy engine bring K(j)
+// (TMA, 128-byte swizzle; a missing tile is read past the tensor's end, as zeros) while
+// its lanes copy the intervals, then the same for V(j) in V slot j % (LEAD + 1). After
+// the walk's end it publishes one done step and leaves.
 template <int D>
 __device__ __forceinline__ void produce(FwdSmem<D> &smem, const FwdParams &p, const FwdBlock &blk) {
     typedef FwdConfig<D> C;
@@ -466,7 +273,7 @@ __device__ __forceinline__ void produce(FwdSmem<D> &smem, const FwdParams &p, co
         for (int t = 0; t < C::Q_TILES; t++)
 #pragma unroll
             for (int c = 0; c < D / 64; c++)
-                tma_load_3d(smem.q.q[t] + c * BM * 64, &p.map_q, blk.head * D + 64 * c, (blk.q_tile0 + t) * BM,
+                tma_load_3d(smem.q[t] + c * BM * 64, &p.map_q, blk.head * D + 64 * c, (blk.q_tile0 + t) * BM,
                             blk.batch, &sync.full_q);
     }
     for (int j = 0;; j++, step = next_step<D>(walk)) {
@@ -511,9 +318,14 @@ __device__ __forceinline__ void produce(FwdSmem<D> &smem, const FwdParams &p, co
     }
 }
 
-// A consumer warpgroup: the lock-step kernel's pipelined loop, with waits on the slots'
-// full barriers instead of the block barrier, and arrivals on their empty barriers as
-// soon as S (with the intervals) and P V are done with them.
+// ---------------------------------------------------------------- consumer
+
+// A consumer warpgroup walks the published steps. Q is the A operand of S = Q K^T from its
+// shared-memory tile. Per step j, software-pipelined inside the warpgroup: issue
+// S(j+1) = Q K(j+1)^T and O += P(j) V(j), then mask and softmax S(j+1) while P(j) V(j)
+// still runs on the tensor cores, then rescale O once it has landed (only if a row
+// maximum moved). A slot's empty barrier gets this thread's arrival as soon as S (with
+// the intervals) or P V is done with it.
 template <int D>
 __device__ __forceinline__ void consume(FwdSmem<D> &smem, const FwdParams &p, const FwdBlock &blk, int wg) {
     typedef FwdConfig<D> C;
@@ -534,7 +346,7 @@ __device__ __forceinline__ void consume(FwdSmem<D> &smem, const FwdParams &p, co
     if (!step.done()) {  // step 0: scores and P before the pipelined loop
         mbar_wait(&sync.full_q, 0);
         wgmma::fence();
-        issue_scores<D, KEYS>(s, smem.q.q[wg], smem.ring.k[0]);
+        issue_scores<D, KEYS>(s, smem.q[wg], smem.ring.k[0]);
         wgmma::commit();
         wgmma::wait<0>();
         wgmma::pin(s);
@@ -543,7 +355,8 @@ __device__ __forceinline__ void consume(FwdSmem<D> &smem, const FwdParams &p, co
         softmax.update(s, d.scale_log2, rescale);
         acc_to_a<KEYS>(p_frag, s);  // O is still 0: no rescale
     }
-    // As in the lock-step kernel, the last step's P V is peeled off.
+    // Step j's P is in p_frag. The wgmma sequences carry no branch between issue and
+    // wait (ptxas serializes them otherwise), so the last step's P V is peeled off.
     for (int j = 0; !step.done(); j++) {
         const int ks = (j + 1) % LEAD, vs = j % (LEAD + 1);
         mbar_wait(&sync.full_k[ks], ((j + 1) / LEAD) & 1);
@@ -560,7 +373,7 @@ __device__ __forceinline__ void consume(FwdSmem<D> &smem, const FwdParams &p, co
             break;
         }
         wgmma::fence();
-        issue_scores<D, KEYS>(s, smem.q.q[wg], smem.ring.k[ks]);
+        issue_scores<D, KEYS>(s, smem.q[wg], smem.ring.k[ks]);
         wgmma::commit();
         issue_pv<D, KEYS>(o, p_frag, t_v);
         wgmma::commit();
@@ -582,10 +395,12 @@ __device__ __forceinline__ void consume(FwdSmem<D> &smem, const FwdParams &p, co
     store_out_lse<D>(p, blk, q_row, o, softmax);
 }
 
+// ---------------------------------------------------------------- kernel
+
 // Thread 0 sets up the barriers; then the producer's warpgroup gives its registers to the
-// consumers, and its warp 0 produces while the others leave.
+// consumers, and its warp 0 produces while the others leave. One block per SM.
 template <int D>
-__global__ void __launch_bounds__(fwd_threads<D>(), 1) attn_fwd_ws_kernel(const __grid_constant__ FwdParams p) {
+__global__ void __launch_bounds__(fwd_threads<D>(), 1) attn_fwd_kernel(const __grid_constant__ FwdParams p) {
     static_assert(sizeof(FwdSmem<D>) <= MAX_SMEM_PER_BLOCK, "shared memory of one block");
     typedef FwdConfig<D> C;
     constexpr int CONSUMER_THREADS = C::Q_TILES * NUM_THREADS;
@@ -619,16 +434,8 @@ __global__ void __launch_bounds__(fwd_threads<D>(), 1) attn_fwd_ws_kernel(const 
 // ---------------------------------------------------------------- host
 
 template <int D>
-void forward(FwdParams p, cudaStream_t stream) {
-    const AttnDims &d = p.dims;
-    if constexpr (FwdConfig<D>::SPECIALISED) {
-        p.map_q = tensor_map_bf16(p.q, d.q_row_stride, d.seq_len, d.batch, d.q_row_stride, d.q_batch_stride);
-        p.map_k = tensor_map_bf16(p.k, d.kv_row_stride, d.seq_len, d.batch, d.kv_row_stride, d.kv_batch_stride);
-        p.map_v = tensor_map_bf16(p.v, d.kv_row_stride, d.seq_len, d.batch, d.kv_row_stride, d.kv_batch_stride);
-        launch(attn_fwd_ws_kernel<D>, fwd_grid<D>(d), fwd_threads<D>(), sizeof(FwdSmem<D>), stream, p);
-    } else {
-        launch(attn_fwd_kernel<D>, fwd_grid<D>(d), fwd_threads<D>(), sizeof(FwdSmem<D>), stream, p);
-    }
+void forward(const FwdParams &p, cudaStream_t stream) {
+    launch(attn_fwd_kernel<D>, fwd_grid<D>(p.dims), fwd_threads<D>(), sizeof(FwdSmem<D>), stream, p);
 }
 
 }  // namespace

@@ -297,18 +297,18 @@ __device__ __forceinline__ void load_pair64(T *dst_a, T *dst_b, const T *a, cons
 }
 
 // Rows [row0, row0 + ROWS) of one head of a [seq_len, row_stride] bf16 matrix into a
-// 128-byte-swizzled shared tile (wgmma.cuh) of DST_ROWS rows (`tile` points at the first
-// row written) by all THREADS threads of the block; rows past seq_len become zeros. A thread copies the same 16-byte column chunk of rows r0,
+// 128-byte-swizzled shared tile (wgmma.cuh) by all THREADS threads of the block; rows past
+// seq_len become zeros. A thread copies the same 16-byte column chunk of rows r0,
 // r0 + PASS_ROWS, ...: PASS_ROWS is a multiple of 8, so the swizzle pattern is the same
 // for each and one shared offset and one source pointer serve every pass (few registers
 // held across the main loops).
-template <int ROWS, int D, int THREADS = NUM_THREADS, int DST_ROWS = ROWS>
+template <int ROWS, int D, int THREADS = NUM_THREADS>
 __device__ __forceinline__ void load_tile_swizzled(bf16 *tile, const bf16 *head_base, int row_stride,
                                                    int row0, int seq_len) {
     constexpr int CHUNKS = D / 8, PASS_ROWS = THREADS / CHUNKS;  // 16-byte pieces per row
     static_assert(PASS_ROWS % 8 == 0 && ROWS % PASS_ROWS == 0, "whole swizzle periods per pass");
     const int r0 = threadIdx.x / CHUNKS, c = (threadIdx.x % CHUNKS) * 8;
-    bf16 *dst = tile + wgmma::swizzled_offset(r0, c, DST_ROWS);
+    bf16 *dst = tile + wgmma::swizzled_offset(r0, c, ROWS);
     const bf16 *src = head_base + (int64_t)(row0 + r0) * row_stride + c;
 #pragma unroll
     for (int n = 0; n < ROWS / PASS_ROWS; n++) {
@@ -334,22 +334,15 @@ struct KeySource {
     int row_stride, seq_len;
 };
 
-// Key tile `tile` into K and V tiles of DST_ROWS rows (k and v point at the tile's first
-// row) and its intervals, by THREADS threads (the intervals by the first 128); keys past
-// seq_len are zeros with lo = hi = 0. Issues the copies only.
-template <int THREADS, int D, int DST_ROWS = BN>
-__device__ __forceinline__ void load_keys(bf16 *k, bf16 *v, int32_t *lo, int32_t *hi, const KeySource &src,
-                                          int tile) {
-    const int k0 = tile * BN;
-    load_tile_swizzled<BN, D, THREADS, DST_ROWS>(k, src.k, src.row_stride, k0, src.seq_len);
-    load_tile_swizzled<BN, D, THREADS, DST_ROWS>(v, src.v, src.row_stride, k0, src.seq_len);
-    if (THREADS == NUM_THREADS || threadIdx.x < NUM_THREADS) load_pair64(lo, hi, src.lo, src.hi, k0, src.seq_len);
-}
-
-// Key tile `tile` into stage `stage` of a ring.
+// Key tile `tile` into stage `stage` of a ring, by THREADS threads (the intervals by the
+// first 128); keys past seq_len are zeros with lo = hi = 0. Issues the copies only.
 template <int THREADS, int D, int STAGES>
 __device__ __forceinline__ void load_key_tile(KeyRing<D, STAGES> &ring, int stage, const KeySource &src, int tile) {
-    load_keys<THREADS, D>(ring.k[stage], ring.v[stage], ring.lo[stage], ring.hi[stage], src, tile);
+    const int k0 = tile * BN;
+    load_tile_swizzled<BN, D, THREADS>(ring.k[stage], src.k, src.row_stride, k0, src.seq_len);
+    load_tile_swizzled<BN, D, THREADS>(ring.v[stage], src.v, src.row_stride, k0, src.seq_len);
+    if (THREADS == NUM_THREADS || threadIdx.x < NUM_THREADS)
+        load_pair64(ring.lo[stage], ring.hi[stage], src.lo, src.hi, k0, src.seq_len);
 }
 
 // ---------------------------------------------------------------- score masking

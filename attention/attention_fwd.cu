@@ -1,31 +1,36 @@
 // Block-sparse flash-attention forward over the query-major tile lists, on Hopper wgmma
-// (sm_90a). Parts, in order: params (FwdParams, built by fwd_params), shared memory
-// (FwdSmem), scheduler (FwdBlock, the tile walk in shared memory), main-loop pieces
-// (loads and products), online softmax (OnlineSoftmax), epilogue (store_out_lse), the
-// kernel, and the host entry. Shared pieces: attention_kernels.cuh.
+// (sm_90a), warp-specialised as FlashAttention-3's: a producer warp issues the copies
+// (TMA) onto mbarriers, two consumer warpgroups compute, each at its own pace. Parts, in
+// order: params (FwdParams, built by fwd_params), shared memory (FwdSmem), scheduler
+// (FwdBlock, the tile walk), main-loop pieces (products), online softmax
+// (OnlineSoftmax), epilogue (store_out_lse), producer, consumer, the kernel, and the
+// host entry. Shared pieces: attention_kernels.cuh.
 #include "attention/attention_kernels.cuh"
 
 namespace {
 
-// The forward block takes three adjacent query tiles, one per warpgroup, which share
-// every K/V tile loaded into shared memory (a K/V tile serves 192 queries). 384 threads
-// leave 168 registers each: Q stays in registers at D = 64 (150 used); at D = 128 it
-// would not fit (198 with two warpgroups), so there each warpgroup's Q tile sits in
-// shared memory. The first two warpgroups issue the copies (the loaders want 8-row passes).
-constexpr int FWD_Q_TILES = 3;
-constexpr int FWD_THREADS = FWD_Q_TILES * NUM_THREADS;
-constexpr int FWD_LOAD_THREADS = 2 * NUM_THREADS;
-constexpr bool fwd_q_in_smem(int D) { return D == 128; }
-
-// K/V ring depth: tile j + 1 must be resident while tile j's P V runs, and tile
-// j + FWD_STAGES - 1 is loaded meanwhile (two tiles of lead for the copies).
-constexpr int FWD_STAGES = 4;
+// A forward block takes Q_TILES adjacent query tiles, one per consumer warpgroup, which
+// share every K/V tile loaded into shared memory, and walks the union of their key tiles
+// STEP_TILES tiles (a step) at a time: per step each consumer computes S = Q K^T over the
+// step's 64 * STEP_TILES keys and O += P V. Two consumers (232 registers each; the
+// producer's warpgroup keeps 40) with 128-key steps: O (D/2) + S 64 + P 32 registers, Q
+// in shared memory. The copies of step j + LEAD are issued while step j runs: K is LEAD
+// steps deep, V LEAD + 1 (at D = 128 one step's K and V are 64 KiB).
+template <int D>
+struct FwdConfig {
+    static constexpr int Q_TILES = 2, STEP_TILES = 2, LEAD = D == 64 ? 3 : 2;
+};
+constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
+// The consumer warpgroups and the producer's.
+template <int D>
+constexpr int fwd_threads() { return (FwdConfig<D>::Q_TILES + 1) * NUM_THREADS; }
 
 // ---------------------------------------------------------------- params
 
 struct FwdParams : AttnInputs {
     bf16 *out;
-    float *lse;  // [batch, n_heads, seq_len]
+    float *lse;               // [batch, n_heads, seq_len]
+    CUtensorMap map_q, map_k, map_v;  // TMA descriptors of q, k, v
 };
 
 FwdParams fwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q, const bf16 *k,
@@ -34,116 +39,122 @@ FwdParams fwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q
     static_cast<AttnInputs &>(p) = attn_inputs(shape, mask, q, k, v);
     p.out = out;
     p.lse = lse;
+    const AttnDims &d = p.dims;
+    p.map_q = tensor_map_bf16(q, d.q_row_stride, d.seq_len, d.batch, d.q_row_stride, d.q_batch_stride);
+    p.map_k = tensor_map_bf16(k, d.kv_row_stride, d.seq_len, d.batch, d.kv_row_stride, d.kv_batch_stride);
+    p.map_v = tensor_map_bf16(v, d.kv_row_stride, d.seq_len, d.batch, d.kv_row_stride, d.kv_batch_stride);
     return p;
 }
 
 // ---------------------------------------------------------------- shared memory
 
-// The block's key tiles are the union of the lists of its three query tiles: `walk` is
-// advanced by thread 0 only (per-thread merge state would hold 16 registers across the
-// main loop), which publishes step j + i in step[(j + i) % FWD_STAGES].
-typedef TileStep<FWD_Q_TILES> FwdStep;
-
-// The block's Q tiles, swizzled (K-major A operands), where Q lives in shared memory.
-template <int D, bool IN_SMEM = fwd_q_in_smem(D)>
-struct FwdQTiles {
-    alignas(1024) bf16 q[FWD_Q_TILES][BM * D];
-};
+// The block's key tiles are the union of the lists of its query tiles, walked by the
+// producer warp, which publishes each step in shared memory. A step's later tiles may be
+// past the end of the walk (done): those are staged as zeros that no query sees.
 template <int D>
-struct FwdQTiles<D, false> {};
+struct FwdStep {
+    TileStep<FwdConfig<D>::Q_TILES> tile[FwdConfig<D>::STEP_TILES];
+    __device__ bool done() const { return tile[0].done(); }
+};
+
+// The ring of steps: step j's K in k[j % LEAD] (with its intervals), its V in
+// v[j % (LEAD + 1)]. S(j + 1) and P(j) V(j) run together, so K(j + 1 .. j + LEAD) and
+// V(j .. j + LEAD) are resident or in flight. A slot holds a step's tiles as one swizzled
+// tile of 64 * STEP_TILES rows (the B operand of one wgmma per 16-wide slice).
+template <int D, int LEAD = FwdConfig<D>::LEAD, int KEYS = FwdConfig<D>::STEP_TILES * BN>
+struct FwdRing {
+    alignas(1024) bf16 k[LEAD][KEYS * D];
+    alignas(1024) bf16 v[LEAD + 1][KEYS * D];
+    int32_t lo[LEAD][KEYS], hi[LEAD][KEYS];
+};
+
+// How the producer hands steps over: step j in step[j % LEAD], published with K(j); per
+// slot a full barrier (the producer's copies have landed) and an empty one (every
+// consumer thread is done with it), for K (with the intervals and the step) and V apart;
+// and one for the Q tiles.
+template <int D, int LEAD = FwdConfig<D>::LEAD>
+struct FwdSync {
+    FwdStep<D> step[LEAD];
+    uint64_t full_k[LEAD], empty_k[LEAD], full_v[LEAD + 1], empty_v[LEAD + 1], full_q;
+};
 
 template <int D>
 struct FwdSmem {
-    KeyRing<D, FWD_STAGES> keys;
-    FwdQTiles<D> q;
-    MergedLines<FWD_Q_TILES> walk;
-    FwdStep step[FWD_STAGES];
+    FwdRing<D> ring;
+    alignas(1024) bf16 q[FwdConfig<D>::Q_TILES][BM * D];  // the Q tiles, swizzled (K-major A operands)
+    FwdSync<D> sync;
 };
 
 // ---------------------------------------------------------------- scheduler
 
-// Grid (n_heads, ceil(n_q_tiles / 3), batch); query tiles in reverse so the longest
+// Grid (n_heads, ceil(n_q_tiles / Q_TILES), batch); query tiles in reverse so the longest
 // (causal) start first. Warpgroup w owns query tile q_tile0 + w.
 struct FwdBlock {
     int head, kv_head, batch, q_tile0;
 };
 
+template <int D>
 __device__ __forceinline__ FwdBlock fwd_block(const AttnDims &d) {
     const int head = blockIdx.x;
-    return {head, head / d.group, (int)blockIdx.z, (int)(gridDim.y - 1 - blockIdx.y) * FWD_Q_TILES};
+    return {head, head / d.group, (int)blockIdx.z, (int)(gridDim.y - 1 - blockIdx.y) * FwdConfig<D>::Q_TILES};
 }
 
-dim3 fwd_grid(const AttnDims &d) { return dim3(d.n_heads, n_tiles(d.n_q_tiles, FWD_Q_TILES), d.batch); }
-
-// Thread 0: the walk over the merged lists of the block's query tiles, and its first
-// FWD_STAGES steps.
 template <int D>
-__device__ __forceinline__ void start_walk(FwdSmem<D> &smem, const TileListsView &by_query, const FwdBlock &blk) {
-    smem.walk.init(by_query, blk.batch, blk.q_tile0);
+dim3 fwd_grid(const AttnDims &d) { return dim3(d.n_heads, n_tiles(d.n_q_tiles, FwdConfig<D>::Q_TILES), d.batch); }
+
+// The next step of a walk.
+template <int D>
+__device__ __forceinline__ FwdStep<D> next_step(MergedLines<FwdConfig<D>::Q_TILES> &walk) {
+    FwdStep<D> step;
 #pragma unroll
-    for (int i = 0; i < FWD_STAGES; i++) smem.step[i] = smem.walk.next();
+    for (int t = 0; t < FwdConfig<D>::STEP_TILES; t++) step.tile[t] = walk.next();
+    return step;
 }
 
 // ---------------------------------------------------------------- main-loop pieces
 
-// One cp.async group per step: its key tile into ring stage `stage`, none past the end.
-template <int D>
-__device__ __forceinline__ void load_step(FwdSmem<D> &smem, const KeySource &src, const FwdStep &step, int stage) {
-    if (!step.done() && threadIdx.x < FWD_LOAD_THREADS)
-        load_key_tile<FWD_LOAD_THREADS>(smem.keys, stage, src, step.tile);
-    cp_async_commit();
-}
-
-// This warp's 16 query rows (q_row and q_row + 8 of this thread) as A fragments (the
-// mma.sync layout wgmma takes from registers), straight from global memory; zeros past
-// seq_len, and everywhere when the block has no key tile.
-template <int D>
-__device__ __forceinline__ void load_q_frags(uint32_t (&q_frag)[D / 16][4], const bf16 *q_head, int row_stride,
-                                             int q_row, int seq_len, bool any_tile) {
-    const int l = lane_id();
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int qi = q_row + 8 * r;
-        const uint32_t *src = reinterpret_cast<const uint32_t *>(q_head + (int64_t)qi * row_stride + 2 * (l % 4));
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            q_frag[kk][r] = qi < seq_len && any_tile ? src[8 * kk] : 0u;
-            q_frag[kk][2 + r] = qi < seq_len && any_tile ? src[8 * kk + 4] : 0u;
-        }
-    }
-}
-
-// Issues S = Q K^T for one key tile (K-major, from the ring); the caller commits.
-template <int D>
-__device__ __forceinline__ void issue_scores(float (&s)[BN / 8][4], const uint32_t (&q_frag)[D / 16][4],
-                                             const bf16 *t_k) {
+// Issues S = Q K^T for the KEYS keys of one step, Q from the warpgroup's shared-memory
+// tile, K from the ring (both K-major); the caller commits.
+template <int D, int KEYS>
+__device__ __forceinline__ void issue_scores(float (&s)[KEYS / 8][4], const bf16 *t_q, const bf16 *t_k) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++)
-        wgmma::mma_rs_n64<0>(s, q_frag[kk], wgmma::desc_k_major(t_k, BN, 16 * kk), kk > 0);
+        wgmma::mma_ss<KEYS, 0, 0>(s, wgmma::desc_k_major(t_q, BM, 16 * kk), wgmma::desc_k_major(t_k, KEYS, 16 * kk),
+                                  kk > 0);
 }
 
-// The same with Q from the warpgroup's shared-memory tile (both operands K-major).
-template <int D>
-__device__ __forceinline__ void issue_scores(float (&s)[BN / 8][4], const bf16 *t_q, const bf16 *t_k) {
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++)
-        wgmma::mma_ss_n64<0, 0>(s, wgmma::desc_k_major(t_q, BM, 16 * kk), wgmma::desc_k_major(t_k, BN, 16 * kk),
-                                kk > 0);
-}
-
-// Issues O += P V for one key tile (V MN-major, from the ring); the caller commits.
-template <int D>
-__device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&p_frag)[BN / 16][4],
+// Issues O += P V for the KEYS keys of one step (V MN-major, from the ring); the caller commits.
+template <int D, int KEYS>
+__device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&p_frag)[KEYS / 16][4],
                                          const bf16 *t_v) {
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; kk++)
-        wgmma::mma_rs<D, 1>(o, p_frag[kk], wgmma::desc_mn_major(t_v, BN, 16 * kk, 0), true);
+    for (int kk = 0; kk < KEYS / 16; kk++)
+        wgmma::mma_rs<D, 1>(o, p_frag[kk], wgmma::desc_mn_major(t_v, KEYS, 16 * kk, 0), true);
+}
+
+// The hidden scores of a step whose K slot is `ks`, for the query tile of warpgroup wg.
+template <int D>
+__device__ __forceinline__ void mask_step(float (&s)[FwdConfig<D>::STEP_TILES * BN / 8][4], const FwdStep<D> &step,
+                                          int wg, const FwdRing<D> &ring, int ks, int seq_len, int q_row) {
+#pragma unroll
+    for (int t = 0; t < FwdConfig<D>::STEP_TILES; t++) {
+        const TileStep<FwdConfig<D>::Q_TILES> &tile = step.tile[t];
+        mask_tile(s, tile.of(wg), !tile.done() && ragged_tile(tile.tile, seq_len), ring.lo[ks] + t * BN,
+                  ring.hi[ks] + t * BN, q_row, t * BN / 8);
+    }
 }
 
 // ---------------------------------------------------------------- online softmax
 
+// A row maximum that grows by at most RESCALE_SLACK (base-2 units) is not taken up (FA4):
+// P stays relative to the older maximum, so P <= 2^8 (fine for the fp32 sums and bf16 P),
+// and since the final normalisation and the LSE use that same maximum the result is the
+// same softmax. O is rescaled only when a row of the warp moved further, which after the
+// first steps is rare.
+constexpr float RESCALE_SLACK = 8.0f;
+
 // Running softmax state of this thread's two rows (accumulator rows lane/4 and lane/4 + 8)
-// in scaled base-2 units: the row maximum and this thread's part of the row sum.
+// in scaled base-2 units: the row maximum used so far and this thread's part of the row sum.
 struct OnlineSoftmax {
     float row_max[2], row_sum[2];
 
@@ -152,23 +163,28 @@ struct OnlineSoftmax {
         row_sum[0] = row_sum[1] = 0.0f;
     }
 
-    // The masked scores of one key tile become P = 2^(s * scale_log2 - new maximum);
-    // rescale[r] is what O's row r must be multiplied by.
-    __device__ void update(float (&s)[BN / 8][4], float scale_log2, float (&rescale)[2]) {
+    // The masked scores of one step become P = 2^(s * scale_log2 - row maximum); where a
+    // row's maximum moved, rescale[r] is what O's row r must be multiplied by (else 1).
+    // Returns whether either row moved.
+    template <int NJ>
+    __device__ bool update(float (&s)[NJ][4], float scale_log2, float (&rescale)[2]) {
+        bool moved = false;
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             float tile_max = -INFINITY;
 #pragma unroll
-            for (int j = 0; j < BN / 8; j++) tile_max = fmaxf(tile_max, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+            for (int j = 0; j < NJ; j++) tile_max = fmaxf(tile_max, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
             tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 1));
             tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 2));
-            const float new_max = fmaxf(row_max[r], tile_max * scale_log2);
-            const float base = new_max == -INFINITY ? 0.0f : new_max;  // all hidden so far: p = 0
-            rescale[r] = fast_exp2(row_max[r] - base);
-            row_max[r] = new_max;
+            tile_max *= scale_log2;
+            const bool grow = tile_max > row_max[r] + RESCALE_SLACK;  // -inf + 8: the first visible step
+            rescale[r] = grow ? fast_exp2(row_max[r] - tile_max) : 1.0f;
+            if (grow) row_max[r] = tile_max;
+            moved |= grow;
+            const float base = row_max[r] == -INFINITY ? 0.0f : row_max[r];  // all hidden so far: p = 0
             float sum = 0.0f;
 #pragma unroll
-            for (int j = 0; j < BN / 8; j++) {
+            for (int j = 0; j < NJ; j++) {
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     const float p = fast_exp2(fmaf(s[j][2 * r + e], scale_log2, -base));
@@ -178,6 +194,7 @@ struct OnlineSoftmax {
             }
             row_sum[r] = row_sum[r] * rescale[r] + sum;
         }
+        return moved;
     }
 
     template <int N>
@@ -231,110 +248,146 @@ __device__ __forceinline__ void store_out_lse(const FwdParams &p, const FwdBlock
     }
 }
 
-// ---------------------------------------------------------------- kernel
+// ---------------------------------------------------------------- producer
 
-// The warpgroups walk the merged key tiles and share each K/V tile of the ring. Q is the
-// A operand of S = Q K^T: registers at D = 64, the warpgroup's shared-memory tile at
-// D = 128. Per key tile j, software-pipelined
-// inside the warpgroup: issue S(j+1) = Q K(j+1)^T and O += P(j) V(j), then mask and
-// softmax S(j+1) while P(j) V(j) still runs on the tensor cores, then rescale O once it
-// has landed. Registers at D = 128: O 64 + S 32 + P 16 per thread (166 used), at D = 64
-// Q 16 + O 32 + S 32 + P 16 (150 used): one block of 384 threads per SM.
+// Warp 0 of the last warpgroup produces, the other warpgroups consume. The producer walks
+// the merged lists (every lane the same walk, in registers) and, per step j, waits until
+// K slot j % LEAD is free, publishes the step there and has the copy engine bring K(j)
+// (TMA, 128-byte swizzle; a missing tile is read past the tensor's end, as zeros) while
+// its lanes copy the intervals, then the same for V(j) in V slot j % (LEAD + 1). After
+// the walk's end it publishes one done step and leaves.
 template <int D>
-__global__ void __launch_bounds__(FWD_THREADS, 1) attn_fwd_kernel(const __grid_constant__ FwdParams p) {
-    static_assert(sizeof(FwdSmem<D>) <= MAX_SMEM_PER_BLOCK, "shared memory of one block");
-    extern __shared__ unsigned char smem_raw[];
-    FwdSmem<D> &smem = *reinterpret_cast<FwdSmem<D> *>(smem_raw);
+__device__ __forceinline__ void produce(FwdSmem<D> &smem, const FwdParams &p, const FwdBlock &blk) {
+    typedef FwdConfig<D> C;
+    constexpr int LEAD = C::LEAD, KEYS = C::STEP_TILES * BN, STEP_BYTES = KEYS * D * (int)sizeof(bf16);
+    FwdSync<D> &sync = smem.sync;
     const AttnDims &d = p.dims;
-    const FwdBlock blk = fwd_block(d);
-    const int wg = threadIdx.x / NUM_THREADS;
-    const int q_row = (blk.q_tile0 + wg) * BM + warp_row();
-    const int64_t kv_off = blk.batch * d.kv_batch_stride + blk.kv_head * D;
-    const KeySource keys = {p.k + kv_off, p.v + kv_off, p.mask.lo + (int64_t)blk.batch * d.seq_len,
-                            p.mask.hi + (int64_t)blk.batch * d.seq_len, d.kv_row_stride, d.seq_len};
-
-    if (threadIdx.x == 0) start_walk(smem, p.mask.by_query, blk);
-    __syncthreads();  // smem.step
-    FwdStep step = smem.step[0];
-    const bf16 *q_head = p.q + blk.batch * d.q_batch_stride + blk.head * D;
-    uint32_t q_frag[D / 16][4];  // Q in registers (unused where it is in shared memory)
-    if constexpr (fwd_q_in_smem(D)) {  // the Q tiles join step 0's copy group
-        if (!step.done() && threadIdx.x < FWD_LOAD_THREADS)
+    const int l = lane_id();
+    const int32_t *lo = p.mask.lo + (int64_t)blk.batch * d.seq_len, *hi = p.mask.hi + (int64_t)blk.batch * d.seq_len;
+    MergedLines<C::Q_TILES> walk;
+    walk.init(p.mask.by_query, blk.batch, blk.q_tile0);
+    FwdStep<D> step = next_step<D>(walk);
+    if (l == 0 && !step.done()) {  // (no copy may be in flight when the block ends)
+        mbar_arrive_expect_tx(&sync.full_q, C::Q_TILES * BM * D * (int)sizeof(bf16));
 #pragma unroll
-            for (int t = 0; t < FWD_Q_TILES; t++)
-                load_tile_swizzled<BM, D, FWD_LOAD_THREADS>(smem.q.q[t], q_head, d.q_row_stride,
-                                                            (blk.q_tile0 + t) * BM, d.seq_len);
-    } else {
-        load_q_frags<D>(q_frag, q_head, d.q_row_stride, q_row, d.seq_len, !step.done());
+        for (int t = 0; t < C::Q_TILES; t++)
+#pragma unroll
+            for (int c = 0; c < D / 64; c++)
+                tma_load_3d(smem.q[t] + c * BM * 64, &p.map_q, blk.head * D + 64 * c, (blk.q_tile0 + t) * BM,
+                            blk.batch, &sync.full_q);
     }
+    for (int j = 0;; j++, step = next_step<D>(walk)) {
+        const int ks = j % LEAD, vs = j % (LEAD + 1);
+        if (j >= LEAD) mbar_wait(&sync.empty_k[ks], (j / LEAD + 1) & 1);
+        if (l == 0) {
+            sync.step[ks] = step;
+            mbar_arrive_expect_tx(&sync.full_k[ks], step.done() ? 0 : STEP_BYTES);
+        }
+        if (!step.done()) {
 #pragma unroll
-    for (int i = 0; i < FWD_STAGES - 1; i++) load_step(smem, keys, smem.step[i], i);
+            for (int t = 0; t < C::STEP_TILES; t++) {
+                const bool missing = step.tile[t].done();
+                const int k0 = missing ? d.s_pad : step.tile[t].tile * BN;
+                if (l == 0)
+#pragma unroll
+                    for (int c = 0; c < D / 64; c++)
+                        tma_load_3d(smem.ring.k[ks] + c * KEYS * 64 + t * BN * 64, &p.map_k, blk.kv_head * D + 64 * c,
+                                    k0, blk.batch, &sync.full_k[ks]);
+#pragma unroll
+                for (int i = l; i < BN; i += 32) {
+                    const bool valid = k0 + i < d.seq_len;
+                    cp_async4(smem.ring.lo[ks] + t * BN + i, lo + (valid ? k0 + i : 0), valid);
+                    cp_async4(smem.ring.hi[ks] + t * BN + i, hi + (valid ? k0 + i : 0), valid);
+                }
+            }
+        }
+        mbar_arrive_cp_async(&sync.full_k[ks]);
+        if (step.done()) return;
+        if (j >= LEAD + 1) mbar_wait(&sync.empty_v[vs], (j / (LEAD + 1) + 1) & 1);
+        if (l == 0) {
+            mbar_arrive_expect_tx(&sync.full_v[vs], STEP_BYTES);
+#pragma unroll
+            for (int t = 0; t < C::STEP_TILES; t++) {
+                const int k0 = step.tile[t].done() ? d.s_pad : step.tile[t].tile * BN;
+#pragma unroll
+                for (int c = 0; c < D / 64; c++)
+                    tma_load_3d(smem.ring.v[vs] + c * KEYS * 64 + t * BN * 64, &p.map_v, blk.kv_head * D + 64 * c, k0,
+                                blk.batch, &sync.full_v[vs]);
+            }
+        }
+    }
+}
 
-    float o[D / 8][4];            // [64 x D] unnormalised output over the warpgroup
-    float s[BN / 8][4];           // [64 x BN] scores of the next key tile
-    uint32_t p_frag[BN / 16][4];  // P of this key tile as A fragments (k = keys)
+// ---------------------------------------------------------------- consumer
+
+// A consumer warpgroup walks the published steps. Q is the A operand of S = Q K^T from its
+// shared-memory tile. Per step j, software-pipelined inside the warpgroup: issue
+// S(j+1) = Q K(j+1)^T and O += P(j) V(j), then mask and softmax S(j+1) while P(j) V(j)
+// still runs on the tensor cores, then rescale O once it has landed (only if a row
+// maximum moved). A slot's empty barrier gets this thread's arrival as soon as S (with
+// the intervals) or P V is done with it.
+template <int D>
+__device__ __forceinline__ void consume(FwdSmem<D> &smem, const FwdParams &p, const FwdBlock &blk, int wg) {
+    typedef FwdConfig<D> C;
+    constexpr int LEAD = C::LEAD, KEYS = C::STEP_TILES * BN;
+    FwdSync<D> &sync = smem.sync;
+    const AttnDims &d = p.dims;
+    const int q_row = (blk.q_tile0 + wg) * BM + warp_row();
+    float o[D / 8][4];              // [64 x D] unnormalised output over the warpgroup
+    float s[KEYS / 8][4];           // [64 x KEYS] scores of the next step
+    uint32_t p_frag[KEYS / 16][4];  // P of this step as A fragments (k = keys)
     float rescale[2];
     OnlineSoftmax softmax;
     softmax.init();
     zero(o);
-    auto scores = [&](int stage) {  // issues S = Q K^T of the key tile in `stage`
-        if constexpr (fwd_q_in_smem(D)) issue_scores<D>(s, smem.q.q[wg], smem.keys.k[stage]);
-        else issue_scores<D>(s, q_frag, smem.keys.k[stage]);
-    };
 
+    mbar_wait(&sync.full_k[0], 0);
+    FwdStep<D> step = sync.step[0];
     if (!step.done()) {  // step 0: scores and P before the pipelined loop
-        cp_async_wait<FWD_STAGES - 2>();
-        wgmma::fence_async_shared();
-        __syncthreads();  // step 0 landed
+        mbar_wait(&sync.full_q, 0);
         wgmma::fence();
-        scores(0);
+        issue_scores<D, KEYS>(s, smem.q[wg], smem.ring.k[0]);
         wgmma::commit();
         wgmma::wait<0>();
         wgmma::pin(s);
-        mask_tile(s, step.of(wg), ragged_tile(step.tile, d.seq_len), smem.keys.lo[0], smem.keys.hi[0], q_row);
+        mask_step<D>(s, step, wg, smem.ring, 0, d.seq_len, q_row);
+        mbar_arrive(&sync.empty_k[0]);
         softmax.update(s, d.scale_log2, rescale);
-        acc_to_a<BN>(p_frag, s);  // O is still 0: no rescale
+        acc_to_a<KEYS>(p_frag, s);  // O is still 0: no rescale
     }
     // Step j's P is in p_frag. The wgmma sequences carry no branch between issue and
     // wait (ptxas serializes them otherwise), so the last step's P V is peeled off.
     for (int j = 0; !step.done(); j++) {
-        const int stage = j % FWD_STAGES, next_stage = (j + 1) % FWD_STAGES;
-        const FwdStep next = smem.step[next_stage];
-        const bf16 *t_v = smem.keys.v[stage];
+        const int ks = (j + 1) % LEAD, vs = j % (LEAD + 1);
+        mbar_wait(&sync.full_k[ks], ((j + 1) / LEAD) & 1);
+        const FwdStep<D> next = sync.step[ks];
+        mbar_wait(&sync.full_v[vs], (j / (LEAD + 1)) & 1);
+        const bf16 *t_v = smem.ring.v[vs];
         if (next.done()) {
             wgmma::fence();
-            issue_pv<D>(o, p_frag, t_v);
+            issue_pv<D, KEYS>(o, p_frag, t_v);
             wgmma::commit();
             wgmma::wait<0>();
             wgmma::pin(o);
             wgmma::pin(p_frag);
             break;
         }
-        cp_async_wait<FWD_STAGES - 3>();
-        wgmma::fence_async_shared();
-        // Step j + 1 landed; every warpgroup has finished step j - 1, so its stage
-        // (the slot of step j + FWD_STAGES - 1) is free, and the published step j + 1
-        // is read by everyone before thread 0 reuses the slot of step j.
-        __syncthreads();
-        const int refill = (j + FWD_STAGES - 1) % FWD_STAGES;
-        load_step(smem, keys, smem.step[refill], refill);
-        if (threadIdx.x == 0) smem.step[stage] = smem.walk.next();  // step j + FWD_STAGES
-
         wgmma::fence();
-        scores(next_stage);
+        issue_scores<D, KEYS>(s, smem.q[wg], smem.ring.k[ks]);
         wgmma::commit();
-        issue_pv<D>(o, p_frag, t_v);
+        issue_pv<D, KEYS>(o, p_frag, t_v);
         wgmma::commit();
         wgmma::wait<1>();  // the scores; P V may still run
         wgmma::pin(s);
-        mask_tile(s, next.of(wg), ragged_tile(next.tile, d.seq_len), smem.keys.lo[next_stage],
-                  smem.keys.hi[next_stage], q_row);
-        softmax.update(s, d.scale_log2, rescale);
+        mask_step<D>(s, next, wg, smem.ring, ks, d.seq_len, q_row);
+        mbar_arrive(&sync.empty_k[ks]);
+        const bool moved = softmax.update(s, d.scale_log2, rescale);
         wgmma::wait<0>();
         wgmma::pin(o);
         wgmma::pin(p_frag);
-        OnlineSoftmax::rescale_o(o, rescale);
-        acc_to_a<BN>(p_frag, s);
+        mbar_arrive(&sync.empty_v[vs]);
+        if (__any_sync(0xffffffff, moved)) OnlineSoftmax::rescale_o(o, rescale);
+        acc_to_a<KEYS>(p_frag, s);
         step = next;
     }
 
@@ -342,11 +395,47 @@ __global__ void __launch_bounds__(FWD_THREADS, 1) attn_fwd_kernel(const __grid_c
     store_out_lse<D>(p, blk, q_row, o, softmax);
 }
 
+// ---------------------------------------------------------------- kernel
+
+// Thread 0 sets up the barriers; then the producer's warpgroup gives its registers to the
+// consumers, and its warp 0 produces while the others leave. One block per SM.
+template <int D>
+__global__ void __launch_bounds__(fwd_threads<D>(), 1) attn_fwd_kernel(const __grid_constant__ FwdParams p) {
+    static_assert(sizeof(FwdSmem<D>) <= MAX_SMEM_PER_BLOCK, "shared memory of one block");
+    typedef FwdConfig<D> C;
+    constexpr int CONSUMER_THREADS = C::Q_TILES * NUM_THREADS;
+    extern __shared__ unsigned char smem_raw[];
+    FwdSmem<D> &smem = *reinterpret_cast<FwdSmem<D> *>(smem_raw);
+    const FwdBlock blk = fwd_block<D>(p.dims);
+    const int wg = threadIdx.x / NUM_THREADS;
+    if (threadIdx.x == 0) {
+        FwdSync<D> &sync = smem.sync;
+        for (int i = 0; i < C::LEAD; i++) {
+            mbar_init(&sync.full_k[i], 1 + 32);  // the producer's lane 0 and its lanes' interval copies
+            mbar_init(&sync.empty_k[i], CONSUMER_THREADS);
+        }
+        for (int i = 0; i <= C::LEAD; i++) {
+            mbar_init(&sync.full_v[i], 1);
+            mbar_init(&sync.empty_v[i], CONSUMER_THREADS);
+        }
+        mbar_init(&sync.full_q, 1);
+        mbar_fence_init();
+    }
+    __syncthreads();
+    if (wg == C::Q_TILES) {
+        regs_dec<PRODUCER_REGS>();
+        if (threadIdx.x % NUM_THREADS < 32) produce(smem, p, blk);
+        return;
+    }
+    regs_inc<CONSUMER_REGS>();
+    consume(smem, p, blk, wg);
+}
+
 // ---------------------------------------------------------------- host
 
 template <int D>
 void forward(const FwdParams &p, cudaStream_t stream) {
-    launch(attn_fwd_kernel<D>, fwd_grid(p.dims), FWD_THREADS, sizeof(FwdSmem<D>), stream, p);
+    launch(attn_fwd_kernel<D>, fwd_grid<D>(p.dims), fwd_threads<D>(), sizeof(FwdSmem<D>), stream, p);
 }
 
 }  // namespace

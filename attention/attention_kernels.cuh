@@ -4,7 +4,8 @@
 // block owns), a main loop of loads and wgmma products (wgmma.cuh), softmax or gradient
 // element work, and epilogue functions that write the results. This header holds what
 // more than one kernel uses:
-//   - primitives: cp.async and bulk copies, named barriers, register-fragment helpers;
+//   - primitives: cp.async, bulk and tensor (TMA) copies, mbarriers, named barriers,
+//     register reallocation, register-fragment helpers;
 //   - the mask as the kernels read it (MaskView) and the tile walk over it (TileList,
 //     TileStep, MergedLines);
 //   - loaders: swizzled tiles, 64-entry pairs, key tiles with their intervals (KeyRing);
@@ -14,15 +15,18 @@
 // dynamic allocation, whose size is sizeof the struct. No kernel declares a static
 // __shared__ variable, so the allocation starts at the base of the block's shared window,
 // which is 1024-byte aligned as the swizzled tiles' alignas(1024) members need.
-// Shared tiles use the 128-byte swizzle and are filled by cp.async; products are bf16 with
-// fp32 accumulators; softmax runs in base 2; P and dS stay in registers as the A operand
-// of the next product. Every kernel works in warpgroups whose warp w holds rows
-// 16w..16w+15 of each 64-row tile (queries in the forward and the dQ pass, keys in the
-// dK/dV pass), so row reductions need only a 4-lane shuffle. docs/KERNEL_NOTES.md has the
-// design and the measurements behind it.
+// Shared tiles use the 128-byte swizzle and are filled by cp.async (the forward's by TMA,
+// which writes the same layout); products are bf16 with fp32 accumulators; softmax runs
+// in base 2; P and dS stay in registers as the A operand of the next product. Every
+// kernel works in warpgroups whose warp w holds rows 16w..16w+15 of each 64-row tile
+// (queries in the forward and the dQ pass, keys in the dK/dV pass), so row reductions
+// need only a 4-lane shuffle. docs/KERNEL_NOTES.md has the design and the measurements
+// behind it.
 #pragma once
 #include "attention/attention_cuda.h"
 
+#include <cuda.h>  // CUtensorMap (the encoder is fetched from the driver at run time)
+#include <cudaTypedefs.h>
 #include <limits.h>
 #include <math.h>
 #include "attention/wgmma.cuh"
@@ -99,6 +103,54 @@ __device__ __forceinline__ void bulk_wait_read_all() {
     asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
+// mbarrier in shared memory: a phase completes when `count` arrivals and the expected
+// transaction bytes (of TMA copies) have come; waiters name the phase's parity.
+__device__ __forceinline__ void mbar_init(uint64_t *bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+// After the inits, before the block synchronises: the barriers are visible to the copy engine.
+__device__ __forceinline__ void mbar_fence_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+// One arrival that also expects `bytes` more of transactions in this phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t *bar, int bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+                 : "memory");
+}
+// An arrival once this thread's earlier cp.async copies have landed (counted in the init
+// count: .noinc).
+__device__ __forceinline__ void mbar_arrive_cp_async(uint64_t *bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, int parity) {
+    asm volatile(
+        "{\n.reg .pred done;\nWAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT;\n}\n" ::"r"(smem_addr(bar)),
+        "r"(parity)
+        : "memory");
+}
+
+// One box of a tensor map (host: tensor_map_bf16) at coordinates (c0, c1, c2), innermost
+// first, into shared memory; its bytes complete a transaction on `bar`. Coordinates past
+// the tensor's extent read zeros (and still count their bytes).
+__device__ __forceinline__ void tma_load_3d(void *dst, const CUtensorMap *map, int c0, int c1, int c2,
+                                            uint64_t *bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, "
+        "%4}], [%5];\n" ::"r"(smem_addr(dst)),
+        "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
+        : "memory");
+}
+
+// Register reallocation between the warpgroups of a warp-specialised block (each
+// warpgroup as a whole): a producer gives registers back, consumers take them.
+template <int N>
+__device__ __forceinline__ void regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
+template <int N>
+__device__ __forceinline__ void regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
 
 // 2^x by the special-function unit (ex2.approx; 2^-inf = 0), one instruction.
 __device__ __forceinline__ float fast_exp2(float x) {
@@ -296,10 +348,12 @@ __device__ __forceinline__ void load_key_tile(KeyRing<D, STAGES> &ring, int stag
 
 // ---------------------------------------------------------------- score masking
 
-// Scores [16 x BN] of one warp: -inf where key k (columns, lo/hi from shared memory)
-// is hidden from query q_row (accumulator row lane/4) or q_row + 8.
-__device__ __forceinline__ void mask_scores(float (&s)[BN / 8][4], const int32_t *tile_lo,
-                                            const int32_t *tile_hi, int q_row) {
+// Scores [16 x BN] of one warp (column groups [j0, j0 + BN / 8) of s, one key tile): -inf
+// where key k (columns, lo/hi from shared memory) is hidden from query q_row (accumulator
+// row lane/4) or q_row + 8.
+template <int NJ>
+__device__ __forceinline__ void mask_scores(float (&s)[NJ][4], const int32_t *tile_lo, const int32_t *tile_hi,
+                                            int q_row, int j0) {
     int l = lane_id();
 #pragma unroll
     for (int j = 0; j < BN / 8; j++) {
@@ -307,8 +361,8 @@ __device__ __forceinline__ void mask_scores(float (&s)[BN / 8][4], const int32_t
         for (int e = 0; e < 2; e++) {
             int col = 8 * j + 2 * (l % 4) + e;
             int lo = tile_lo[col], hi = tile_hi[col];
-            if (!(lo <= q_row && q_row < hi)) s[j][e] = -INFINITY;
-            if (!(lo <= q_row + 8 && q_row + 8 < hi)) s[j][2 + e] = -INFINITY;
+            if (!(lo <= q_row && q_row < hi)) s[j0 + j][e] = -INFINITY;
+            if (!(lo <= q_row + 8 && q_row + 8 < hi)) s[j0 + j][2 + e] = -INFINITY;
         }
     }
 }
@@ -316,14 +370,17 @@ __device__ __forceinline__ void mask_scores(float (&s)[BN / 8][4], const int32_t
 // The scores of a key tile that the warp's query tile sees as `cls`: a full tile needs
 // nothing unless ragged (its keys past seq_len are staged as lo = hi = 0), a partial one
 // the per-element test, and one its lists do not show (another query tile's, merged in)
-// is hidden whole.
-__device__ __forceinline__ void mask_tile(float (&s)[BN / 8][4], TileClass cls, bool ragged,
-                                          const int32_t *tile_lo, const int32_t *tile_hi, int q_row) {
+// is hidden whole. The tile's scores are column groups [j0, j0 + BN / 8) of s (a step of
+// several key tiles; j0 a compile-time constant after unrolling).
+template <int NJ>
+__device__ __forceinline__ void mask_tile(float (&s)[NJ][4], TileClass cls, bool ragged, const int32_t *tile_lo,
+                                          const int32_t *tile_hi, int q_row, int j0 = 0) {
+    static_assert(NJ % (BN / 8) == 0, "whole key tiles");
     if (cls == TileClass::Full && !ragged) return;
-    if (cls != TileClass::Empty) mask_scores(s, tile_lo, tile_hi, q_row);
+    if (cls != TileClass::Empty) mask_scores(s, tile_lo, tile_hi, q_row, j0);
     else
 #pragma unroll
-        for (int j = 0; j < BN / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = -INFINITY;
+        for (int j = 0; j < BN / 8; j++) s[j0 + j][0] = s[j0 + j][1] = s[j0 + j][2] = s[j0 + j][3] = -INFINITY;
 }
 
 // ---------------------------------------------------------------- host side
@@ -404,6 +461,29 @@ inline AttnInputs attn_inputs(const AttnShape *shape, const AttnMask *mask, cons
     in.k = k;
     in.v = v;
     return in;
+}
+
+// A TMA descriptor of one bf16 tensor [batch][rows][row_stride] (strides in elements), of
+// which `cols` columns are read, in boxes of 64 rows x 64 columns (128 bytes: the
+// 128-byte swizzle of wgmma.cuh); rows past `rows` read as zeros.
+inline CUtensorMap tensor_map_bf16(const bf16 *base, int cols, int rows, int batch, int64_t row_stride,
+                                   int64_t batch_stride) {
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+    if (!encode) {
+        cudaDriverEntryPointQueryResult found;
+        cudaCheck(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&encode, 12000,
+                                                   cudaEnableDefault, &found));
+        CHECK(found == cudaDriverEntryPointSuccess && encode, "attention_cuda: no cuTensorMapEncodeTiled in the driver");
+    }
+    CUtensorMap map;
+    const cuuint64_t dims[3] = {(cuuint64_t)cols, (cuuint64_t)rows, (cuuint64_t)batch};
+    const cuuint64_t strides[2] = {(cuuint64_t)row_stride * sizeof(bf16), (cuuint64_t)batch_stride * sizeof(bf16)};
+    const cuuint32_t box[3] = {64, 64, 1}, elem_strides[3] = {1, 1, 1};
+    const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)base, dims, strides, box,
+                              elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    CHECK(r == CUDA_SUCCESS, "attention_cuda: cuTensorMapEncodeTiled failed (%d)", (int)r);
+    return map;
 }
 
 // Launches kernel<<<grid, threads, smem>>>(params) after raising its dynamic shared-memory

@@ -112,6 +112,19 @@ __device__ __forceinline__ void mma_ss_n64(float (&d)[8][4], uint64_t desc_a, ui
         : "l"(desc_a), "l"(desc_b), "r"((int)accumulate), "n"(TRANS_A), "n"(TRANS_B));
 }
 
+// d[64 x 128] (+)= A[64 x 16] * B[16 x 128], both from shared memory by descriptor;
+// TRANS_A / TRANS_B: the operand is stored MN-major (see desc_mn_major).
+template <int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void mma_ss_n128(float (&d)[16][4], uint64_t desc_a, uint64_t desc_b,
+                                           bool accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, "
+        "%67, %68;\n}\n"
+        : WGMMA_ACC_128(d)
+        : "l"(desc_a), "l"(desc_b), "r"((int)accumulate), "n"(TRANS_A), "n"(TRANS_B));
+}
+
 // d[64 x 64] (+)= A[64 x 16] * B[16 x 64], A from registers (each warp its 16 rows, the
 // mma.sync A-fragment layout), B from shared memory by descriptor.
 template <int TRANS_B>
@@ -138,12 +151,13 @@ __device__ __forceinline__ void mma_rs_n128(float (&d)[16][4], const uint32_t (&
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"((int)accumulate), "n"(TRANS_B));
 }
 
-// d[64 x N] (+)= A * B over one 16-wide slice, both from shared memory, N = 32 or 64.
+// d[64 x N] (+)= A * B over one 16-wide slice, both from shared memory, N = 32, 64 or 128.
 template <int N, int TRANS_A, int TRANS_B>
 __device__ __forceinline__ void mma_ss(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-    static_assert(N == 32 || N == 64, "instruction shapes m64n32k16 and m64n64k16");
+    static_assert(N == 32 || N == 64 || N == 128, "instruction shapes m64n{32,64,128}k16");
     if constexpr (N == 32) mma_ss_n32<TRANS_A, TRANS_B>(d, desc_a, desc_b, accumulate);
-    else mma_ss_n64<TRANS_A, TRANS_B>(d, desc_a, desc_b, accumulate);
+    else if constexpr (N == 64) mma_ss_n64<TRANS_A, TRANS_B>(d, desc_a, desc_b, accumulate);
+    else mma_ss_n128<TRANS_A, TRANS_B>(d, desc_a, desc_b, accumulate);
 }
 
 // d[64 x N] (+)= A * B over one 16-wide slice, A from registers, N = 64 or 128.

@@ -310,6 +310,27 @@ static void test_rope_scaled(void) {
     free(pos);
 }
 
+// N random positions (host, into *pos) and their RoPE angle table on the device.
+static float2 *random_rope_angles(int N, int D, float theta, int32_t **pos) {
+    *pos = (int32_t *)xmalloc(N * sizeof(int32_t));
+    for (int i = 0; i < N; i++) (*pos)[i] = test_rng_int(&rng, 0, 40959);
+    int32_t *d_pos = upload_i32(*pos, N);
+    float2 *d_cs = (float2 *)device_alloc((size_t)N * (D / 2) * sizeof(float2));
+    rope_angles_cuda(d_cs, d_pos, N, D, theta, NULL, 0);
+    return d_cs;
+}
+
+// The three parts of stacked rows qkv [N, (H + 2 KV) D] as separate tensors.
+static void unstack_qkv(float *q, float *k, float *v, const float *qkv, int N, int H, int KV,
+                        int D) {
+    const size_t QKV = (size_t)(H + 2 * KV) * D;
+    for (int n = 0; n < N; n++) {
+        memcpy(q + (size_t)n * H * D, qkv + n * QKV, H * D * sizeof(float));
+        memcpy(k + (size_t)n * KV * D, qkv + n * QKV + H * D, KV * D * sizeof(float));
+        memcpy(v + (size_t)n * KV * D, qkv + n * QKV + (H + KV) * D, KV * D * sizeof(float));
+    }
+}
+
 // The stacked q|k|v path against the CPU rope op: split with the angle table rotates q
 // and k (v copied), without it copies all three (qk_norm: the norms and RoPE follow); the
 // merge inverts either. Qwen3-like GQA, head_dim 128.
@@ -318,23 +339,14 @@ static void test_rope_qkv(void) {
     const int N = 1024, H = 4, KV = 2, D = 128, QKV = (H + 2 * KV) * D;
     const float theta = 1000000.0f;
     const size_t nq = (size_t)N * H * D, nkv = (size_t)N * KV * D, nqkv = (size_t)N * QKV;
-    int32_t *pos = (int32_t *)xmalloc(N * sizeof(int32_t));
-    for (int i = 0; i < N; i++) pos[i] = test_rng_int(&rng, 0, 40959);
-    int32_t *d_pos = upload_i32(pos, N);
-    float2 *d_cs = (float2 *)device_alloc((size_t)N * (D / 2) * sizeof(float2));
-    rope_angles_cuda(d_cs, d_pos, N, D, theta, NULL, 0);
+    int32_t *pos;
+    float2 *d_cs = random_rope_angles(N, D, theta, &pos);
     float *qkv = random_bf16_values(nqkv, 1.0f, 0.0f);
     bf16 *d_qkv = upload_bf16(qkv, nqkv);
     bf16 *d_q = (bf16 *)device_alloc(nq * sizeof(bf16)), *d_k = (bf16 *)device_alloc(nkv * 2),
          *d_v = (bf16 *)device_alloc(nkv * 2);
-    // The three parts of the stacked rows, as separate tensors.
     float *q = host_floats(nq), *k = host_floats(nkv), *v = host_floats(nkv);
-    for (int n = 0; n < N; n++) {
-        memcpy(q + (size_t)n * H * D, qkv + (size_t)n * QKV, H * D * sizeof(float));
-        memcpy(k + (size_t)n * KV * D, qkv + (size_t)n * QKV + H * D, KV * D * sizeof(float));
-        memcpy(v + (size_t)n * KV * D, qkv + (size_t)n * QKV + (H + KV) * D,
-               KV * D * sizeof(float));
-    }
+    unstack_qkv(q, k, v, qkv, N, H, KV, D);
     for (int rotate = 0; rotate < 2; rotate++) {
         poison(d_q, nq * 2), poison(d_k, nkv * 2), poison(d_v, nkv * 2);
         rope_split_qkv_cuda(d_q, d_k, d_v, d_qkv, rotate ? d_cs : NULL, N, H, KV, D, 0);
@@ -376,11 +388,8 @@ static void test_qk_norm_rope(int N, int D) {
     const int H = 6, KV = 2, QKV = (H + 2 * KV) * D;
     const float theta = 1000000.0f, eps = 1e-6f;
     const size_t nq = (size_t)N * H * D, nkv = (size_t)N * KV * D, nqkv = (size_t)N * QKV;
-    int32_t *pos = (int32_t *)xmalloc(N * sizeof(int32_t));
-    for (int i = 0; i < N; i++) pos[i] = test_rng_int(&rng, 0, 40959);
-    int32_t *d_pos = upload_i32(pos, N);
-    float2 *d_cs = (float2 *)device_alloc((size_t)N * (D / 2) * sizeof(float2));
-    rope_angles_cuda(d_cs, d_pos, N, D, theta, NULL, 0);
+    int32_t *pos;
+    float2 *d_cs = random_rope_angles(N, D, theta, &pos);
     float *q = random_bf16_values(nq, 2.0f, 0.0f), *k = random_bf16_values(nkv, 2.0f, 0.0f);
     float *qw = random_bf16_values(D, 0.5f, 1.0f), *kw = random_bf16_values(D, 0.5f, 1.0f);
     bf16 *d_q = upload_bf16(q, nq), *d_k = upload_bf16(k, nkv);
@@ -439,13 +448,7 @@ static void test_qk_norm_rope(int N, int D) {
         memcpy(out + nqkv, dqw, D * sizeof(float)), memcpy(out + nqkv + D, dkw, D * sizeof(float));
         if (run == 0) {
             float *got_q = host_floats(nq), *got_k = host_floats(nkv), *got_v = host_floats(nkv);
-            for (int n = 0; n < N; n++) {
-                memcpy(got_q + (size_t)n * H * D, dqkv + (size_t)n * QKV, H * D * sizeof(float));
-                memcpy(got_k + (size_t)n * KV * D, dqkv + (size_t)n * QKV + H * D,
-                       KV * D * sizeof(float));
-                memcpy(got_v + (size_t)n * KV * D, dqkv + (size_t)n * QKV + (H + KV) * D,
-                       KV * D * sizeof(float));
-            }
+            unstack_qkv(got_q, got_k, got_v, dqkv, N, H, KV, D);
             expect_close("qk_norm_rope backward dq (before q_norm)", got_q, dqin_ref, nq, BF16_TOL);
             expect_close("qk_norm_rope backward dk (before k_norm)", got_k, dkin_ref, nkv, BF16_TOL);
             expect_bitwise_equal("qk_norm_rope backward dv (copy)", got_v, dv, nkv);

@@ -148,6 +148,15 @@ static double cuda_forward(void *state, const ModelBatch *batch, float *losses) 
     return cuda_model_forward(t->model, t->weights, batch, losses);
 }
 
+// With NCCL's communicator: the bucketed all-reduce, ordered on the model's stream.
+static void cuda_all_reduce_grads(void *state, const DistComm *comm) {
+    CudaTrainer *t = (CudaTrainer *)state;
+    CHECK(comm->device || comm->world_size == 1,
+          "the cuda backend's gradients are in device memory: a %d-rank host communicator "
+          "cannot sum them", comm->world_size);
+    comm->sum_floats(comm, t->grads, t->n, t->stream);
+}
+
 static void cuda_get_grads(void *state, float *grads) {
     CudaTrainer *t = (CudaTrainer *)state;
     cudaCheck(cudaMemcpyAsync(grads, t->grads, t->n * sizeof(float), cudaMemcpyDeviceToHost,
@@ -208,6 +217,7 @@ const TrainBackendOps *cuda_train_backend(void) {
     ops.zero_grads = cuda_zero_grads;
     ops.forward_backward = cuda_forward_backward;
     ops.forward = cuda_forward;
+    ops.all_reduce_grads = cuda_all_reduce_grads;
     ops.get_grads = cuda_get_grads;
     ops.grad_norm = cuda_grad_norm;
     ops.optimizer_step = cuda_optimizer_step;

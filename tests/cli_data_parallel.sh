@@ -8,7 +8,8 @@
 # the one rank adds them in the same order). A 2-rank checkpoint resumed on 1 rank and a
 # 1-rank one resumed on 2 continue the uninterrupted run bit for bit. Rank 1 writes
 # nothing (started by hand with torchrun's variables and its own out_dir, which must not
-# appear); the log line says the world size.
+# appear); the log line says the world size. A SIGTERM to `train --gpus 2` stops both
+# ranks after one step (the ranks agree on it), rank 0 checkpoints, exit 0.
 source "$(dirname "$0")/lib_cli.sh"
 need_data
 export OMP_NUM_THREADS=1
@@ -76,4 +77,14 @@ wait "${pids[0]}" && wait "${pids[1]}" && ok ||
     bad "rank 0 wrote its out_dir: $(ls "$tmp/rank0" 2>&1)"
 [ ! -e "$tmp/rank1" ] && ok || bad "rank 1 wrote nothing: $(ls -R "$tmp/rank1")"
 ! grep -q '^step \|^checkpoint' "$tmp/rank1.log" && ok || bad "rank 1 logs no step"
+
+"${launch_env[@]}" "$train" --gpus 2 --set out_dir="$tmp/sig" "${tiny[@]}" --set train.steps=100000 \
+    > "$tmp/sig.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 500); do [ -s "$tmp/sig/metrics.jsonl" ] && break; sleep 0.02; done
+kill -TERM "$pid"
+wait "$pid" && ok || bad "SIGTERM: exit 0: $(tail -3 "$tmp/sig.log")"
+step=$(sed -n 's/^stopped by signal after step \([0-9]*\);.*/\1/p' "$tmp/sig.log")
+[ -n "$step" ] && [ -f "$tmp/sig/checkpoint-$(printf %06d "$step")/model.safetensors" ] && ok ||
+    bad "SIGTERM: a checkpoint at the step both ranks stopped after: $(tail -3 "$tmp/sig.log")"
 finish

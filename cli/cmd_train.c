@@ -11,8 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "cli/commands.h"
 #include "cli/launch_ranks.h"
@@ -149,6 +147,24 @@ static DistEnv dist_env_from_environment(void) {
     return env;
 }
 
+// NCCL's communicator with the bucket plan of out->plan. Returns 0 or -1 with a message.
+static int nccl_connect(Ranks *out, const char *rendezvous_file, double timeout_s, char *err,
+                        size_t err_len) {
+#ifdef ONEPASS_HAVE_NCCL
+    NcclComm *nccl = nccl_comm_create(&out->env, rendezvous_file, timeout_s, err, err_len);
+    if (!nccl) return -1;
+    out->nccl = nccl;
+    out->comm = nccl_dist_comm(nccl, &out->plan);
+    return 0;
+#else
+    (void)out;
+    (void)rendezvous_file;
+    (void)timeout_s;
+    return fail(err, err_len, "several ranks on the cuda backend need NCCL, and this binary "
+                "was built without it (CMake found no nccl.h; option ONEPASS_NCCL)");
+#endif
+}
+
 // ONEPASS_DIST_SETUP_ONLY=1 (the tests) makes every rank stop once connected;
 // ONEPASS_DIST_FAIL_RANK=r makes rank r fail before connecting, so the others wait.
 static void ranks_connect(const Config *config, const ModelConfig *mc, Backend backend,
@@ -166,23 +182,12 @@ static void ranks_connect(const Config *config, const ModelConfig *mc, Backend b
     param_table_build(mc, &out->table);
     bucket_plan_build(&out->table, (size_t)config_int(config, "train.bucket_mb") << 20, &out->plan);
     char err[1024];
-    if (backend == BACKEND_CPU) {
-        if (dist_comm_tcp_create(env, file, timeout_s, &out->comm, err, sizeof err) != 0)
-            fatal("rank %d of %d (%s): %s", env->rank, env->world_size,
-                  launcher_name(env->launcher), err);
-    } else {
-#ifdef ONEPASS_HAVE_NCCL
-        NcclComm *nccl = nccl_comm_create(env, file, timeout_s, err, sizeof err);
-        if (!nccl)
-            fatal("rank %d of %d (%s): %s", env->rank, env->world_size,
-                  launcher_name(env->launcher), err);
-        out->nccl = nccl;
-        out->comm = nccl_dist_comm(nccl, &out->plan);
-#else
-        fatal("%d ranks on the cuda backend need NCCL, and this binary was built without it "
-              "(CMake found no nccl.h; option ONEPASS_NCCL)", env->world_size);
-#endif
-    }
+    const int rc = backend == BACKEND_CPU
+                       ? dist_comm_tcp_create(env, file, timeout_s, &out->comm, err, sizeof err)
+                       : nccl_connect(out, file, timeout_s, err, sizeof err);
+    if (rc != 0)
+        fatal("rank %d of %d (%s): %s", env->rank, env->world_size, launcher_name(env->launcher),
+              err);
     printf("rank %d of %d (%s, local rank %d): rendezvous done (%s), %d gradient buckets of "
            "train.bucket_mb %lld\n", env->rank, env->world_size, launcher_name(env->launcher),
            env->local_rank, out->nccl ? "NCCL" : "TCP communicator", out->plan.n_buckets,

@@ -46,7 +46,7 @@ static void fill_slot(Prefetcher *p, Slot *slot, const StepBatch *batch, const P
     const size_t slots = (size_t)mine->n_rows * (size_t)mine->seq_len;
     size_t need = N_MODEL_INPUT_COLUMNS * slots;
     for (int i = 0; i < mb->n_micro; i++) need += mask_storage_count(&mb->masks[i]);
-    if (need > slot->arena_cap) {
+    if (need > slot->arena_cap || !slot->arena) {  // a buffer even for a rank without rows
         if (slot->arena) p->alloc.free(slot->arena);
         slot->arena_cap = need + need / 2;
         slot->arena = p->alloc.alloc(slot->arena_cap * sizeof(int32_t));

@@ -1,13 +1,14 @@
 // Data parallel over ranks (issue 16): one process per GPU. What does not need NCCL
 // lives here and is tested on the CPU: the launcher's environment, the exchange of the
 // NCCL unique id (TCP through MASTER_ADDR:MASTER_PORT, or a file on a shared path),
-// the rows of a step each rank trains, the step's reductions over ranks, and the plan of
+// the rows of a step each rank trains, the step's reductions over ranks, the plan of
 // gradient all-reduce buckets, and a communicator over TCP for the CPU backend.
 // trainer/nccl_cuda.cu (ONEPASS_HAVE_NCCL) is the GPU one, running the buckets.
 //
-// Status: several ranks train on the CPU backend (the TCP communicator; CI runs 2 ranks
-// against 1 rank of twice the micro-batches, and resumes across world sizes). The NCCL
-// path (the CUDA backend) is written and run at world size 1 only: not on several GPUs.
+// Status: several ranks train on the CPU backend through the TCP communicator (CI:
+// tests/cli_data_parallel.sh, 2 ranks against 1 rank of twice the micro-batches bit for
+// bit, resumes across world sizes). The NCCL path (the CUDA backend) is written and
+// checked at world size 1 only (tests/test_nccl_cuda.cu): not run on several GPUs.
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>

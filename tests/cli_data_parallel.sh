@@ -2,7 +2,8 @@
 # Data parallel on the CPU backend (issue 16): `train --gpus 2 --set backend=cpu` trains
 # through the TCP communicator. Each step has its rows split over the ranks, one
 # micro-batch (one row) per rank where the step has two rows, against one rank of
-# twice the micro-batches: every logged number but the timings (loss, grad norm, counts)
+# twice the micro-batches: every logged number but the timings (loss, grad norm, counts,
+# the eval losses of rank 0's eval)
 # and the final weights and AdamW moments are bit for bit the one-rank run's (the
 # gradients are summed in rank order, and each micro-batch's are computed from zero, so
 # the one rank adds them in the same order). A 2-rank checkpoint resumed on 1 rank and a
@@ -18,7 +19,8 @@ export OMP_NUM_THREADS=1
 # rows (checked below: a 3-row step splits 1 + 2, and the 2 rows' gradients are then
 # added before, not after, the first row's; a 1-row step leaves rank 1 without rows).
 tiny=(--set model.hidden_size=32 --set model.intermediate_size=64 --set model.num_hidden_layers=2
-      --set train.tokens_per_step=512 --set train.micro_rows=1 --set train.eval_every=0
+      --set train.tokens_per_step=512 --set train.micro_rows=1 --set train.eval_every=3
+      --set train.eval_max_conversations=2
       --set data.seq_len=1024 --set data.unpacked=true --set backend=cpu --set train.steps=6
       --set train.warmup_steps=1 --set train.checkpoint_every=3 --set seed=13
       --set data.train_path=datasets/synthetic/eval.jsonl)
@@ -53,9 +55,10 @@ rows=$(grep -o '"conversations":[0-9]*' "$tmp/one/metrics.jsonl" | cut -d: -f2 |
 [ "$rows" = "2 2 1 2 2 2 " ] && ok || bad "the steps' rows (one per conversation): $rows"
 [ "$(sed -n 1p "$tmp/one/metrics.jsonl" | grep -o '"loss":[^,]*')" != \
   "$(sed -n 6p "$tmp/one/metrics.jsonl" | grep -o '"loss":[^,]*')" ] && ok || bad "the loss moved"
+[ "$(grep -c '"eval_loss"' "$tmp/two/metrics.jsonl")" -eq 2 ] && ok || bad "rank 0 evaluated at steps 3, 6"
 grep -q '"world_size":2' "$tmp/two/metrics.jsonl" && ! grep -q world_size "$tmp/one/metrics.jsonl" &&
     ok || bad "metrics.jsonl says world_size 2 only with 2 ranks"
-[ "$(grep -c '^step [0-9]/6 .* | 2 ranks$' "$tmp/two.log")" -eq 6 ] && ok ||
+[ "$(grep -c '^step [0-9]/6 .* | 2 ranks\( |\|$\)' "$tmp/two.log")" -eq 6 ] && ok ||
     bad "one step line per step, saying 2 ranks: $(grep '^step' "$tmp/two.log" | head -2)"
 
 # Resume across world sizes: 2 ranks' step 3 on 1 rank, 1 rank's step 3 on 2 ranks.

@@ -165,13 +165,15 @@ static int nccl_connect(Ranks *out, const char *rendezvous_file, double timeout_
 #endif
 }
 
-// ONEPASS_DIST_SETUP_ONLY=1 (the tests) makes every rank stop once connected;
-// ONEPASS_DIST_FAIL_RANK=r makes rank r fail before connecting, so the others wait.
+// For the tests: ONEPASS_DIST_SETUP_ONLY=1 makes every rank stop once connected;
+// ONEPASS_DIST_FAIL_RANK=r makes rank r fail before connecting, so the others wait;
+// ONEPASS_DIST_COMM_AT_ONE=1 takes one rank through the communicator too (NCCL's path
+// on one GPU: tests/cli_nccl_cuda.sh).
 static void ranks_connect(const Config *config, const ModelConfig *mc, Backend backend,
                           Ranks *out) {
     *out = (Ranks){.env = dist_env_from_environment(), .comm = dist_comm_single()};
     const DistEnv *env = &out->env;
-    if (env->world_size == 1) return;
+    if (env->world_size == 1 && !getenv("ONEPASS_DIST_COMM_AT_ONE")) return;
     const char *fail_rank = getenv("ONEPASS_DIST_FAIL_RANK");
     if (fail_rank && atoi(fail_rank) == env->rank) {
         fprintf(stderr, "rank %d: failing on purpose (ONEPASS_DIST_FAIL_RANK)\n", env->rank);
@@ -200,10 +202,8 @@ static void ranks_free(Ranks *r) {
 #ifdef ONEPASS_HAVE_NCCL
     nccl_comm_destroy((NcclComm *)r->nccl);
 #endif
-    if (r->env.world_size > 1) {
-        bucket_plan_free(&r->plan);
-        param_table_free(&r->table);
-    }
+    bucket_plan_free(&r->plan);
+    param_table_free(&r->table);
 }
 
 // What the step loop works with, set up by cmd_train.

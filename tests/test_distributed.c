@@ -78,6 +78,11 @@ static void test_env(void) {
                d.local_rank == 1 && d.local_world_size == 4 && strcmp(d.master_addr, "node7") == 0 &&
                d.master_port == 29500,
            "torchrun read (%s)", err);
+    EXPECT(parse((FakeEnv){{"RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=1", "MASTER_ADDR=node7",
+                            "MASTER_PORT=29500", "TORCHELASTIC_USE_AGENT_STORE=True"}},
+                 &d, err, sizeof err) == 0 && d.master_port == 29501,
+           "under torchrun's agent store (which holds MASTER_PORT) rank 0 listens on the next "
+           "port: %d (%s)", d.master_port, err);
     EXPECT(parse((FakeEnv){{"OMPI_COMM_WORLD_RANK=3", "OMPI_COMM_WORLD_SIZE=4",
                             "OMPI_COMM_WORLD_LOCAL_RANK=1", "OMPI_COMM_WORLD_LOCAL_SIZE=2"}},
                  &d, err, sizeof err) == 0 &&

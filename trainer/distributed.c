@@ -165,10 +165,12 @@ int dist_env_parse(EnvLookup lookup, void *ctx, DistEnv *out, char *err, size_t 
     if (out->master_addr && !*out->master_addr)
         return fail(err, err_len, "environment variable MASTER_ADDR is empty");
     long port = 0;
+    const char *agent_store = lookup("TORCHELASTIC_USE_AGENT_STORE", ctx);
+    const bool next_port = agent_store && strcmp(agent_store, "True") == 0;
     if (lookup("MASTER_PORT", ctx) &&
-        env_int(lookup, ctx, "MASTER_PORT", 1, 65535, &port, err, err_len))
+        env_int(lookup, ctx, "MASTER_PORT", 1, next_port ? 65534 : 65535, &port, err, err_len))
         return -1;
-    out->master_port = (int)port;
+    out->master_port = (int)port + (port && next_port);
     return 0;
 }
 

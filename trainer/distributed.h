@@ -23,7 +23,10 @@ typedef struct {
     int local_rank;        // on this node: the GPU this rank uses
     int local_world_size;  // ranks on this node; 0: the launcher does not say
     const char *master_addr;  // MASTER_ADDR (the environment's string) or NULL
-    int master_port;          // MASTER_PORT, or 0 when not set
+    // Where rank 0 listens: MASTER_PORT, or 0 when not set. Under torchrun's agent store
+    // (TORCHELASTIC_USE_AGENT_STORE=True) the agent's TCPStore holds MASTER_PORT on
+    // MASTER_ADDR, so rank 0 takes MASTER_PORT + 1.
+    int master_port;
 } DistEnv;
 
 // The environment's lookup (getenv in the program, a table in the tests).

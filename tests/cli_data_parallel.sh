@@ -3,10 +3,10 @@
 # through the TCP communicator. Each step has its rows split over the ranks, one
 # micro-batch (one row) per rank where the step has two rows, against one rank of
 # twice the micro-batches: every logged number but the timings (loss, grad norm, counts,
-# the eval losses of rank 0's eval)
-# and the final weights and AdamW moments are bit for bit the one-rank run's (the
-# gradients are summed in rank order, and each micro-batch's are computed from zero, so
-# the one rank adds them in the same order). A 2-rank checkpoint resumed on 1 rank and a
+# the eval losses of rank 0's eval) and the final weights and AdamW moments are bit for
+# bit the one-rank run's (the gradients are summed in rank order, and each micro-batch's
+# are computed from zero, so the one rank adds them in the same order; one OpenMP thread
+# everywhere: the CPU kernels' sums depend on the thread count). A 2-rank checkpoint resumed on 1 rank and a
 # 1-rank one resumed on 2 continue the uninterrupted run bit for bit. Rank 1 writes
 # nothing (started by hand with torchrun's variables and its own out_dir, which must not
 # appear); the log line says the world size. A SIGTERM to `train --gpus 2` stops both

@@ -29,7 +29,9 @@ void nccl_comm_destroy(NcclComm *c);
 // Sums grads (device, fp32, the plan's flat buffer) over the ranks in place: one
 // all-reduce per bucket, in the plan's order, grouped, on the communicator's stream,
 // which first waits for the work queued on `stream` (the backward's); `stream` then waits
-// for the reduction. Returns at once (nothing is synchronised on the host).
+// for the reduction. Returns at once (nothing is synchronised on the host). NCCL adds in
+// its own order (its ring or tree), the same run to run for one topology and NCCL
+// version, not rank order as the TCP communicator does.
 void nccl_all_reduce_buckets(NcclComm *c, float *grads, const BucketPlan *plan,
                              cudaStream_t stream);
 

@@ -1,7 +1,8 @@
 // Data parallel without NCCL (trainer/distributed.h), on the CPU:
 //  - launcher environments: torchrun, mpirun, SLURM values read; missing, malformed and
 //    out-of-range variables refused by name; nested launchers accepted when consistent,
-//    stale or contradicting ones refused naming both; ONEPASS_LAUNCHER picks one;
+//    stale or contradicting ones refused naming both; ONEPASS_LAUNCHER picks one; under
+//    torchrun's agent store rank 0 listens on MASTER_PORT + 1;
 //  - the id rendezvous over TCP on loopback and through a file, with forked ranks and a
 //    random 128-byte id: every rank gets rank 0's bytes; a missing rank times out with a
 //    message; two processes claiming one rank are refused; no file is left behind;

@@ -425,6 +425,19 @@ static int file_other_rank(const DistEnv *env, const char *path, void *id, size_
     return write_file_atomic(ack, "", 0, err, err_len);
 }
 
+// Without a rendezvous file every rank needs MASTER_PORT, ranks above 0 MASTER_ADDR.
+static bool has_address(const DistEnv *env) {
+    return env->master_port && (env->rank == 0 || env->master_addr);
+}
+
+static int refuse_no_address(const DistEnv *env, char *err, size_t err_len) {
+    return fail(err, err_len, "%s launch of %d ranks: set %s (where rank 0 listens) or config "
+                "key train.rendezvous_file (a path every rank sees)", launcher_name(env->launcher),
+                env->world_size, !env->master_addr && !env->master_port
+                                     ? "MASTER_ADDR and MASTER_PORT"
+                                 : env->master_port ? "MASTER_ADDR" : "MASTER_PORT");
+}
+
 int dist_rendezvous(const DistEnv *env, const char *rendezvous_file, void *id, size_t id_len,
                     double timeout_s, char *err, size_t err_len) {
     if (env->world_size == 1) return 0;
@@ -432,12 +445,7 @@ int dist_rendezvous(const DistEnv *env, const char *rendezvous_file, void *id, s
         return env->rank == 0
                    ? file_rank0(env, rendezvous_file, id, id_len, timeout_s, err, err_len)
                    : file_other_rank(env, rendezvous_file, id, id_len, timeout_s, err, err_len);
-    if (!env->master_port || (env->rank > 0 && !env->master_addr))
-        return fail(err, err_len, "%s launch of %d ranks: set %s (where rank 0 listens) or "
-                    "config key train.rendezvous_file (a path every rank sees)",
-                    launcher_name(env->launcher), env->world_size,
-                    !env->master_addr && !env->master_port ? "MASTER_ADDR and MASTER_PORT"
-                    : env->master_port ? "MASTER_ADDR" : "MASTER_PORT");
+    if (!has_address(env)) return refuse_no_address(env, err, err_len);
     const int rc = env->rank == 0 ? tcp_rank0(env, id, id_len, timeout_s, err, err_len)
                                   : tcp_other_rank(env, id, id_len, timeout_s, err, err_len);
     return rc ? prefixed("rendezvous", err, err_len) : 0;
@@ -570,16 +578,17 @@ static void tcp_sum_floats(const DistComm *comm, float *values, size_t n, void *
     tcp_reduce(comm, values, n, sizeof(float), add_floats, "the gradient all-reduce");
 }
 
-// With rendezvous_file, rank 0's address travels as the id: "host port".
-static int tcp_comm_address(const DistEnv *env, const char *rendezvous_file, int *port,
-                            char *host, size_t host_len, int listener_port, double timeout_s,
-                            char *err, size_t err_len) {
+// Through rendezvous_file, rank 0's address travels as the id, "host port" (rank 0
+// listens on *port): into host and *port on every rank.
+static int address_through_file(const DistEnv *env, const char *rendezvous_file,
+                                double timeout_s, char *host, size_t host_len, int *port,
+                                char *err, size_t err_len) {
     char id[DIST_ID_BYTES] = {0};
     if (env->rank == 0) {
         if (env->master_addr) snprintf(id, sizeof id, "%s", env->master_addr);
         else if (gethostname(id, sizeof id - 16) != 0)
             return fail(err, err_len, "gethostname: %s", strerror(errno));
-        snprintf(id + strlen(id), sizeof id - strlen(id), " %d", listener_port);
+        snprintf(id + strlen(id), sizeof id - strlen(id), " %d", *port);
     }
     if (dist_rendezvous(env, rendezvous_file, id, sizeof id, timeout_s, err, err_len)) return -1;
     id[sizeof id - 1] = 0;
@@ -598,8 +607,7 @@ int dist_comm_tcp_create(const DistEnv *env, const char *rendezvous_file, double
                          DistComm *out, char *err, size_t err_len) {
     *out = dist_comm_single();
     if (env->world_size == 1) return 0;
-    if (!rendezvous_file && (!env->master_port || (env->rank > 0 && !env->master_addr)))
-        return dist_rendezvous(env, NULL, NULL, 0, timeout_s, err, err_len);  // its refusal
+    if (!rendezvous_file && !has_address(env)) return refuse_no_address(env, err, err_len);
     TcpComm *t = xcalloc(1, sizeof *t);
     t->timeout_s = timeout_s;
     t->fds = xmalloc((size_t)env->world_size * sizeof(int));
@@ -612,10 +620,9 @@ int dist_comm_tcp_create(const DistEnv *env, const char *rendezvous_file, double
     }
     char host[DIST_ID_BYTES];
     snprintf(host, sizeof host, "%s", env->master_addr ? env->master_addr : "");
-    const int listened = port;
     if (rc == 0 && rendezvous_file)
-        rc = tcp_comm_address(env, rendezvous_file, &port, host, sizeof host, listened,
-                              timeout_s, err, err_len);
+        rc = address_through_file(env, rendezvous_file, timeout_s, host, sizeof host, &port,
+                                  err, err_len);
     if (rc == 0 && env->rank == 0)
         rc = star_accept(listener, env, port, 0, timeout_s, t->fds, err, err_len);
     else if (rc == 0)

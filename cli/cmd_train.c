@@ -3,13 +3,14 @@
 // forward+backward in micro-batches with the loss normalised by the step's trained
 // tokens, a finite check, global-norm clipping, AdamW under the schedule; then metrics,
 // periodic eval in the inference view, and checkpoints (downloaded from the backend).
+// With several ranks (trainer/distributed.h) every rank packs the same step and trains
+// its rows, the gradients are summed over the ranks, and rank 0 alone writes out_dir
+// (config, metrics, checkpoints), evaluates and logs the steps.
 #define _POSIX_C_SOURCE 200809L
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "cli/commands.h"
 #include "cli/launch_ranks.h"
@@ -23,6 +24,9 @@
 #include "trainer/prefetch.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/metrics.h"
+#ifdef ONEPASS_HAVE_NCCL
+#include "trainer/nccl_cuda.h"
+#endif
 #include "trainer/run.h"
 #include "trainer/run_dir.h"
 #include "trainer/setup.h"
@@ -125,43 +129,81 @@ static void *create_backend(const TrainBackendOps *ops, const ModelConfig *mc,
     return backend;
 }
 
-// How long a rank waits for the others at the rendezvous.
-#define RENDEZVOUS_TIMEOUT_S 300.0
+// The ranks of this run (trainer/distributed.h): one without a launcher. Several ranks
+// connect, the cpu backend through the TCP communicator, the cuda backend through NCCL
+// (its unique id through the rendezvous) with the gradient bucket plan.
+typedef struct {
+    DistEnv env;
+    DistComm comm;
+    ParamTable table;  // the bucket plan's (several ranks)
+    BucketPlan plan;   // NCCL's gradient buckets (several ranks)
+    void *nccl;        // NcclComm: cuda with several ranks
+} Ranks;
 
-// The launcher's environment (trainer/distributed.h). Several ranks exchange the NCCL
-// unique id (random bytes until NCCL is in the step) and build the gradient bucket plan,
-// then stop: the gradient all-reduce is not in the step yet. ONEPASS_DIST_SETUP_ONLY=1
-// (the tests) makes that stop a success; ONEPASS_DIST_FAIL_RANK=r makes rank r fail
-// before the rendezvous, so the others wait in it.
-static DistComm distributed_setup(const Config *config, const ModelConfig *mc) {
+static DistEnv dist_env_from_environment(void) {
     DistEnv env;
     char err[1024];
     if (dist_env_parse(env_lookup_getenv, NULL, &env, err, sizeof err) != 0) fatal("%s", err);
-    if (env.world_size == 1) return dist_comm_single();
+    return env;
+}
+
+// NCCL's communicator with the bucket plan of out->plan. Returns 0 or -1 with a message.
+static int nccl_connect(Ranks *out, const char *rendezvous_file, double timeout_s, char *err,
+                        size_t err_len) {
+#ifdef ONEPASS_HAVE_NCCL
+    NcclComm *nccl = nccl_comm_create(&out->env, rendezvous_file, timeout_s, err, err_len);
+    if (!nccl) return -1;
+    out->nccl = nccl;
+    out->comm = nccl_dist_comm(nccl, &out->plan);
+    return 0;
+#else
+    (void)out;
+    (void)rendezvous_file;
+    (void)timeout_s;
+    return fail(err, err_len, "several ranks on the cuda backend need NCCL, and this binary "
+                "was built without it (CMake found no nccl.h; option ONEPASS_NCCL)");
+#endif
+}
+
+// For the tests: ONEPASS_DIST_SETUP_ONLY=1 makes every rank stop once connected;
+// ONEPASS_DIST_FAIL_RANK=r makes rank r fail before connecting, so the others wait;
+// ONEPASS_DIST_COMM_AT_ONE=1 takes one rank through the communicator too (NCCL's path
+// on one GPU: tests/cli_nccl_cuda.sh).
+static void ranks_connect(const Config *config, const ModelConfig *mc, Backend backend,
+                          Ranks *out) {
+    *out = (Ranks){.env = dist_env_from_environment(), .comm = dist_comm_single()};
+    const DistEnv *env = &out->env;
+    if (env->world_size == 1 && !getenv("ONEPASS_DIST_COMM_AT_ONE")) return;
     const char *fail_rank = getenv("ONEPASS_DIST_FAIL_RANK");
-    if (fail_rank && atoi(fail_rank) == env.rank) {
-        fprintf(stderr, "rank %d: failing on purpose (ONEPASS_DIST_FAIL_RANK)\n", env.rank);
+    if (fail_rank && atoi(fail_rank) == env->rank) {
+        fprintf(stderr, "rank %d: failing on purpose (ONEPASS_DIST_FAIL_RANK)\n", env->rank);
         exit(3);
     }
-    unsigned char id[DIST_ID_BYTES];
-    uint64_t state = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    for (int i = 0; i < DIST_ID_BYTES; i++) id[i] = (unsigned char)splitmix64(&state);
-    if (dist_rendezvous(&env, config_str(config, "train.rendezvous_file"), id, sizeof id,
-                        RENDEZVOUS_TIMEOUT_S, err, sizeof err) != 0)
-        fatal("rank %d of %d (%s): %s", env.rank, env.world_size, launcher_name(env.launcher), err);
-    ParamTable table;
-    param_table_build(mc, &table);
-    BucketPlan plan;
-    bucket_plan_build(&table, (size_t)config_int(config, "train.bucket_mb") << 20, &plan);
-    printf("rank %d of %d (%s, local rank %d): rendezvous done, %d gradient buckets of "
-           "train.bucket_mb %lld\n", env.rank, env.world_size, launcher_name(env.launcher),
-           env.local_rank, plan.n_buckets, config_int(config, "train.bucket_mb"));
-    bucket_plan_free(&plan);
-    param_table_free(&table);
+    const char *file = config_str(config, "train.rendezvous_file");
+    const double timeout_s = config_num(config, "train.dist_timeout_s");
+    param_table_build(mc, &out->table);
+    bucket_plan_build(&out->table, (size_t)config_int(config, "train.bucket_mb") << 20, &out->plan);
+    char err[1024];
+    const int rc = backend == BACKEND_CPU
+                       ? dist_comm_tcp_create(env, file, timeout_s, &out->comm, err, sizeof err)
+                       : nccl_connect(out, file, timeout_s, err, sizeof err);
+    if (rc != 0)
+        fatal("rank %d of %d (%s): %s", env->rank, env->world_size, launcher_name(env->launcher),
+              err);
+    printf("rank %d of %d (%s, local rank %d): rendezvous done (%s), %d gradient buckets of "
+           "train.bucket_mb %lld\n", env->rank, env->world_size, launcher_name(env->launcher),
+           env->local_rank, out->nccl ? "NCCL" : "TCP communicator", out->plan.n_buckets,
+           config_int(config, "train.bucket_mb"));
     if (getenv("ONEPASS_DIST_SETUP_ONLY")) exit(0);
-    fatal("%d ranks (%s): training on several processes is not implemented yet (issue 16: the "
-          "gradient all-reduce is not in the step); run one process", env.world_size,
-          launcher_name(env.launcher));
+}
+
+static void ranks_free(Ranks *r) {
+    dist_comm_free(&r->comm);
+#ifdef ONEPASS_HAVE_NCCL
+    nccl_comm_destroy((NcclComm *)r->nccl);
+#endif
+    bucket_plan_free(&r->plan);
+    param_table_free(&r->table);
 }
 
 // What the step loop works with, set up by cmd_train.
@@ -179,19 +221,27 @@ typedef struct {
     GenerateOptions generate;
     MetricsLog *metrics;
     double flops_per_token;
-    DistComm comm;  // the ranks the step's loss is normalised over
+    DistComm comm;  // the ranks: the step's loss and gradients are summed over them
+    bool writes;    // rank 0: out_dir, the step log and eval are this rank's
 } StepLoop;
 
-// The trained step's metrics (step: 1-based) before eval and the device's memory.
+// The trained step's metrics (step: 1-based) before eval and the device's memory:
+// tokens/s summed over the ranks (each rank's rows over its step time), the MFU per rank.
+// Also sums the ranks' stop requests: *stop when any rank has one, so all stop together.
 static StepMetrics step_metrics(const StepLoop *loop, const PreparedStep *batch, long step,
-                                const StepOutcome *outcome, double lr, double step_time) {
+                                const StepOutcome *outcome, double lr, double step_time,
+                                bool *stop) {
     const double peak_flops = loop->settings->peak_flops;
-    const double tokens_per_s = (double)batch->tokens / step_time;
+    double reduced[2] = {(double)batch->rank_tokens / step_time, stop_requested ? 1.0 : 0.0};
+    loop->comm.sum(&loop->comm, reduced, 2);
+    *stop = reduced[1] > 0;
+    const double tokens_per_s = reduced[0], world = loop->comm.world_size;
     return (StepMetrics){
         .step = step, .loss = outcome->loss, .lr = lr, .grad_norm = outcome->grad_norm,
         .tokens = batch->tokens, .trained_tokens = batch->trained_tokens,
         .conversations = batch->n_samples, .tokens_per_s = tokens_per_s,
-        .mfu = peak_flops > 0 ? loop->flops_per_token * tokens_per_s / peak_flops : -1.0,
+        .mfu = peak_flops > 0 ? loop->flops_per_token * tokens_per_s / (peak_flops * world) : -1.0,
+        .world_size = loop->comm.world_size,
     };
 }
 
@@ -220,12 +270,13 @@ static void add_memory_and_eval(const StepLoop *loop, TrainState *state, StepMet
     }
 }
 
-// Checkpoints at the last step, every train.checkpoint_every steps and after a stop
-// signal. Returns true when the run stops here for the signal.
-static bool checkpoint_or_stop(const StepLoop *loop, TrainState *state, char *checkpoint_dir,
-                               size_t dir_len) {
+// Checkpoints (rank 0) at the last step, every train.checkpoint_every steps and after a
+// stop signal to any rank (stop). Returns true when the run stops here for the signal.
+static bool checkpoint_or_stop(const StepLoop *loop, TrainState *state, bool stop,
+                               char *checkpoint_dir, size_t dir_len) {
     const long step = state->progress.step, every = loop->settings->checkpoint_every;
-    const bool last = step == loop->settings->total_steps, stop = stop_requested;
+    const bool last = step == loop->settings->total_steps;
+    if (!loop->writes) return stop && !last;
     if (last || stop || (every > 0 && step % every == 0)) {
         char err[1024];
         if (train_state_save(state, loop->ops, loop->backend, loop->mc, loop->out_dir,
@@ -252,7 +303,7 @@ static double train_prepared_step(const StepLoop *loop, long step, const Prepare
     const double lr = lr_schedule(step, s->total_steps, s->warmup_steps, s->lr, s->min_lr_ratio);
     hyper.lr = (float)lr;
     char err[1024];
-    if (train_step(loop->ops, loop->backend, &batch->micro, batch->trained_tokens, &loop->comm,
+    if (train_step(loop->ops, loop->backend, &batch->micro, batch->rank_trained_tokens, &loop->comm,
                    &hyper, s->max_grad_norm, outcome, err, sizeof err) != 0)
         fatal("step %ld: %s", step + 1, err);
     return lr;
@@ -299,11 +350,14 @@ static void run_steps(const StepLoop *loop, TrainState *state, char *checkpoint_
         const double lr = train_prepared_step(loop, step, batch, &outcome);
         const double step_time = now_seconds() - step_start;
         advance_progress(progress, step, batch);
-        StepMetrics m = step_metrics(loop, batch, progress->step, &outcome, lr, step_time);
+        bool stop;
+        StepMetrics m = step_metrics(loop, batch, progress->step, &outcome, lr, step_time, &stop);
         prefetcher_release(loop->prefetcher, batch);
-        add_memory_and_eval(loop, state, &m);
-        log_step(loop, &clock, progress, &m);
-        if (checkpoint_or_stop(loop, state, checkpoint_dir, dir_len)) break;
+        if (loop->writes) {
+            add_memory_and_eval(loop, state, &m);
+            log_step(loop, &clock, progress, &m);
+        }
+        if (checkpoint_or_stop(loop, state, stop, checkpoint_dir, dir_len)) break;
     }
 }
 
@@ -327,12 +381,15 @@ int cmd_train(int argc, char **argv) {
                "(train --help lists the commands)\n", config_str(config, "out_dir"));
     const char *out_dir = checked_out_dir(config);
     char *resolved = config_dump(config);
-    printf("resolved config:\n%s\n", resolved);
+    const bool rank0 = dist_env_from_environment().rank == 0;
+    if (rank0) printf("resolved config:\n%s\n", resolved);
     const ModelConfig mc = model_config_from(config);
-    const DistComm comm = distributed_setup(config, &mc);
     char why[512];
     const Backend backend = backend_choose(config_str(config, "backend"), &mc, why, sizeof why);
     printf("%s\n", why);
+    // Before the backend: NCCL picks this rank's GPU.
+    Ranks ranks;
+    ranks_connect(config, &mc, backend, &ranks);
     const TrainBackendOps *ops = backend_ops(backend);
     const RunSettings settings = run_settings_from(config, backend);
     print_mfu_basis(&settings);
@@ -343,7 +400,7 @@ int cmd_train(int argc, char **argv) {
     PackedDataset train;
     load_train_data(config, tok, data_opt, &train);
     EvalSet eval = {0};
-    const bool do_eval = load_eval_data(config, tok, data_opt, &settings, &eval);
+    const bool do_eval = rank0 && load_eval_data(config, tok, data_opt, &settings, &eval);
     AccuracySet accuracy = {0};
     const int accuracy_conversations = (int)config_int(config, "eval.generate_conversations");
     const bool do_accuracy = do_eval && accuracy_conversations > 0;
@@ -376,14 +433,17 @@ int cmd_train(int argc, char **argv) {
     resume_if_asked(config, &state, &loader);
     // The backend first: it refuses what does not fit the device before out_dir exists.
     void *trainer = create_backend(ops, &mc, &settings, data_opt.seq_len, &state);
-    prepare_out_dir(out_dir, resolved);
+    MetricsLog metrics = {0};
+    if (rank0) {
+        prepare_out_dir(out_dir, resolved);
+        char err[1024];
+        if (metrics_open(&metrics, out_dir, state.progress.step, err, sizeof err) != 0)
+            fatal("%s", err);
+    }
     free(resolved);
     Prefetcher *prefetcher = prefetcher_start(&loader, settings.micro_rows, PREFETCH_DEPTH,
-                                              ops->host_allocator);
-    MetricsLog metrics;
-    char err[1024];
-    if (metrics_open(&metrics, out_dir, state.progress.step, err, sizeof err) != 0)
-        fatal("%s", err);
+                                              ops->host_allocator, ranks.comm.rank,
+                                              ranks.comm.world_size);
     install_stop_handlers();
     const StepLoop loop = {
         .settings = &settings, .mc = &mc, .seq_len = data_opt.seq_len, .out_dir = out_dir,
@@ -392,15 +452,17 @@ int cmd_train(int argc, char **argv) {
         .generate = generate_options_from(config, tok),
         .metrics = &metrics,
         .flops_per_token = model_flops_per_token(model_matmul_params(&state.table, &mc)),
-        .comm = comm,
+        .comm = ranks.comm,
+        .writes = rank0,
     };
     const long first_step = state.progress.step;
     char checkpoint_dir[4096] = "";
     run_steps(&loop, &state, checkpoint_dir, sizeof checkpoint_dir);
-    print_summary(first_step, &state.progress, settings.total_steps, checkpoint_dir);
+    if (rank0) print_summary(first_step, &state.progress, settings.total_steps, checkpoint_dir);
 
     prefetcher_stop(prefetcher);
-    metrics_close(&metrics);
+    if (rank0) metrics_close(&metrics);
+    ranks_free(&ranks);
     ops->destroy(trainer);
     step_loader_free(&loader);
     train_state_free(&state);

@@ -82,8 +82,13 @@ int launch_local_ranks(int n, int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     const int port = free_loopback_port();
-    printf("train --gpus %d: starting ranks 0..%d (MASTER_ADDR=127.0.0.1 MASTER_PORT=%d)\n", n,
-           n - 1, port);
+    // Like torchrun: the ranks share the cores rather than each taking them all.
+    if (!getenv("OMP_NUM_THREADS")) {
+        const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        set_env_int("OMP_NUM_THREADS", cores > n ? (int)(cores / n) : 1);
+    }
+    printf("train --gpus %d: starting ranks 0..%d (MASTER_ADDR=127.0.0.1 MASTER_PORT=%d, "
+           "OMP_NUM_THREADS=%s)\n", n, n - 1, port, getenv("OMP_NUM_THREADS"));
     fflush(stdout);
     pid_t pids[MAX_LOCAL_RANKS];
     int done[MAX_LOCAL_RANKS] = {0};

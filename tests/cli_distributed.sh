@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Launching several ranks without NCCL (issue 16): `train --gpus 2` starts two ranks with
-# torchrun-style variables that exchange an id over loopback TCP or a rendezvous file
-# (ONEPASS_DIST_SETUP_ONLY=1: each rank runs its setup and exits); a failing rank stops
-# the others and its status comes back; launcher variables that are malformed, missing or
+# torchrun-style variables that connect over loopback TCP or through a rendezvous file
+# (ONEPASS_DIST_SETUP_ONLY=1: each rank connects and exits; tests/cli_data_parallel.sh
+# trains them); a failing rank stops the others and its status comes back; launcher variables that are malformed, missing or
 # contradict each other are refused by name; one rank under a launcher trains as usual.
 source "$(dirname "$0")/lib_cli.sh"
 need_data
@@ -34,8 +34,6 @@ grep -q -- "--gpus 2: rank 1 exited with status 3; stopping the other ranks" "$t
     bad "the failed rank is named: $(tail -3 "$tmp/log")"
 [ $((SECONDS - start)) -lt 60 ] && ok || bad "rank 0 was stopped, not left waiting ($((SECONDS - start)) s)"
 
-expect_error "several ranks do not train yet" "2 ranks (torchrun): training on several processes is not implemented yet" \
-    "${launch_env[@]}" "$train" --gpus 2 --set out_dir="$tmp/a" "${tiny[@]}"
 expect_error "--gpus needs a number" "--gpus: expected a number of processes in \[1, 64\], got 'two'" \
     "$train" --gpus two
 expect_error "--gpus under a launcher" "--gpus 2: this process is rank 1 of 2 under torchrun already" \

@@ -1,10 +1,15 @@
 // Data parallel without NCCL (trainer/distributed.h), on the CPU:
 //  - launcher environments: torchrun, mpirun, SLURM values read; missing, malformed and
 //    out-of-range variables refused by name; nested launchers accepted when consistent,
-//    stale or contradicting ones refused naming both; ONEPASS_LAUNCHER picks one;
+//    stale or contradicting ones refused naming both; ONEPASS_LAUNCHER picks one; under
+//    torchrun's agent store rank 0 listens on MASTER_PORT + 1;
 //  - the id rendezvous over TCP on loopback and through a file, with forked ranks and a
 //    random 128-byte id: every rank gets rank 0's bytes; a missing rank times out with a
 //    message; two processes claiming one rank are refused; no file is left behind;
+//  - the TCP communicator (forked ranks over loopback and through a rendezvous file):
+//    float and double sums over several reduction chunks equal the test's own sums in
+//    rank order bit for bit (and differ from the reverse order's, so order is tested);
+//    a peer that exits gives an error naming it, a silent one a timeout, both promptly;
 //  - row sharding: the ranks' rows in rank order are the step's rows, sizes within one;
 //    a loader resumed on another number of ranks continues the one-rank order;
 //  - loss normalisation over ranks: a step's micro-batches split over N simulated ranks
@@ -19,6 +24,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/check.h"
@@ -73,6 +79,11 @@ static void test_env(void) {
                d.local_rank == 1 && d.local_world_size == 4 && strcmp(d.master_addr, "node7") == 0 &&
                d.master_port == 29500,
            "torchrun read (%s)", err);
+    EXPECT(parse((FakeEnv){{"RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=1", "MASTER_ADDR=node7",
+                            "MASTER_PORT=29500", "TORCHELASTIC_USE_AGENT_STORE=True"}},
+                 &d, err, sizeof err) == 0 && d.master_port == 29501,
+           "under torchrun's agent store (which holds MASTER_PORT) rank 0 listens on the next "
+           "port: %d (%s)", d.master_port, err);
     EXPECT(parse((FakeEnv){{"OMPI_COMM_WORLD_RANK=3", "OMPI_COMM_WORLD_SIZE=4",
                             "OMPI_COMM_WORLD_LOCAL_RANK=1", "OMPI_COMM_WORLD_LOCAL_SIZE=2"}},
                  &d, err, sizeof err) == 0 &&
@@ -205,6 +216,136 @@ static void test_rendezvous(TestRng *rng, const char *dir) {
     EXPECT(dist_rendezvous(&no_port, NULL, got, sizeof got, 1, err, sizeof err) == -1 &&
                strstr(err, "MASTER_PORT") && strstr(err, "train.rendezvous_file"),
            "no port and no file: refused naming both (%s)", err);
+}
+
+// ------------------------------------------------------------ the TCP communicator
+
+static double monotonic_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void sleep_seconds(double s) {
+    const struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+enum { COMM_FLOATS = 600000 };  // over two of the communicator's 1 MiB chunks
+
+// Rank r's values (3 ranks or more: with two, a + b is b + a): random signs and magnitudes over 2^-10 .. 2^10, so the order of the
+// additions shows in the rounding.
+static void rank_values(uint64_t seed, int rank, float *f, size_t n, double *d, int nd) {
+    TestRng rng = {seed * 2 + 1 + (uint64_t)rank * 0x9E3779B97F4A7C15ULL};
+    for (size_t i = 0; i < n; i++)
+        f[i] = ldexpf(test_rng_uniform(&rng), test_rng_int(&rng, -10, 10));
+    for (int i = 0; i < nd; i++) d[i] = ldexp((double)test_rng_uniform(&rng), test_rng_int(&rng, -30, 30));
+}
+
+typedef enum { RANK_REDUCES, RANK_EXITS, RANK_SLEEPS } RankPart;
+
+// One forked rank: connects, then reduces twice (exit 0 when every sum equals the rank-
+// order sum computed here bit for bit), or exits at once, or sleeps past the timeout.
+static void comm_rank(const DistEnv *env, const char *file, double timeout_s, uint64_t seed,
+                      RankPart part) {
+    DistComm comm;
+    char err[512];
+    if (dist_comm_tcp_create(env, file, timeout_s, &comm, err, sizeof err) != 0) {
+        fprintf(stderr, "rank %d: %s\n", env->rank, err);
+        _exit(2);
+    }
+    if (part == RANK_EXITS) _exit(0);
+    if (part == RANK_SLEEPS) {
+        sleep_seconds(3 * timeout_s);
+        _exit(0);
+    }
+    enum { ND = 5 };
+    const size_t n = COMM_FLOATS;
+    float *mine = xmalloc(n * sizeof(float)), *other = xmalloc(n * sizeof(float));
+    float *forward = xcalloc(n, sizeof(float)), *backward = xcalloc(n, sizeof(float));
+    double d[ND], d_other[ND], d_want[ND] = {0};
+    for (int r = 0; r < env->world_size; r++) {  // the sums in rank order
+        rank_values(seed, r, other, n, d_other, ND);
+        for (size_t i = 0; i < n; i++) forward[i] = r == 0 ? other[i] : forward[i] + other[i];
+        for (int i = 0; i < ND; i++) d_want[i] = r == 0 ? d_other[i] : d_want[i] + d_other[i];
+    }
+    for (int r = env->world_size - 1; r >= 0; r--) {
+        rank_values(seed, r, other, n, d_other, ND);
+        for (size_t i = 0; i < n; i++) backward[i] += other[i];
+    }
+    int wrong = memcmp(forward, backward, n * sizeof(float)) == 0 ? 10 : 0;  // no order shown
+    for (int round = 0; round < 2; round++) {
+        rank_values(seed, env->rank, mine, n, d, ND);
+        comm.sum_floats(&comm, mine, n, NULL);
+        comm.sum(&comm, d, ND);
+        wrong += memcmp(mine, forward, n * sizeof(float)) != 0;
+        wrong += memcmp(d, d_want, sizeof d) != 0;
+    }
+    dist_comm_free(&comm);
+    _exit(wrong ? 3 : 0);
+}
+
+// Forks ranks 0 .. world_size - 1 (part[r] each), rank 0's stderr into err_path (NULL:
+// inherited). Returns how many ranks did not exit 0; *status0 is rank 0's exit status.
+static int run_comm_ranks(int world_size, const char *file, double timeout_s, uint64_t seed,
+                          const RankPart *part, const char *err_path, int *status0) {
+    const int port = file ? 0 : free_port();
+    pid_t pids[8];
+    fflush(stdout);  // a rank that exits through fatal() flushes its copy
+    for (int r = 0; r < world_size; r++) {
+        pids[r] = fork();
+        CHECK(pids[r] >= 0, "fork");
+        if (pids[r] > 0) continue;
+        if (r == 0 && err_path) CHECK(freopen(err_path, "w", stderr), "%s", err_path);
+        const DistEnv env = {.launcher = LAUNCHER_TORCHRUN, .rank = r, .world_size = world_size,
+                             .master_addr = "127.0.0.1", .master_port = port};
+        comm_rank(&env, file, timeout_s, seed, part[r]);
+    }
+    int failed = 0;
+    for (int r = 0; r < world_size; r++) {
+        int status;
+        waitpid(pids[r], &status, 0);
+        const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+        if (r == 0) *status0 = code;
+        failed += code != 0;
+    }
+    return failed;
+}
+
+static bool file_has(const char *path, const char *want) {
+    char text[2048] = {0};
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    const size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    return strstr(text, want) != NULL;
+}
+
+static void test_comm(TestRng *rng, const char *dir) {
+    const RankPart reduce[3] = {RANK_REDUCES, RANK_REDUCES, RANK_REDUCES};
+    int status0;
+    EXPECT(run_comm_ranks(3, NULL, 20, test_rng_next(rng), reduce, NULL, &status0) == 0,
+           "TCP, 3 ranks: sums in rank order bit for bit (rank 0 status %d)", status0);
+    char file[512], log[512];
+    snprintf(file, sizeof file, "%s/comm_rendezvous", dir);
+    snprintf(log, sizeof log, "%s/rank0.log", dir);
+    EXPECT(run_comm_ranks(3, file, 20, test_rng_next(rng), reduce, NULL, &status0) == 0,
+           "rendezvous file, 3 ranks: sums in rank order bit for bit (rank 0 status %d)", status0);
+
+    fprintf(stderr, "(expected below: a rank's exit and a timeout)\n");
+    const double start = monotonic_seconds();
+    const RankPart exits[2] = {RANK_REDUCES, RANK_EXITS};
+    run_comm_ranks(2, NULL, 20, 1, exits, log, &status0);
+    EXPECT(status0 == 1 && file_has(log, "rank 0 of 2: the gradient all-reduce: the connection "
+                                         "to rank 1 was closed"),
+           "a peer that exits: rank 0 stops naming it (status %d)", status0);
+    EXPECT(monotonic_seconds() - start < 10, "... at once, not after the 20 s timeout");
+    const RankPart sleeps[2] = {RANK_REDUCES, RANK_SLEEPS};
+    run_comm_ranks(2, NULL, 0.5, 1, sleeps, log, &status0);
+    EXPECT(status0 == 1 && file_has(log, "rank 1 did not answer within train.dist_timeout_s 0.5 s"),
+           "a silent peer: rank 0 times out naming it (status %d)", status0);
+    unlink(log);
 }
 
 // ------------------------------------------------------------ the step over ranks
@@ -413,6 +554,7 @@ int main(void) {
     char dir[] = "/tmp/test_distributed_XXXXXX";
     CHECK(mkdtemp(dir), "mkdtemp");
     test_rendezvous(&rng, dir);
+    test_comm(&rng, dir);
     rmdir(dir);
     test_shards(&rng);
 

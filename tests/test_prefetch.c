@@ -2,7 +2,8 @@
 // synchronous loader's steps: the same rows, the same per-micro-batch tile masks (the
 // oracle builds them from the rows with attn_mask_build), the same counts and the same
 // loader position after each step, across epochs, with the ring wrapping many times,
-// with and without a seek.
+// with and without a seek; with several ranks, each rank's steps hold its rows of the
+// loader's step (dist_rank_rows) and the whole step's counts.
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -10,6 +11,7 @@
 #include "common/check.h"
 #include "data/batch.h"
 #include "test_util.h"
+#include "trainer/distributed.h"
 #include "trainer/prefetch.h"
 
 enum { SEQ_LEN = 1024 };
@@ -31,37 +33,43 @@ static bool same_mask(const AttnMask *a, const AttnMask *b) {
 // Compares `steps` prefetched steps with the synchronous loader's; returns the mismatches.
 static int compare_run(const PackedDataset *data, LayoutKind layout, long long budget,
                        int micro_rows, int depth, uint64_t seed, long long seek_epoch,
-                       long long seek_cursor, int steps) {
+                       long long seek_cursor, int steps, int rank, int world_size) {
     StepLoader sync, ahead;
     const PackOptions pack = {0};
     step_loader_init(&sync, data->samples, data->n_samples, layout, SEQ_LEN, pack, budget, true, seed);
     step_loader_init(&ahead, data->samples, data->n_samples, layout, SEQ_LEN, pack, budget, true, seed);
     step_loader_seek(&sync, seek_epoch, seek_cursor);
     step_loader_seek(&ahead, seek_epoch, seek_cursor);
-    Prefetcher *p = prefetcher_start(&ahead, micro_rows, depth, (HostAllocator){test_alloc, free});
+    Prefetcher *p = prefetcher_start(&ahead, micro_rows, depth, (HostAllocator){test_alloc, free}, rank,
+                                     world_size);
     int mismatches = 0;
     for (int step = 0; step < steps; step++) {
         StepBatch b;
         step_loader_next(&sync, &b);
+        const PackedRows want = dist_rank_rows(&b.rows, rank, world_size);
+        long long want_tokens, want_trained;
+        packed_rows_count(&want, &want_tokens, &want_trained);
         const PreparedStep *got = prefetcher_next(p);
         const PackedRows *r = &got->micro.rows;
-        const size_t slots = (size_t)b.rows.n_rows * SEQ_LEN;
-        bool same = r->n_rows == b.rows.n_rows && r->seq_len == SEQ_LEN &&
+        const size_t slots = (size_t)want.n_rows * SEQ_LEN;
+        bool same = r->n_rows == want.n_rows && r->seq_len == SEQ_LEN &&
                     got->n_samples == b.n_samples && got->tokens == b.tokens &&
-                    got->trained_tokens == b.trained_tokens && got->epoch == sync.epoch &&
+                    got->trained_tokens == b.trained_tokens &&
+                    got->rank_tokens == want_tokens && got->rank_trained_tokens == want_trained &&
+                    got->epoch == sync.epoch &&
                     got->cursor == sync.cursor && got->micro.micro_rows == micro_rows &&
-                    same_ints(r->token, b.rows.token, slots) &&
-                    same_ints(r->target, b.rows.target, slots) &&
-                    same_ints(r->pos, b.rows.pos, slots) && same_ints(r->lo, b.rows.lo, slots) &&
-                    same_ints(r->hi, b.rows.hi, slots);
-        const int n_micro = (b.rows.n_rows + micro_rows - 1) / micro_rows;
+                    same_ints(r->token, want.token, slots) &&
+                    same_ints(r->target, want.target, slots) &&
+                    same_ints(r->pos, want.pos, slots) && same_ints(r->lo, want.lo, slots) &&
+                    same_ints(r->hi, want.hi, slots);
+        const int n_micro = (want.n_rows + micro_rows - 1) / micro_rows;
         same = same && got->micro.n_micro == n_micro;
         for (int i = 0; same && i < n_micro; i++) {
             const int r0 = i * micro_rows;
-            const int n = b.rows.n_rows - r0 < micro_rows ? b.rows.n_rows - r0 : micro_rows;
+            const int n = want.n_rows - r0 < micro_rows ? want.n_rows - r0 : micro_rows;
             AttnMask oracle;
             const size_t off = (size_t)r0 * SEQ_LEN;
-            attn_mask_build(b.rows.lo + off, b.rows.hi + off, n, SEQ_LEN, ATTN_TILE,
+            attn_mask_build(want.lo + off, want.hi + off, n, SEQ_LEN, ATTN_TILE,
                             ATTN_TILE, &oracle);
             same = same_mask(&got->micro.masks[i], &oracle);
             const ModelBatch mb = micro_batch(&got->micro, i);
@@ -98,14 +106,18 @@ int main(void) {
         const int micro_rows = test_rng_int(&rng, 1, 3), depth = test_rng_int(&rng, 2, 4);
         const uint64_t seed = test_rng_next(&rng);
         // Enough steps to roll over into the next epoch inside the ring.
-        const int mismatches = compare_run(&data, layouts[k], budget, micro_rows, depth, seed, 0, 0, 120);
+        const int mismatches = compare_run(&data, layouts[k], budget, micro_rows, depth, seed, 0, 0, 120, 0, 1);
         EXPECT(mismatches == 0, "layout %s, budget %lld, micro_rows %d, depth %d: %d of 120 steps differ",
               layout_name(layouts[k]), budget, micro_rows, depth, mismatches);
     }
     const long long cursor = test_rng_int(&rng, 0, data.n_samples - 1);
     const int mismatches = compare_run(&data, LAYOUT_DUPLICATE, 2000, 2, 2, test_rng_next(&rng), 3,
-                                       cursor, 60);
+                                       cursor, 60, 0, 1);
     EXPECT(mismatches == 0, "after seek to epoch 3 cursor %lld: %d of 60 steps differ", cursor, mismatches);
+    for (int rank = 0; rank < 3; rank++) {
+        const int wrong = compare_run(&data, LAYOUT_NPASS, 3000, 1, 3, 77, 0, 0, 40, rank, 3);
+        EXPECT(wrong == 0, "rank %d of 3: %d of 40 steps are not its rows of the step", rank, wrong);
+    }
 
     packed_dataset_free(&data);
     tokenizer_free(tok);

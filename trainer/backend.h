@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include "model/model.h"
 #include "trainer/adamw.h"
+#include "trainer/distributed.h"
 #include "trainer/prefetch.h"
 
 typedef enum { BACKEND_CPU = 0, BACKEND_CUDA = 1 } Backend;
@@ -53,6 +54,9 @@ typedef struct {
     // wanted). Returns the CE sum.
     double (*forward)(void *state, const ModelBatch *batch, float *losses);
 
+    // Sums the accumulated gradients over comm's ranks in place (comm->sum_floats on
+    // the backend's gradient buffer: host for cpu, device for cuda with NCCL's comm).
+    void (*all_reduce_grads)(void *state, const DistComm *comm);
     void (*get_grads)(void *state, float *grads);  // grads [table.total] fp32
     double (*grad_norm)(void *state);              // L2 norm over all gradients
     // Clips the gradients to max_grad_norm (grad_norm is grad_norm()'s result) and

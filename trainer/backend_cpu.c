@@ -12,6 +12,8 @@ typedef struct {
     CpuModel *model;
     float *params;  // [table->total]
     float *grads;   // [table->total]
+    float *micro_grads;  // [table->total] a later micro-batch's own; NULL until a step has one
+    bool grads_zero;     // no micro-batch accumulated since zero_grads
     AdamWState opt;
 } CpuTrainer;
 
@@ -30,6 +32,7 @@ static void cpu_destroy(void *state) {
     cpu_model_free(t->model);
     free(t->params);
     free(t->grads);
+    free(t->micro_grads);
     adamw_free(&t->opt);
     free(t);
 }
@@ -56,16 +59,38 @@ static void cpu_get_state(void *state, float *params, AdamWState *opt) {
 static void cpu_zero_grads(void *state) {
     CpuTrainer *t = state;
     memset(t->grads, 0, t->table->total * sizeof(float));
+    t->grads_zero = true;
 }
 
+// Each micro-batch's gradients are computed from zero (the first one's in place, a later
+// one's in micro_grads, then added), so a step's gradients are its micro-batches' summed
+// in order, one addition each: N ranks of one micro-batch each, summed in rank order,
+// hold the one-rank step's bits (the model's backward adds into the buffer in K-blocks
+// and row by row, so accumulating a second micro-batch in place rounds differently).
 static double cpu_forward_backward(void *state, const ModelBatch *batch, float loss_scale) {
     CpuTrainer *t = state;
-    return cpu_model_forward_backward(t->model, t->params, t->grads, batch, loss_scale);
+    const size_t n = t->table->total;
+    if (t->grads_zero) {
+        t->grads_zero = false;
+        return cpu_model_forward_backward(t->model, t->params, t->grads, batch, loss_scale);
+    }
+    if (!t->micro_grads) t->micro_grads = xmalloc(n * sizeof(float));
+    memset(t->micro_grads, 0, n * sizeof(float));
+    const double sum =
+        cpu_model_forward_backward(t->model, t->params, t->micro_grads, batch, loss_scale);
+    for (size_t i = 0; i < n; i++) t->grads[i] += t->micro_grads[i];
+    return sum;
 }
 
 static double cpu_forward(void *state, const ModelBatch *batch, float *losses) {
     CpuTrainer *t = state;
     return cpu_model_forward(t->model, t->params, batch, losses);
+}
+
+static void cpu_all_reduce_grads(void *state, const DistComm *comm) {
+    CpuTrainer *t = state;
+    CHECK(!comm->device, "the cpu backend's gradients are in host memory, not the device's");
+    comm->sum_floats(comm, t->grads, t->table->total, NULL);
 }
 
 static void cpu_get_grads(void *state, float *grads) {
@@ -101,6 +126,7 @@ static const TrainBackendOps CPU_BACKEND = {
     .zero_grads = cpu_zero_grads,
     .forward_backward = cpu_forward_backward,
     .forward = cpu_forward,
+    .all_reduce_grads = cpu_all_reduce_grads,
     .get_grads = cpu_get_grads,
     .grad_norm = cpu_grad_norm,
     .optimizer_step = cpu_optimizer_step,

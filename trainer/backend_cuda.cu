@@ -32,6 +32,9 @@ struct CudaTrainer {
 
 // ops_cuda_init's process-wide scratch, shared by every live trainer.
 static int g_live_trainers, g_ops_tokens, g_ops_channels;
+// The device the trainers run on (a rank's: NCCL selected it), for host allocations on
+// other threads, which start on device 0 (each rank would make a context there).
+static int g_device;
 
 static void ops_acquire(int tokens, int channels) {
     CHECK(g_live_trainers == 0 || (tokens <= g_ops_tokens && channels <= g_ops_channels),
@@ -76,6 +79,7 @@ static void *cuda_create(const BackendSetup *setup) {
     if (cuda_memory_check(&need, free_bytes, total_bytes, setup->micro_rows, setup->seq_len, err,
                           sizeof err) != 0)
         fatal("%s", err);
+    cudaCheck(cudaGetDevice(&g_device));
     CudaTrainer *t = (CudaTrainer *)xcalloc(1, sizeof *t);
     t->table = setup->table;
     t->n = setup->table->total;
@@ -148,6 +152,15 @@ static double cuda_forward(void *state, const ModelBatch *batch, float *losses) 
     return cuda_model_forward(t->model, t->weights, batch, losses);
 }
 
+// With NCCL's communicator: the bucketed all-reduce, ordered on the model's stream.
+static void cuda_all_reduce_grads(void *state, const DistComm *comm) {
+    CudaTrainer *t = (CudaTrainer *)state;
+    CHECK(comm->device || comm->world_size == 1,
+          "the cuda backend's gradients are in device memory: a %d-rank host communicator "
+          "cannot sum them", comm->world_size);
+    comm->sum_floats(comm, t->grads, t->n, t->stream);
+}
+
 static void cuda_get_grads(void *state, float *grads) {
     CudaTrainer *t = (CudaTrainer *)state;
     cudaCheck(cudaMemcpyAsync(grads, t->grads, t->n * sizeof(float), cudaMemcpyDeviceToHost,
@@ -191,12 +204,16 @@ static bool cuda_device_memory(size_t *used, size_t *total) {
 }
 
 static void *pinned_alloc(size_t bytes) {
+    cudaCheck(cudaSetDevice(g_device));
     void *p = nullptr;
     cudaCheck(cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault));
     return p;
 }
 
-static void pinned_free(void *p) { cudaCheck(cudaFreeHost(p)); }
+static void pinned_free(void *p) {
+    cudaCheck(cudaSetDevice(g_device));
+    cudaCheck(cudaFreeHost(p));
+}
 
 const TrainBackendOps *cuda_train_backend(void) {
     static TrainBackendOps ops;  // C++17 has no designated initializers
@@ -208,6 +225,7 @@ const TrainBackendOps *cuda_train_backend(void) {
     ops.zero_grads = cuda_zero_grads;
     ops.forward_backward = cuda_forward_backward;
     ops.forward = cuda_forward;
+    ops.all_reduce_grads = cuda_all_reduce_grads;
     ops.get_grads = cuda_get_grads;
     ops.grad_norm = cuda_grad_norm;
     ops.optimizer_step = cuda_optimizer_step;

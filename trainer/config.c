@@ -71,7 +71,8 @@ static const char *const DEFAULTS_JSON =
     "    \"peak_tflops\": 0.0,"
     "    \"overwrite\": false,"
     "    \"rendezvous_file\": null,"
-    "    \"bucket_mb\": 25"
+    "    \"bucket_mb\": 25,"
+    "    \"dist_timeout_s\": 1800"
     "  },"
     "  \"generate\": {"
     "    \"max_new_tokens\": 384,"
@@ -127,6 +128,7 @@ static const KeyRange RANGES[] = {
     {"train.checkpoint_every", 0, ONE_G, false, false},
     {"train.micro_rows", 1, 1 << 16, false, false},
     {"train.bucket_mb", 1, 4096, false, false},
+    {"train.dist_timeout_s", 0, 1e6, true, false},
     {"train.peak_tflops", 0, 1e7, false, false},
     {"generate.max_new_tokens", 1, 1 << 20, false, false},
     {"generate.temperature", 0, 100, false, false},

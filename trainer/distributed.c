@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -164,10 +165,12 @@ int dist_env_parse(EnvLookup lookup, void *ctx, DistEnv *out, char *err, size_t 
     if (out->master_addr && !*out->master_addr)
         return fail(err, err_len, "environment variable MASTER_ADDR is empty");
     long port = 0;
+    const char *agent_store = lookup("TORCHELASTIC_USE_AGENT_STORE", ctx);
+    const bool next_port = agent_store && strcmp(agent_store, "True") == 0;
     if (lookup("MASTER_PORT", ctx) &&
-        env_int(lookup, ctx, "MASTER_PORT", 1, 65535, &port, err, err_len))
+        env_int(lookup, ctx, "MASTER_PORT", 1, next_port ? 65534 : 65535, &port, err, err_len))
         return -1;
-    out->master_port = (int)port;
+    out->master_port = (int)port + (port && next_port);
     return 0;
 }
 
@@ -184,7 +187,8 @@ static void sleep_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
-// What a rank > 0 sends rank 0 on connecting; rank 0 answers with the id.
+// What a rank > 0 sends rank 0 on connecting. Rank 0 answers the rendezvous's with the
+// id; the TCP communicator's (id_len 0) stay open for the reductions.
 typedef struct {
     char magic[8];  // "onepass1"
     int32_t rank, world_size, id_len;
@@ -192,56 +196,83 @@ typedef struct {
 
 static const char HELLO_MAGIC[8] = {'o', 'n', 'e', 'p', 'a', 's', 's', '1'};
 
-// All n bytes through fd before the deadline (poll on each part). Returns 0 or -1.
+enum { TRANSFER_TIMEOUT = -1, TRANSFER_CLOSED = -2 };
+
+// The reductions go back and forth in small messages: no Nagle delay.
+static void no_delay(int fd) {
+    const int on = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+}
+
+// Puts "what: " in front of the message in err. Returns -1.
+static int prefixed(const char *what, char *err, size_t err_len) {
+    char message[1024];
+    snprintf(message, sizeof message, "%s", err);
+    return fail(err, err_len, "%s: %s", what, message);
+}
+
+// All n bytes through fd before the deadline (poll on each part). Returns 0,
+// TRANSFER_TIMEOUT, or TRANSFER_CLOSED (the peer closed the connection or it broke).
+// A signal (the stop handler only sets a flag) does not end the wait.
 static int transfer_all(int fd, void *buf, size_t n, bool send_, double deadline) {
     char *p = buf;
     while (n > 0) {
         const int wait_ms = (int)((deadline - monotonic_s()) * 1000);
+        if (wait_ms <= 0) return TRANSFER_TIMEOUT;
         struct pollfd pfd = {fd, send_ ? POLLOUT : POLLIN, 0};
-        if (wait_ms <= 0 || poll(&pfd, 1, wait_ms) <= 0) return -1;
+        const int ready = poll(&pfd, 1, wait_ms);
+        if (ready < 0 && errno == EINTR) continue;
+        if (ready == 0) return TRANSFER_TIMEOUT;
+        if (ready < 0) return TRANSFER_CLOSED;
         const ssize_t k = send_ ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
-        if (k <= 0) return -1;
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return TRANSFER_CLOSED;
         p += k;
         n -= (size_t)k;
     }
     return 0;
 }
 
-static int tcp_rank0(const DistEnv *env, const void *id, size_t id_len, double timeout_s,
-                     char *err, size_t err_len) {
-    // Dual-stack where the kernel has IPv6, else IPv4 only.
+// A socket listening on port (0: the kernel picks one, returned in *bound), dual-stack
+// where the kernel has IPv6, else IPv4 only. Returns the socket, or -1 with a message.
+static int tcp_listen(int port, int backlog, int *bound, char *err, size_t err_len) {
     int listener = socket(AF_INET6, SOCK_STREAM, 0);
     const bool v6 = listener >= 0;
     if (!v6) listener = socket(AF_INET, SOCK_STREAM, 0);
-    if (listener < 0) return fail(err, err_len, "rendezvous: socket: %s", strerror(errno));
+    if (listener < 0) return fail(err, err_len, "socket: %s", strerror(errno));
     const int on = 1, off = 0;
     setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
     struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_addr = in6addr_any,
-                              .sin6_port = htons((uint16_t)env->master_port)};
+                              .sin6_port = htons((uint16_t)port)};
     struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY),
-                             .sin_port = htons((uint16_t)env->master_port)};
+                             .sin_port = htons((uint16_t)port)};
     if (v6) setsockopt(listener, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off);  // IPv4 too
-    const int bound = v6 ? bind(listener, (struct sockaddr *)&a6, sizeof a6)
-                         : bind(listener, (struct sockaddr *)&a4, sizeof a4);
-    if (bound != 0 || listen(listener, env->world_size) != 0) {
+    socklen_t len = v6 ? sizeof a6 : sizeof a4;
+    struct sockaddr *a = v6 ? (struct sockaddr *)&a6 : (struct sockaddr *)&a4;
+    if (bind(listener, a, len) != 0 || listen(listener, backlog) != 0 ||
+        getsockname(listener, a, &len) != 0) {
         const int e = errno;
         close(listener);
-        return fail(err, err_len, "rendezvous: rank 0 cannot listen on MASTER_PORT=%d: %s",
-                    env->master_port, strerror(e));
+        return fail(err, err_len, "rank 0 cannot listen on port %d: %s", port, strerror(e));
     }
-    int *peers = xmalloc((size_t)env->world_size * sizeof(int));
-    for (int r = 0; r < env->world_size; r++) peers[r] = -1;
+    *bound = ntohs(v6 ? a6.sin6_port : a4.sin_port);
+    return listener;
+}
+
+// Rank 0: every other rank's connection into peers[1 .. world_size - 1] (its Hello for
+// this world size and id_len), before the deadline. Returns 0, or -1 with a message
+// (the connections made so far are the caller's to close).
+static int star_accept(int listener, const DistEnv *env, int port, int32_t id_len,
+                       double timeout_s, int *peers, char *err, size_t err_len) {
     const double deadline = monotonic_s() + timeout_s;
-    int arrived = 1, rc = 0;
-    while (rc == 0 && arrived < env->world_size) {
+    for (int arrived = 1; arrived < env->world_size;) {
         const int wait_ms = (int)((deadline - monotonic_s()) * 1000);
         struct pollfd pfd = {listener, POLLIN, 0};
-        if (wait_ms <= 0 || poll(&pfd, 1, wait_ms) <= 0) {
-            rc = fail(err, err_len, "rendezvous: rank 0 waited %.1f s on MASTER_PORT=%d, and "
-                      "only %d of WORLD_SIZE=%d ranks arrived", timeout_s, env->master_port,
-                      arrived, env->world_size);
-            break;
-        }
+        const int ready = wait_ms > 0 ? poll(&pfd, 1, wait_ms) : 0;
+        if (ready < 0 && errno == EINTR) continue;
+        if (ready <= 0)
+            return fail(err, err_len, "rank 0 waited %.1f s on port %d, and only %d of "
+                        "WORLD_SIZE=%d ranks arrived", timeout_s, port, arrived, env->world_size);
         const int fd = accept(listener, NULL, NULL);
         if (fd < 0) continue;
         Hello h;
@@ -250,39 +281,33 @@ static int tcp_rank0(const DistEnv *env, const void *id, size_t id_len, double t
             close(fd);  // not one of ours (a port scanner, a stale client): ignore it
             continue;
         }
-        if (h.world_size != env->world_size || h.id_len != (int32_t)id_len)
-            rc = fail(err, err_len, "rendezvous: rank %d says world size %d, rank 0 has %d",
-                      h.rank, h.world_size, env->world_size);
-        else if (h.rank <= 0 || h.rank >= env->world_size || peers[h.rank] >= 0)
-            rc = fail(err, err_len, "rendezvous: two processes claim rank %d (of %d)", h.rank,
-                      env->world_size);
-        if (rc) {
+        if (h.world_size != env->world_size || h.id_len != id_len) {
             close(fd);
-            break;
+            return fail(err, err_len, "rank %d says world size %d (%s), rank 0 has %d (%s)",
+                        h.rank, h.world_size, h.id_len ? "an NCCL id" : "the cpu backend",
+                        env->world_size, id_len ? "an NCCL id" : "the cpu backend");
         }
+        if (h.rank <= 0 || h.rank >= env->world_size || peers[h.rank] >= 0) {
+            close(fd);
+            return fail(err, err_len, "two processes claim rank %d (of %d)", h.rank,
+                        env->world_size);
+        }
+        no_delay(fd);
         peers[h.rank] = fd;
         arrived++;
     }
-    for (int r = 1; r < env->world_size; r++) {
-        if (peers[r] < 0) continue;
-        if (rc == 0 && transfer_all(peers[r], (void *)id, id_len, true, deadline) != 0)
-            rc = fail(err, err_len, "rendezvous: sending the id to rank %d failed", r);
-        close(peers[r]);
-    }
-    free(peers);
-    close(listener);
-    return rc;
+    return 0;
 }
 
-// Connects to MASTER_ADDR:MASTER_PORT, retrying until rank 0 listens or the deadline.
-static int tcp_connect(const DistEnv *env, double deadline, char *err, size_t err_len) {
-    char port[8];
-    snprintf(port, sizeof port, "%d", env->master_port);
+// Connects to host:port and says Hello, retrying until rank 0 listens or the deadline.
+// Returns the socket, or -1 with a message.
+static int star_connect(const DistEnv *env, const char *host, int port, int32_t id_len,
+                        double deadline, char *err, size_t err_len) {
+    char port_text[8];
+    snprintf(port_text, sizeof port_text, "%d", port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *found;
-    const int gai = getaddrinfo(env->master_addr, port, &hints, &found);
-    if (gai != 0)
-        return fail(err, err_len, "rendezvous: MASTER_ADDR=%s: %s", env->master_addr,
-                    gai_strerror(gai));
+    const int gai = getaddrinfo(host, port_text, &hints, &found);
+    if (gai != 0) return fail(err, err_len, "rank 0's address %s: %s", host, gai_strerror(gai));
     int fd = -1;
     while (fd < 0 && monotonic_s() < deadline) {
         for (struct addrinfo *a = found; a && fd < 0; a = a->ai_next) {
@@ -295,24 +320,48 @@ static int tcp_connect(const DistEnv *env, double deadline, char *err, size_t er
         if (fd < 0) sleep_ms(50);
     }
     freeaddrinfo(found);
+    Hello h = {.rank = env->rank, .world_size = env->world_size, .id_len = id_len};
+    memcpy(h.magic, HELLO_MAGIC, sizeof h.magic);
+    if (fd >= 0) no_delay(fd);
+    if (fd >= 0 && transfer_all(fd, &h, sizeof h, true, deadline) != 0) {
+        close(fd);
+        fd = -1;
+    }
     if (fd < 0)
-        return fail(err, err_len, "rendezvous: rank %d could not reach rank 0 at MASTER_ADDR=%s "
-                    "MASTER_PORT=%d before the timeout", env->rank, env->master_addr,
-                    env->master_port);
+        return fail(err, err_len, "rank %d could not reach rank 0 at %s port %d before the "
+                    "timeout", env->rank, host, port);
     return fd;
+}
+
+static int tcp_rank0(const DistEnv *env, const void *id, size_t id_len, double timeout_s,
+                     char *err, size_t err_len) {
+    int port;
+    const int listener = tcp_listen(env->master_port, env->world_size, &port, err, err_len);
+    if (listener < 0) return -1;
+    int *peers = xmalloc((size_t)env->world_size * sizeof(int));
+    for (int r = 0; r < env->world_size; r++) peers[r] = -1;
+    int rc = star_accept(listener, env, port, (int32_t)id_len, timeout_s, peers, err, err_len);
+    const double deadline = monotonic_s() + timeout_s;
+    for (int r = 1; r < env->world_size; r++) {
+        if (peers[r] < 0) continue;
+        if (rc == 0 && transfer_all(peers[r], (void *)id, id_len, true, deadline) != 0)
+            rc = fail(err, err_len, "sending the id to rank %d failed", r);
+        close(peers[r]);
+    }
+    free(peers);
+    close(listener);
+    return rc;
 }
 
 static int tcp_other_rank(const DistEnv *env, void *id, size_t id_len, double timeout_s,
                           char *err, size_t err_len) {
     const double deadline = monotonic_s() + timeout_s;
-    const int fd = tcp_connect(env, deadline, err, err_len);
+    const int fd = star_connect(env, env->master_addr, env->master_port, (int32_t)id_len,
+                                deadline, err, err_len);
     if (fd < 0) return -1;
-    Hello h = {.rank = env->rank, .world_size = env->world_size, .id_len = (int32_t)id_len};
-    memcpy(h.magic, HELLO_MAGIC, sizeof h.magic);
     int rc = 0;
-    if (transfer_all(fd, &h, sizeof h, true, deadline) != 0 ||
-        transfer_all(fd, id, id_len, false, deadline) != 0)
-        rc = fail(err, err_len, "rendezvous: rank %d got no id from rank 0 at MASTER_ADDR=%s "
+    if (transfer_all(fd, id, id_len, false, deadline) != 0)
+        rc = fail(err, err_len, "rank %d got no id from rank 0 at MASTER_ADDR=%s "
                   "MASTER_PORT=%d (rank 0 refused this rank or timed out: see its message)",
                   env->rank, env->master_addr, env->master_port);
     close(fd);
@@ -376,6 +425,19 @@ static int file_other_rank(const DistEnv *env, const char *path, void *id, size_
     return write_file_atomic(ack, "", 0, err, err_len);
 }
 
+// Without a rendezvous file every rank needs MASTER_PORT, ranks above 0 MASTER_ADDR.
+static bool has_address(const DistEnv *env) {
+    return env->master_port && (env->rank == 0 || env->master_addr);
+}
+
+static int refuse_no_address(const DistEnv *env, char *err, size_t err_len) {
+    return fail(err, err_len, "%s launch of %d ranks: set %s (where rank 0 listens) or config "
+                "key train.rendezvous_file (a path every rank sees)", launcher_name(env->launcher),
+                env->world_size, !env->master_addr && !env->master_port
+                                     ? "MASTER_ADDR and MASTER_PORT"
+                                 : env->master_port ? "MASTER_ADDR" : "MASTER_PORT");
+}
+
 int dist_rendezvous(const DistEnv *env, const char *rendezvous_file, void *id, size_t id_len,
                     double timeout_s, char *err, size_t err_len) {
     if (env->world_size == 1) return 0;
@@ -383,14 +445,10 @@ int dist_rendezvous(const DistEnv *env, const char *rendezvous_file, void *id, s
         return env->rank == 0
                    ? file_rank0(env, rendezvous_file, id, id_len, timeout_s, err, err_len)
                    : file_other_rank(env, rendezvous_file, id, id_len, timeout_s, err, err_len);
-    if (!env->master_port || (env->rank > 0 && !env->master_addr))
-        return fail(err, err_len, "%s launch of %d ranks: set %s (where rank 0 listens) or "
-                    "config key train.rendezvous_file (a path every rank sees)",
-                    launcher_name(env->launcher), env->world_size,
-                    !env->master_addr && !env->master_port ? "MASTER_ADDR and MASTER_PORT"
-                    : env->master_port ? "MASTER_ADDR" : "MASTER_PORT");
-    return env->rank == 0 ? tcp_rank0(env, id, id_len, timeout_s, err, err_len)
-                          : tcp_other_rank(env, id, id_len, timeout_s, err, err_len);
+    if (!has_address(env)) return refuse_no_address(env, err, err_len);
+    const int rc = env->rank == 0 ? tcp_rank0(env, id, id_len, timeout_s, err, err_len)
+                                  : tcp_other_rank(env, id, id_len, timeout_s, err, err_len);
+    return rc ? prefixed("rendezvous", err, err_len) : 0;
 }
 
 // ------------------------------------------------------------ the step over ranks
@@ -421,8 +479,161 @@ static void sum_single(const DistComm *comm, double *values, int n) {
     (void)n;
 }
 
+static void sum_floats_single(const DistComm *comm, float *values, size_t n, void *stream) {
+    (void)comm;
+    (void)values;
+    (void)n;
+    (void)stream;
+}
+
 DistComm dist_comm_single(void) {
-    return (DistComm){.rank = 0, .world_size = 1, .sum = sum_single};
+    return (DistComm){.rank = 0, .world_size = 1, .sum = sum_single,
+                      .sum_floats = sum_floats_single};
+}
+
+void dist_comm_free(DistComm *comm) {
+    if (comm->destroy) comm->destroy(comm);
+    *comm = dist_comm_single();
+}
+
+// ------------------------------------------------------ the TCP communicator
+
+// The star of connections: rank 0 holds fds[1 .. world_size - 1], another rank fds[0].
+typedef struct {
+    int *fds;           // [world_size], -1 where there is none
+    double timeout_s;   // per reduction
+    unsigned char *scratch;  // [REDUCE_CHUNK] rank 0: one peer's part
+} TcpComm;
+
+enum { REDUCE_CHUNK = 1 << 20 };  // bytes a reduction moves per round trip
+
+static void tcp_comm_destroy(DistComm *comm) {
+    TcpComm *t = comm->ctx;
+    for (int r = 0; r < comm->world_size; r++)
+        if (t->fds[r] >= 0) close(t->fds[r]);
+    free(t->fds);
+    free(t->scratch);
+    free(t);
+}
+
+// A failed transfer with peer `peer` during `what`: fatal, naming both ranks.
+static void transfer_failed(const DistComm *comm, int peer, int code, const char *what) {
+    const TcpComm *t = comm->ctx;
+    if (code == TRANSFER_TIMEOUT)
+        fatal("rank %d of %d: %s: rank %d did not answer within train.dist_timeout_s %.1f s",
+              comm->rank, comm->world_size, what, peer, t->timeout_s);
+    fatal("rank %d of %d: %s: the connection to rank %d was closed (that rank stopped: see "
+          "its message)", comm->rank, comm->world_size, what, peer);
+}
+
+typedef void (*AddFn)(void *into, const void *from, size_t n);
+
+static void add_doubles(void *into, const void *from, size_t n) {
+    double *a = into;
+    const double *b = from;
+    for (size_t i = 0; i < n; i++) a[i] += b[i];
+}
+
+static void add_floats(void *into, const void *from, size_t n) {
+    float *a = into;
+    const float *b = from;
+    for (size_t i = 0; i < n; i++) a[i] += b[i];
+}
+
+// values [n elements of `size` bytes] summed over the ranks in place, a chunk at a time:
+// every other rank sends its chunk and waits for the sums; rank 0 adds the chunks of
+// ranks 1, 2, ... to its own in that order and sends the sums to every rank.
+static void tcp_reduce(const DistComm *comm, void *values, size_t n, size_t size, AddFn add,
+                       const char *what) {
+    const TcpComm *t = comm->ctx;
+    const size_t per_chunk = REDUCE_CHUNK / size;
+    for (size_t at = 0; at < n; at += per_chunk) {
+        const size_t count = n - at < per_chunk ? n - at : per_chunk, bytes = count * size;
+        unsigned char *part = (unsigned char *)values + at * size;
+        const double deadline = monotonic_s() + t->timeout_s;
+        int rc;
+        if (comm->rank > 0) {
+            if ((rc = transfer_all(t->fds[0], part, bytes, true, deadline)) != 0 ||
+                (rc = transfer_all(t->fds[0], part, bytes, false, deadline)) != 0)
+                transfer_failed(comm, 0, rc, what);
+            continue;
+        }
+        for (int r = 1; r < comm->world_size; r++) {
+            if ((rc = transfer_all(t->fds[r], t->scratch, bytes, false, deadline)) != 0)
+                transfer_failed(comm, r, rc, what);
+            add(part, t->scratch, count);
+        }
+        for (int r = 1; r < comm->world_size; r++)
+            if ((rc = transfer_all(t->fds[r], part, bytes, true, deadline)) != 0)
+                transfer_failed(comm, r, rc, what);
+    }
+}
+
+static void tcp_sum(const DistComm *comm, double *values, int n) {
+    tcp_reduce(comm, values, (size_t)n, sizeof(double), add_doubles, "summing the step's counts");
+}
+
+static void tcp_sum_floats(const DistComm *comm, float *values, size_t n, void *stream) {
+    CHECK(!stream, "the TCP communicator sums host memory");
+    tcp_reduce(comm, values, n, sizeof(float), add_floats, "the gradient all-reduce");
+}
+
+// Through rendezvous_file, rank 0's address travels as the id, "host port" (rank 0
+// listens on *port): into host and *port on every rank.
+static int address_through_file(const DistEnv *env, const char *rendezvous_file,
+                                double timeout_s, char *host, size_t host_len, int *port,
+                                char *err, size_t err_len) {
+    char id[DIST_ID_BYTES] = {0};
+    if (env->rank == 0) {
+        if (env->master_addr) snprintf(id, sizeof id, "%s", env->master_addr);
+        else if (gethostname(id, sizeof id - 16) != 0)
+            return fail(err, err_len, "gethostname: %s", strerror(errno));
+        snprintf(id + strlen(id), sizeof id - strlen(id), " %d", *port);
+    }
+    if (dist_rendezvous(env, rendezvous_file, id, sizeof id, timeout_s, err, err_len)) return -1;
+    id[sizeof id - 1] = 0;
+    char *space = strrchr(id, ' ');
+    long p;
+    if (!space || !parse_int(space + 1, 1, 65535, &p))
+        return fail(err, err_len, "train.rendezvous_file '%s': no address of rank 0 in it",
+                    rendezvous_file);
+    *space = 0;
+    snprintf(host, host_len, "%s", id);
+    *port = (int)p;
+    return 0;
+}
+
+int dist_comm_tcp_create(const DistEnv *env, const char *rendezvous_file, double timeout_s,
+                         DistComm *out, char *err, size_t err_len) {
+    *out = dist_comm_single();
+    if (env->world_size == 1) return 0;
+    if (!rendezvous_file && !has_address(env)) return refuse_no_address(env, err, err_len);
+    TcpComm *t = xcalloc(1, sizeof *t);
+    t->timeout_s = timeout_s;
+    t->fds = xmalloc((size_t)env->world_size * sizeof(int));
+    for (int r = 0; r < env->world_size; r++) t->fds[r] = -1;
+    int listener = -1, port = env->master_port, rc = 0;
+    if (env->rank == 0) {
+        listener = tcp_listen(rendezvous_file ? 0 : port, env->world_size, &port, err, err_len);
+        rc = listener < 0 ? -1 : 0;
+        t->scratch = xmalloc(REDUCE_CHUNK);
+    }
+    char host[DIST_ID_BYTES];
+    snprintf(host, sizeof host, "%s", env->master_addr ? env->master_addr : "");
+    if (rc == 0 && rendezvous_file)
+        rc = address_through_file(env, rendezvous_file, timeout_s, host, sizeof host, &port,
+                                  err, err_len);
+    if (rc == 0 && env->rank == 0)
+        rc = star_accept(listener, env, port, 0, timeout_s, t->fds, err, err_len);
+    else if (rc == 0)
+        rc = (t->fds[0] = star_connect(env, host, port, 0, monotonic_s() + timeout_s, err,
+                                       err_len)) < 0 ? -1 : 0;
+    if (listener >= 0) close(listener);
+    *out = (DistComm){.rank = env->rank, .world_size = env->world_size, .sum = tcp_sum,
+                      .sum_floats = tcp_sum_floats, .destroy = tcp_comm_destroy, .ctx = t};
+    if (rc == 0) return 0;
+    dist_comm_free(out);
+    return prefixed("connecting the ranks", err, err_len);
 }
 
 long long dist_step_trained_tokens(const DistComm *comm, long long trained_tokens) {

@@ -1,12 +1,14 @@
 // Data parallel over ranks (issue 16): one process per GPU. What does not need NCCL
 // lives here and is tested on the CPU: the launcher's environment, the exchange of the
 // NCCL unique id (TCP through MASTER_ADDR:MASTER_PORT, or a file on a shared path),
-// the rows of a step each rank trains, the step's reductions over ranks, and the plan of
-// gradient all-reduce buckets. trainer/nccl_cuda.cu (ONEPASS_HAVE_NCCL) runs the buckets.
+// the rows of a step each rank trains, the step's reductions over ranks, the plan of
+// gradient all-reduce buckets, and a communicator over TCP for the CPU backend.
+// trainer/nccl_cuda.cu (ONEPASS_HAVE_NCCL) is the GPU one, running the buckets.
 //
-// Status: world size 1 runs; several ranks are parsed, launched (`train --gpus N`) and
-// rendezvous, but `train run` refuses a world size above 1 until the gradient all-reduce
-// is wired into the step and verified on several GPUs.
+// Status: several ranks train on the CPU backend through the TCP communicator (CI:
+// tests/cli_data_parallel.sh, 2 ranks against 1 rank of twice the micro-batches bit for
+// bit, resumes across world sizes). The NCCL path (the CUDA backend) is written and
+// checked at world size 1 only (tests/test_nccl_cuda.cu): not run on several GPUs.
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -21,7 +23,10 @@ typedef struct {
     int local_rank;        // on this node: the GPU this rank uses
     int local_world_size;  // ranks on this node; 0: the launcher does not say
     const char *master_addr;  // MASTER_ADDR (the environment's string) or NULL
-    int master_port;          // MASTER_PORT, or 0 when not set
+    // Where rank 0 listens: MASTER_PORT, or 0 when not set. Under torchrun's agent store
+    // (TORCHELASTIC_USE_AGENT_STORE=True) the agent's TCPStore holds MASTER_PORT on
+    // MASTER_ADDR, so rank 0 takes MASTER_PORT + 1.
+    int master_port;
 } DistEnv;
 
 // The environment's lookup (getenv in the program, a table in the tests).
@@ -68,16 +73,36 @@ void dist_shard_rows(int n_rows, int rank, int world_size, int *first, int *coun
 // may get no row when the step has fewer rows than ranks).
 PackedRows dist_rank_rows(const PackedRows *step, int rank, int world_size);
 
-// The reductions a step needs over ranks. dist_comm_single() is world size 1 (the
-// identity), the one the trainer runs today.
+// The reductions a step needs over ranks: every rank calls them in the same order.
+// Sums are added in rank order 0, 1, ... (the same bits on every run). A peer that died
+// or did not answer within the communicator's timeout is fatal with a message naming it.
 typedef struct DistComm DistComm;
 struct DistComm {
     int rank, world_size;
     // values [n]: each replaced by its sum over the ranks (exact for integers < 2^53).
     void (*sum)(const DistComm *comm, double *values, int n);
+    // values [n] fp32, in the backend's memory (host for the TCP communicator, device
+    // for NCCL's, ordered on `stream`, a cudaStream_t or NULL): each replaced by its sum
+    // over the ranks. The gradient all-reduce (TrainBackendOps.all_reduce_grads).
+    void (*sum_floats)(const DistComm *comm, float *values, size_t n, void *stream);
+    bool device;  // sum_floats takes device memory (NCCL)
+    void (*destroy)(DistComm *comm);  // NULL: nothing to free (dist_comm_free)
     void *ctx;
 };
+// World size 1: the identity.
 DistComm dist_comm_single(void);
+
+// Several ranks over TCP, for the CPU backend (no NCCL): rank 0 holds a connection to
+// every other rank, gathers each reduction, sums in rank order and sends the sums back.
+// The connections are made like dist_rendezvous's: rank 0 listens on MASTER_PORT and the
+// others connect to MASTER_ADDR, or (rendezvous_file set) rank 0 listens on a port of
+// the kernel's choosing and hands "host port" through the file (host: MASTER_ADDR, else
+// rank 0's host name). timeout_s bounds the wait for the connections and for each
+// reduction (train.dist_timeout_s). Returns 0, or -1 with a message.
+int dist_comm_tcp_create(const DistEnv *env, const char *rendezvous_file, double timeout_s,
+                         DistComm *out, char *err, size_t err_len);
+// Closes a communicator's connections (nothing for dist_comm_single).
+void dist_comm_free(DistComm *comm);
 
 // DESIGN §5: the loss of a step is divided by the trained positions of all its
 // micro-batches on all ranks. The step's trained tokens over all ranks from this rank's

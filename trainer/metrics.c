@@ -79,6 +79,7 @@ void metrics_write(MetricsLog *log, const StepMetrics *m) {
     json_object_set_new(o, "tokens_per_s", json_real(m->tokens_per_s));
     json_object_set_new(o, "elapsed_s", json_real(m->elapsed_s));
     json_object_set_new(o, "mfu", m->mfu >= 0 ? json_real(m->mfu) : json_null());
+    if (m->world_size > 1) json_object_set_new(o, "world_size", json_integer(m->world_size));
     if (m->device_memory_gib > 0)
         json_object_set_new(o, "gpu_memory_gib", json_real(m->device_memory_gib));
     if (m->has_eval) {
@@ -126,6 +127,7 @@ void metrics_print_console(FILE *f, const StepMetrics *m, long total_steps, doub
     format_duration(eta, sizeof eta, eta_s);
     fprintf(f, "step %ld/%ld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | MFU %s | ETA %s",
             m->step, total_steps, m->loss, m->lr, m->grad_norm, m->tokens_per_s, mfu, eta);
+    if (m->world_size > 1) fprintf(f, " | %d ranks", m->world_size);
     if (m->device_memory_gib > 0) fprintf(f, " | GPU mem %.2f GiB", m->device_memory_gib);
     if (m->has_eval)
         fprintf(f, " | eval_loss %.4f | eval_answer_loss %.4f", m->eval_loss, m->eval_answer_loss);

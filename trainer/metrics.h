@@ -15,7 +15,8 @@ typedef struct {
     int conversations;         // samples this step
     double tokens_per_s;       // this step
     double elapsed_s;          // training time since the run started (across resumes)
-    double mfu;                // model FLOPs/s over the configured peak; < 0: no peak given
+    double mfu;                // per rank: model FLOPs/s over the peak; < 0: no peak given
+    int world_size;            // ranks training the step (0 or 1: one; tokens_per_s is theirs)
     double device_memory_gib;  // GPU memory in use (cudaMemGetInfo); 0: not on a GPU (omitted)
     bool has_eval;
     double eval_loss, eval_answer_loss;
@@ -43,7 +44,8 @@ void metrics_write(MetricsLog *log, const StepMetrics *m);
 void metrics_close(MetricsLog *log);
 
 // "step 12/200 | loss 3.1416 | lr 3.00e-03 | gnorm 0.812 | 51234 tok/s | MFU n/a | ETA 1m02s"
-// (then " | GPU mem 1.23 GiB" on a GPU, and the eval losses on eval steps)
+// (then " | 2 ranks" with several, " | GPU mem 1.23 GiB" on a GPU, and the eval losses on
+// eval steps). metrics.jsonl has "world_size" with several ranks.
 void metrics_print_console(FILE *f, const StepMetrics *m, long total_steps, double eta_s);
 
 // Weights that run through a matmul per token: all 2-D tensors but the embedding

@@ -59,6 +59,8 @@ struct NcclComm {
     cudaStream_t stream;             // the all-reduces run here
     cudaEvent_t ready, reduced;      // the backward's work done; the reduction done
     double *device_sum, *host_sum;   // [MAX_HOST_SUM] device / pinned: DistComm.sum
+    const BucketPlan *plan;          // DistComm.sum_floats's buckets (nccl_dist_comm)
+    size_t plan_total;               // the elements the plan's buckets cover
 };
 
 #define ncclCheck(call)                                                                    \
@@ -143,11 +145,23 @@ static void nccl_sum(const DistComm *comm, double *values, int n) {
     memcpy(values, c->host_sum, bytes);
 }
 
-DistComm nccl_dist_comm(NcclComm *c) {
+static void nccl_sum_floats(const DistComm *comm, float *values, size_t n, void *stream) {
+    NcclComm *c = (NcclComm *)comm->ctx;
+    CHECK(n == c->plan_total, "nccl_sum_floats: %zu values, the bucket plan covers %zu", n,
+          c->plan_total);
+    nccl_all_reduce_buckets(c, values, c->plan, (cudaStream_t)stream);
+}
+
+DistComm nccl_dist_comm(NcclComm *c, const BucketPlan *plan) {
+    c->plan = plan;
+    c->plan_total = 0;
+    for (int b = 0; b < plan->n_buckets; b++) c->plan_total += plan->buckets[b].count;
     DistComm d = {};
     d.rank = c->rank;
     d.world_size = c->world_size;
     d.sum = nccl_sum;
+    d.sum_floats = nccl_sum_floats;
+    d.device = true;
     d.ctx = c;
     return d;
 }

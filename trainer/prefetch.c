@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/check.h"
+#include "trainer/distributed.h"
 
 static size_t mask_storage_count(const AttnMask *m) {
     return attn_mask_storage_count(m->n_rows, m->seq_len, m->block_m, m->block_n);
@@ -28,6 +29,7 @@ typedef struct {
 struct Prefetcher {
     StepLoader *loader;
     int micro_rows, depth;
+    int rank, world_size;  // the rows this process trains
     HostAllocator alloc;
     Slot *slots;                  // [depth]; step k lives in slots[k % depth]
     long long produced, consumed;  // steps made ready / handed back
@@ -37,12 +39,14 @@ struct Prefetcher {
     pthread_t thread;
 };
 
-// Copies a step's model inputs and masks into the slot's host buffer (grown as needed).
-static void fill_slot(Prefetcher *p, Slot *slot, const StepBatch *batch, const MicroBatches *mb) {
-    const size_t slots = (size_t)batch->rows.n_rows * (size_t)batch->rows.seq_len;
+// Copies this rank's rows (mine, of the step's batch) and their masks into the slot's
+// host buffer (grown as needed).
+static void fill_slot(Prefetcher *p, Slot *slot, const StepBatch *batch, const PackedRows *mine,
+                      const MicroBatches *mb) {
+    const size_t slots = (size_t)mine->n_rows * (size_t)mine->seq_len;
     size_t need = N_MODEL_INPUT_COLUMNS * slots;
     for (int i = 0; i < mb->n_micro; i++) need += mask_storage_count(&mb->masks[i]);
-    if (need > slot->arena_cap) {
+    if (need > slot->arena_cap || !slot->arena) {  // a buffer even for a rank without rows
         if (slot->arena) p->alloc.free(slot->arena);
         slot->arena_cap = need + need / 2;
         slot->arena = p->alloc.alloc(slot->arena_cap * sizeof(int32_t));
@@ -52,7 +56,7 @@ static void fill_slot(Prefetcher *p, Slot *slot, const StepBatch *batch, const M
         slot->step.micro.masks = xrealloc(slot->step.micro.masks, (size_t)mb->n_micro * sizeof(AttnMask));
     }
     PackedRows *rows = &slot->step.micro.rows;
-    int32_t *at = packed_rows_copy_inputs(&batch->rows, rows, slot->arena);
+    int32_t *at = packed_rows_copy_inputs(mine, rows, slot->arena);
     for (int i = 0; i < mb->n_micro; i++) {  // each mask over the slot's copy of lo/hi
         const AttnMask *from = &mb->masks[i];
         const size_t off = (size_t)i * (size_t)mb->micro_rows * (size_t)rows->seq_len;
@@ -67,6 +71,7 @@ static void fill_slot(Prefetcher *p, Slot *slot, const StepBatch *batch, const M
     slot->step.n_samples = batch->n_samples;
     slot->step.tokens = batch->tokens;
     slot->step.trained_tokens = batch->trained_tokens;
+    packed_rows_count(mine, &slot->step.rank_tokens, &slot->step.rank_trained_tokens);
     slot->step.epoch = p->loader->epoch;
     slot->step.cursor = p->loader->cursor;
 }
@@ -86,9 +91,10 @@ static void *prefetch_loop(void *arg) {
         StepBatch batch;
         slot->failed = step_loader_try_next(p->loader, &batch, slot->error, sizeof slot->error) != 0;
         if (!slot->failed) {
+            const PackedRows mine = dist_rank_rows(&batch.rows, p->rank, p->world_size);
             MicroBatches mb;
-            micro_batches_build(&batch.rows, p->micro_rows, &mb);
-            fill_slot(p, slot, &batch, &mb);
+            micro_batches_build(&mine, p->micro_rows, &mb);
+            fill_slot(p, slot, &batch, &mine, &mb);
             micro_batches_free(&mb);
         }
         step_batch_free(&batch);
@@ -102,10 +108,12 @@ static void *prefetch_loop(void *arg) {
     return NULL;
 }
 
-Prefetcher *prefetcher_start(StepLoader *loader, int micro_rows, int depth, HostAllocator alloc) {
+Prefetcher *prefetcher_start(StepLoader *loader, int micro_rows, int depth, HostAllocator alloc,
+                             int rank, int world_size) {
     if (depth < 2) fatal("internal: prefetch depth %d must be at least 2", depth);
     Prefetcher *p = xcalloc(1, sizeof *p);
-    *p = (Prefetcher){.loader = loader, .micro_rows = micro_rows, .depth = depth, .alloc = alloc};
+    *p = (Prefetcher){.loader = loader, .micro_rows = micro_rows, .depth = depth, .alloc = alloc,
+                      .rank = rank, .world_size = world_size};
     p->slots = xcalloc((size_t)depth, sizeof(Slot));
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->changed, NULL);

@@ -31,12 +31,11 @@ double train_step_forward(const TrainBackendOps *ops, void *backend, const Micro
 int train_step(const TrainBackendOps *ops, void *backend, const MicroBatches *mb,
                long long trained_tokens, const DistComm *comm, const AdamWHyper *h,
                double max_grad_norm, StepOutcome *out, char *err, size_t err_len) {
-    CHECK(comm->world_size == 1, "train_step: the gradient all-reduce over %d ranks is not "
-          "wired in yet", comm->world_size);
     const long long step_trained = dist_step_trained_tokens(comm, trained_tokens);
     CHECK(step_trained > 0, "a step of %lld trained tokens", step_trained);
     const double ce_sum = train_step_forward_backward(ops, backend, mb,
                                                       (float)(1.0 / (double)step_trained));
+    ops->all_reduce_grads(backend, comm);
     out->loss = dist_step_ce_sum(comm, ce_sum) / (double)step_trained;
     if (!isfinite(out->loss))
         return fail(err, err_len, "the loss is %g; stopping without saving this state (the "

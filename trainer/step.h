@@ -26,11 +26,12 @@ typedef struct {
 
 // One optimizer step on this rank's micro-batches of a step, trained_tokens of its
 // targets on this rank: forward+backward with the loss normalised by the step's trained
-// tokens over comm's ranks (> 0; DESIGN §5), the gradient norm, then
-// AdamW with h (h->lr this step's rate) on the gradients clipped to max_grad_norm.
+// tokens over comm's ranks (> 0; DESIGN §5), the gradients summed over the ranks
+// (ops->all_reduce_grads: every rank then holds the same gradients and takes the same
+// update), the gradient norm, then AdamW with h (h->lr this step's rate) on the
+// gradients clipped to max_grad_norm.
 // Returns 0, or -1 with a message when the loss, a gradient or (after the update) a
 // weight is not finite: the backend's state is then not worth saving.
-// comm: dist_comm_single() (world size 1: the gradient all-reduce is not wired in yet).
 int train_step(const TrainBackendOps *ops, void *backend, const MicroBatches *mb,
                long long trained_tokens, const DistComm *comm, const AdamWHyper *h,
                double max_grad_norm, StepOutcome *out, char *err, size_t err_len);

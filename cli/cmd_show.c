@@ -152,8 +152,8 @@ int cmd_show(int argc, char **argv) {
     DataOptions opt = data_options_from_config(config);
     const char *data_path = config_str(config, "data.train_path");
     if (!data_path) fatal("config key 'data.train_path' is required");
-    ModelConfig model_config = model_config_from(config);
-    Tokenizer *tok = tokenizer_from(config, &model_config);
+    Tokenizer *tok = tokenizer_with_added(config);
+    model_config_with(config, tok);  // fatal when the tokenizer does not fit the model
     int line = args.line, n_samples;
     TokenizedSample *samples = load_samples(tok, data_path, line, args.several ? ROWS_SAMPLES : 1,
                                             &opt, &n_samples);

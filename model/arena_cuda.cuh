@@ -1,10 +1,15 @@
-// A bump allocator over one device allocation: the CUDA model carves every activation
-// buffer out of a single cudaMalloc, sized by carving once without a base.
+// Device buffers inside one allocation: typed pointers at the offsets of a layout (the
+// CUDA model: model/model_arena.h), and a bump allocator that sizes the allocation by
+// carving once without a base (the CUDA decoder).
 #pragma once
 #include <stddef.h>
+#include "model/model_arena.h"
 
-// Every buffer of the arena starts on this boundary (what cuBLASLt prefers).
-enum { ARENA_ALIGNMENT = 256 };
+// The buffer at `offset` bytes into the allocation at base.
+template <typename T>
+static T *arena_at(void *base, size_t offset) {
+    return reinterpret_cast<T *>(static_cast<char *>(base) + offset);
+}
 
 // Bump allocation inside the arena. With base == NULL it only counts bytes, so the
 // same carve function sizes the arena and then hands out its pointers.
@@ -15,7 +20,6 @@ typedef struct {
 
 template <typename T>
 static T *arena_take(Arena *a, size_t count) {
-    const size_t start = (a->used + ARENA_ALIGNMENT - 1) / ARENA_ALIGNMENT * ARENA_ALIGNMENT;
-    a->used = start + count * sizeof(T);
+    const size_t start = arena_reserve(&a->used, count * sizeof(T));
     return a->base ? reinterpret_cast<T *>(a->base + start) : nullptr;
 }

@@ -4,18 +4,17 @@
 #include <stdlib.h>
 #include "common/cuda_check.h"
 
-void device_batch_carve(DeviceBatch *d, Arena *a, int max_rows, int seq_len) {
-    const size_t T = (size_t)max_rows * seq_len;
+void device_batch_place(DeviceBatch *d, void *base, const CudaBatchLayout *l, int max_rows,
+                        int seq_len) {
     d->max_rows = max_rows;
     d->seq_len = seq_len;
-    d->token = arena_take<int32_t>(a, T);
-    d->pos = arena_take<int32_t>(a, T);
-    d->lo = arena_take<int32_t>(a, T);
-    d->hi = arena_take<int32_t>(a, T);
-    d->target_slots = arena_take<int32_t>(a, T);
-    d->slot_targets = arena_take<int32_t>(a, T);
-    d->mask_storage =
-        arena_take<int32_t>(a, attn_mask_storage_count(max_rows, seq_len, ATTN_TILE, ATTN_TILE));
+    d->token = arena_at<int32_t>(base, l->token);
+    d->pos = arena_at<int32_t>(base, l->pos);
+    d->lo = arena_at<int32_t>(base, l->lo);
+    d->hi = arena_at<int32_t>(base, l->hi);
+    d->target_slots = arena_at<int32_t>(base, l->target_slots);
+    d->slot_targets = arena_at<int32_t>(base, l->slot_targets);
+    d->mask_storage = arena_at<int32_t>(base, l->mask_storage);
 }
 
 void device_batch_host_alloc(DeviceBatch *d) {

@@ -20,8 +20,9 @@ typedef struct {
     int n_targets;          // of the uploaded batch
 } DeviceBatch;
 
-// Points the device buffers into the arena (counting only when a->base is NULL).
-void device_batch_carve(DeviceBatch *d, Arena *a, int max_rows, int seq_len);
+// Points the device buffers into the arena at base, where the layout places them.
+void device_batch_place(DeviceBatch *d, void *base, const CudaBatchLayout *l, int max_rows,
+                        int seq_len);
 void device_batch_host_alloc(DeviceBatch *d);
 void device_batch_host_free(DeviceBatch *d);
 // Checks the batch against the model (model_batch_check) and uploads it on `stream`; the

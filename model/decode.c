@@ -184,15 +184,7 @@ static void forward_tokens(CpuDecoder *d, const float *params, int n, const int3
                            const int32_t *token, const int32_t *pos, float *logits) {
     const ModelConfig *cfg = &d->cfg;
     ensure_capacity(d, n);
-    for (int i = 0; i < n; i++) {
-        CHECK(slot[i] >= 0 && slot[i] < d->max_seqs, "cpu_decoder_forward: token %d: slot %d "
-              "outside [0, %d)", i, slot[i], d->max_seqs);
-        CHECK(token[i] >= 0 && token[i] < cfg->vocab_size, "cpu_decoder_forward: token %d: id "
-              "%d outside [0, %d)", i, token[i], cfg->vocab_size);
-        CHECK(d->length[slot[i]] < d->max_len, "cpu_decoder_forward: slot %d is full (max_len "
-              "%d)", slot[i], d->max_len);
-        d->cache_idx[i] = d->length[slot[i]]++;
-    }
+    for (int i = 0; i < n; i++) d->cache_idx[i] = d->length[slot[i]]++;
     const int C = cfg->hidden_size, F = cfg->intermediate_size;
     const int KVD = d->dims.kv_dim, QD = d->dims.q_dim;
     embedding_forward_cpu(d->x, token, params + d->off.embed, n, C);
@@ -221,7 +213,9 @@ static void forward_tokens(CpuDecoder *d, const float *params, int n, const int3
 
 void cpu_decoder_forward(CpuDecoder *d, const float *params, int n, const int32_t *slot,
                          const int32_t *token, const int32_t *pos, float *logits) {
-    if (n <= 0) return;
+    model_decode_check("cpu_decoder_forward", n, slot, token, pos, &d->cfg, d->length,
+                       d->max_seqs, d->max_len);
+    if (n == 0) return;
     const int threads = omp_get_max_threads();
     if ((double)n * (double)d->table.total < PARALLEL_MIN_WORK) omp_set_num_threads(1);
     forward_tokens(d, params, n, slot, token, pos, logits);

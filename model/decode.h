@@ -15,8 +15,9 @@ void cpu_decoder_reset(CpuDecoder *d, int slot);  // empties one sequence's cach
 // Feeds n tokens: token[i] at position pos[i] is appended to the cache of sequence
 // slot[i] (a slot may appear several times, in order: a prompt's prefill) and attends to
 // every earlier token of its slot and itself. Writes the logits of token i into
-// logits[i * vocab_size] (logits [n, vocab_size], host memory). A slot that would pass
-// max_len tokens is a programming error (CHECK).
+// logits[i * vocab_size] (logits [n, vocab_size], host memory). Fatal if a slot, token
+// or position is out of range or a sequence would pass max_len tokens (nothing is
+// appended then: model_decode_check).
 void cpu_decoder_forward(CpuDecoder *d, const float *params, int n, const int32_t *slot,
                          const int32_t *token, const int32_t *pos, float *logits);
 // Tokens now in the cache of one slot.

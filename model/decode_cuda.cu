@@ -28,7 +28,6 @@ struct CudaDecoder {
     int max_seqs, max_len;
     int chunk_capacity, chunk_tokens;  // tokens allocated / used per chunk
     int *length;   // [max_seqs] host: tokens in each sequence's cache
-    int *pending;  // [max_seqs] host: tokens a call is about to append (validation)
     cudaStream_t stream;
 
     bf16 *cache;          // [L, 2, max_seqs, max_len, KV, D]: each layer's K cache, then V
@@ -129,7 +128,6 @@ CudaDecoder *cuda_decoder_create(const ModelConfig *cfg, int max_seqs, int max_l
     const long long all = (long long)max_seqs * max_len;
     d->chunk_capacity = d->chunk_tokens = all < DECODE_CHUNK_TOKENS ? (int)all : DECODE_CHUNK_TOKENS;
     d->length = (int *)xcalloc((size_t)max_seqs, sizeof(int));
-    d->pending = (int *)xcalloc((size_t)max_seqs, sizeof(int));
 
     d->layer_cache = (size_t)max_seqs * max_len * d->dims.kv_dim;
     cudaCheck(cudaMalloc(&d->cache, cuda_decoder_cache_bytes(d)));
@@ -153,7 +151,6 @@ void cuda_decoder_free(CudaDecoder *d) {
     cudaCheck(cudaFree(d->arena));
     cudaCheck(cudaFreeHost(d->host_cols));
     free(d->length);
-    free(d->pending);
     param_offsets_free(&d->off);
     param_table_free(&d->table);
     free(d);
@@ -180,28 +177,6 @@ size_t cuda_decoder_cache_bytes(const CudaDecoder *d) {
 }
 
 size_t cuda_decoder_arena_bytes(const CudaDecoder *d) { return d->arena_bytes; }
-
-// Validates a whole call before anything is appended.
-static void check_call(CudaDecoder *d, int n, const int32_t *slot, const int32_t *token,
-                       const int32_t *pos) {
-    CHECK(n >= 0, "cuda_decoder_forward: n %d is negative", n);
-    for (int i = 0; i < n; i++) {
-        CHECK(slot[i] >= 0 && slot[i] < d->max_seqs,
-              "cuda_decoder_forward: token %d: slot %d outside [0, %d)", i, slot[i], d->max_seqs);
-        CHECK(token[i] >= 0 && token[i] < d->cfg.vocab_size,
-              "cuda_decoder_forward: token %d: id %d outside [0, %d)", i, token[i],
-              d->cfg.vocab_size);
-        CHECK(pos[i] >= 0, "cuda_decoder_forward: token %d: position %d is negative", i, pos[i]);
-        d->pending[slot[i]]++;
-    }
-    for (int i = 0; i < n; i++) {
-        const int s = slot[i];
-        CHECK(d->length[s] + d->pending[s] <= d->max_len,
-              "cuda_decoder_forward: sequence %d would hold %d + %d tokens, max_len is %d", s,
-              d->length[s], d->pending[s], d->max_len);
-    }
-    for (int i = 0; i < n; i++) d->pending[slot[i]] = 0;
-}
 
 // q, k, v of one layer from its input norm output d->ln (rows [n, C]): the stacked
 // projection and its biases, q_norm/k_norm over each head (qk_norm), RoPE on q and k with
@@ -269,7 +244,8 @@ static void forward_chunk(CudaDecoder *d, const bf16 *params, int n, int max_key
 
 void cuda_decoder_forward(CudaDecoder *d, const void *params_bf16, int n, const int32_t *slot,
                           const int32_t *token, const int32_t *pos, float *logits) {
-    check_call(d, n, slot, token, pos);
+    model_decode_check("cuda_decoder_forward", n, slot, token, pos, &d->cfg, d->length,
+                       d->max_seqs, d->max_len);
     const bf16 *params = (const bf16 *)params_bf16;
     const int cap = d->chunk_capacity;
     for (int start = 0; start < n; start += d->chunk_tokens) {

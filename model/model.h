@@ -115,6 +115,16 @@ typedef struct {
 // Both backends call it before touching the batch.
 void model_batch_check(const ModelBatch *b, const ModelConfig *cfg, int max_rows, int seq_len);
 
+// Validates one call of a KV-cache decoder (model/decode.h and its CUDA twin) before
+// anything is appended: n tokens, token i at position pos[i] for sequence slot[i];
+// length [max_seqs] holds the tokens each sequence has. Fatal, prefixed with `who` and
+// naming the token, for a negative n, a slot outside [0, max_seqs), an id outside
+// [0, vocab_size), a negative position, or a sequence that would pass max_len tokens.
+// Both decoders call it.
+void model_decode_check(const char *who, int n, const int32_t *slot, const int32_t *token,
+                        const int32_t *pos, const ModelConfig *cfg, const int *length,
+                        int max_seqs, int max_len);
+
 typedef struct CpuModel CpuModel;
 
 // Each model holds the logits of at most this many elements at once (at least one row),

@@ -45,7 +45,8 @@ struct CudaModel {
     ParamOffsets off;  // tensor offsets in the flat parameter/gradient buffers
     cudaStream_t stream;
     StageTimer *timer;      // NULL unless ONEPASS_STAGE_TIMES=1
-    void *arena;            // the one device allocation holding every buffer below
+    void *arena;            // the one device allocation holding every buffer below, where
+                            // cuda_arena_layout (model/model_arena.h) places them
     size_t arena_bytes;
 
     DeviceBatch batch;      // the batch, uploaded
@@ -89,58 +90,59 @@ struct CudaModel {
     float *host_losses;                  // [T] pinned: target_losses read back
 };
 
-// Points every device buffer into the arena (or only counts bytes when a->base is NULL).
-static void carve(CudaModel *m, Arena *a) {
-    const ModelConfig *cfg = &m->cfg;
-    const size_t T = (size_t)m->max_rows * m->seq_len, C = cfg->hidden_size,
-                 F = cfg->intermediate_size, V = cfg->vocab_size, H = cfg->num_attention_heads;
-    const size_t QD = m->dims.q_dim, KVD = m->dims.kv_dim, chunk = m->chunk_capacity;
-    const int L = cfg->num_hidden_layers;
+// Points every device buffer into the arena where the layout places it.
+static void carve(CudaModel *m, const CudaArenaLayout *a) {
+    void *base = m->arena;
+    device_batch_place(&m->batch, base, &a->batch, m->max_rows, m->seq_len);
+    m->rope_cos_sin = arena_at<float2>(base, a->rope_cos_sin);
+    m->target_losses = arena_at<float>(base, a->target_losses);
 
-    device_batch_carve(&m->batch, a, m->max_rows, m->seq_len);
-    m->rope_cos_sin = arena_take<float2>(a, T * (m->dims.head_dim / 2));
-    m->target_losses = arena_take<float>(a, T);
-
-    for (int l = 0; l <= L; l++) m->residual[l] = arena_take<bf16>(a, T * C);
-    for (int l = 0; l < L; l++) {
+    for (int l = 0; l <= m->cfg.num_hidden_layers; l++)
+        m->residual[l] = arena_at<bf16>(base, a->residual + (size_t)l * a->residual_stride);
+    for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
         LayerActivations *la = &m->layers[l];
-        la->ln1_rstd = arena_take<float>(a, T);
-        la->q = arena_take<bf16>(a, T * QD);
-        la->k = arena_take<bf16>(a, T * KVD);
-        la->v = arena_take<bf16>(a, T * KVD);
-        la->attn = arena_take<bf16>(a, T * QD);
-        la->lse = arena_take<float>(a, T * H);
-        la->mid = arena_take<bf16>(a, T * C);
-        la->ln2_rstd = arena_take<float>(a, T);
+        void *block = arena_at<char>(base, a->layers + (size_t)l * a->layer_stride);
+        la->ln1_rstd = arena_at<float>(block, a->layer.ln1_rstd);
+        la->q = arena_at<bf16>(block, a->layer.q);
+        la->k = arena_at<bf16>(block, a->layer.k);
+        la->v = arena_at<bf16>(block, a->layer.v);
+        la->attn = arena_at<bf16>(block, a->layer.attn);
+        la->lse = arena_at<float>(block, a->layer.lse);
+        la->mid = arena_at<bf16>(block, a->layer.mid);
+        la->ln2_rstd = arena_at<float>(block, a->layer.ln2_rstd);
     }
-    m->ln = arena_take<bf16>(a, T * C);
-    m->gate_up = arena_take<bf16>(a, T * 2 * F);
-    m->qkv = arena_take<bf16>(a, T * m->dims.qkv_dim);
-    m->act = arena_take<bf16>(a, T * F);
-    m->proj_out = arena_take<bf16>(a, T * C);
-    m->final_norm = arena_take<bf16>(a, T * C);
-    m->final_rstd = arena_take<float>(a, T);
-    const size_t qk = cfg->qk_norm ? T : 0, KV = cfg->num_key_value_heads;
-    m->q_normed = arena_take<bf16>(a, qk * QD);
-    m->k_normed = arena_take<bf16>(a, qk * KVD);
-    m->q_rstd = arena_take<float>(a, qk * H);
-    m->k_rstd = arena_take<float>(a, qk * KV);
+    m->ln = arena_at<bf16>(base, a->ln);
+    m->gate_up = arena_at<bf16>(base, a->gate_up);
+    m->qkv = arena_at<bf16>(base, a->qkv);
+    m->act = arena_at<bf16>(base, a->act);
+    m->proj_out = arena_at<bf16>(base, a->proj_out);
+    m->final_norm = arena_at<bf16>(base, a->final_norm);
+    m->final_rstd = arena_at<float>(base, a->final_rstd);
+    m->q_normed = arena_at<bf16>(base, a->q_normed);
+    m->k_normed = arena_at<bf16>(base, a->k_normed);
+    m->q_rstd = arena_at<float>(base, a->q_rstd);
+    m->k_rstd = arena_at<float>(base, a->k_rstd);
 
-    m->chunk_input = arena_take<bf16>(a, chunk * C);
-    m->chunk_logits = arena_take<bf16>(a, chunk * V);
-    m->chunk_dinput = arena_take<bf16>(a, chunk * C);
+    m->chunk_input = arena_at<bf16>(base, a->chunk_input);
+    m->chunk_logits = arena_at<bf16>(base, a->chunk_logits);
+    m->chunk_dinput = arena_at<bf16>(base, a->chunk_dinput);
 
-    m->d_residual = arena_take<bf16>(a, T * C);
-    m->d_normed = arena_take<bf16>(a, T * C);
-    m->d_attn = arena_take<bf16>(a, T * QD);
-    m->d_q = arena_take<bf16>(a, T * QD);
-    m->d_k = arena_take<bf16>(a, T * KVD);
-    m->d_v = arena_take<bf16>(a, T * KVD);
-    m->d_act = arena_take<bf16>(a, T * F);
-    const AttnShape max_shape = model_attention_shape(cfg, &m->dims, m->max_rows, m->seq_len);
-    const size_t ws_fast = attention_backward_workspace_bytes(&max_shape, false),
-                 ws_det = attention_backward_workspace_bytes(&max_shape, true);
-    m->attn_workspace = arena_take<char>(a, ws_fast > ws_det ? ws_fast : ws_det);
+    m->d_residual = arena_at<bf16>(base, a->d_residual);
+    m->d_normed = arena_at<bf16>(base, a->d_normed);
+    m->d_attn = arena_at<bf16>(base, a->d_attn);
+    m->d_q = arena_at<bf16>(base, a->d_q);
+    m->d_k = arena_at<bf16>(base, a->d_k);
+    m->d_v = arena_at<bf16>(base, a->d_v);
+    m->d_act = arena_at<bf16>(base, a->d_act);
+    m->attn_workspace = arena_at<char>(base, a->attn_workspace);
+}
+
+size_t cuda_model_attention_workspace_bytes(const ModelConfig *cfg, int max_rows, int seq_len) {
+    const ModelDims dims = model_dims(cfg);
+    const AttnShape shape = model_attention_shape(cfg, &dims, max_rows, seq_len);
+    const size_t fast = attention_backward_workspace_bytes(&shape, false),
+                 det = attention_backward_workspace_bytes(&shape, true);
+    return fast > det ? fast : det;
 }
 
 CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len) {
@@ -182,12 +184,9 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len) 
               "layer %d: q/k/v or gate/up weights are not consecutive in the parameter table", l);
     }
 
-    // Chunks of whole 64-row tiles (better GEMM shapes) when the vocabulary allows.
-    int chunk = CUDA_LOGIT_CHUNK_ELEMENTS / cfg->vocab_size;
-    if (chunk > 64) chunk -= chunk % 64;
-    if (chunk < 1) chunk = 1;
-    if (chunk > T) chunk = T;
-    m->chunk_capacity = m->chunk_rows = chunk;
+    const CudaArenaLayout layout = cuda_arena_layout(
+        cfg, max_rows, seq_len, cuda_model_attention_workspace_bytes(cfg, max_rows, seq_len));
+    m->chunk_capacity = m->chunk_rows = (int)layout.chunk_rows;
     // q_norm and k_norm run over tokens x heads rows.
     CHECK(!cfg->qk_norm || (long long)T * cfg->num_attention_heads <= INT_MAX,
           "cuda_model_create: %d tokens x %d heads exceed %d norm rows", T,
@@ -195,12 +194,9 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len) 
 
     m->residual = (bf16 **)xmalloc((size_t)(L + 1) * sizeof(bf16 *));
     m->layers = (LayerActivations *)xcalloc((size_t)L, sizeof(LayerActivations));
-    Arena sizing = {nullptr, 0};
-    carve(m, &sizing);
-    m->arena_bytes = sizing.used;
+    m->arena_bytes = layout.bytes;
     cudaCheck(cudaMalloc(&m->arena, m->arena_bytes));
-    Arena arena = {(char *)m->arena, 0};
-    carve(m, &arena);
+    carve(m, &layout);
 
     cudaCheck(cudaStreamCreate(&m->stream));  // blocking: ordered after default-stream work
     m->timer = stage_timer_from_env(m->stream);

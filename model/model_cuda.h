@@ -71,8 +71,14 @@ void cuda_model_set_deterministic(CudaModel *m, bool deterministic);
 // clamped to [1, the chunk the arena was sized for: at most 2^26 logits, bf16].
 void cuda_model_set_logit_chunk_rows(CudaModel *m, int rows);
 
-// Bytes of the activation arena (for memory reports).
+// Bytes of the activation arena (for memory reports): cuda_arena_layout's
+// (model/model_arena.h) for this config and max_rows x seq_len.
 size_t cuda_model_arena_bytes(const CudaModel *m);
+
+// The attention backward's workspace that the arena holds for max_rows x seq_len: the
+// larger of its two modes (attention_cuda.h), so either runs. Arithmetic only (the
+// device-memory estimate calls it before anything is allocated).
+size_t cuda_model_attention_workspace_bytes(const ModelConfig *cfg, int max_rows, int seq_len);
 
 #ifdef __cplusplus
 }

@@ -118,6 +118,26 @@ void model_batch_check(const ModelBatch *b, const ModelConfig *cfg, int max_rows
     }
 }
 
+void model_decode_check(const char *who, int n, const int32_t *slot, const int32_t *token,
+                        const int32_t *pos, const ModelConfig *cfg, const int *length,
+                        int max_seqs, int max_len) {
+    CHECK(n >= 0, "%s: n %d is negative", who, n);
+    int *adding = xcalloc((size_t)max_seqs, sizeof(int));  // [max_seqs] tokens this call appends
+    for (int i = 0; i < n; i++) {
+        CHECK(slot[i] >= 0 && slot[i] < max_seqs, "%s: token %d: slot %d outside [0, %d)", who, i,
+              slot[i], max_seqs);
+        CHECK(token[i] >= 0 && token[i] < cfg->vocab_size, "%s: token %d: id %d outside [0, %d)",
+              who, i, token[i], cfg->vocab_size);
+        CHECK(pos[i] >= 0, "%s: token %d: position %d is negative", who, i, pos[i]);
+        adding[slot[i]]++;
+    }
+    for (int s = 0; s < max_seqs; s++)
+        CHECK(length[s] + adding[s] <= max_len,
+              "%s: sequence %d would hold %d + %d tokens, max_len is %d", who, s, length[s],
+              adding[s], max_len);
+    free(adding);
+}
+
 static const char *const LAYER_TENSOR_NAMES[LAYER_TENSORS] = {
     "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
     "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",

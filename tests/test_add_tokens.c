@@ -54,10 +54,10 @@ static void check_source(int source_vocab, const char *root, TestRng *rng) {
                     "model.add_tokens=[\"<think>\",\"</think>\",\"<tool_call>\",\"</tool_call>\","
                     "\"<tool_response>\",\"</tool_response>\"]"};
     Config *c = config_load(NULL, 4, sets);
-    const ModelConfig mc = model_config_from(c);
+    Tokenizer *tok = tokenizer_with_added(c);
+    const ModelConfig mc = model_config_with(c, tok);
     const int vocab = source_vocab > GROWN ? source_vocab : GROWN;
     EXPECT(mc.vocab_size == vocab, "vocab %d, want %d (source %d)", mc.vocab_size, vocab, source_vocab);
-    Tokenizer *tok = tokenizer_from(c, &mc);
     EXPECT(tokenizer_loaded_size(tok) == LOADED && tokenizer_vocab_size(tok) == GROWN, "sizes %d %d",
            tokenizer_loaded_size(tok), tokenizer_vocab_size(tok));
     ParamTable table;

@@ -5,10 +5,9 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "data/conversation.h"
+#include "tests/test_child.h"
 #include "tests/test_util.h"
 
 // ---- Random texts. No 't' in the alphabet, so "<think>" never appears by accident;
@@ -383,28 +382,21 @@ static const char *const GOOD_LINE =
     "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":"
     "\"<think>r</think>A\"}]}";
 
+typedef struct {
+    const char *path;
+    LoadOptions opt;
+} LoadCall;
+
+static void load(void *arg) {
+    const LoadCall *call = arg;
+    Dataset d;
+    dataset_load(call->path, &call->opt, &d);
+}
+
 // Runs dataset_load(path, opt) in a child; returns its exit status and stderr.
 static int load_in_child(const char *path, LoadOptions opt, char *out, size_t out_len) {
-    int fds[2];
-    if (pipe(fds) != 0) return -1;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        close(fds[0]);
-        Dataset d;
-        dataset_load(path, &opt, &d);
-        _exit(0);
-    }
-    close(fds[1]);
-    size_t n = 0;
-    ssize_t got;
-    while (n + 1 < out_len && (got = read(fds[0], out + n, out_len - 1 - n)) > 0) n += (size_t)got;
-    out[n] = '\0';
-    close(fds[0]);
-    int status;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    LoadCall call = {path, opt};
+    return test_run_in_child(load, &call, out, out_len);
 }
 
 static void test_dataset_files(TestRng *rng) {

@@ -4,12 +4,16 @@
 // cpu_model_logits gives over each whole sequence (<= 1e-5 relative), for llama (GQA,
 // tied, llama3 RoPE scaling), qwen2 (q/k/v biases, untied) and qwen3 (q/k norm, head_dim
 // other than hidden / heads); positions start anywhere. A reset slot starts afresh.
+// A call with a bad slot, id or position, or one that would overfill a sequence, is
+// refused naming the token (model_decode_check, which the CUDA twin shares).
+#define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/check.h"
 #include "model/decode.h"
 #include "model/model.h"
+#include "tests/test_child.h"
 #include "tests/test_util.h"
 
 enum { N_SEQS = 3, MAX_LEN = 24 };
@@ -154,6 +158,55 @@ static void test_sensitivity(const ModelConfig *cfg) {
     param_table_free(&table);
 }
 
+// One call of n tokens into a fresh decoder of 2 sequences of 4 tokens, in a child.
+typedef struct {
+    const ModelConfig *cfg;
+    const float *params;
+    int n;
+    int32_t slot[5], token[5], pos[5];
+} DecodeCall;
+
+static void feed_call(void *arg) {
+    const DecodeCall *c = arg;
+    CpuDecoder *d = cpu_decoder_create(c->cfg, 2, 4);
+    float *logits = xmalloc(5 * (size_t)c->cfg->vocab_size * sizeof(float));
+    cpu_decoder_forward(d, c->params, c->n, c->slot, c->token, c->pos, logits);
+    free(logits);
+    cpu_decoder_free(d);
+}
+
+static void test_refusals(const ModelConfig *cfg) {
+    ParamTable table;
+    float *params = random_params(cfg, &table);
+    const DecodeCall cases[] = {
+        {cfg, params, 3, {0, 1, 1}, {3, 4, 5}, {0, 7, 8}},  // accepted
+        {cfg, params, 3, {0, 1, 1}, {3, 4, 5}, {0, 7, -1}},
+        {cfg, params, 3, {0, 1, 2}, {3, 4, 5}, {0, 7, 8}},
+        {cfg, params, 3, {0, 1, 1}, {3, 4, 41}, {0, 7, 8}},
+        {cfg, params, 5, {1, 1, 1, 1, 1}, {3, 4, 5, 6, 7}, {0, 1, 2, 3, 4}},
+        {cfg, params, -1, {0}, {0}, {0}},
+    };
+    const char *const messages[] = {
+        NULL,
+        "cpu_decoder_forward: token 2: position -1 is negative",
+        "cpu_decoder_forward: token 2: slot 2 outside [0, 2)",
+        "cpu_decoder_forward: token 2: id 41 outside [0, 41)",
+        "cpu_decoder_forward: sequence 1 would hold 0 + 5 tokens, max_len is 4",
+        "cpu_decoder_forward: n -1 is negative",
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char err[2048];
+        const int status = test_run_in_child(feed_call, (void *)&cases[i], err, sizeof err);
+        if (!messages[i])
+            EXPECT(status == 0 && !err[0], "a good call: status %d, '%s'", status, err);
+        else
+            EXPECT(status == 1 && strstr(err, messages[i]), "'%s' refused: status %d, '%s'",
+                   messages[i], status, err);
+    }
+    free(params);
+    param_table_free(&table);
+}
+
 int main(void) {
     rng = test_rng_from_env();
     const ModelConfig llama = {
@@ -172,5 +225,6 @@ int main(void) {
     test_arch("qwen2 (biases, untied, 4/1)", &qwen2);
     test_arch("qwen3 (q/k norm, head_dim 12)", &qwen3);
     test_sensitivity(&llama);
+    test_refusals(&llama);
     return test_finish();
 }

@@ -1,12 +1,14 @@
 // The CUDA backend's device-memory estimate (trainer/device_memory.h) on the CPU:
-//  - a tiny config's estimate equals a count by hand of every buffer the CUDA backend
-//    allocates (model/model_cuda.cu's carve, attention_bwd.cu's workspace);
+//  - a tiny config's estimate and the arena layout it takes (model/model_arena.h, which
+//    model/model_cuda.cu carves) equal a count by hand of every buffer the CUDA backend
+//    allocates, with the attention backward's workspace (attention_bwd.cu) counted by hand;
 //  - the activation arena grows linearly in train.micro_rows, the state not at all;
 //  - the check refuses an estimate above the free memory, naming the estimate, what is
 //    free, and the keys (train.micro_rows, data.seq_len; the model's size when the
 //    weights and optimizer state decide), and a micro-batch of more than 2^31-1 tokens.
 #include <string.h>
 
+#include "model/model_arena.h"
 #include "test_util.h"
 #include "trainer/device_memory.h"
 
@@ -21,7 +23,10 @@ static ModelConfig config(int hidden, int heads, int kv_heads, int inter, int la
 int main(void) {
     // Hidden 64, one head of 64, F 128, one layer, vocab 256, tied; 1 row of 128 tokens.
     const ModelConfig tiny = config(64, 1, 1, 128, 1, 256);
-    const CudaMemoryEstimate e = cuda_memory_estimate(&tiny, 1, 128);
+    // The attention backward's workspace: dsum, lse2 (1 x 1 x 128 fp32 each), fp32 dq
+    // accumulators (128 x 64) for the fast mode.
+    const size_t workspace = 2 * 512 + 4 * 128 * 64;
+    const CudaMemoryEstimate e = cuda_memory_estimate(&tiny, 1, 128, workspace);
     // Parameters: embed 256x64 = 16384; layer: 2 norms of 64, q k v o 64x64 = 4 x 4096,
     // gate up down 128x64 = 3 x 8192; final norm 64.
     const size_t n = 16384 + (2 * 64 + 4 * 4096 + 3 * 8192) + 64;
@@ -38,21 +43,39 @@ int main(void) {
                                 // final norm; gate|up; q|k|v; act; final rstd
         + 2 * (2 * 128 * 64) + 2 * 128 * 256  // loss chunk of 128 rows: input, dinput, logits
         + 6 * 16384 + 2 * 128 * 128           // d residual, normed, attn, q, k, v; d act
-        + 2 * 512 + 4 * 128 * 64;             // attention workspace: dsum, lse2, dq accum
+        + workspace;
     EXPECT(arena == 613120, "hand count of the arena");
     EXPECT(e.arena == arena, "arena %zu bytes, by hand %zu", e.arena, arena);
+    // Where the layout puts the buffers, by hand: the batch's six [T] int32 (512 bytes
+    // each) and the mask (24 int32, one 256-byte slot), RoPE (32768), the losses (512),
+    // then the residual stream, the layer's block, the shared buffers, the loss chunk,
+    // the backward's, the attention workspace last.
+    const CudaArenaLayout l = cuda_arena_layout(&tiny, 1, 128, workspace);
+    EXPECT(l.bytes == arena && l.batch.pos == 512 && l.batch.mask_storage == 3072 &&
+               l.rope_cos_sin == 3328 && l.target_losses == 36096 && l.residual == 36608 &&
+               l.residual_stride == 16384 && l.layers == 69376 && l.layer.q == 512 &&
+               l.layer.lse == 512 + 4 * 16384 && l.layer.ln2_rstd == 512 + 5 * 16384 + 512 &&
+               l.layer_stride == 1024 + 5 * 16384 + 512 && l.ln == 69376 + 83456 &&
+               l.chunk_rows == 128 && l.attn_workspace == arena - workspace,
+           "layout: pos %zu, mask %zu, rope %zu, losses %zu, residual %zu + l x %zu, layers "
+           "%zu + l x %zu (q %zu, lse %zu, ln2_rstd %zu), ln %zu, chunk %zu rows, workspace "
+           "%zu",
+           l.batch.pos, l.batch.mask_storage, l.rope_cos_sin, l.target_losses, l.residual,
+           l.residual_stride, l.layers, l.layer_stride, l.layer.q, l.layer.lse, l.layer.ln2_rstd,
+           l.ln, l.chunk_rows, l.attn_workspace);
     ModelConfig qk = tiny;  // q_norm / k_norm: outputs T x 64 bf16 twice, rstd T x 1 twice
     qk.qk_norm = true;
-    const CudaMemoryEstimate eq = cuda_memory_estimate(&qk, 1, 128);
+    const CudaMemoryEstimate eq = cuda_memory_estimate(&qk, 1, 128, workspace);
     EXPECT(eq.arena == arena + 2 * 16384 + 2 * 512 && eq.state == e.state + 18 * 128,
            "q/k norms: arena %zu, state %zu (two norm weights of 64 more)", eq.arena, eq.state);
     EXPECT(e.total == e.state + e.arena + e.scratch && e.scratch >= ((size_t)32 << 20),
            "total = state + arena + scratch (>= the 32 MiB cuBLASLt workspace)");
 
-    // Linear in micro_rows (rows of 1024 tokens, a vocabulary whose loss chunk is fixed).
+    // Linear in micro_rows (rows of 1024 tokens, a vocabulary whose loss chunk is fixed),
+    // the attention workspace aside (0 here).
     const ModelConfig mid = config(512, 8, 2, 1408, 4, 32000);
     CudaMemoryEstimate r[4];
-    for (int i = 0; i < 4; i++) r[i] = cuda_memory_estimate(&mid, 2 << i, 1024);  // 2, 4, 8, 16
+    for (int i = 0; i < 4; i++) r[i] = cuda_memory_estimate(&mid, 2 << i, 1024, 0);  // 2, 4, 8, 16
     int bad = 0;
     for (int i = 1; i < 3; i++) {
         const double d1 = (double)r[i].arena - (double)r[i - 1].arena;
@@ -66,18 +89,18 @@ int main(void) {
     const size_t gib = (size_t)1 << 30;
     EXPECT(cuda_memory_check(&e, e.total, 140 * gib, 1, 128, err, sizeof err) == 0,
            "fits exactly: accepted");
-    const CudaMemoryEstimate huge = cuda_memory_estimate(&mid, 60000, 1024);
+    const CudaMemoryEstimate huge = cuda_memory_estimate(&mid, 60000, 1024, 0);
     EXPECT(cuda_memory_check(&huge, 100 * gib, 140 * gib, 60000, 1024, err, sizeof err) == -1 &&
                strstr(err, "train.micro_rows") && strstr(err, "data.seq_len") &&
                strstr(err, "100.00 GiB are free (of 140.00)") && strstr(err, "60000 x 1024") &&
                strstr(err, "lower train.micro_rows"),
            "too many tokens per micro-batch: refused naming the keys (%s)", err);
     const ModelConfig big = config(8192, 64, 8, 28672, 80, 128256);  // a 70B shape
-    const CudaMemoryEstimate model = cuda_memory_estimate(&big, 1, 1024);
+    const CudaMemoryEstimate model = cuda_memory_estimate(&big, 1, 1024, 0);
     EXPECT(cuda_memory_check(&model, 139 * gib, 140 * gib, 1, 1024, err, sizeof err) == -1 &&
                strstr(err, "model.hidden_size") && strstr(err, "lower the model's size"),
            "a 70B model: refused naming the model keys (%s)", err);
-    const CudaMemoryEstimate over = cuda_memory_estimate(&tiny, 65536, 1 << 20);
+    const CudaMemoryEstimate over = cuda_memory_estimate(&tiny, 65536, 1 << 20, 0);
     EXPECT(cuda_memory_check(&over, 140 * gib, 140 * gib, 65536, 1 << 20, err, sizeof err) == -1 &&
                strstr(err, "65536 x 1048576") && strstr(err, "train.micro_rows"),
            "2^36 tokens per micro-batch: refused (%s)", err);

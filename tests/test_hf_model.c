@@ -176,15 +176,18 @@ static void test_config_refusals(void) {
            "no config.json: %s", err);
 }
 
-// Writes `folder` with the fixture's config.json and a model.safetensors of the given
-// entries.
-static void write_folder(const char *folder, const char *config_from, const SafeTensorOut *entries,
-                         int n) {
-    char cmd[2048], path[600], err[1024];
+// Writes the folder dir/name with config_from's config.json and a model.safetensors of
+// the given entries, then loads it into params [table->total]: hf_weights_load's 0 or
+// -1 with err.
+static int write_and_load(const char *name, const char *config_from, const SafeTensorOut *entries,
+                          int n, const ParamTable *table, float *params, char *err, size_t err_len) {
+    char folder[600], cmd[2048], path[700];
+    snprintf(folder, sizeof folder, "%s/%s", dir, name);
     snprintf(cmd, sizeof cmd, "mkdir -p %s && cp %s/config.json %s/", folder, config_from, folder);
     CHECK(system(cmd) == 0, "%s", cmd);
     snprintf(path, sizeof path, "%s/model.safetensors", folder);
-    CHECK(safetensors_write(path, entries, n, NULL, 0, err, sizeof err) == 0, "%s", err);
+    CHECK(safetensors_write(path, entries, n, NULL, 0, err, err_len) == 0, "%s", err);
+    return hf_weights_load(folder, table, params, err, err_len);
 }
 
 static void test_weight_refusals(void) {
@@ -199,16 +202,12 @@ static void test_weight_refusals(void) {
     char folder[600], err[1024];
 
     // F32 round trip: the same bytes.
-    snprintf(folder, sizeof folder, "%s/same", dir);
-    write_folder(folder, src, entries, n);
-    EXPECT(hf_weights_load(folder, &table, back, err, sizeof err) == 0 &&
+    EXPECT(write_and_load("same", src, entries, n, &table, back, err, sizeof err) == 0 &&
                memcmp(back, params, table.total * sizeof(float)) == 0,
            "rewritten folder loads the same: %s", err);
 
     // Missing: the last tensor (lm_head.weight) left out.
-    snprintf(folder, sizeof folder, "%s/missing", dir);
-    write_folder(folder, src, entries, n - 1);
-    EXPECT(hf_weights_load(folder, &table, back, err, sizeof err) != 0 &&
+    EXPECT(write_and_load("missing", src, entries, n - 1, &table, back, err, sizeof err) != 0 &&
                strstr(err, "tensor 'lm_head.weight' is missing"),
            "missing tensor: %s", err);
 
@@ -216,9 +215,7 @@ static void test_weight_refusals(void) {
     SafeTensorOut extra = entries[1];
     extra.name = "model.layers.0.self_attn.o_proj.bias";
     entries[n] = extra;
-    snprintf(folder, sizeof folder, "%s/extra", dir);
-    write_folder(folder, src, entries, n + 1);
-    EXPECT(hf_weights_load(folder, &table, back, err, sizeof err) != 0 &&
+    EXPECT(write_and_load("extra", src, entries, n + 1, &table, back, err, sizeof err) != 0 &&
                strstr(err, "unexpected tensor 'model.layers.0.self_attn.o_proj.bias'"),
            "extra tensor: %s", err);
 
@@ -228,9 +225,7 @@ static void test_weight_refusals(void) {
         if (strcmp(entries[i].name, "model.layers.1.self_attn.k_proj.weight") == 0) q = &entries[i];
     const int64_t rows = q->shape[0];
     q->shape[0] = q->shape[1], q->shape[1] = rows;
-    snprintf(folder, sizeof folder, "%s/shape", dir);
-    write_folder(folder, src, entries, n);
-    EXPECT(hf_weights_load(folder, &table, back, err, sizeof err) != 0 &&
+    EXPECT(write_and_load("shape", src, entries, n, &table, back, err, sizeof err) != 0 &&
                strstr(err, "tensor 'model.layers.1.self_attn.k_proj.weight' has shape [32,16], "
                            "expected [16,32]"),
            "shape mismatch: %s", err);
@@ -240,20 +235,20 @@ static void test_weight_refusals(void) {
     // embedding, refused otherwise.
     HfModelConfig tied_hf;
     ParamTable tied;
-    float *tied_params = load_hf_folder("tests/data/hf/qwen2_bias_bf16", &tied_hf, &tied);
+    const char *tied_src = "tests/data/hf/qwen2_bias_bf16";
+    float *tied_params = load_hf_folder(tied_src, &tied_hf, &tied);
     SafeTensorOut *tied_entries = xcalloc((size_t)tied.n_tensors + 1, sizeof *tied_entries);
     safetensors_table_entries(&tied, "", tied_params, tied_entries);
     tied_entries[tied.n_tensors] = tied_entries[0];
     tied_entries[tied.n_tensors].name = "lm_head.weight";
     float *tied_back = xmalloc(tied.total * sizeof(float));
-    snprintf(folder, sizeof folder, "%s/tied_same", dir);
-    write_folder(folder, "tests/data/hf/qwen2_bias_bf16", tied_entries, tied.n_tensors + 1);
-    EXPECT(hf_weights_load(folder, &tied, tied_back, err, sizeof err) == 0,
+    const int n_tied = tied.n_tensors + 1;
+    EXPECT(write_and_load("tied_same", tied_src, tied_entries, n_tied, &tied, tied_back, err,
+                          sizeof err) == 0,
            "tied lm_head equal to the embedding: %s", err);
     tied_entries[tied.n_tensors].data = tied_params + 5;  // shifted: other values
-    snprintf(folder, sizeof folder, "%s/tied_other", dir);
-    write_folder(folder, "tests/data/hf/qwen2_bias_bf16", tied_entries, tied.n_tensors + 1);
-    EXPECT(hf_weights_load(folder, &tied, tied_back, err, sizeof err) != 0 &&
+    EXPECT(write_and_load("tied_other", tied_src, tied_entries, n_tied, &tied, tied_back, err,
+                          sizeof err) != 0 &&
                strstr(err, "'lm_head.weight' differs from model.embed_tokens.weight"),
            "tied lm_head different: %s", err);
 

@@ -73,8 +73,9 @@ static void *cuda_create(const BackendSetup *setup) {
     // Refused up front, naming the keys, rather than "out of memory" midway (issue 14).
     size_t free_bytes, total_bytes;
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
-    const CudaMemoryEstimate need =
-        cuda_memory_estimate(setup->mc, setup->micro_rows, setup->seq_len);
+    const CudaMemoryEstimate need = cuda_memory_estimate(
+        setup->mc, setup->micro_rows, setup->seq_len,
+        cuda_model_attention_workspace_bytes(setup->mc, setup->micro_rows, setup->seq_len));
     char err[1024];
     if (cuda_memory_check(&need, free_bytes, total_bytes, setup->micro_rows, setup->seq_len, err,
                           sizeof err) != 0)

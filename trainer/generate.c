@@ -237,10 +237,10 @@ void inference_model_load(const Config *c, const char *command, InferenceModel *
     if (!dir)
         fatal("train %s: config key 'model.init_from': the model to run is required (a run's "
               "checkpoint folder or a model folder)", command);
-    m->mc = model_config_from(c);
+    m->tok = tokenizer_with_added(c);
+    m->mc = model_config_with(c, m->tok);
     m->backend = backend_choose(config_str(c, "backend"), &m->mc, m->backend_why,
                                 sizeof m->backend_why);
-    m->tok = tokenizer_from(c, &m->mc);
     param_table_build(&m->mc, &m->table);
     m->params = xmalloc(m->table.total * sizeof(float));
     params_load_or_init(&m->mc, &m->table, dir, 0, m->params);

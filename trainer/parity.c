@@ -109,11 +109,11 @@ static json_t *layout_json(const LayoutRun *run, const LayoutRun *npass, const P
 }
 
 json_t *parity_report(const Config *c) {
-    ModelConfig mc = model_config_from(c);
+    Tokenizer *tok = tokenizer_with_added(c);
+    ModelConfig mc = model_config_with(c, tok);
     char why[512];
     const Backend backend = backend_choose(config_str(c, "backend"), &mc, why, sizeof why);
     printf("%s\n", why);
-    Tokenizer *tok = tokenizer_from(c, &mc);
     ParamTable table;
     param_table_build(&mc, &table);
     float *params = xmalloc(table.total * sizeof(float));  // [table.total]

@@ -85,21 +85,17 @@ static Tokenizer *tokenizer_load_added(const Config *c, bool say) {
     return tok;
 }
 
-// The tokenizer's size with model.add_tokens added; 0 when that list is empty.
-static int added_vocab_size(const Config *c) {
+static bool adds_tokens(const Config *c) {
     const char **tokens;
     const int n = config_str_list(c, "model.add_tokens", &tokens);
     free(tokens);
-    if (n == 0) return 0;
-    Tokenizer *tok = tokenizer_load_added(c, false);
-    const int size = tokenizer_vocab_size(tok);
-    tokenizer_free(tok);
-    return size;
+    return n > 0;
 }
 
-ModelConfig model_config_from(const Config *c) {
+// The model's configuration for a tokenizer of `grown` pieces with model.add_tokens
+// added (0 when that list is empty).
+static ModelConfig model_config_grown(const Config *c, int grown) {
     // model.add_tokens grows the vocabulary to the tokenizer's new size, never shrinks it.
-    const int grown = added_vocab_size(c);
     const bool vocab_set = config_was_set(c, "model.vocab_size");
     const long long vocab_key = config_int(c, "model.vocab_size");
     HfModelConfig hf;
@@ -133,6 +129,26 @@ ModelConfig model_config_from(const Config *c) {
     return mc;
 }
 
+static void check_vocab_fits(const Config *c, const ModelConfig *mc, const Tokenizer *tok) {
+    if (tokenizer_vocab_size(tok) > mc->vocab_size)
+        fatal("config key 'model.vocab_size': %d is smaller than the tokenizer's %d pieces (%s)",
+              mc->vocab_size, tokenizer_vocab_size(tok), config_str(c, "data.tokenizer"));
+}
+
+ModelConfig model_config_with(const Config *c, const Tokenizer *tok) {
+    const ModelConfig mc = model_config_grown(c, adds_tokens(c) ? tokenizer_vocab_size(tok) : 0);
+    check_vocab_fits(c, &mc, tok);
+    return mc;
+}
+
+ModelConfig model_config_from(const Config *c) {
+    if (!adds_tokens(c)) return model_config_grown(c, 0);
+    Tokenizer *tok = tokenizer_load_added(c, false);
+    const ModelConfig mc = model_config_grown(c, tokenizer_vocab_size(tok));
+    tokenizer_free(tok);
+    return mc;
+}
+
 // The template's tokens the tokenizer lacks, as a JSON list for model.add_tokens.
 static void missing_controls(const Tokenizer *tok, const ChatTemplate *t, char *out, size_t len) {
     size_t used = (size_t)snprintf(out, len, "[");
@@ -159,9 +175,7 @@ Tokenizer *tokenizer_with_added(const Config *c) {
 
 Tokenizer *tokenizer_from(const Config *c, const ModelConfig *mc) {
     Tokenizer *tok = tokenizer_with_added(c);
-    if (tokenizer_vocab_size(tok) > mc->vocab_size)
-        fatal("config key 'model.vocab_size': %d is smaller than the tokenizer's %d pieces (%s)",
-              mc->vocab_size, tokenizer_vocab_size(tok), config_str(c, "data.tokenizer"));
+    check_vocab_fits(c, mc, tok);
     return tok;
 }
 

@@ -8,8 +8,14 @@
 #include "trainer/hf_export.h"
 
 // model.* keys, or with model.init_from the folder's config.json (a model.* key the
-// user set that contradicts it is fatal, naming both values); values the model cannot
-// use are fatal and name the key.
+// user set that contradicts it is fatal, naming both values), the vocabulary grown to
+// the size of tok (tokenizer_with_added(c): the run's one load of the tokenizer) when
+// model.add_tokens is set; values the model cannot use, and a tokenizer of more pieces
+// than the vocabulary, are fatal and name the key.
+ModelConfig model_config_with(const Config *c, const Tokenizer *tok);
+// model_config_with for a caller that loads the tokenizer only later, with
+// tokenizer_from (model.add_tokens then loads it twice): cli/cmd_train.c and
+// tests/test_distributed.c until they move to model_config_with.
 ModelConfig model_config_from(const Config *c);
 // model.init_from's config.json into *out; false when model.init_from is not set.
 bool model_source_from(const Config *c, HfModelConfig *out);
@@ -20,7 +26,8 @@ bool model_source_from(const Config *c, HfModelConfig *out);
 // cannot take them (SentencePiece) or lacks a template token (naming them all and the
 // model.add_tokens value that adds them).
 Tokenizer *tokenizer_with_added(const Config *c);
-// tokenizer_with_added, also fatal when it has more pieces than the model's vocab_size.
+// tokenizer_with_added, also fatal when it has more pieces than the model's vocab_size
+// (model_config_from's partner).
 Tokenizer *tokenizer_from(const Config *c, const ModelConfig *mc);
 
 // params [table->total]: from `weights` when not NULL (a Hugging Face model folder,

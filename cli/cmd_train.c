@@ -383,7 +383,8 @@ int cmd_train(int argc, char **argv) {
     char *resolved = config_dump(config);
     const bool rank0 = dist_env_from_environment().rank == 0;
     if (rank0) printf("resolved config:\n%s\n", resolved);
-    const ModelConfig mc = model_config_from(config);
+    Tokenizer *tok = tokenizer_with_added(config);
+    const ModelConfig mc = model_config_with(config, tok);
     char why[512];
     const Backend backend = backend_choose(config_str(config, "backend"), &mc, why, sizeof why);
     printf("%s\n", why);
@@ -395,7 +396,6 @@ int cmd_train(int argc, char **argv) {
     print_mfu_basis(&settings);
     run_memory_check(&mc, &settings, (int)config_int(config, "data.seq_len"), backend);
 
-    Tokenizer *tok = tokenizer_from(config, &mc);
     const DataOptions data_opt = data_options_from_config(config);
     PackedDataset train;
     load_train_data(config, tok, data_opt, &train);

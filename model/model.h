@@ -128,8 +128,10 @@ void model_decode_check(const char *who, int n, const int32_t *slot, const int32
 typedef struct CpuModel CpuModel;
 
 // Each model holds the logits of at most this many elements at once (at least one row),
-// whatever the batch: the CPU model's are fp32 (64 MiB), the CUDA model's bf16 (128 MiB).
-enum { CPU_LOGIT_CHUNK_ELEMENTS = 1 << 24, CUDA_LOGIT_CHUNK_ELEMENTS = 1 << 26 };
+// whatever the batch: the CPU model's are fp32 (64 MiB), the CUDA model's bf16 (512 MiB:
+// each chunk's LM-head gradient product reads and writes the whole fp32 weight gradient,
+// so fewer, larger chunks are faster at large vocabularies; docs/BENCHMARKS.md).
+enum { CPU_LOGIT_CHUNK_ELEMENTS = 1 << 24, CUDA_LOGIT_CHUNK_ELEMENTS = 1 << 28 };
 
 // Allocates activations once for up to max_rows x seq_len.
 CpuModel *cpu_model_create(const ModelConfig *cfg, int max_rows, int seq_len);

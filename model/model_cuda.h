@@ -68,7 +68,7 @@ cudaStream_t cuda_model_stream(const CudaModel *m);
 void cuda_model_set_deterministic(CudaModel *m, bool deterministic);
 
 // Logit rows per chunk of the loss head (tests: chunking must not change the result);
-// clamped to [1, the chunk the arena was sized for: at most 2^26 logits, bf16].
+// clamped to [1, the chunk the arena was sized for: at most CUDA_LOGIT_CHUNK_ELEMENTS logits, bf16].
 void cuda_model_set_logit_chunk_rows(CudaModel *m, int rows);
 
 // Bytes of the activation arena (for memory reports): cuda_arena_layout's

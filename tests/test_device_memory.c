@@ -73,7 +73,7 @@ int main(void) {
 
     // Linear in micro_rows (rows of 1024 tokens, a vocabulary whose loss chunk is fixed),
     // the attention workspace aside (0 here).
-    const ModelConfig mid = config(512, 8, 2, 1408, 4, 32000);
+    const ModelConfig mid = config(512, 8, 2, 1408, 4, 151936);
     CudaMemoryEstimate r[4];
     for (int i = 0; i < 4; i++) r[i] = cuda_memory_estimate(&mid, 2 << i, 1024, 0);  // 2, 4, 8, 16
     int bad = 0;

@@ -25,7 +25,7 @@ int main(void) {
     } shapes[] = {
         {64, 1, 1, 128, 1, 256, 1, 128, true, false},
         {128, 2, 1, 384, 2, 1000, 2, 1024, true, false},
-        {256, 2, 2, 512, 3, 32000, 4, 1000, false, false},   // chunk (2048 rows) < 4000 tokens
+        {256, 2, 2, 512, 3, 151936, 4, 1000, false, false},  // chunk (1728 rows) < 4000 tokens
         {512, 4, 1, 1408, 2, 151936, 1, 4096, false, false},  // head_dim 128, GQA 4
         {256, 4, 2, 768, 2, 5000, 2, 512, true, true},        // Qwen3's q_norm / k_norm
     };

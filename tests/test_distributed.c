@@ -562,8 +562,8 @@ int main(void) {
                                "model.num_hidden_layers=2", "model.num_attention_heads=2",
                                "model.num_key_value_heads=1", "data.seq_len=1024"};
     Config *config = config_load(NULL, 6, (char **)overrides);
-    const ModelConfig mc = model_config_from(config);
-    Tokenizer *tok = tokenizer_from(config, &mc);
+    Tokenizer *tok = tokenizer_with_added(config);
+    const ModelConfig mc = model_config_with(config, tok);
     DataOptions opt = data_options_from_config(config);
     opt.layout = LAYOUT_DUPLICATE;
     opt.max_samples = 6;

@@ -34,8 +34,8 @@ static void test_train_step(NcclComm *comm, TestRng *rng) {
                                "model.num_key_value_heads=1", "model.intermediate_size=256",
                                "model.num_hidden_layers=2"};
     Config *config = config_load(NULL, 5, (char **)overrides);
-    const ModelConfig mc = model_config_from(config);
-    Tokenizer *tok = tokenizer_from(config, &mc);
+    Tokenizer *tok = tokenizer_with_added(config);
+    const ModelConfig mc = model_config_with(config, tok);
     DataOptions opt_data = data_options_from_config(config);
     opt_data.max_samples = 6;
     PackedDataset data;

@@ -52,8 +52,8 @@ int main(void) {
                                "model.num_key_value_heads=1", "model.intermediate_size=256",
                                "model.num_hidden_layers=2", "model.tie_word_embeddings=false"};
     Config *config = config_load(NULL, 6, (char **)overrides);
-    const ModelConfig mc = model_config_from(config);
-    Tokenizer *tok = tokenizer_from(config, &mc);
+    Tokenizer *tok = tokenizer_with_added(config);
+    const ModelConfig mc = model_config_with(config, tok);
     DataOptions opt_data = data_options_from_config(config);
     opt_data.layout = LAYOUT_DUPLICATE;
     opt_data.seq_len = SEQ_LEN;

@@ -173,12 +173,6 @@ Tokenizer *tokenizer_with_added(const Config *c) {
     return tok;
 }
 
-Tokenizer *tokenizer_from(const Config *c, const ModelConfig *mc) {
-    Tokenizer *tok = tokenizer_with_added(c);
-    check_vocab_fits(c, mc, tok);
-    return tok;
-}
-
 // Rows [first, end) of the embedding and of an untied LM head := that matrix's mean row
 // over rows [0, n_old).
 static void mean_rows(const ModelConfig *mc, const ParamTable *table, float *params, int n_old,

@@ -13,9 +13,8 @@
 // model.add_tokens is set; values the model cannot use, and a tokenizer of more pieces
 // than the vocabulary, are fatal and name the key.
 ModelConfig model_config_with(const Config *c, const Tokenizer *tok);
-// model_config_with for a caller that loads the tokenizer only later, with
-// tokenizer_from (model.add_tokens then loads it twice): cli/cmd_train.c and
-// tests/test_distributed.c until they move to model_config_with.
+// model_config_with for a caller without a tokenizer of its own (bench_trainer): with
+// model.add_tokens it loads data.tokenizer only to size the vocabulary.
 ModelConfig model_config_from(const Config *c);
 // model.init_from's config.json into *out; false when model.init_from is not set.
 bool model_source_from(const Config *c, HfModelConfig *out);
@@ -26,9 +25,6 @@ bool model_source_from(const Config *c, HfModelConfig *out);
 // cannot take them (SentencePiece) or lacks a template token (naming them all and the
 // model.add_tokens value that adds them).
 Tokenizer *tokenizer_with_added(const Config *c);
-// tokenizer_with_added, also fatal when it has more pieces than the model's vocab_size
-// (model_config_from's partner).
-Tokenizer *tokenizer_from(const Config *c, const ModelConfig *mc);
 
 // params [table->total]: from `weights` when not NULL (a Hugging Face model folder,
 // i.e. one with config.json, single or sharded, any of F32/BF16/F16; else a

@@ -128,21 +128,22 @@ __device__ __forceinline__ void issue_s_dp(float (&s)[BN / 8][4], float (&dp)[BN
 
 // The dK/dV block: two warpgroups, warpgroup g owning key tile 2j + g of the block's pair
 // (128 keys), both walking the merged key-major lists of the pair. Sharing the query
-// tiles halves their loads per key, and dQ = dS K is summed over all 128 keys before it
-// is added into the fp32 accumulator, which halves that traffic.
+// tiles halves their loads per key. In fast mode each warpgroup adds the dQ of its own 64
+// keys, so neither waits for the other's dS^T (twice the reduction bytes of a dQ summed
+// over the pair: docs/KERNEL_NOTES.md, v24).
 constexpr int DKDV_KEY_TILES = 2;
 constexpr int DKDV_THREADS = DKDV_KEY_TILES * NUM_THREADS;
 typedef TileStep<DKDV_KEY_TILES> DkdvStep;
 
-// Fast mode's dQ staging: dS^T of both warpgroups (the MN-major A operand of dQ = dS K)
-// and the fp32 dQ tile the copy engine adds into dq_accum. The dQ row pitch is 32 bytes
-// past the row, so the float2 stores of a warp's 8 rows spread over all banks (two
-// wavefronts, the minimum).
+// Fast mode's dQ staging, one of each per warpgroup: its dS^T (the MN-major A operand of
+// dQ = dS K) and the fp32 dQ tile the copy engine adds into dq_accum. The dQ row pitch is
+// 32 bytes past the row, so the float2 stores of a warp's 8 rows spread over all banks
+// (two wavefronts, the minimum).
 template <int D>
 struct DqStaging {
     static constexpr int PITCH = D + 8;
-    alignas(1024) bf16 ds[DKDV_KEY_TILES][BN * BM];  // [keys][queries] swizzled
-    alignas(16) float dq[BM][PITCH];
+    alignas(1024) bf16 ds[DKDV_KEY_TILES][BN * BM];  // [warpgroup][keys][queries] swizzled
+    alignas(16) float dq[DKDV_KEY_TILES][BM][PITCH];  // [warpgroup][queries][D]
 };
 struct NoDqStaging {};
 
@@ -277,17 +278,19 @@ __device__ __forceinline__ void issue_dkv(float (&acc)[D / 8][4], const uint32_t
 
 // ---------------------------------------------------------------- dK/dV: dQ staging and reduction
 
-// Fast mode, per step: dQ [64 queries x D] = dS [64 x 128 keys] K [128 keys x D] for the
-// block's key pair, added into dq_accum [batch, n_heads, s_pad, head_dim]. Warpgroup wg
-// stages its dS^T, computes dQ columns [wg*D/2, (wg+1)*D/2) over all 128 keys, stages
-// them as fp32 rows, and 64 of its threads hand one row each to the copy engine (bulk
-// asynchronous reductions: the warps go on while the adds run; rows past seq_len add
-// zeros into the padding). Runs while the step's dK/dV products are in flight and waits
-// for them.
-template <int D>
-__device__ __forceinline__ void reduce_dq(DkdvSmem<D, true> &smem, const BwdParams &p, const DkdvBlock &blk, int wg,
-                                          const uint32_t (&ds_frag)[BM / 16][4], int q0) {
-    constexpr int KT = DKDV_KEY_TILES, DQ_N = D / KT;  // dQ columns per warpgroup
+// Fast mode, per step: dQ [64 queries x D] = dS [64 x 64 keys] K [64 keys x D] over the
+// warpgroup's own key tile, added into dq_accum [batch, n_heads, s_pad, head_dim]. The
+// warpgroup stages its dS^T, computes dQ in 64-column passes (32 accumulator registers
+// each, beside dK and dV), stages them as fp32 rows, and 64 of its threads hand one row
+// each to the copy engine (bulk asynchronous reductions: the warps go on while the adds
+// run; rows past seq_len add zeros into the padding). Issues dK += dS^T Q (issue_dkv)
+// right behind the first pass, so the first staging runs under it; dV is in flight on
+// entry. Every barrier is the warpgroup's own.
+template <int D, typename Smem>
+__device__ __forceinline__ void reduce_dq(Smem &smem, const BwdParams &p, const DkdvBlock &blk, int wg,
+                                          const uint32_t (&ds_frag)[BM / 16][4], float (&dk_acc)[D / 8][4],
+                                          const bf16 *t_q, int q0) {
+    constexpr int DQ_N = 64, PASSES = D / DQ_N;  // dQ columns per pass
     DqStaging<D> &st = smem.dq;
     const int l = lane_id(), row = warp_row();
     bf16 *wg_ds = st.ds[wg];
@@ -300,34 +303,40 @@ __device__ __forceinline__ void reduce_dq(DkdvSmem<D, true> &smem, const BwdPara
         *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(row + 8, col + 8, BN)) = ds_frag[j][3];
     }
     const int stage_row = threadIdx.x % NUM_THREADS;  // < BM: issues that dQ row's reduction
-    if (stage_row < BM) bulk_wait_read_all();      // the last step's rows have left st.dq
+    if (stage_row < BM) bulk_wait_read_all();      // the last step's rows have left st.dq[wg]
     wgmma::fence_async_shared();
-    __syncthreads();  // both warpgroups' dS^T are in place; st.dq is free
-    // Each 16-key slice lies in one key tile; accumulator rows are queries.
-    float dq_part[DQ_N / 8][4];
-    wgmma::fence();
+    named_barrier_sync(NamedBarrier::DqStaging, wg, NUM_THREADS);  // dS^T in place; st.dq[wg] free
+    float(*dq_rows)[DqStaging<D>::PITCH] = st.dq[wg];
 #pragma unroll
-    for (int kk = 0; kk < KT * BN / 16; kk++) {
-        const int t = kk / (BN / 16), k_in = 16 * (kk % (BN / 16));
-        wgmma::mma_ss<DQ_N, 1, 1>(dq_part, wgmma::desc_mn_major(st.ds[t], BN, k_in, 0),
-                                  wgmma::desc_mn_major(smem.k[t], BN, k_in, wg * DQ_N), kk > 0);
-    }
-    wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::pin(dq_part);
+    for (int pass = 0; pass < PASSES; pass++) {
+        float dq_part[DQ_N / 8][4];  // accumulator rows are queries
+        wgmma::fence();
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float *dst = &st.dq[row + 8 * r][wg * DQ_N + 2 * (l % 4)];
+        for (int kk = 0; kk < BN / 16; kk++)
+            wgmma::mma_ss<DQ_N, 1, 1>(dq_part, wgmma::desc_mn_major(wg_ds, BN, 16 * kk, 0),
+                                      wgmma::desc_mn_major(smem.k[wg], BN, 16 * kk, pass * DQ_N), kk > 0);
+        wgmma::commit();
+        if (pass == 0) {
+            issue_dkv<D>(dk_acc, ds_frag, t_q);
+            wgmma::wait<1>();  // dV and this pass; dK runs on
+        } else {
+            wgmma::wait<0>();
+        }
+        wgmma::pin(dq_part);
 #pragma unroll
-        for (int n = 0; n < DQ_N / 8; n++)
-            *reinterpret_cast<float2 *>(dst + 8 * n) = make_float2(dq_part[n][2 * r], dq_part[n][2 * r + 1]);
+        for (int r = 0; r < 2; r++) {
+            float *dst = &dq_rows[row + 8 * r][pass * DQ_N + 2 * (l % 4)];
+#pragma unroll
+            for (int n = 0; n < DQ_N / 8; n++)
+                *reinterpret_cast<float2 *>(dst + 8 * n) = make_float2(dq_part[n][2 * r], dq_part[n][2 * r + 1]);
+        }
     }
     wgmma::fence_async_shared();
-    named_barrier_sync(NamedBarrier::DqStaged, wg, NUM_THREADS);
+    named_barrier_sync(NamedBarrier::DqStaging, wg, NUM_THREADS);  // the fp32 rows are in place
     if (stage_row < BM) {
         const AttnDims &d = p.dims;
         float *dst = p.ws.dq_accum + (((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad + q0 + stage_row) * D;
-        bulk_reduce_add_f32(dst + wg * DQ_N, &st.dq[stage_row][wg * DQ_N], DQ_N * (int)sizeof(float));
+        bulk_reduce_add_f32(dst, dq_rows[stage_row], D * (int)sizeof(float));
         bulk_commit();
     }
 }
@@ -370,7 +379,7 @@ __device__ __forceinline__ void store_dk_dv(const BwdParams &p, const DkdvBlock 
 // K and V stay resident while the block walks the merged key-major lists of its pair.
 // Per query tile, warpgroup g (keys k0 + 64g..): S^T = K Q^T and dP^T = V dO^T (keys are
 // the 64 accumulator rows), then dV += P^T dO and dK += dS^T Q with P^T, dS^T as
-// register A operands; ATOMIC_DQ adds dQ (reduce_dq) while those run.
+// register A operands; ATOMIC_DQ adds the warpgroup's dQ (reduce_dq) while those run.
 template <int D, bool ATOMIC_DQ>
 __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __grid_constant__ BwdParams p) {
     static_assert(sizeof(DkdvSmem<D, ATOMIC_DQ>) <= MAX_SMEM_PER_BLOCK, "shared memory of one block");
@@ -423,8 +432,8 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
         acc_to_a<BM>(ds_frag, pt);
 
         issue_dkv<D>(dv_acc, p_frag, t_do);
-        issue_dkv<D>(dk_acc, ds_frag, t_q);
-        if constexpr (ATOMIC_DQ) reduce_dq<D>(smem, p, blk, wg, ds_frag, q0);
+        if constexpr (ATOMIC_DQ) reduce_dq<D>(smem, p, blk, wg, ds_frag, dk_acc, t_q, q0);
+        else issue_dkv<D>(dk_acc, ds_frag, t_q);
         wgmma::wait<0>();
         wgmma::pin(dv_acc);
         wgmma::pin(dk_acc);

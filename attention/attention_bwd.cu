@@ -124,6 +124,34 @@ __device__ __forceinline__ void issue_s_dp(float (&s)[BN / 8][4], float (&dp)[BN
     wgmma::commit();
 }
 
+// ---------------------------------------------------------------- dK/dV: stage barriers
+
+// mbarriers (shared-memory arrival counters with a phase bit) that track the dK/dV
+// block's query stages, so that its warpgroups need not meet at a block barrier: a stage
+// is full when every thread's copies into it have landed, empty when every warp is done
+// reading it. Phase k of a stage's barrier completes with its k-th use; a wait names the
+// parity k % 2 and returns at once if that phase has completed (so parity 1 passes on a
+// fresh barrier: "the use before the first").
+__device__ __forceinline__ void mbar_init(uint64_t *bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+// Arrives once this thread's earlier cp.async copies have landed; the barrier's count
+// must include it (.noinc).
+__device__ __forceinline__ void mbar_arrive_on_copies(uint64_t *bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, int parity) {
+    asm volatile(
+        "{\n.reg .pred done;\nmbar_wait_loop:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra mbar_wait_loop;\n}\n" ::"r"(smem_addr(bar)),
+        "r"(parity)
+        : "memory");
+}
+
 // ---------------------------------------------------------------- dK/dV: layout
 
 // The dK/dV block: two warpgroups, warpgroup g owning key tile 2j + g of the block's pair
@@ -147,16 +175,25 @@ struct DqStaging {
 };
 struct NoDqStaging {};
 
-// K and V of the key pair stay resident; Q, dO and the per-query rows are double-buffered.
-template <int D, bool ATOMIC_DQ>
-struct DkdvSmem {
+// K and V of the key pair stay resident; Q, dO and the per-query rows go through STAGES
+// buffers, each with a full and an empty barrier.
+template <int D, bool ATOMIC_DQ, int STAGES>
+struct DkdvSmemStages {
     alignas(1024) bf16 k[DKDV_KEY_TILES][BN * D];  // swizzled
     alignas(1024) bf16 v[DKDV_KEY_TILES][BN * D];
-    alignas(1024) bf16 q[2][BM * D];
-    alignas(1024) bf16 dout[2][BM * D];
+    alignas(1024) bf16 q[STAGES][BM * D];
+    alignas(1024) bf16 dout[STAGES][BM * D];
     typename std::conditional<ATOMIC_DQ, DqStaging<D>, NoDqStaging>::type dq;
-    float lse2[2][BM], dsum[2][BM];
+    float lse2[STAGES][BM], dsum[STAGES][BM];
+    uint64_t full[STAGES], empty[STAGES];  // mbarriers: DKDV_THREADS copiers, 2 * NUM_WARPS readers
 };
+
+// Three stages where they fit (every configuration but fast mode at D = 128), so a
+// warpgroup may run up to two steps ahead of the other; two otherwise (one step).
+template <int D, bool ATOMIC_DQ>
+constexpr int DKDV_STAGES = sizeof(DkdvSmemStages<D, ATOMIC_DQ, 3>) <= MAX_SMEM_PER_BLOCK ? 3 : 2;
+template <int D, bool ATOMIC_DQ>
+using DkdvSmem = DkdvSmemStages<D, ATOMIC_DQ, DKDV_STAGES<D, ATOMIC_DQ>>;
 
 // ---------------------------------------------------------------- dK/dV: scheduler
 
@@ -178,8 +215,8 @@ dim3 dkdv_grid(const AttnDims &d) { return dim3(d.n_heads, n_tiles(d.n_k_tiles, 
 // ---------------------------------------------------------------- dK/dV: main-loop pieces
 
 // Both key tiles of the block (K and V, resident for the whole walk).
-template <int D, bool ATOMIC_DQ>
-__device__ __forceinline__ void load_key_pair(DkdvSmem<D, ATOMIC_DQ> &smem, const BwdParams &p, const DkdvBlock &blk) {
+template <int D, bool ATOMIC_DQ, int STAGES>
+__device__ __forceinline__ void load_key_pair(DkdvSmemStages<D, ATOMIC_DQ, STAGES> &smem, const BwdParams &p, const DkdvBlock &blk) {
     const AttnDims &d = p.dims;
     const int64_t kv_off = blk.batch * d.kv_batch_stride + blk.kv_head * D;
 #pragma unroll
@@ -191,9 +228,10 @@ __device__ __forceinline__ void load_key_pair(DkdvSmem<D, ATOMIC_DQ> &smem, cons
 }
 
 // Query tile q_tile of the block's head into buffer `stage`: Q, dO, and its lse2/dsum
-// rows (the first 128 threads). Issues the copies only.
-template <int D, bool ATOMIC_DQ>
-__device__ __forceinline__ void load_query_tile(DkdvSmem<D, ATOMIC_DQ> &smem, const BwdParams &p,
+// rows (the first 128 threads). Issues the copies; the thread arrives on the stage's full
+// barrier when they (and any earlier ones, the key pair's) have landed.
+template <int D, bool ATOMIC_DQ, int STAGES>
+__device__ __forceinline__ void load_query_tile(DkdvSmemStages<D, ATOMIC_DQ, STAGES> &smem, const BwdParams &p,
                                                 const DkdvBlock &blk, int q_tile, int stage) {
     const AttnDims &d = p.dims;
     const int q0 = q_tile * BM;
@@ -203,6 +241,7 @@ __device__ __forceinline__ void load_query_tile(DkdvSmem<D, ATOMIC_DQ> &smem, co
     const int64_t pad_off = ((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad;
     if (threadIdx.x < NUM_THREADS)
         load_pair64(smem.lse2[stage], smem.dsum[stage], p.ws.lse2 + pad_off, p.ws.dsum + pad_off, q0, d.s_pad);
+    mbar_arrive_on_copies(&smem.full[stage]);
 }
 
 // The intervals of this thread's two keys (accumulator rows key_row, key_row + 8); keys
@@ -380,24 +419,37 @@ __device__ __forceinline__ void store_dk_dv(const BwdParams &p, const DkdvBlock 
 // Per query tile, warpgroup g (keys k0 + 64g..): S^T = K Q^T and dP^T = V dO^T (keys are
 // the 64 accumulator rows), then dV += P^T dO and dK += dS^T Q with P^T, dS^T as
 // register A operands; ATOMIC_DQ adds the warpgroup's dQ (reduce_dq) while those run.
+// The warpgroups share only the query stages, tracked by their full/empty barriers: step
+// n reads stage n % STAGES, and while its S^T/dP^T run each thread copies its part of
+// step n + 1's tile into the next stage once both warpgroups have released it (step
+// n + 1 - STAGES), so a warpgroup can run up to STAGES - 1 steps ahead of the other.
 template <int D, bool ATOMIC_DQ>
 __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __grid_constant__ BwdParams p) {
-    static_assert(sizeof(DkdvSmem<D, ATOMIC_DQ>) <= MAX_SMEM_PER_BLOCK, "shared memory of one block");
+    typedef DkdvSmem<D, ATOMIC_DQ> Smem;
+    constexpr int STAGES = DKDV_STAGES<D, ATOMIC_DQ>;
+    static_assert(sizeof(Smem) <= MAX_SMEM_PER_BLOCK, "shared memory of one block");
     extern __shared__ unsigned char smem_raw[];
-    DkdvSmem<D, ATOMIC_DQ> &smem = *reinterpret_cast<DkdvSmem<D, ATOMIC_DQ> *>(smem_raw);
+    Smem &smem = *reinterpret_cast<Smem *>(smem_raw);
     const AttnDims &d = p.dims;
     const DkdvBlock blk = dkdv_block(d);
     const int wg = threadIdx.x / NUM_THREADS;
     const int k0 = (blk.k_tile0 + wg) * BN;  // the warpgroup's first key
+
+    if (threadIdx.x == 0)
+#pragma unroll
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(&smem.full[s], DKDV_THREADS);     // every thread's copies
+            mbar_init(&smem.empty[s], DKDV_THREADS / 32);  // every warp's release
+        }
+    __syncthreads();  // the barriers are initialised (the block's only block-wide barrier)
 
     MergedLines<DKDV_KEY_TILES> walk;
     walk.init(p.mask.by_key, blk.batch, blk.k_tile0);
     DkdvStep step = walk.next();
     if (!step.done()) {  // keys nobody sees skip all loads and store zero gradients
         load_key_pair(smem, p, blk);
-        load_query_tile(smem, p, blk, step.tile, 0);
+        load_query_tile(smem, p, blk, step.tile, 0);  // stage 0's full barrier covers the key pair
     }
-    cp_async_commit();
     DkdvStep next = walk.next();
 
     const int key_row = k0 + warp_row();
@@ -408,17 +460,20 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
     zero(dk_acc);
     zero(dv_acc);
 
-    for (int stage = 0; !step.done(); stage ^= 1) {
-        cp_async_wait<0>();
-        wgmma::fence_async_shared();
-        __syncthreads();  // this step landed; every wgmma of the last step has completed
+    for (int n = 0; !step.done(); n++) {
+        const int stage = n % STAGES;
+        mbar_wait(&smem.full[stage], n / STAGES % 2);  // step n's tile landed
+        wgmma::fence_async_shared();                    // the copies, seen through the barrier, before wgmma reads them
         const bf16 *t_q = smem.q[stage], *t_do = smem.dout[stage];
         const int q0 = step.tile * BM;
 
         float pt[BM / 8][4], dpt[BM / 8][4];  // S^T then P^T then dS^T; dP^T [64 keys x BM queries]
         issue_s_dp<D>(pt, dpt, smem.k[wg], t_q, smem.v[wg], t_do);
-        if (!next.done()) load_query_tile(smem, p, blk, next.tile, stage ^ 1);  // while the products run
-        cp_async_commit();
+        if (!next.done()) {  // while the products run
+            const int fill = n + 1, fill_stage = fill % STAGES;
+            mbar_wait(&smem.empty[fill_stage], (fill / STAGES + 1) % 2);  // step fill - STAGES released it
+            load_query_tile(smem, p, blk, next.tile, fill_stage);
+        }
         wgmma::wait<0>();
         wgmma::pin(pt);
         wgmma::pin(dpt);
@@ -439,6 +494,8 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
         wgmma::pin(dk_acc);
         wgmma::pin(p_frag);
         wgmma::pin(ds_frag);
+        __syncwarp();
+        if (lane_id() == 0) mbar_arrive(&smem.empty[stage]);  // this warp is done with the stage
         step = next;
         next = walk.next();
     }

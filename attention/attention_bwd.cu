@@ -164,14 +164,15 @@ constexpr int DKDV_THREADS = DKDV_KEY_TILES * NUM_THREADS;
 typedef TileStep<DKDV_KEY_TILES> DkdvStep;
 
 // Fast mode's dQ staging, one of each per warpgroup: its dS^T (the MN-major A operand of
-// dQ = dS K) and the fp32 dQ tile the copy engine adds into dq_accum. The dQ row pitch is
-// 32 bytes past the row, so the float2 stores of a warp's 8 rows spread over all banks
-// (two wavefronts, the minimum).
-template <int D>
+// dQ = dS K) and one 64-column pass of its fp32 dQ tile, which the copy engine adds into
+// dq_accum (64 columns, not D: at D = 128 the saved 34 KiB buy the third query stage). The
+// dQ row pitch is 32 bytes past the row, so the float2 stores of a warp's 8 rows spread
+// over all banks (two wavefronts, the minimum).
+constexpr int DQ_PASS_N = 64;  // dQ columns per pass
 struct DqStaging {
-    static constexpr int PITCH = D + 8;
+    static constexpr int PITCH = DQ_PASS_N + 8;
     alignas(1024) bf16 ds[DKDV_KEY_TILES][BN * BM];  // [warpgroup][keys][queries] swizzled
-    alignas(16) float dq[DKDV_KEY_TILES][BM][PITCH];  // [warpgroup][queries][D]
+    alignas(16) float dq[DKDV_KEY_TILES][BM][PITCH];  // [warpgroup][queries][64 columns]
 };
 struct NoDqStaging {};
 
@@ -183,13 +184,14 @@ struct DkdvSmemStages {
     alignas(1024) bf16 v[DKDV_KEY_TILES][BN * D];
     alignas(1024) bf16 q[STAGES][BM * D];
     alignas(1024) bf16 dout[STAGES][BM * D];
-    typename std::conditional<ATOMIC_DQ, DqStaging<D>, NoDqStaging>::type dq;
+    typename std::conditional<ATOMIC_DQ, DqStaging, NoDqStaging>::type dq;
     float lse2[STAGES][BM], dsum[STAGES][BM];
     uint64_t full[STAGES], empty[STAGES];  // mbarriers: DKDV_THREADS copiers, 2 * NUM_WARPS readers
 };
 
-// Three stages where they fit (every configuration but fast mode at D = 128), so a
-// warpgroup may run up to two steps ahead of the other; two otherwise (one step).
+// Three stages where they fit (every configuration; 227 KiB is the bound), so a warpgroup
+// may run up to two steps ahead of the other; with two it could not: the copies into the
+// next stage wait for the other warpgroup's release of the last step.
 template <int D, bool ATOMIC_DQ>
 constexpr int DKDV_STAGES = sizeof(DkdvSmemStages<D, ATOMIC_DQ, 3>) <= MAX_SMEM_PER_BLOCK ? 3 : 2;
 template <int D, bool ATOMIC_DQ>
@@ -319,18 +321,19 @@ __device__ __forceinline__ void issue_dkv(float (&acc)[D / 8][4], const uint32_t
 
 // Fast mode, per step: dQ [64 queries x D] = dS [64 x 64 keys] K [64 keys x D] over the
 // warpgroup's own key tile, added into dq_accum [batch, n_heads, s_pad, head_dim]. The
-// warpgroup stages its dS^T, computes dQ in 64-column passes (32 accumulator registers
-// each, beside dK and dV), stages them as fp32 rows, and 64 of its threads hand one row
-// each to the copy engine (bulk asynchronous reductions: the warps go on while the adds
-// run; rows past seq_len add zeros into the padding). Issues dK += dS^T Q (issue_dkv)
-// right behind the first pass, so the first staging runs under it; dV is in flight on
-// entry. Every barrier is the warpgroup's own.
+// warpgroup stages its dS^T, then per 64-column pass computes dQ (32 accumulator
+// registers, beside dK and dV), stages it as fp32 rows, and 64 of its threads hand one
+// row each to the copy engine (bulk asynchronous reductions: the warps go on while the
+// adds run; rows past seq_len add zeros into the padding); the next pass's staging waits
+// until those rows have been read. Issues dK += dS^T Q (issue_dkv) right behind the first
+// pass, so the first staging runs under it; dV is in flight on entry. Every barrier is
+// the warpgroup's own.
 template <int D, typename Smem>
 __device__ __forceinline__ void reduce_dq(Smem &smem, const BwdParams &p, const DkdvBlock &blk, int wg,
                                           const uint32_t (&ds_frag)[BM / 16][4], float (&dk_acc)[D / 8][4],
                                           const bf16 *t_q, int q0) {
-    constexpr int DQ_N = 64, PASSES = D / DQ_N;  // dQ columns per pass
-    DqStaging<D> &st = smem.dq;
+    constexpr int PASSES = D / DQ_PASS_N;
+    DqStaging &st = smem.dq;
     const int l = lane_id(), row = warp_row();
     bf16 *wg_ds = st.ds[wg];
 #pragma unroll
@@ -341,42 +344,45 @@ __device__ __forceinline__ void reduce_dq(Smem &smem, const BwdParams &p, const 
         *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(row, col + 8, BN)) = ds_frag[j][2];
         *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(row + 8, col + 8, BN)) = ds_frag[j][3];
     }
-    const int stage_row = threadIdx.x % NUM_THREADS;  // < BM: issues that dQ row's reduction
-    if (stage_row < BM) bulk_wait_read_all();      // the last step's rows have left st.dq[wg]
+    const int stage_row = threadIdx.x % NUM_THREADS;  // < BM: issues that dQ row's reductions
+    float(*dq_rows)[DqStaging::PITCH] = st.dq[wg];
+    const AttnDims &d = p.dims;
+    const int64_t dq_row = ((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad + q0 + stage_row;  // if < BM
+    if (stage_row < BM) bulk_wait_read_all();  // the last step's rows have left st.dq[wg]
     wgmma::fence_async_shared();
     named_barrier_sync(NamedBarrier::DqStaging, wg, NUM_THREADS);  // dS^T in place; st.dq[wg] free
-    float(*dq_rows)[DqStaging<D>::PITCH] = st.dq[wg];
 #pragma unroll
     for (int pass = 0; pass < PASSES; pass++) {
-        float dq_part[DQ_N / 8][4];  // accumulator rows are queries
+        float dq_part[DQ_PASS_N / 8][4];  // accumulator rows are queries
         wgmma::fence();
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++)
-            wgmma::mma_ss<DQ_N, 1, 1>(dq_part, wgmma::desc_mn_major(wg_ds, BN, 16 * kk, 0),
-                                      wgmma::desc_mn_major(smem.k[wg], BN, 16 * kk, pass * DQ_N), kk > 0);
+            wgmma::mma_ss<DQ_PASS_N, 1, 1>(dq_part, wgmma::desc_mn_major(wg_ds, BN, 16 * kk, 0),
+                                           wgmma::desc_mn_major(smem.k[wg], BN, 16 * kk, pass * DQ_PASS_N), kk > 0);
         wgmma::commit();
         if (pass == 0) {
             issue_dkv<D>(dk_acc, ds_frag, t_q);
             wgmma::wait<1>();  // dV and this pass; dK runs on
         } else {
             wgmma::wait<0>();
+            if (stage_row < BM) bulk_wait_read_all();  // the last pass's rows have left st.dq[wg]
+            named_barrier_sync(NamedBarrier::DqStaging, wg, NUM_THREADS);
         }
         wgmma::pin(dq_part);
 #pragma unroll
         for (int r = 0; r < 2; r++) {
-            float *dst = &dq_rows[row + 8 * r][pass * DQ_N + 2 * (l % 4)];
+            float *dst = &dq_rows[row + 8 * r][2 * (l % 4)];
 #pragma unroll
-            for (int n = 0; n < DQ_N / 8; n++)
+            for (int n = 0; n < DQ_PASS_N / 8; n++)
                 *reinterpret_cast<float2 *>(dst + 8 * n) = make_float2(dq_part[n][2 * r], dq_part[n][2 * r + 1]);
         }
-    }
-    wgmma::fence_async_shared();
-    named_barrier_sync(NamedBarrier::DqStaging, wg, NUM_THREADS);  // the fp32 rows are in place
-    if (stage_row < BM) {
-        const AttnDims &d = p.dims;
-        float *dst = p.ws.dq_accum + (((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad + q0 + stage_row) * D;
-        bulk_reduce_add_f32(dst, dq_rows[stage_row], D * (int)sizeof(float));
-        bulk_commit();
+        wgmma::fence_async_shared();
+        named_barrier_sync(NamedBarrier::DqStaging, wg, NUM_THREADS);  // this pass's rows are in place
+        if (stage_row < BM) {
+            bulk_reduce_add_f32(p.ws.dq_accum + dq_row * D + pass * DQ_PASS_N, dq_rows[stage_row],
+                                DQ_PASS_N * (int)sizeof(float));
+            bulk_commit();
+        }
     }
 }
 

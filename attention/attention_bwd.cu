@@ -322,12 +322,13 @@ __device__ __forceinline__ void issue_dkv(float (&acc)[D / 8][4], const uint32_t
 // Fast mode, per step: dQ [64 queries x D] = dS [64 x 64 keys] K [64 keys x D] over the
 // warpgroup's own key tile, added into dq_accum [batch, n_heads, s_pad, head_dim]. The
 // warpgroup stages its dS^T, then per 64-column pass computes dQ (32 accumulator
-// registers, beside dK and dV), stages it as fp32 rows, and 64 of its threads hand one
-// row each to the copy engine (bulk asynchronous reductions: the warps go on while the
-// adds run; rows past seq_len add zeros into the padding); the next pass's staging waits
-// until those rows have been read. Issues dK += dS^T Q (issue_dkv) right behind the first
-// pass, so the first staging runs under it; dV is in flight on entry. Every barrier is
-// the warpgroup's own.
+// registers, beside dK and dV) and each warp stages its own 16 query rows as fp32 and
+// hands them to the copy engine, one row per lane of its first 16 (bulk asynchronous
+// reductions: the warps go on while the adds run; rows past seq_len add zeros into the
+// padding). A warp's staging rows are its own, so only dS^T needs the warpgroup's
+// barrier: once before the products read it, once after the last pass has read it.
+// Issues dK += dS^T Q (issue_dkv) right behind the first pass, so the first staging runs
+// under it; dV is in flight on entry.
 template <int D, typename Smem>
 __device__ __forceinline__ void reduce_dq(Smem &smem, const BwdParams &p, const DkdvBlock &blk, int wg,
                                           const uint32_t (&ds_frag)[BM / 16][4], float (&dk_acc)[D / 8][4],
@@ -344,13 +345,15 @@ __device__ __forceinline__ void reduce_dq(Smem &smem, const BwdParams &p, const 
         *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(row, col + 8, BN)) = ds_frag[j][2];
         *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(row + 8, col + 8, BN)) = ds_frag[j][3];
     }
-    const int stage_row = threadIdx.x % NUM_THREADS;  // < BM: issues that dQ row's reductions
+    wgmma::fence_async_shared();
+    named_barrier_sync(NamedBarrier::DqStaging, wg, NUM_THREADS);  // dS^T in place
+
+    // Lane l < 16 issues the reductions of query row 16 * warp + l of the warpgroup's tile.
+    const bool issuer = l < WARP_ROWS;
+    const int issue_row = (threadIdx.x / 32) % NUM_WARPS * WARP_ROWS + l;  // the warp's first row + l
     float(*dq_rows)[DqStaging::PITCH] = st.dq[wg];
     const AttnDims &d = p.dims;
-    const int64_t dq_row = ((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad + q0 + stage_row;  // if < BM
-    if (stage_row < BM) bulk_wait_read_all();  // the last step's rows have left st.dq[wg]
-    wgmma::fence_async_shared();
-    named_barrier_sync(NamedBarrier::DqStaging, wg, NUM_THREADS);  // dS^T in place; st.dq[wg] free
+    const int64_t dq_row = ((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad + q0 + issue_row;  // if issuer
 #pragma unroll
     for (int pass = 0; pass < PASSES; pass++) {
         float dq_part[DQ_PASS_N / 8][4];  // accumulator rows are queries
@@ -365,10 +368,12 @@ __device__ __forceinline__ void reduce_dq(Smem &smem, const BwdParams &p, const 
             wgmma::wait<1>();  // dV and this pass; dK runs on
         } else {
             wgmma::wait<0>();
-            if (stage_row < BM) bulk_wait_read_all();  // the last pass's rows have left st.dq[wg]
-            named_barrier_sync(NamedBarrier::DqStaging, wg, NUM_THREADS);
         }
         wgmma::pin(dq_part);
+        // After the last pass every warp's products have read dS^T: the next step may overwrite it.
+        if (pass == PASSES - 1) named_barrier_sync(NamedBarrier::DqStaging, wg, NUM_THREADS);
+        if (issuer) bulk_wait_read_all();  // the warp's rows of the last pass have left the staging
+        __syncwarp();
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             float *dst = &dq_rows[row + 8 * r][2 * (l % 4)];
@@ -377,9 +382,9 @@ __device__ __forceinline__ void reduce_dq(Smem &smem, const BwdParams &p, const 
                 *reinterpret_cast<float2 *>(dst + 8 * n) = make_float2(dq_part[n][2 * r], dq_part[n][2 * r + 1]);
         }
         wgmma::fence_async_shared();
-        named_barrier_sync(NamedBarrier::DqStaging, wg, NUM_THREADS);  // this pass's rows are in place
-        if (stage_row < BM) {
-            bulk_reduce_add_f32(p.ws.dq_accum + dq_row * D + pass * DQ_PASS_N, dq_rows[stage_row],
+        __syncwarp();  // the warp's rows are in place
+        if (issuer) {
+            bulk_reduce_add_f32(p.ws.dq_accum + dq_row * D + pass * DQ_PASS_N, dq_rows[issue_row],
                                 DQ_PASS_N * (int)sizeof(float));
             bulk_commit();
         }

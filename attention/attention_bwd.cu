@@ -163,16 +163,25 @@ constexpr int DKDV_KEY_TILES = 2;
 constexpr int DKDV_THREADS = DKDV_KEY_TILES * NUM_THREADS;
 typedef TileStep<DKDV_KEY_TILES> DkdvStep;
 
-// Fast mode's dQ staging, one of each per warpgroup: its dS^T (the MN-major A operand of
-// dQ = dS K) and one 64-column pass of its fp32 dQ tile, which the copy engine adds into
-// dq_accum (64 columns, not D: at D = 128 the saved 34 KiB buy the third query stage). The
-// dQ row pitch is 32 bytes past the row, so the float2 stores of a warp's 8 rows spread
-// over all banks (two wavefronts, the minimum).
-constexpr int DQ_PASS_N = 64;  // dQ columns per pass
+// Fast mode's dQ accumulator keeps each 64-row query tile ([64 x head_dim] fp32, at the
+// tile's rows of dq_accum) in the order the dK/dV kernel's registers hold it, FA3's way:
+// warp w's 16 rows, then per 64-column pass its 8 accumulator column groups n, each as 32
+// lanes' float4 (d[n][0..3] of wgmma.cuh's layout). A warp then stores its pass with
+// conflict-free 16-byte stores and hands it to the copy engine as one 4 KiB reduction;
+// dq_convert_kernel reads the order back (dq_frag_offset).
+constexpr int DQ_PASS_N = 64;                        // dQ columns per pass
+constexpr int DQ_CHUNK = WARP_ROWS * DQ_PASS_N;      // floats of one warp's pass
+__host__ __device__ constexpr int dq_frag_offset(int row, int col, int head_dim) {  // in the tile
+    return (row / WARP_ROWS) * WARP_ROWS * head_dim + (col / DQ_PASS_N) * DQ_CHUNK +
+           ((col % DQ_PASS_N / 8 * 32 + row % 8 * 4 + col % 8 / 2) * 4) + row % WARP_ROWS / 8 * 2 + col % 2;
+}
+
+// Fast mode's staging, per warpgroup: its dS^T (the MN-major A operand of dQ = dS K), two
+// buffers (a step writes one while the last step's products may still read the other), and
+// one pass of each warp's fp32 dQ.
 struct DqStaging {
-    static constexpr int PITCH = DQ_PASS_N + 8;
-    alignas(1024) bf16 ds[DKDV_KEY_TILES][BN * BM];  // [warpgroup][keys][queries] swizzled
-    alignas(16) float dq[DKDV_KEY_TILES][BM][PITCH];  // [warpgroup][queries][64 columns]
+    alignas(1024) bf16 ds[2][DKDV_KEY_TILES][BN * BM];           // [step % 2][warpgroup][keys][queries] swizzled
+    alignas(16) float dq[DKDV_KEY_TILES][NUM_WARPS][DQ_CHUNK];  // [warpgroup][warp][pass in fragment order]
 };
 struct NoDqStaging {};
 
@@ -319,24 +328,24 @@ __device__ __forceinline__ void issue_dkv(float (&acc)[D / 8][4], const uint32_t
 
 // ---------------------------------------------------------------- dK/dV: dQ staging and reduction
 
-// Fast mode, per step: dQ [64 queries x D] = dS [64 x 64 keys] K [64 keys x D] over the
-// warpgroup's own key tile, added into dq_accum [batch, n_heads, s_pad, head_dim]. The
-// warpgroup stages its dS^T, then per 64-column pass computes dQ (32 accumulator
-// registers, beside dK and dV) and each warp stages its own 16 query rows as fp32 and
-// hands them to the copy engine, one row per lane of its first 16 (bulk asynchronous
-// reductions: the warps go on while the adds run; rows past seq_len add zeros into the
-// padding). A warp's staging rows are its own, so only dS^T needs the warpgroup's
-// barrier: once before the products read it, once after the last pass has read it.
+// Fast mode, step n: dQ [64 queries x D] = dS [64 x 64 keys] K [64 keys x D] over the
+// warpgroup's own key tile, added into dq_accum [batch, n_heads, s_pad, head_dim] (each
+// query tile in fragment order, dq_frag_offset). The warpgroup stages its dS^T in buffer
+// n % 2 (the only barrier: all its warps' rows of dS^T feed every product; the same barrier
+// of the last step has ordered the reads of step n - 2 before these writes), then per
+// 64-column pass computes dQ (32 accumulator registers, beside dK and dV) and each warp
+// stores its 16 rows and hands them to the copy engine as one bulk asynchronous reduction
+// (the warps go on while the adds run; rows past seq_len add zeros into the padding).
 // Issues dK += dS^T Q (issue_dkv) right behind the first pass, so the first staging runs
 // under it; dV is in flight on entry.
 template <int D, typename Smem>
-__device__ __forceinline__ void reduce_dq(Smem &smem, const BwdParams &p, const DkdvBlock &blk, int wg,
+__device__ __forceinline__ void reduce_dq(Smem &smem, const BwdParams &p, const DkdvBlock &blk, int wg, int n,
                                           const uint32_t (&ds_frag)[BM / 16][4], float (&dk_acc)[D / 8][4],
                                           const bf16 *t_q, int q0) {
     constexpr int PASSES = D / DQ_PASS_N;
     DqStaging &st = smem.dq;
-    const int l = lane_id(), row = warp_row();
-    bf16 *wg_ds = st.ds[wg];
+    const int l = lane_id(), row = warp_row(), warp = (threadIdx.x / 32) % NUM_WARPS;
+    bf16 *wg_ds = st.ds[n % 2][wg];
 #pragma unroll
     for (int j = 0; j < BM / 16; j++) {
         const int col = 16 * j + 2 * (l % 4);
@@ -348,12 +357,9 @@ __device__ __forceinline__ void reduce_dq(Smem &smem, const BwdParams &p, const 
     wgmma::fence_async_shared();
     named_barrier_sync(NamedBarrier::DqStaging, wg, NUM_THREADS);  // dS^T in place
 
-    // Lane l < 16 issues the reductions of query row 16 * warp + l of the warpgroup's tile.
-    const bool issuer = l < WARP_ROWS;
-    const int issue_row = (threadIdx.x / 32) % NUM_WARPS * WARP_ROWS + l;  // the warp's first row + l
-    float(*dq_rows)[DqStaging::PITCH] = st.dq[wg];
+    float *chunk = st.dq[wg][warp];
     const AttnDims &d = p.dims;
-    const int64_t dq_row = ((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad + q0 + issue_row;  // if issuer
+    float *dq_tile = p.ws.dq_accum + (((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad + q0) * D;
 #pragma unroll
     for (int pass = 0; pass < PASSES; pass++) {
         float dq_part[DQ_PASS_N / 8][4];  // accumulator rows are queries
@@ -370,22 +376,17 @@ __device__ __forceinline__ void reduce_dq(Smem &smem, const BwdParams &p, const 
             wgmma::wait<0>();
         }
         wgmma::pin(dq_part);
-        // After the last pass every warp's products have read dS^T: the next step may overwrite it.
-        if (pass == PASSES - 1) named_barrier_sync(NamedBarrier::DqStaging, wg, NUM_THREADS);
-        if (issuer) bulk_wait_read_all();  // the warp's rows of the last pass have left the staging
+        if (l == 0) bulk_wait_read_all();  // the warp's last pass has left the chunk
         __syncwarp();
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float *dst = &dq_rows[row + 8 * r][2 * (l % 4)];
-#pragma unroll
-            for (int n = 0; n < DQ_PASS_N / 8; n++)
-                *reinterpret_cast<float2 *>(dst + 8 * n) = make_float2(dq_part[n][2 * r], dq_part[n][2 * r + 1]);
-        }
+        for (int j = 0; j < DQ_PASS_N / 8; j++)
+            *reinterpret_cast<float4 *>(chunk + (j * 32 + l) * 4) =
+                make_float4(dq_part[j][0], dq_part[j][1], dq_part[j][2], dq_part[j][3]);
         wgmma::fence_async_shared();
-        __syncwarp();  // the warp's rows are in place
-        if (issuer) {
-            bulk_reduce_add_f32(p.ws.dq_accum + dq_row * D + pass * DQ_PASS_N, dq_rows[issue_row],
-                                DQ_PASS_N * (int)sizeof(float));
+        __syncwarp();  // the warp's pass is in place
+        if (l == 0) {
+            bulk_reduce_add_f32(dq_tile + dq_frag_offset(warp * WARP_ROWS, pass * DQ_PASS_N, D), chunk,
+                                DQ_CHUNK * (int)sizeof(float));
             bulk_commit();
         }
     }
@@ -498,7 +499,7 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
         acc_to_a<BM>(ds_frag, pt);
 
         issue_dkv<D>(dv_acc, p_frag, t_do);
-        if constexpr (ATOMIC_DQ) reduce_dq<D>(smem, p, blk, wg, ds_frag, dk_acc, t_q, q0);
+        if constexpr (ATOMIC_DQ) reduce_dq<D>(smem, p, blk, wg, n, ds_frag, dk_acc, t_q, q0);
         else issue_dkv<D>(dk_acc, ds_frag, t_q);
         wgmma::wait<0>();
         wgmma::pin(dv_acc);
@@ -647,22 +648,24 @@ __global__ void __launch_bounds__(NUM_THREADS, 2) attn_bwd_dq_kernel(const __gri
 
 // ---------------------------------------------------------------- conversion kernels
 
-// dq[b, s, h, :] = bf16(scale * dq_accum[b, h, s, :]) (dq_accum has s_pad rows per head),
-// 4 elements per thread (head_dim is a multiple of 4).
+// dq[b, s, h, :] = bf16(scale * dQ) from dq_accum [batch, n_heads, s_pad, head_dim], whose
+// query tiles are in the dK/dV kernel's fragment order (dq_frag_offset): 4 columns per
+// thread, two float2 (columns c, c + 1 and c + 2, c + 3 are neighbouring lanes' pairs).
 __global__ void dq_convert_kernel(const __grid_constant__ BwdParams p) {
     const AttnDims &d = p.dims;
-    const int D4 = d.head_dim / 4, H = d.n_heads, S = d.seq_len, s_pad = d.s_pad;
+    const int D = d.head_dim, D4 = D / 4, H = d.n_heads, S = d.seq_len, s_pad = d.s_pad;
     const int64_t n4 = (int64_t)d.batch * S * H * D4;
-    const float4 *dq_accum = reinterpret_cast<const float4 *>(p.ws.dq_accum);
     __nv_bfloat162 *dq = reinterpret_cast<__nv_bfloat162 *>(p.dq);
     const float scale = d.scale;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4;
          i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t row = i / D4;  // (b, s, h)
-        const int h = (int)(row % H), si = (int)(row / H % S), b = (int)(row / H / S);
-        float4 a = dq_accum[(((int64_t)b * H + h) * s_pad + si) * D4 + i % D4];
-        dq[2 * i] = __floats2bfloat162_rn(a.x * scale, a.y * scale);
-        dq[2 * i + 1] = __floats2bfloat162_rn(a.z * scale, a.w * scale);
+        const int h = (int)(row % H), si = (int)(row / H % S), b = (int)(row / H / S), col = (int)(i % D4) * 4;
+        const float *tile = p.ws.dq_accum + (((int64_t)b * H + h) * s_pad + si / BM * BM) * D;
+        const float2 lo = *reinterpret_cast<const float2 *>(tile + dq_frag_offset(si % BM, col, D));
+        const float2 hi = *reinterpret_cast<const float2 *>(tile + dq_frag_offset(si % BM, col + 2, D));
+        dq[2 * i] = __floats2bfloat162_rn(lo.x * scale, lo.y * scale);
+        dq[2 * i + 1] = __floats2bfloat162_rn(hi.x * scale, hi.y * scale);
     }
 }
 

@@ -135,6 +135,9 @@ __device__ __forceinline__ void issue_s_dp(float (&s)[BN / 8][4], float (&dp)[BN
 __device__ __forceinline__ void mbar_init(uint64_t *bar, int count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
 }
+// Makes this thread's mbar_init visible to the other threads' (and the copy units')
+// arrivals; a block barrier follows.
+__device__ __forceinline__ void mbar_fence_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 __device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
@@ -447,12 +450,14 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
     const int wg = threadIdx.x / NUM_THREADS;
     const int k0 = (blk.k_tile0 + wg) * BN;  // the warpgroup's first key
 
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0) {
 #pragma unroll
         for (int s = 0; s < STAGES; s++) {
             mbar_init(&smem.full[s], DKDV_THREADS);     // every thread's copies
             mbar_init(&smem.empty[s], DKDV_THREADS / 32);  // every warp's release
         }
+        mbar_fence_init();
+    }
     __syncthreads();  // the barriers are initialised (the block's only block-wide barrier)
 
     MergedLines<DKDV_KEY_TILES> walk;

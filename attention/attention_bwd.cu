@@ -201,9 +201,10 @@ struct DkdvSmemStages {
     uint64_t full[STAGES], empty[STAGES];  // mbarriers: DKDV_THREADS copiers, 2 * NUM_WARPS readers
 };
 
-// Three stages where they fit (every configuration; 227 KiB is the bound), so a warpgroup
-// may run up to two steps ahead of the other; with two it could not: the copies into the
-// next stage wait for the other warpgroup's release of the last step.
+// Three stages where they fit (every configuration; 227 KiB is the bound): a warpgroup may
+// then run up to about a step ahead of the other (which copies its half of the next tile
+// during its current step); with two, hardly at all, since refilling the next stage waits
+// for the other warpgroup's release of the step before.
 template <int D, bool ATOMIC_DQ>
 constexpr int DKDV_STAGES = sizeof(DkdvSmemStages<D, ATOMIC_DQ, 3>) <= MAX_SMEM_PER_BLOCK ? 3 : 2;
 template <int D, bool ATOMIC_DQ>
@@ -437,7 +438,7 @@ __device__ __forceinline__ void store_dk_dv(const BwdParams &p, const DkdvBlock 
 // The warpgroups share only the query stages, tracked by their full/empty barriers: step
 // n reads stage n % STAGES, and while its S^T/dP^T run each thread copies its part of
 // step n + 1's tile into the next stage once both warpgroups have released it (step
-// n + 1 - STAGES), so a warpgroup can run up to STAGES - 1 steps ahead of the other.
+// n + 1 - STAGES), so the warpgroups can drift up to about a step apart (DKDV_STAGES).
 template <int D, bool ATOMIC_DQ>
 __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __grid_constant__ BwdParams p) {
     typedef DkdvSmem<D, ATOMIC_DQ> Smem;

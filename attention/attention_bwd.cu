@@ -124,38 +124,91 @@ __device__ __forceinline__ void issue_s_dp(float (&s)[BN / 8][4], float (&dp)[BN
     wgmma::commit();
 }
 
+// ---------------------------------------------------------------- dK/dV: stage barriers
+
+// mbarriers (shared-memory arrival counters with a phase bit) that track the dK/dV
+// block's query stages, so that its warpgroups need not meet at a block barrier: a stage
+// is full when every thread's copies into it have landed, empty when every warp is done
+// reading it. Phase k of a stage's barrier completes with its k-th use; a wait names the
+// parity k % 2 and returns at once if that phase has completed (so parity 1 passes on a
+// fresh barrier: "the use before the first").
+__device__ __forceinline__ void mbar_init(uint64_t *bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+// Makes this thread's mbar_init visible to the other threads' (and the copy units')
+// arrivals; a block barrier follows.
+__device__ __forceinline__ void mbar_fence_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+// Arrives once this thread's earlier cp.async copies have landed; the barrier's count
+// must include it (.noinc).
+__device__ __forceinline__ void mbar_arrive_on_copies(uint64_t *bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, int parity) {
+    asm volatile(
+        "{\n.reg .pred done;\nmbar_wait_loop:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra mbar_wait_loop;\n}\n" ::"r"(smem_addr(bar)),
+        "r"(parity)
+        : "memory");
+}
+
 // ---------------------------------------------------------------- dK/dV: layout
 
 // The dK/dV block: two warpgroups, warpgroup g owning key tile 2j + g of the block's pair
 // (128 keys), both walking the merged key-major lists of the pair. Sharing the query
-// tiles halves their loads per key, and dQ = dS K is summed over all 128 keys before it
-// is added into the fp32 accumulator, which halves that traffic.
+// tiles halves their loads per key. In fast mode each warpgroup adds the dQ of its own 64
+// keys, so neither waits for the other's dS^T (twice the reduction bytes of a dQ summed
+// over the pair: docs/KERNEL_NOTES.md, v24).
 constexpr int DKDV_KEY_TILES = 2;
 constexpr int DKDV_THREADS = DKDV_KEY_TILES * NUM_THREADS;
 typedef TileStep<DKDV_KEY_TILES> DkdvStep;
 
-// Fast mode's dQ staging: dS^T of both warpgroups (the MN-major A operand of dQ = dS K)
-// and the fp32 dQ tile the copy engine adds into dq_accum. The dQ row pitch is 32 bytes
-// past the row, so the float2 stores of a warp's 8 rows spread over all banks (two
-// wavefronts, the minimum).
-template <int D>
+// Fast mode's dQ accumulator keeps each 64-row query tile ([64 x head_dim] fp32, at the
+// tile's rows of dq_accum) in the order the dK/dV kernel's registers hold it, FA3's way:
+// warp w's 16 rows, then per 64-column pass its 8 accumulator column groups n, each as 32
+// lanes' float4 (d[n][0..3] of wgmma.cuh's layout). A warp then stores its pass with
+// conflict-free 16-byte stores and hands it to the copy engine as one 4 KiB reduction;
+// dq_convert_kernel reads the order back (dq_frag_offset).
+constexpr int DQ_PASS_N = 64;                        // dQ columns per pass
+constexpr int DQ_CHUNK = WARP_ROWS * DQ_PASS_N;      // floats of one warp's pass
+__host__ __device__ constexpr int dq_frag_offset(int row, int col, int head_dim) {  // in the tile
+    return (row / WARP_ROWS) * WARP_ROWS * head_dim + (col / DQ_PASS_N) * DQ_CHUNK +
+           ((col % DQ_PASS_N / 8 * 32 + row % 8 * 4 + col % 8 / 2) * 4) + row % WARP_ROWS / 8 * 2 + col % 2;
+}
+
+// Fast mode's staging, per warpgroup: its dS^T (the MN-major A operand of dQ = dS K), two
+// buffers (a step writes one while the last step's products may still read the other), and
+// one pass of each warp's fp32 dQ.
 struct DqStaging {
-    static constexpr int PITCH = D + 8;
-    alignas(1024) bf16 ds[DKDV_KEY_TILES][BN * BM];  // [keys][queries] swizzled
-    alignas(16) float dq[BM][PITCH];
+    alignas(1024) bf16 ds[2][DKDV_KEY_TILES][BN * BM];           // [step % 2][warpgroup][keys][queries] swizzled
+    alignas(16) float dq[DKDV_KEY_TILES][NUM_WARPS][DQ_CHUNK];  // [warpgroup][warp][pass in fragment order]
 };
 struct NoDqStaging {};
 
-// K and V of the key pair stay resident; Q, dO and the per-query rows are double-buffered.
-template <int D, bool ATOMIC_DQ>
-struct DkdvSmem {
+// K and V of the key pair stay resident; Q, dO and the per-query rows go through STAGES
+// buffers, each with a full and an empty barrier.
+template <int D, bool ATOMIC_DQ, int STAGES>
+struct DkdvSmemStages {
     alignas(1024) bf16 k[DKDV_KEY_TILES][BN * D];  // swizzled
     alignas(1024) bf16 v[DKDV_KEY_TILES][BN * D];
-    alignas(1024) bf16 q[2][BM * D];
-    alignas(1024) bf16 dout[2][BM * D];
-    typename std::conditional<ATOMIC_DQ, DqStaging<D>, NoDqStaging>::type dq;
-    float lse2[2][BM], dsum[2][BM];
+    alignas(1024) bf16 q[STAGES][BM * D];
+    alignas(1024) bf16 dout[STAGES][BM * D];
+    typename std::conditional<ATOMIC_DQ, DqStaging, NoDqStaging>::type dq;
+    float lse2[STAGES][BM], dsum[STAGES][BM];
+    uint64_t full[STAGES], empty[STAGES];  // mbarriers: DKDV_THREADS copiers, 2 * NUM_WARPS readers
 };
+
+// Three stages where they fit (every configuration; 227 KiB is the bound): a warpgroup may
+// then run up to about a step ahead of the other (which copies its half of the next tile
+// during its current step); with two, hardly at all, since refilling the next stage waits
+// for the other warpgroup's release of the step before.
+template <int D, bool ATOMIC_DQ>
+constexpr int DKDV_STAGES = sizeof(DkdvSmemStages<D, ATOMIC_DQ, 3>) <= MAX_SMEM_PER_BLOCK ? 3 : 2;
+template <int D, bool ATOMIC_DQ>
+using DkdvSmem = DkdvSmemStages<D, ATOMIC_DQ, DKDV_STAGES<D, ATOMIC_DQ>>;
 
 // ---------------------------------------------------------------- dK/dV: scheduler
 
@@ -177,8 +230,8 @@ dim3 dkdv_grid(const AttnDims &d) { return dim3(d.n_heads, n_tiles(d.n_k_tiles, 
 // ---------------------------------------------------------------- dK/dV: main-loop pieces
 
 // Both key tiles of the block (K and V, resident for the whole walk).
-template <int D, bool ATOMIC_DQ>
-__device__ __forceinline__ void load_key_pair(DkdvSmem<D, ATOMIC_DQ> &smem, const BwdParams &p, const DkdvBlock &blk) {
+template <int D, bool ATOMIC_DQ, int STAGES>
+__device__ __forceinline__ void load_key_pair(DkdvSmemStages<D, ATOMIC_DQ, STAGES> &smem, const BwdParams &p, const DkdvBlock &blk) {
     const AttnDims &d = p.dims;
     const int64_t kv_off = blk.batch * d.kv_batch_stride + blk.kv_head * D;
 #pragma unroll
@@ -190,9 +243,10 @@ __device__ __forceinline__ void load_key_pair(DkdvSmem<D, ATOMIC_DQ> &smem, cons
 }
 
 // Query tile q_tile of the block's head into buffer `stage`: Q, dO, and its lse2/dsum
-// rows (the first 128 threads). Issues the copies only.
-template <int D, bool ATOMIC_DQ>
-__device__ __forceinline__ void load_query_tile(DkdvSmem<D, ATOMIC_DQ> &smem, const BwdParams &p,
+// rows (the first 128 threads). Issues the copies; the thread arrives on the stage's full
+// barrier when they (and any earlier ones, the key pair's) have landed.
+template <int D, bool ATOMIC_DQ, int STAGES>
+__device__ __forceinline__ void load_query_tile(DkdvSmemStages<D, ATOMIC_DQ, STAGES> &smem, const BwdParams &p,
                                                 const DkdvBlock &blk, int q_tile, int stage) {
     const AttnDims &d = p.dims;
     const int q0 = q_tile * BM;
@@ -202,6 +256,7 @@ __device__ __forceinline__ void load_query_tile(DkdvSmem<D, ATOMIC_DQ> &smem, co
     const int64_t pad_off = ((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad;
     if (threadIdx.x < NUM_THREADS)
         load_pair64(smem.lse2[stage], smem.dsum[stage], p.ws.lse2 + pad_off, p.ws.dsum + pad_off, q0, d.s_pad);
+    mbar_arrive_on_copies(&smem.full[stage]);
 }
 
 // The intervals of this thread's two keys (accumulator rows key_row, key_row + 8); keys
@@ -277,20 +332,24 @@ __device__ __forceinline__ void issue_dkv(float (&acc)[D / 8][4], const uint32_t
 
 // ---------------------------------------------------------------- dK/dV: dQ staging and reduction
 
-// Fast mode, per step: dQ [64 queries x D] = dS [64 x 128 keys] K [128 keys x D] for the
-// block's key pair, added into dq_accum [batch, n_heads, s_pad, head_dim]. Warpgroup wg
-// stages its dS^T, computes dQ columns [wg*D/2, (wg+1)*D/2) over all 128 keys, stages
-// them as fp32 rows, and 64 of its threads hand one row each to the copy engine (bulk
-// asynchronous reductions: the warps go on while the adds run; rows past seq_len add
-// zeros into the padding). Runs while the step's dK/dV products are in flight and waits
-// for them.
-template <int D>
-__device__ __forceinline__ void reduce_dq(DkdvSmem<D, true> &smem, const BwdParams &p, const DkdvBlock &blk, int wg,
-                                          const uint32_t (&ds_frag)[BM / 16][4], int q0) {
-    constexpr int KT = DKDV_KEY_TILES, DQ_N = D / KT;  // dQ columns per warpgroup
-    DqStaging<D> &st = smem.dq;
-    const int l = lane_id(), row = warp_row();
-    bf16 *wg_ds = st.ds[wg];
+// Fast mode, step n: dQ [64 queries x D] = dS [64 x 64 keys] K [64 keys x D] over the
+// warpgroup's own key tile, added into dq_accum [batch, n_heads, s_pad, head_dim] (each
+// query tile in fragment order, dq_frag_offset). The warpgroup stages its dS^T in buffer
+// n % 2 (the only barrier: all its warps' rows of dS^T feed every product; the same barrier
+// of the last step has ordered the reads of step n - 2 before these writes), then per
+// 64-column pass computes dQ (32 accumulator registers, beside dK and dV) and each warp
+// stores its 16 rows and hands them to the copy engine as one bulk asynchronous reduction
+// (the warps go on while the adds run; rows past seq_len add zeros into the padding).
+// Issues dK += dS^T Q (issue_dkv) right behind the first pass, so the first staging runs
+// under it; dV is in flight on entry.
+template <int D, typename Smem>
+__device__ __forceinline__ void reduce_dq(Smem &smem, const BwdParams &p, const DkdvBlock &blk, int wg, int n,
+                                          const uint32_t (&ds_frag)[BM / 16][4], float (&dk_acc)[D / 8][4],
+                                          const bf16 *t_q, int q0) {
+    constexpr int PASSES = D / DQ_PASS_N;
+    DqStaging &st = smem.dq;
+    const int l = lane_id(), row = warp_row(), warp = (threadIdx.x / 32) % NUM_WARPS;
+    bf16 *wg_ds = st.ds[n % 2][wg];
 #pragma unroll
     for (int j = 0; j < BM / 16; j++) {
         const int col = 16 * j + 2 * (l % 4);
@@ -299,36 +358,41 @@ __device__ __forceinline__ void reduce_dq(DkdvSmem<D, true> &smem, const BwdPara
         *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(row, col + 8, BN)) = ds_frag[j][2];
         *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(row + 8, col + 8, BN)) = ds_frag[j][3];
     }
-    const int stage_row = threadIdx.x % NUM_THREADS;  // < BM: issues that dQ row's reduction
-    if (stage_row < BM) bulk_wait_read_all();      // the last step's rows have left st.dq
     wgmma::fence_async_shared();
-    __syncthreads();  // both warpgroups' dS^T are in place; st.dq is free
-    // Each 16-key slice lies in one key tile; accumulator rows are queries.
-    float dq_part[DQ_N / 8][4];
-    wgmma::fence();
+    named_barrier_sync(NamedBarrier::DqStaging, wg, NUM_THREADS);  // dS^T in place
+
+    float *chunk = st.dq[wg][warp];
+    const AttnDims &d = p.dims;
+    float *dq_tile = p.ws.dq_accum + (((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad + q0) * D;
 #pragma unroll
-    for (int kk = 0; kk < KT * BN / 16; kk++) {
-        const int t = kk / (BN / 16), k_in = 16 * (kk % (BN / 16));
-        wgmma::mma_ss<DQ_N, 1, 1>(dq_part, wgmma::desc_mn_major(st.ds[t], BN, k_in, 0),
-                                  wgmma::desc_mn_major(smem.k[t], BN, k_in, wg * DQ_N), kk > 0);
-    }
-    wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::pin(dq_part);
+    for (int pass = 0; pass < PASSES; pass++) {
+        float dq_part[DQ_PASS_N / 8][4];  // accumulator rows are queries
+        wgmma::fence();
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float *dst = &st.dq[row + 8 * r][wg * DQ_N + 2 * (l % 4)];
+        for (int kk = 0; kk < BN / 16; kk++)
+            wgmma::mma_ss<DQ_PASS_N, 1, 1>(dq_part, wgmma::desc_mn_major(wg_ds, BN, 16 * kk, 0),
+                                           wgmma::desc_mn_major(smem.k[wg], BN, 16 * kk, pass * DQ_PASS_N), kk > 0);
+        wgmma::commit();
+        if (pass == 0) {
+            issue_dkv<D>(dk_acc, ds_frag, t_q);
+            wgmma::wait<1>();  // dV and this pass; dK runs on
+        } else {
+            wgmma::wait<0>();
+        }
+        wgmma::pin(dq_part);
+        if (l == 0) bulk_wait_read_all();  // the warp's last pass has left the chunk
+        __syncwarp();
 #pragma unroll
-        for (int n = 0; n < DQ_N / 8; n++)
-            *reinterpret_cast<float2 *>(dst + 8 * n) = make_float2(dq_part[n][2 * r], dq_part[n][2 * r + 1]);
-    }
-    wgmma::fence_async_shared();
-    named_barrier_sync(NamedBarrier::DqStaged, wg, NUM_THREADS);
-    if (stage_row < BM) {
-        const AttnDims &d = p.dims;
-        float *dst = p.ws.dq_accum + (((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad + q0 + stage_row) * D;
-        bulk_reduce_add_f32(dst + wg * DQ_N, &st.dq[stage_row][wg * DQ_N], DQ_N * (int)sizeof(float));
-        bulk_commit();
+        for (int j = 0; j < DQ_PASS_N / 8; j++)
+            *reinterpret_cast<float4 *>(chunk + (j * 32 + l) * 4) =
+                make_float4(dq_part[j][0], dq_part[j][1], dq_part[j][2], dq_part[j][3]);
+        wgmma::fence_async_shared();
+        __syncwarp();  // the warp's pass is in place
+        if (l == 0) {
+            bulk_reduce_add_f32(dq_tile + dq_frag_offset(warp * WARP_ROWS, pass * DQ_PASS_N, D), chunk,
+                                DQ_CHUNK * (int)sizeof(float));
+            bulk_commit();
+        }
     }
 }
 
@@ -370,25 +434,40 @@ __device__ __forceinline__ void store_dk_dv(const BwdParams &p, const DkdvBlock 
 // K and V stay resident while the block walks the merged key-major lists of its pair.
 // Per query tile, warpgroup g (keys k0 + 64g..): S^T = K Q^T and dP^T = V dO^T (keys are
 // the 64 accumulator rows), then dV += P^T dO and dK += dS^T Q with P^T, dS^T as
-// register A operands; ATOMIC_DQ adds dQ (reduce_dq) while those run.
+// register A operands; ATOMIC_DQ adds the warpgroup's dQ (reduce_dq) while those run.
+// The warpgroups share only the query stages, tracked by their full/empty barriers: step
+// n reads stage n % STAGES, and while its S^T/dP^T run each thread copies its part of
+// step n + 1's tile into the next stage once both warpgroups have released it (step
+// n + 1 - STAGES), so the warpgroups can drift up to about a step apart (DKDV_STAGES).
 template <int D, bool ATOMIC_DQ>
 __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __grid_constant__ BwdParams p) {
-    static_assert(sizeof(DkdvSmem<D, ATOMIC_DQ>) <= MAX_SMEM_PER_BLOCK, "shared memory of one block");
+    typedef DkdvSmem<D, ATOMIC_DQ> Smem;
+    constexpr int STAGES = DKDV_STAGES<D, ATOMIC_DQ>;
+    static_assert(sizeof(Smem) <= MAX_SMEM_PER_BLOCK, "shared memory of one block");
     extern __shared__ unsigned char smem_raw[];
-    DkdvSmem<D, ATOMIC_DQ> &smem = *reinterpret_cast<DkdvSmem<D, ATOMIC_DQ> *>(smem_raw);
+    Smem &smem = *reinterpret_cast<Smem *>(smem_raw);
     const AttnDims &d = p.dims;
     const DkdvBlock blk = dkdv_block(d);
     const int wg = threadIdx.x / NUM_THREADS;
     const int k0 = (blk.k_tile0 + wg) * BN;  // the warpgroup's first key
+
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(&smem.full[s], DKDV_THREADS);     // every thread's copies
+            mbar_init(&smem.empty[s], DKDV_THREADS / 32);  // every warp's release
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();  // the barriers are initialised (the block's only block-wide barrier)
 
     MergedLines<DKDV_KEY_TILES> walk;
     walk.init(p.mask.by_key, blk.batch, blk.k_tile0);
     DkdvStep step = walk.next();
     if (!step.done()) {  // keys nobody sees skip all loads and store zero gradients
         load_key_pair(smem, p, blk);
-        load_query_tile(smem, p, blk, step.tile, 0);
+        load_query_tile(smem, p, blk, step.tile, 0);  // stage 0's full barrier covers the key pair
     }
-    cp_async_commit();
     DkdvStep next = walk.next();
 
     const int key_row = k0 + warp_row();
@@ -399,17 +478,20 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
     zero(dk_acc);
     zero(dv_acc);
 
-    for (int stage = 0; !step.done(); stage ^= 1) {
-        cp_async_wait<0>();
-        wgmma::fence_async_shared();
-        __syncthreads();  // this step landed; every wgmma of the last step has completed
+    for (int n = 0; !step.done(); n++) {
+        const int stage = n % STAGES;
+        mbar_wait(&smem.full[stage], n / STAGES % 2);  // step n's tile landed
+        wgmma::fence_async_shared();                    // the copies, seen through the barrier, before wgmma reads them
         const bf16 *t_q = smem.q[stage], *t_do = smem.dout[stage];
         const int q0 = step.tile * BM;
 
         float pt[BM / 8][4], dpt[BM / 8][4];  // S^T then P^T then dS^T; dP^T [64 keys x BM queries]
         issue_s_dp<D>(pt, dpt, smem.k[wg], t_q, smem.v[wg], t_do);
-        if (!next.done()) load_query_tile(smem, p, blk, next.tile, stage ^ 1);  // while the products run
-        cp_async_commit();
+        if (!next.done()) {  // while the products run
+            const int fill = n + 1, fill_stage = fill % STAGES;
+            mbar_wait(&smem.empty[fill_stage], (fill / STAGES + 1) % 2);  // step fill - STAGES released it
+            load_query_tile(smem, p, blk, next.tile, fill_stage);
+        }
         wgmma::wait<0>();
         wgmma::pin(pt);
         wgmma::pin(dpt);
@@ -423,13 +505,15 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
         acc_to_a<BM>(ds_frag, pt);
 
         issue_dkv<D>(dv_acc, p_frag, t_do);
-        issue_dkv<D>(dk_acc, ds_frag, t_q);
-        if constexpr (ATOMIC_DQ) reduce_dq<D>(smem, p, blk, wg, ds_frag, q0);
+        if constexpr (ATOMIC_DQ) reduce_dq<D>(smem, p, blk, wg, n, ds_frag, dk_acc, t_q, q0);
+        else issue_dkv<D>(dk_acc, ds_frag, t_q);
         wgmma::wait<0>();
         wgmma::pin(dv_acc);
         wgmma::pin(dk_acc);
         wgmma::pin(p_frag);
         wgmma::pin(ds_frag);
+        __syncwarp();
+        if (lane_id() == 0) mbar_arrive(&smem.empty[stage]);  // this warp is done with the stage
         step = next;
         next = walk.next();
     }
@@ -570,22 +654,24 @@ __global__ void __launch_bounds__(NUM_THREADS, 2) attn_bwd_dq_kernel(const __gri
 
 // ---------------------------------------------------------------- conversion kernels
 
-// dq[b, s, h, :] = bf16(scale * dq_accum[b, h, s, :]) (dq_accum has s_pad rows per head),
-// 4 elements per thread (head_dim is a multiple of 4).
+// dq[b, s, h, :] = bf16(scale * dQ) from dq_accum [batch, n_heads, s_pad, head_dim], whose
+// query tiles are in the dK/dV kernel's fragment order (dq_frag_offset): 4 columns per
+// thread, two float2 (columns c, c + 1 and c + 2, c + 3 are neighbouring lanes' pairs).
 __global__ void dq_convert_kernel(const __grid_constant__ BwdParams p) {
     const AttnDims &d = p.dims;
-    const int D4 = d.head_dim / 4, H = d.n_heads, S = d.seq_len, s_pad = d.s_pad;
+    const int D = d.head_dim, D4 = D / 4, H = d.n_heads, S = d.seq_len, s_pad = d.s_pad;
     const int64_t n4 = (int64_t)d.batch * S * H * D4;
-    const float4 *dq_accum = reinterpret_cast<const float4 *>(p.ws.dq_accum);
     __nv_bfloat162 *dq = reinterpret_cast<__nv_bfloat162 *>(p.dq);
     const float scale = d.scale;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4;
          i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t row = i / D4;  // (b, s, h)
-        const int h = (int)(row % H), si = (int)(row / H % S), b = (int)(row / H / S);
-        float4 a = dq_accum[(((int64_t)b * H + h) * s_pad + si) * D4 + i % D4];
-        dq[2 * i] = __floats2bfloat162_rn(a.x * scale, a.y * scale);
-        dq[2 * i + 1] = __floats2bfloat162_rn(a.z * scale, a.w * scale);
+        const int h = (int)(row % H), si = (int)(row / H % S), b = (int)(row / H / S), col = (int)(i % D4) * 4;
+        const float *tile = p.ws.dq_accum + (((int64_t)b * H + h) * s_pad + si / BM * BM) * D;
+        const float2 lo = *reinterpret_cast<const float2 *>(tile + dq_frag_offset(si % BM, col, D));
+        const float2 hi = *reinterpret_cast<const float2 *>(tile + dq_frag_offset(si % BM, col + 2, D));
+        dq[2 * i] = __floats2bfloat162_rn(lo.x * scale, lo.y * scale);
+        dq[2 * i + 1] = __floats2bfloat162_rn(hi.x * scale, hi.y * scale);
     }
 }
 

@@ -84,7 +84,7 @@ __device__ __forceinline__ void cp_async_wait() {
 // Hardware barrier ids of bar.sync; 0 is __syncthreads. A barrier per warpgroup takes the
 // ids [id, id + number of warpgroups).
 enum class NamedBarrier : int {
-    DqStaged = 1,  // dK/dV kernel: this warpgroup's dQ columns are in shared memory
+    DqStaging = 1,  // dK/dV kernel: this warpgroup's dS^T is in shared memory
 };
 __device__ __forceinline__ void named_barrier_sync(NamedBarrier id, int warpgroup, int threads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"((int)id + warpgroup), "r"(threads) : "memory");

@@ -126,34 +126,9 @@ __device__ __forceinline__ void issue_s_dp(float (&s)[BN / 8][4], float (&dp)[BN
 
 // ---------------------------------------------------------------- dK/dV: stage barriers
 
-// mbarriers (shared-memory arrival counters with a phase bit) that track the dK/dV
-// block's query stages, so that its warpgroups need not meet at a block barrier: a stage
-// is full when every thread's copies into it have landed, empty when every warp is done
-// reading it. Phase k of a stage's barrier completes with its k-th use; a wait names the
-// parity k % 2 and returns at once if that phase has completed (so parity 1 passes on a
-// fresh barrier: "the use before the first").
-__device__ __forceinline__ void mbar_init(uint64_t *bar, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
-}
-// Makes this thread's mbar_init visible to the other threads' (and the copy units')
-// arrivals; a block barrier follows.
-__device__ __forceinline__ void mbar_fence_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
-__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
-}
-// Arrives once this thread's earlier cp.async copies have landed; the barrier's count
-// must include it (.noinc).
-__device__ __forceinline__ void mbar_arrive_on_copies(uint64_t *bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t *bar, int parity) {
-    asm volatile(
-        "{\n.reg .pred done;\nmbar_wait_loop:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra mbar_wait_loop;\n}\n" ::"r"(smem_addr(bar)),
-        "r"(parity)
-        : "memory");
-}
+// The dK/dV block's query stages are tracked by mbarriers (attention_kernels.cuh), so
+// that its warpgroups need not meet at a block barrier: a stage is full when every
+// thread's copies into it have landed, empty when every warp is done reading it.
 
 // ---------------------------------------------------------------- dK/dV: layout
 
@@ -256,7 +231,7 @@ __device__ __forceinline__ void load_query_tile(DkdvSmemStages<D, ATOMIC_DQ, STA
     const int64_t pad_off = ((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad;
     if (threadIdx.x < NUM_THREADS)
         load_pair64(smem.lse2[stage], smem.dsum[stage], p.ws.lse2 + pad_off, p.ws.dsum + pad_off, q0, d.s_pad);
-    mbar_arrive_on_copies(&smem.full[stage]);
+    mbar_arrive_cp_async(&smem.full[stage]);
 }
 
 // The intervals of this thread's two keys (accumulator rows key_row, key_row + 8); keys

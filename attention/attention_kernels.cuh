@@ -105,7 +105,9 @@ __device__ __forceinline__ void bulk_wait_read_all() {
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 // mbarrier in shared memory: a phase completes when `count` arrivals and the expected
-// transaction bytes (of TMA copies) have come; waiters name the phase's parity.
+// transaction bytes (of TMA copies) have come. Phase k of a barrier completes with its
+// k-th use; a wait names the parity k % 2 and returns at once if that phase has completed
+// (so parity 1 passes on a fresh barrier: "the use before the first").
 __device__ __forceinline__ void mbar_init(uint64_t *bar, int count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
 }

@@ -15,10 +15,12 @@ namespace {
 // step's 64 * STEP_TILES keys and O += P V. Two consumers (232 registers each; the
 // producer's warpgroup keeps 40) with 128-key steps: O (D/2) + S 64 + P 32 registers, Q
 // in shared memory. The copies of step j + LEAD are issued while step j runs: K is LEAD
-// steps deep, V LEAD + 1 (at D = 128 one step's K and V are 64 KiB).
+// steps deep, V LEAD + 1 (at D = 128 one step's K and V are 64 KiB). A block runs ITEMS
+// work items in turn (the scheduler below): two pay at D = 128, at D = 64 one (measured,
+// docs/KERNEL_NOTES.md v25b).
 template <int D>
 struct FwdConfig {
-    static constexpr int Q_TILES = 2, STEP_TILES = 2, LEAD = D == 64 ? 3 : 2;
+    static constexpr int Q_TILES = 2, STEP_TILES = 2, LEAD = D == 64 ? 3 : 2, ITEMS = D == 128 ? 2 : 1;
 };
 constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
 // The consumer warpgroups and the producer's.
@@ -68,14 +70,15 @@ struct FwdRing {
     int32_t lo[LEAD][KEYS], hi[LEAD][KEYS];
 };
 
-// How the producer hands steps over: step j in step[j % LEAD], published with K(j); per
-// slot a full barrier (the producer's copies have landed) and an empty one (every
-// consumer thread is done with it), for K (with the intervals and the step) and V apart;
-// and one for the Q tiles.
+// How the producer hands steps over: step j (counted over the block's work items, each
+// item's closing done step included) in step[j % LEAD], published with K(j); per slot a
+// full barrier (the producer's copies have landed) and an empty one (every consumer
+// thread is done with it), for K (with the intervals and the step) and V apart (V counts
+// only steps with keys), and the same pair for the Q tiles (loaded for items with keys).
 template <int D, int LEAD = FwdConfig<D>::LEAD>
 struct FwdSync {
     FwdStep<D> step[LEAD];
-    uint64_t full_k[LEAD], empty_k[LEAD], full_v[LEAD + 1], empty_v[LEAD + 1], full_q;
+    uint64_t full_k[LEAD], empty_k[LEAD], full_v[LEAD + 1], empty_v[LEAD + 1], full_q, empty_q;
 };
 
 template <int D>
@@ -87,20 +90,40 @@ struct FwdSmem {
 
 // ---------------------------------------------------------------- scheduler
 
-// Grid (n_heads, ceil(n_q_tiles / Q_TILES), batch); query tiles in reverse so the longest
-// (causal) start first. Warpgroup w owns query tile q_tile0 + w.
+// Work items (batch, query tiles, head), head fastest and the query tiles in reverse so
+// the longest (causal) come first; with two items per block, block b takes items b and
+// b + ceil(n / 2), so half as many blocks start, the blocks still come longest first (no
+// wave of equal-work blocks at the end), and while the consumers finish the first item
+// (its last P V and the stores) the producer already loads the second's. Warpgroup w
+// owns query tile q_tile0 + w.
 struct FwdBlock {
     int head, kv_head, batch, q_tile0;
 };
 
 template <int D>
-__device__ __forceinline__ FwdBlock fwd_block(const AttnDims &d) {
-    const int head = blockIdx.x;
-    return {head, head / d.group, (int)blockIdx.z, (int)(gridDim.y - 1 - blockIdx.y) * FwdConfig<D>::Q_TILES};
+__device__ __forceinline__ int fwd_work_items(const AttnDims &d) {
+    return d.batch * n_tiles(d.n_q_tiles, FwdConfig<D>::Q_TILES) * d.n_heads;
 }
 
 template <int D>
-dim3 fwd_grid(const AttnDims &d) { return dim3(d.n_heads, n_tiles(d.n_q_tiles, FwdConfig<D>::Q_TILES), d.batch); }
+__device__ __forceinline__ FwdBlock fwd_block(const AttnDims &d, int item) {
+    const int n_groups = n_tiles(d.n_q_tiles, FwdConfig<D>::Q_TILES);
+    const int head = item % d.n_heads, group = item / d.n_heads % n_groups;
+    return {head, head / d.group, item / d.n_heads / n_groups, (n_groups - 1 - group) * FwdConfig<D>::Q_TILES};
+}
+
+// Block b's k-th item (k < ITEMS), -1 past its last.
+template <int D>
+__device__ __forceinline__ int fwd_item(const AttnDims &d, int k) {
+    const int n = fwd_work_items<D>(d), item = blockIdx.x + k * n_tiles(n, FwdConfig<D>::ITEMS);
+    return item < n ? item : -1;
+}
+
+template <int D>
+dim3 fwd_grid(const AttnDims &d) {
+    return dim3(n_tiles(d.batch * n_tiles(d.n_q_tiles, FwdConfig<D>::Q_TILES) * d.n_heads,
+                        FwdConfig<D>::ITEMS));
+}
 
 // The next step of a walk.
 template <int D>
@@ -250,69 +273,84 @@ __device__ __forceinline__ void store_out_lse(const FwdParams &p, const FwdBlock
 
 // ---------------------------------------------------------------- producer
 
-// Warp 0 of the last warpgroup produces, the other warpgroups consume. The producer walks
-// the merged lists (every lane the same walk, in registers) and, per step j, waits until
-// K slot j % LEAD is free, publishes the step there and has the copy engine bring K(j)
-// (TMA, 128-byte swizzle; a missing tile is read past the tensor's end, as zeros) while
-// its lanes copy the intervals, then the same for V(j) in V slot j % (LEAD + 1). After
-// the walk's end it publishes one done step and leaves.
+// Warp 0 of the last warpgroup produces, the other warpgroups consume. Per work item the
+// producer walks the merged lists (every lane the same walk, in registers) and, per step
+// j, waits until K slot j % LEAD is free, publishes the step there and has the copy
+// engine bring K(j) (TMA, 128-byte swizzle; a missing tile is read past the tensor's end,
+// as zeros) while its lanes copy the intervals, then the same for V in its slot; the Q
+// tiles after the first step's (their buffer frees up last). The walk's end is
+// published as a done step.
 template <int D>
-__device__ __forceinline__ void produce(FwdSmem<D> &smem, const FwdParams &p, const FwdBlock &blk) {
+__device__ __forceinline__ void produce(FwdSmem<D> &smem, const FwdParams &p) {
     typedef FwdConfig<D> C;
     constexpr int LEAD = C::LEAD, KEYS = C::STEP_TILES * BN, STEP_BYTES = KEYS * D * (int)sizeof(bf16);
     FwdSync<D> &sync = smem.sync;
     const AttnDims &d = p.dims;
     const int l = lane_id();
-    const int32_t *lo = p.mask.lo + (int64_t)blk.batch * d.seq_len, *hi = p.mask.hi + (int64_t)blk.batch * d.seq_len;
-    MergedLines<C::Q_TILES> walk;
-    walk.init(p.mask.by_query, blk.batch, blk.q_tile0);
-    FwdStep<D> step = next_step<D>(walk);
-    if (l == 0 && !step.done()) {  // (no copy may be in flight when the block ends)
-        mbar_arrive_expect_tx(&sync.full_q, C::Q_TILES * BM * D * (int)sizeof(bf16));
+    int j = 0, jv = 0, n_q = 0;  // steps, steps with keys, Q loads, over the block's items
+    #pragma unroll 1
+    for (int k = 0; k < FwdConfig<D>::ITEMS && fwd_item<D>(d, k) >= 0; k++) {
+        const int item = fwd_item<D>(d, k);
+        const FwdBlock blk = fwd_block<D>(d, item);
+        const int32_t *lo = p.mask.lo + (int64_t)blk.batch * d.seq_len;
+        const int32_t *hi = p.mask.hi + (int64_t)blk.batch * d.seq_len;
+        MergedLines<C::Q_TILES> walk;
+        walk.init(p.mask.by_query, blk.batch, blk.q_tile0);
+        for (bool first = true;; first = false, j++, jv++) {
+            const FwdStep<D> step = next_step<D>(walk);
+            const int ks = j % LEAD, vs = jv % (LEAD + 1);
+            if (j >= LEAD) mbar_wait(&sync.empty_k[ks], (j / LEAD + 1) & 1);
+            if (l == 0) {
+                sync.step[ks] = step;
+                mbar_arrive_expect_tx(&sync.full_k[ks], step.done() ? 0 : STEP_BYTES);
+            }
+            if (!step.done()) {
 #pragma unroll
-        for (int t = 0; t < C::Q_TILES; t++)
+                for (int t = 0; t < C::STEP_TILES; t++) {
+                    const bool missing = step.tile[t].done();
+                    const int k0 = missing ? d.s_pad : step.tile[t].tile * BN;
+                    if (l == 0)
 #pragma unroll
-            for (int c = 0; c < D / 64; c++)
-                tma_load_3d(smem.q[t] + c * BM * 64, &p.map_q, blk.head * D + 64 * c, (blk.q_tile0 + t) * BM,
-                            blk.batch, &sync.full_q);
-    }
-    for (int j = 0;; j++, step = next_step<D>(walk)) {
-        const int ks = j % LEAD, vs = j % (LEAD + 1);
-        if (j >= LEAD) mbar_wait(&sync.empty_k[ks], (j / LEAD + 1) & 1);
-        if (l == 0) {
-            sync.step[ks] = step;
-            mbar_arrive_expect_tx(&sync.full_k[ks], step.done() ? 0 : STEP_BYTES);
-        }
-        if (!step.done()) {
+                        for (int c = 0; c < D / 64; c++)
+                            tma_load_3d(smem.ring.k[ks] + c * KEYS * 64 + t * BN * 64, &p.map_k,
+                                        blk.kv_head * D + 64 * c, k0, blk.batch, &sync.full_k[ks]);
 #pragma unroll
-            for (int t = 0; t < C::STEP_TILES; t++) {
-                const bool missing = step.tile[t].done();
-                const int k0 = missing ? d.s_pad : step.tile[t].tile * BN;
-                if (l == 0)
-#pragma unroll
-                    for (int c = 0; c < D / 64; c++)
-                        tma_load_3d(smem.ring.k[ks] + c * KEYS * 64 + t * BN * 64, &p.map_k, blk.kv_head * D + 64 * c,
-                                    k0, blk.batch, &sync.full_k[ks]);
-#pragma unroll
-                for (int i = l; i < BN; i += 32) {
-                    const bool valid = k0 + i < d.seq_len;
-                    cp_async4(smem.ring.lo[ks] + t * BN + i, lo + (valid ? k0 + i : 0), valid);
-                    cp_async4(smem.ring.hi[ks] + t * BN + i, hi + (valid ? k0 + i : 0), valid);
+                    for (int i = l; i < BN; i += 32) {
+                        const bool valid = k0 + i < d.seq_len;
+                        cp_async4(smem.ring.lo[ks] + t * BN + i, lo + (valid ? k0 + i : 0), valid);
+                        cp_async4(smem.ring.hi[ks] + t * BN + i, hi + (valid ? k0 + i : 0), valid);
+                    }
                 }
             }
-        }
-        mbar_arrive_cp_async(&sync.full_k[ks]);
-        if (step.done()) return;
-        if (j >= LEAD + 1) mbar_wait(&sync.empty_v[vs], (j / (LEAD + 1) + 1) & 1);
-        if (l == 0) {
-            mbar_arrive_expect_tx(&sync.full_v[vs], STEP_BYTES);
+            mbar_arrive_cp_async(&sync.full_k[ks]);
+            if (step.done()) {
+                j++;
+                break;
+            }
+            if (jv >= LEAD + 1) mbar_wait(&sync.empty_v[vs], (jv / (LEAD + 1) + 1) & 1);
+            if (l == 0) {
+                mbar_arrive_expect_tx(&sync.full_v[vs], STEP_BYTES);
 #pragma unroll
-            for (int t = 0; t < C::STEP_TILES; t++) {
-                const int k0 = step.tile[t].done() ? d.s_pad : step.tile[t].tile * BN;
+                for (int t = 0; t < C::STEP_TILES; t++) {
+                    const int k0 = step.tile[t].done() ? d.s_pad : step.tile[t].tile * BN;
 #pragma unroll
-                for (int c = 0; c < D / 64; c++)
-                    tma_load_3d(smem.ring.v[vs] + c * KEYS * 64 + t * BN * 64, &p.map_v, blk.kv_head * D + 64 * c, k0,
-                                blk.batch, &sync.full_v[vs]);
+                    for (int c = 0; c < D / 64; c++)
+                        tma_load_3d(smem.ring.v[vs] + c * KEYS * 64 + t * BN * 64, &p.map_v, blk.kv_head * D + 64 * c,
+                                    k0, blk.batch, &sync.full_v[vs]);
+                }
+            }
+            if (first) {
+                if (n_q >= 1) mbar_wait(&sync.empty_q, (n_q - 1) & 1);
+                if (l == 0) {
+                    mbar_arrive_expect_tx(&sync.full_q, C::Q_TILES * BM * D * (int)sizeof(bf16));
+#pragma unroll
+                    for (int t = 0; t < C::Q_TILES; t++)
+#pragma unroll
+                        for (int c = 0; c < D / 64; c++)
+                            tma_load_3d(smem.q[t] + c * BM * 64, &p.map_q, blk.head * D + 64 * c,
+                                        (blk.q_tile0 + t) * BM, blk.batch, &sync.full_q);
+                }
+                n_q++;
             }
         }
     }
@@ -320,79 +358,98 @@ __device__ __forceinline__ void produce(FwdSmem<D> &smem, const FwdParams &p, co
 
 // ---------------------------------------------------------------- consumer
 
-// A consumer warpgroup walks the published steps. Q is the A operand of S = Q K^T from its
-// shared-memory tile. Per step j, software-pipelined inside the warpgroup: issue
-// S(j+1) = Q K(j+1)^T and O += P(j) V(j), then mask and softmax S(j+1) while P(j) V(j)
-// still runs on the tensor cores, then rescale O once it has landed (only if a row
-// maximum moved). A slot's empty barrier gets this thread's arrival as soon as S (with
-// the intervals) or P V is done with it.
+// A consumer warpgroup walks the published steps of each of the block's work items. Q is
+// the A operand of S = Q K^T from its shared-memory tile. Per step j, software-pipelined
+// inside the warpgroup: issue S(j+1) = Q K(j+1)^T and O += P(j) V(j), then mask and
+// softmax S(j+1) while P(j) V(j) still runs on the tensor cores, then rescale O once it
+// has landed (only if a row maximum moved). Every slot phase (a done step's too) gets
+// this thread's arrival on its empty barrier as soon as S (with the intervals), P V or
+// the item's last S is done with it.
 template <int D>
-__device__ __forceinline__ void consume(FwdSmem<D> &smem, const FwdParams &p, const FwdBlock &blk, int wg) {
+__device__ __forceinline__ void consume(FwdSmem<D> &smem, const FwdParams &p, int wg) {
     typedef FwdConfig<D> C;
     constexpr int LEAD = C::LEAD, KEYS = C::STEP_TILES * BN;
     FwdSync<D> &sync = smem.sync;
     const AttnDims &d = p.dims;
-    const int q_row = (blk.q_tile0 + wg) * BM + warp_row();
-    float o[D / 8][4];              // [64 x D] unnormalised output over the warpgroup
-    float s[KEYS / 8][4];           // [64 x KEYS] scores of the next step
-    uint32_t p_frag[KEYS / 16][4];  // P of this step as A fragments (k = keys)
-    float rescale[2];
-    OnlineSoftmax softmax;
-    softmax.init();
-    zero(o);
+    int j = 0, jv = 0, n_q = 0;  // as the producer counts them
+    #pragma unroll 1
+    for (int k = 0; k < FwdConfig<D>::ITEMS && fwd_item<D>(d, k) >= 0; k++) {
+        const int item = fwd_item<D>(d, k);
+        const FwdBlock blk = fwd_block<D>(d, item);
+        const int q_row = (blk.q_tile0 + wg) * BM + warp_row();
+        float o[D / 8][4];              // [64 x D] unnormalised output over the warpgroup
+        float s[KEYS / 8][4];           // [64 x KEYS] scores of the next step
+        uint32_t p_frag[KEYS / 16][4];  // P of this step as A fragments (k = keys)
+        float rescale[2];
+        OnlineSoftmax softmax;
+        softmax.init();
+        zero(o);
 
-    mbar_wait(&sync.full_k[0], 0);
-    FwdStep<D> step = sync.step[0];
-    if (!step.done()) {  // step 0: scores and P before the pipelined loop
-        mbar_wait(&sync.full_q, 0);
-        wgmma::fence();
-        issue_scores<D, KEYS>(s, smem.q[wg], smem.ring.k[0]);
-        wgmma::commit();
-        wgmma::wait<0>();
-        wgmma::pin(s);
-        mask_step<D>(s, step, wg, smem.ring, 0, d.seq_len, q_row);
-        mbar_arrive(&sync.empty_k[0]);
-        softmax.update(s, d.scale_log2, rescale);
-        acc_to_a<KEYS>(p_frag, s);  // O is still 0: no rescale
-    }
-    // Step j's P is in p_frag. The wgmma sequences carry no branch between issue and
-    // wait (ptxas serializes them otherwise), so the last step's P V is peeled off.
-    for (int j = 0; !step.done(); j++) {
-        const int ks = (j + 1) % LEAD, vs = j % (LEAD + 1);
-        mbar_wait(&sync.full_k[ks], ((j + 1) / LEAD) & 1);
-        const FwdStep<D> next = sync.step[ks];
-        mbar_wait(&sync.full_v[vs], (j / (LEAD + 1)) & 1);
-        const bf16 *t_v = smem.ring.v[vs];
-        if (next.done()) {
+        int ks = j % LEAD;
+        mbar_wait(&sync.full_k[ks], (j / LEAD) & 1);
+        FwdStep<D> step = sync.step[ks];
+        const bool any_key = !step.done();
+        if (any_key) {  // step 0: scores and P before the pipelined loop
+            mbar_wait(&sync.full_q, n_q & 1);
             wgmma::fence();
+            issue_scores<D, KEYS>(s, smem.q[wg], smem.ring.k[ks]);
+            wgmma::commit();
+            wgmma::wait<0>();
+            wgmma::pin(s);
+            mask_step<D>(s, step, wg, smem.ring, ks, d.seq_len, q_row);
+            softmax.update(s, d.scale_log2, rescale);
+            acc_to_a<KEYS>(p_frag, s);  // O is still 0: no rescale
+        }
+        mbar_arrive(&sync.empty_k[ks]);
+        j++;
+        // Step j's P is in p_frag. The wgmma sequences carry no branch between issue and
+        // wait (ptxas serializes them otherwise), so the last step's P V is peeled off.
+        while (!step.done()) {
+            const int vs = jv % (LEAD + 1);
+            ks = j % LEAD;
+            mbar_wait(&sync.full_k[ks], (j / LEAD) & 1);
+            const FwdStep<D> next = sync.step[ks];
+            mbar_wait(&sync.full_v[vs], (jv / (LEAD + 1)) & 1);
+            const bf16 *t_v = smem.ring.v[vs];
+            j++;
+            jv++;
+            if (next.done()) {
+                mbar_arrive(&sync.empty_k[ks]);
+                wgmma::fence();
+                issue_pv<D, KEYS>(o, p_frag, t_v);
+                wgmma::commit();
+                wgmma::wait<0>();
+                wgmma::pin(o);
+                wgmma::pin(p_frag);
+                mbar_arrive(&sync.empty_v[vs]);
+                break;
+            }
+            wgmma::fence();
+            issue_scores<D, KEYS>(s, smem.q[wg], smem.ring.k[ks]);
+            wgmma::commit();
             issue_pv<D, KEYS>(o, p_frag, t_v);
             wgmma::commit();
+            wgmma::wait<1>();  // the scores; P V may still run
+            wgmma::pin(s);
+            mask_step<D>(s, next, wg, smem.ring, ks, d.seq_len, q_row);
+            mbar_arrive(&sync.empty_k[ks]);
+            const bool moved = softmax.update(s, d.scale_log2, rescale);
             wgmma::wait<0>();
             wgmma::pin(o);
             wgmma::pin(p_frag);
-            break;
+            mbar_arrive(&sync.empty_v[vs]);
+            if (__any_sync(0xffffffff, moved)) OnlineSoftmax::rescale_o(o, rescale);
+            acc_to_a<KEYS>(p_frag, s);
+            step = next;
         }
-        wgmma::fence();
-        issue_scores<D, KEYS>(s, smem.q[wg], smem.ring.k[ks]);
-        wgmma::commit();
-        issue_pv<D, KEYS>(o, p_frag, t_v);
-        wgmma::commit();
-        wgmma::wait<1>();  // the scores; P V may still run
-        wgmma::pin(s);
-        mask_step<D>(s, next, wg, smem.ring, ks, d.seq_len, q_row);
-        mbar_arrive(&sync.empty_k[ks]);
-        const bool moved = softmax.update(s, d.scale_log2, rescale);
-        wgmma::wait<0>();
-        wgmma::pin(o);
-        wgmma::pin(p_frag);
-        mbar_arrive(&sync.empty_v[vs]);
-        if (__any_sync(0xffffffff, moved)) OnlineSoftmax::rescale_o(o, rescale);
-        acc_to_a<KEYS>(p_frag, s);
-        step = next;
-    }
+        if (any_key) {  // the Q tiles are free for the next item
+            mbar_arrive(&sync.empty_q);
+            n_q++;
+        }
 
-    softmax.finalize();
-    store_out_lse<D>(p, blk, q_row, o, softmax);
+        softmax.finalize();
+        store_out_lse<D>(p, blk, q_row, o, softmax);
+    }
 }
 
 // ---------------------------------------------------------------- kernel
@@ -406,7 +463,6 @@ __global__ void __launch_bounds__(fwd_threads<D>(), 1) attn_fwd_kernel(const __g
     constexpr int CONSUMER_THREADS = C::Q_TILES * NUM_THREADS;
     extern __shared__ unsigned char smem_raw[];
     FwdSmem<D> &smem = *reinterpret_cast<FwdSmem<D> *>(smem_raw);
-    const FwdBlock blk = fwd_block<D>(p.dims);
     const int wg = threadIdx.x / NUM_THREADS;
     if (threadIdx.x == 0) {
         FwdSync<D> &sync = smem.sync;
@@ -419,16 +475,17 @@ __global__ void __launch_bounds__(fwd_threads<D>(), 1) attn_fwd_kernel(const __g
             mbar_init(&sync.empty_v[i], CONSUMER_THREADS);
         }
         mbar_init(&sync.full_q, 1);
+        mbar_init(&sync.empty_q, CONSUMER_THREADS);
         mbar_fence_init();
     }
     __syncthreads();
     if (wg == C::Q_TILES) {
         regs_dec<PRODUCER_REGS>();
-        if (threadIdx.x % NUM_THREADS < 32) produce(smem, p, blk);
+        if (threadIdx.x % NUM_THREADS < 32) produce(smem, p);
         return;
     }
     regs_inc<CONSUMER_REGS>();
-    consume(smem, p, blk, wg);
+    consume(smem, p, wg);
 }
 
 // ---------------------------------------------------------------- host

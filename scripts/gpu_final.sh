@@ -7,6 +7,7 @@
 # Expects `scripts/device_bundle.sh build .device/lead <the test_*_cuda binaries> bench_trainer
 # train` and anchor_trainer.py in .device/lead.
 #   BIN=.device/lead bash scripts/gpu_final.sh [--tests-only | --anchor]
+# Every test has 300 s (rc 124 when it runs past them), so a hang costs one test, not the call.
 set -u
 out=/tmp/final_out; mkdir -p "$out"  # packed into $OUT/final.tar.gz at the end (few files come back)
 bin=${BIN:-.device/lead}
@@ -18,11 +19,11 @@ if [ -z "${ONEPASS_NCCL_LIBRARY:-}" ]; then
   ONEPASS_NCCL_LIBRARY=$(find /opt /usr -name 'libnccl.so.2' 2>/dev/null | head -1); export ONEPASS_NCCL_LIBRARY
 fi
 for path in "$bin"/test_*_cuda; do
-  t=$(basename "$path"); "$path" > "$out/$t.log" 2>&1; echo "$t rc=$? $(tail -1 "$out/$t.log")"
+  t=$(basename "$path"); timeout 300 "$path" > "$out/$t.log" 2>&1; echo "$t rc=$? $(tail -1 "$out/$t.log")"
   grep -E "FAIL|SKIP" "$out/$t.log" | head -5
 done
 for script in tests/cli_*_cuda.sh; do
-  t=$(basename "$script" .sh); bash "$script" $bin/train > "$out/$t.log" 2>&1
+  t=$(basename "$script" .sh); timeout 300 bash "$script" $bin/train > "$out/$t.log" 2>&1
   echo "$t rc=$? $(tail -1 "$out/$t.log")"; grep -E "FAIL|SKIP" "$out/$t.log" | head -5
 done
 if [ "${1:-}" = "--tests-only" ]; then tar -C /tmp -czf "${OUT:-/tmp}/final.tar.gz" final_out; exit 0; fi

@@ -45,6 +45,8 @@ struct CudaModel {
     ParamOffsets off;  // tensor offsets in the flat parameter/gradient buffers
     cudaStream_t stream;
     StageTimer *timer;      // NULL unless ONEPASS_STAGE_TIMES=1
+    CudaGradsReady grads_ready;  // NULL: nobody waits for the gradients during the backward
+    void *grads_ready_ctx;
     void *arena;            // the one device allocation holding every buffer below, where
                             // cuda_arena_layout (model/model_arena.h) places them
     size_t arena_bytes;
@@ -224,6 +226,16 @@ cudaStream_t cuda_model_stream(const CudaModel *m) { return m->stream; }
 
 void cuda_model_set_deterministic(CudaModel *m, bool deterministic) {
     m->deterministic = deterministic;
+}
+
+void cuda_model_set_grads_ready(CudaModel *m, CudaGradsReady fn, void *ctx) {
+    m->grads_ready = fn;
+    m->grads_ready_ctx = ctx;
+}
+
+// grads[from, table total) are complete once the work queued so far has run.
+static void grads_ready(CudaModel *m, size_t from) {
+    if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, from, m->stream);
 }
 
 size_t cuda_model_arena_bytes(const CudaModel *m) { return m->arena_bytes; }
@@ -436,6 +448,8 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
         rmsnorm_backward_cuda(m->d_residual, grads + m->off.final_norm, m->d_normed,
                               m->residual[L], params + m->off.final_norm, m->final_rstd, T, C, s);
     }
+    // The table ends with the final norm and an untied LM head (model/params.c).
+    grads_ready(m, m->off.final_norm);
     for (int l = L - 1; l >= 0; l--) {
         const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
         LayerActivations *a = &m->layers[l];
@@ -521,11 +535,13 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
                                   m->residual[l], params + w[W_INPUT_NORM], a->ln1_rstd, T, C,
                                   s);
         }
+        grads_ready(m, w[W_INPUT_NORM]);  // a layer's first tensor in the table
     }
     {
         StageRange stage(m->timer, "bwd embedding");
         embedding_backward_cuda(grads + m->off.embed, m->d_residual, m->batch.token, T, C, s);
     }
+    grads_ready(m, 0);
 }
 
 double cuda_model_forward_backward(CudaModel *m, const void *params_bf16, float *grads,

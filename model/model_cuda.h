@@ -67,6 +67,15 @@ cudaStream_t cuda_model_stream(const CudaModel *m);
 // reproducible run to run; false accumulates dQ with atomics (faster).
 void cuda_model_set_deterministic(CudaModel *m, bool deterministic);
 
+// Data parallel: called during cuda_model_forward_backward's backward (on the host, as its
+// work is queued) each time this backward's contributions to grads[from, table total)
+// are complete on the model's stream: after the final norm (and an untied LM head), after
+// each layer, and last after the embedding with from 0, so that their all-reduce can run
+// behind the rest of the backward. Not called for a micro-batch without targets (its
+// gradients are all zero). NULL: none (the default).
+typedef void (*CudaGradsReady)(void *ctx, size_t from, cudaStream_t stream);
+void cuda_model_set_grads_ready(CudaModel *m, CudaGradsReady fn, void *ctx);
+
 // Logit rows per chunk of the loss head (tests: chunking must not change the result);
 // clamped to [1, the chunk the arena was sized for: at most CUDA_LOGIT_CHUNK_ELEMENTS logits, bf16].
 void cuda_model_set_logit_chunk_rows(CudaModel *m, int rows);

@@ -123,6 +123,57 @@ static double gpu_gradients(CudaModel *model, const void *params, float *grads_d
     return loss;
 }
 
+// cuda_model_set_grads_ready's calls during one backward: each snapshots grads[from, n)
+// on the model's stream into a buffer of its own, so afterwards every snapshot must equal
+// the final gradients bit for bit if the part was complete when named.
+enum { MAX_READY_CALLS = 8 };
+typedef struct {
+    const float *grads;  // [n] device: the backward's gradients
+    size_t n;
+    float *snapshot[MAX_READY_CALLS];  // [n] device each
+    size_t from[MAX_READY_CALLS];
+    int n_calls;
+} ReadySnapshots;
+
+static void snapshot_ready(void *ctx, size_t from, cudaStream_t stream) {
+    ReadySnapshots *r = (ReadySnapshots *)ctx;
+    CHECK(r->n_calls < MAX_READY_CALLS, "more than %d grads_ready calls", MAX_READY_CALLS);
+    CHECK(from <= r->n, "grads_ready from %zu past the %zu gradients", from, r->n);
+    float *snap = r->snapshot[r->n_calls];
+    cudaCheck(cudaMemcpyAsync(snap + from, r->grads + from, (r->n - from) * sizeof(float),
+                              cudaMemcpyDeviceToDevice, stream));
+    r->from[r->n_calls++] = from;
+}
+
+// One call per layer, one after the loss head and final norm, one after the embedding
+// (from 0), with from decreasing, and every part final when named.
+static void check_grads_ready(CudaModel *model, const ModelConfig *cfg, const void *params,
+                              float *grads_dev, size_t n, const ModelBatch *b, float loss_scale) {
+    ReadySnapshots r = {grads_dev, n, {}, {}, 0};
+    for (int i = 0; i < MAX_READY_CALLS; i++)
+        cudaCheck(cudaMalloc(&r.snapshot[i], n * sizeof(float)));
+    cudaCheck(cudaMemset(grads_dev, 0, n * sizeof(float)));
+    cuda_model_set_grads_ready(model, snapshot_ready, &r);
+    cuda_model_forward_backward(model, params, grads_dev, b, loss_scale);
+    cuda_model_set_grads_ready(model, NULL, NULL);
+    float *final_grads = (float *)xmalloc(n * sizeof(float)), *snap = (float *)xmalloc(n * sizeof(float));
+    cudaCheck(cudaMemcpy(final_grads, grads_dev, n * sizeof(float), cudaMemcpyDeviceToHost));
+    EXPECT(r.n_calls == cfg->num_hidden_layers + 2, "%d grads_ready calls for %d layers", r.n_calls,
+           cfg->num_hidden_layers);
+    bool decreasing = r.n_calls > 0 && r.from[r.n_calls - 1] == 0;
+    int stale = 0;
+    for (int i = 0; i < r.n_calls; i++) {
+        if (i > 0) decreasing = decreasing && r.from[i] < r.from[i - 1];
+        cudaCheck(cudaMemcpy(snap, r.snapshot[i], n * sizeof(float), cudaMemcpyDeviceToHost));
+        stale += memcmp(snap + r.from[i], final_grads + r.from[i], (n - r.from[i]) * sizeof(float)) != 0;
+    }
+    EXPECT(decreasing, "grads_ready parts decrease to 0");
+    EXPECT(stale == 0, "%d of %d grads_ready parts changed after they were named final", stale,
+           r.n_calls);
+    for (int i = 0; i < MAX_READY_CALLS; i++) cudaCheck(cudaFree(r.snapshot[i]));
+    free(final_grads), free(snap);
+}
+
 static void run_config(const char *label, const ModelConfig *cfg) {
     printf("config %s: V=%d C=%d F=%d L=%d H=%d KV=%d head_dim=%d %s head\n", label,
            cfg->vocab_size, cfg->hidden_size, cfg->intermediate_size, cfg->num_hidden_layers,
@@ -217,6 +268,7 @@ static void run_config(const char *label, const ModelConfig *cfg) {
     gpu_gradients(model, params_dev, grads_dev, grads_again, n, &dup.batch, loss_scale);
     EXPECT(memcmp(grads, grads_again, n * sizeof(float)) == 0,
           "deterministic gradients differ between two runs");
+    check_grads_ready(model, cfg, params_dev, grads_dev, n, &dup.batch, loss_scale);
 
     // Accumulation: a second call on the same buffer adds the same gradient again.
     cuda_model_forward_backward(model, params_dev, grads_dev, &dup.batch, loss_scale);

@@ -57,6 +57,11 @@ typedef struct {
     // Sums the accumulated gradients over comm's ranks in place (comm->sum_floats on
     // the backend's gradient buffer: host for cpu, device for cuda with NCCL's comm).
     void (*all_reduce_grads)(void *state, const DistComm *comm);
+    // The next forward_backward (a step's last micro-batch) hands each part of the
+    // gradients to comm->sum_floats_ready as its backward completes it, so the sums run
+    // behind the rest of the backward; all_reduce_grads then finishes them. NULL: the
+    // backend cannot (cpu); also a no-op for a comm without sum_floats_ready.
+    void (*reduce_grads_during_backward)(void *state, const DistComm *comm);
     void (*get_grads)(void *state, float *grads);  // grads [table.total] fp32
     double (*grad_norm)(void *state);              // L2 norm over all gradients
     // Clips the gradients to max_grad_norm (grad_norm is grad_norm()'s result) and

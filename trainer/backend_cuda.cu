@@ -28,6 +28,7 @@ struct CudaTrainer {
     float *master, *grad_norm, *weight_norm;
     AdamWState adamw;          // m, v: device, in optimizer; step: updates applied
     float *host_scalar;        // [1] pinned: a norm read back
+    const DistComm *reducing;  // the comm the backward hands its final gradients to, or NULL
 };
 
 // ops_cuda_init's process-wide scratch, shared by every live trainer.
@@ -153,13 +154,35 @@ static double cuda_forward(void *state, const ModelBatch *batch, float *losses) 
     return cuda_model_forward(t->model, t->weights, batch, losses);
 }
 
-// With NCCL's communicator: the bucketed all-reduce, ordered on the model's stream.
-static void cuda_all_reduce_grads(void *state, const DistComm *comm) {
-    CudaTrainer *t = (CudaTrainer *)state;
+static void check_device_comm(const DistComm *comm) {
     CHECK(comm->device || comm->world_size == 1,
           "the cuda backend's gradients are in device memory: a %d-rank host communicator "
           "cannot sum them", comm->world_size);
+}
+
+// With NCCL's communicator: the bucketed all-reduce, ordered on the model's stream; the
+// buckets the backward already started (cuda_reduce_grads_during_backward) are not
+// started again.
+static void cuda_all_reduce_grads(void *state, const DistComm *comm) {
+    CudaTrainer *t = (CudaTrainer *)state;
+    check_device_comm(comm);
+    CHECK(!t->reducing || t->reducing == comm, "all_reduce_grads: another comm's sums are running");
     comm->sum_floats(comm, t->grads, t->n, t->stream);
+    cuda_model_set_grads_ready(t->model, NULL, NULL);
+    t->reducing = NULL;
+}
+
+static void grads_ready(void *ctx, size_t from, cudaStream_t stream) {
+    CudaTrainer *t = (CudaTrainer *)ctx;
+    t->reducing->sum_floats_ready(t->reducing, t->grads, from, stream);
+}
+
+static void cuda_reduce_grads_during_backward(void *state, const DistComm *comm) {
+    CudaTrainer *t = (CudaTrainer *)state;
+    check_device_comm(comm);
+    if (!comm->sum_floats_ready) return;
+    t->reducing = comm;
+    cuda_model_set_grads_ready(t->model, grads_ready, t);
 }
 
 static void cuda_get_grads(void *state, float *grads) {
@@ -227,6 +250,7 @@ const TrainBackendOps *cuda_train_backend(void) {
     ops.forward_backward = cuda_forward_backward;
     ops.forward = cuda_forward;
     ops.all_reduce_grads = cuda_all_reduce_grads;
+    ops.reduce_grads_during_backward = cuda_reduce_grads_during_backward;
     ops.get_grads = cuda_get_grads;
     ops.grad_norm = cuda_grad_norm;
     ops.optimizer_step = cuda_optimizer_step;

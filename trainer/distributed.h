@@ -85,6 +85,11 @@ struct DistComm {
     // for NCCL's, ordered on `stream`, a cudaStream_t or NULL): each replaced by its sum
     // over the ranks. The gradient all-reduce (TrainBackendOps.all_reduce_grads).
     void (*sum_floats)(const DistComm *comm, float *values, size_t n, void *stream);
+    // Overlap with the backward (NCCL; NULL: not offered): values[from, n) of the next
+    // sum_floats call are final once the work queued on `stream` has run, so the sums of
+    // the parts inside may start now; sum_floats then sums the rest and returns the
+    // whole. Calls come with from decreasing.
+    void (*sum_floats_ready)(const DistComm *comm, float *values, size_t from, void *stream);
     bool device;  // sum_floats takes device memory (NCCL)
     void (*destroy)(DistComm *comm);  // NULL: nothing to free (dist_comm_free)
     void *ctx;

@@ -61,6 +61,7 @@ struct NcclComm {
     double *device_sum, *host_sum;   // [MAX_HOST_SUM] device / pinned: DistComm.sum
     const BucketPlan *plan;          // DistComm.sum_floats's buckets (nccl_dist_comm)
     size_t plan_total;               // the elements the plan's buckets cover
+    int next_bucket;                 // buckets [0, next_bucket) already started (overlap)
 };
 
 #define ncclCheck(call)                                                                    \
@@ -117,19 +118,40 @@ void nccl_comm_destroy(NcclComm *c) {
     free(c);
 }
 
-void nccl_all_reduce_buckets(NcclComm *c, float *grads, const BucketPlan *plan,
-                             cudaStream_t stream) {
+// Buckets [first, end) of plan, one grouped call, behind the work queued on `stream`.
+static void start_buckets(NcclComm *c, float *grads, const BucketPlan *plan, int first, int end,
+                          cudaStream_t stream) {
+    if (first >= end) return;
     cudaCheck(cudaEventRecord(c->ready, stream));
     cudaCheck(cudaStreamWaitEvent(c->stream, c->ready, 0));
     ncclCheck(g_nccl.group_start());
-    for (int b = 0; b < plan->n_buckets; b++) {
+    for (int b = first; b < end; b++) {
         float *at = grads + plan->buckets[b].offset;
         ncclCheck(g_nccl.all_reduce(at, at, plan->buckets[b].count, ncclFloat32, ncclSum, c->comm,
                                 c->stream));
     }
     ncclCheck(g_nccl.group_end());
+}
+
+void nccl_all_reduce_buckets(NcclComm *c, float *grads, const BucketPlan *plan,
+                             cudaStream_t stream) {
+    CHECK(c->next_bucket == 0 || plan == c->plan,
+          "nccl_all_reduce_buckets: another plan's buckets were started");
+    start_buckets(c, grads, plan, c->next_bucket, plan->n_buckets, stream);
+    c->next_bucket = 0;
     cudaCheck(cudaEventRecord(c->reduced, c->stream));
     cudaCheck(cudaStreamWaitEvent(stream, c->reduced, 0));
+}
+
+// The plan's buckets run in reverse table order, so those wholly inside [from, total)
+// are the next ones not yet started.
+static void nccl_sum_floats_ready(const DistComm *comm, float *values, size_t from,
+                                  void *stream) {
+    NcclComm *c = (NcclComm *)comm->ctx;
+    int end = c->next_bucket;
+    while (end < c->plan->n_buckets && c->plan->buckets[end].offset >= from) end++;
+    start_buckets(c, values, c->plan, c->next_bucket, end, (cudaStream_t)stream);
+    c->next_bucket = end;
 }
 
 static void nccl_sum(const DistComm *comm, double *values, int n) {
@@ -161,6 +183,7 @@ DistComm nccl_dist_comm(NcclComm *c, const BucketPlan *plan) {
     d.world_size = c->world_size;
     d.sum = nccl_sum;
     d.sum_floats = nccl_sum_floats;
+    d.sum_floats_ready = nccl_sum_floats_ready;
     d.device = true;
     d.ctx = c;
     return d;

@@ -4,9 +4,11 @@
 // One communicator per process, its all-reduces on a side stream of their own.
 //
 // Status: the training step's gradient all-reduce on the CUDA backend (`train run` with
-// several ranks). Checked at world size 1 only (tests/test_nccl_cuda.cu: the reduced
-// gradients and sums equal the inputs bit for bit, and a train_step through this
-// communicator equals one without it); not run on several GPUs.
+// several ranks), each bucket started as the last micro-batch's backward completes it
+// (cuda_model_set_grads_ready). Checked at world size 1 only (tests/test_nccl_cuda.cu:
+// the reduced gradients and sums equal the inputs bit for bit, and a train_step through
+// this communicator equals one without it; test_model_cuda: every part the backward
+// names final is final); not run on several GPUs.
 #pragma once
 #include <stddef.h>
 #include <cuda_runtime_api.h>
@@ -29,7 +31,8 @@ void nccl_comm_destroy(NcclComm *c);
 // Sums grads (device, fp32, the plan's flat buffer) over the ranks in place: one
 // all-reduce per bucket, in the plan's order, grouped, on the communicator's stream,
 // which first waits for the work queued on `stream` (the backward's); `stream` then waits
-// for the reduction. Returns at once (nothing is synchronised on the host). NCCL adds in
+// for the reduction. Buckets that DistComm.sum_floats_ready started during the backward
+// are not started again. Returns at once (nothing is synchronised on the host). NCCL adds in
 // its own order (its ring or tree), the same run to run for one topology and NCCL
 // version, not rank order as the TCP communicator does.
 void nccl_all_reduce_buckets(NcclComm *c, float *grads, const BucketPlan *plan,
@@ -38,7 +41,8 @@ void nccl_all_reduce_buckets(NcclComm *c, float *grads, const BucketPlan *plan,
 // The step's reductions through the communicator: DistComm.sum's values go to the
 // device, are summed in fp64 and come back (synchronous); DistComm.sum_floats is
 // nccl_all_reduce_buckets of plan's buffer (device memory, plan->buckets covering it;
-// the plan must outlive the DistComm).
+// the plan must outlive the DistComm), DistComm.sum_floats_ready starts the buckets
+// wholly inside the final part as the backward produces it.
 DistComm nccl_dist_comm(NcclComm *c, const BucketPlan *plan);
 
 #ifdef __cplusplus

@@ -5,15 +5,25 @@
 
 #include "common/check.h"
 
-double train_step_forward_backward(const TrainBackendOps *ops, void *backend,
-                                   const MicroBatches *mb, float loss_scale) {
+// comm not NULL: the last micro-batch's backward starts the gradients' sums over the
+// ranks as it completes them (the backend's reduce_grads_during_backward, if it has one).
+static double micro_batches_forward_backward(const TrainBackendOps *ops, void *backend,
+                                             const MicroBatches *mb, float loss_scale,
+                                             const DistComm *comm) {
     ops->zero_grads(backend);
     double sum = 0.0;
     for (int i = 0; i < mb->n_micro; i++) {
         const ModelBatch batch = micro_batch(mb, i);
+        if (comm && i == mb->n_micro - 1 && ops->reduce_grads_during_backward)
+            ops->reduce_grads_during_backward(backend, comm);
         sum += ops->forward_backward(backend, &batch, loss_scale);
     }
     return sum;
+}
+
+double train_step_forward_backward(const TrainBackendOps *ops, void *backend,
+                                   const MicroBatches *mb, float loss_scale) {
+    return micro_batches_forward_backward(ops, backend, mb, loss_scale, NULL);
 }
 
 double train_step_forward(const TrainBackendOps *ops, void *backend, const MicroBatches *mb,
@@ -33,8 +43,8 @@ int train_step(const TrainBackendOps *ops, void *backend, const MicroBatches *mb
                double max_grad_norm, StepOutcome *out, char *err, size_t err_len) {
     const long long step_trained = dist_step_trained_tokens(comm, trained_tokens);
     CHECK(step_trained > 0, "a step of %lld trained tokens", step_trained);
-    const double ce_sum = train_step_forward_backward(ops, backend, mb,
-                                                      (float)(1.0 / (double)step_trained));
+    const double ce_sum = micro_batches_forward_backward(
+        ops, backend, mb, (float)(1.0 / (double)step_trained), comm);
     ops->all_reduce_grads(backend, comm);
     out->loss = dist_step_ce_sum(comm, ce_sum) / (double)step_trained;
     if (!isfinite(out->loss))

@@ -27,7 +27,8 @@ typedef struct {
 // One optimizer step on this rank's micro-batches of a step, trained_tokens of its
 // targets on this rank: forward+backward with the loss normalised by the step's trained
 // tokens over comm's ranks (> 0; DESIGN §5), the gradients summed over the ranks
-// (ops->all_reduce_grads: every rank then holds the same gradients and takes the same
+// (started during the last micro-batch's backward where the backend and comm can, then
+// ops->all_reduce_grads: every rank then holds the same gradients and takes the same
 // update), the gradient norm, then AdamW with h (h->lr this step's rate) on the
 // gradients clipped to max_grad_norm.
 // Returns 0, or -1 with a message when the loss, a gradient or (after the update) a

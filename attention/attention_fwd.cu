@@ -273,13 +273,30 @@ __device__ __forceinline__ void store_out_lse(const FwdParams &p, const FwdBlock
 
 // ---------------------------------------------------------------- producer
 
+// The Q tiles of one work item onto full_q (lane 0 issues).
+template <int D>
+__device__ __forceinline__ void load_q(FwdSmem<D> &smem, const FwdParams &p, const FwdBlock &blk) {
+    typedef FwdConfig<D> C;
+    mbar_arrive_expect_tx(&smem.sync.full_q, C::Q_TILES * BM * D * (int)sizeof(bf16));
+#pragma unroll
+    for (int t = 0; t < C::Q_TILES; t++)
+#pragma unroll
+        for (int c = 0; c < D / 64; c++)
+            tma_load_3d(smem.q[t] + c * BM * 64, &p.map_q, blk.head * D + 64 * c, (blk.q_tile0 + t) * BM, blk.batch,
+                        &smem.sync.full_q);
+}
+
 // Warp 0 of the last warpgroup produces, the other warpgroups consume. Per work item the
 // producer walks the merged lists (every lane the same walk, in registers) and, per step
 // j, waits until K slot j % LEAD is free, publishes the step there and has the copy
 // engine bring K(j) (TMA, 128-byte swizzle; a missing tile is read past the tensor's end,
-// as zeros) while its lanes copy the intervals, then the same for V in its slot; the Q
-// tiles after the first step's (their buffer frees up last). The walk's end is
-// published as a done step.
+// as zeros) while its lanes copy the intervals, then the same for V in its slot. The walk's
+// end is published as a done step. With one item per block the Q tiles go before K(0)
+// and the step loop holds no Q code (at D = 64 the producer shares an SM sub-partition's
+// issue slots with two consumer warps: each instruction per step counts, and 40 registers
+// did not hold the Q load's operands across the loop); with more, each item's Q goes
+// after its first step's K and V (the buffer frees up last, when the consumers end the
+// item before).
 template <int D>
 __device__ __forceinline__ void produce(FwdSmem<D> &smem, const FwdParams &p) {
     typedef FwdConfig<D> C;
@@ -287,17 +304,21 @@ __device__ __forceinline__ void produce(FwdSmem<D> &smem, const FwdParams &p) {
     FwdSync<D> &sync = smem.sync;
     const AttnDims &d = p.dims;
     const int l = lane_id();
-    int j = 0, jv = 0, n_q = 0;  // steps, steps with keys, Q loads, over the block's items
+    int j = 0, n_q = 0;  // steps (each item's done step included) and Q loads, over the block's items
     #pragma unroll 1
-    for (int k = 0; k < FwdConfig<D>::ITEMS && fwd_item<D>(d, k) >= 0; k++) {
-        const int item = fwd_item<D>(d, k);
-        const FwdBlock blk = fwd_block<D>(d, item);
+    for (int k = 0; k < C::ITEMS && fwd_item<D>(d, k) >= 0; k++) {
+        const FwdBlock blk = fwd_block<D>(d, fwd_item<D>(d, k));
         const int32_t *lo = p.mask.lo + (int64_t)blk.batch * d.seq_len;
         const int32_t *hi = p.mask.hi + (int64_t)blk.batch * d.seq_len;
         MergedLines<C::Q_TILES> walk;
         walk.init(p.mask.by_query, blk.batch, blk.q_tile0);
-        for (bool first = true;; first = false, j++, jv++) {
-            const FwdStep<D> step = next_step<D>(walk);
+        FwdStep<D> step = next_step<D>(walk);
+        if (C::ITEMS == 1 && !step.done()) {
+            if (l == 0) load_q(smem, p, blk);
+            n_q++;
+        }
+        for (bool first = true;; first = false, j++, step = next_step<D>(walk)) {
+            const int jv = j - k;  // steps with keys: each earlier item ended with one done step
             const int ks = j % LEAD, vs = jv % (LEAD + 1);
             if (j >= LEAD) mbar_wait(&sync.empty_k[ks], (j / LEAD + 1) & 1);
             if (l == 0) {
@@ -339,17 +360,9 @@ __device__ __forceinline__ void produce(FwdSmem<D> &smem, const FwdParams &p) {
                                     k0, blk.batch, &sync.full_v[vs]);
                 }
             }
-            if (first) {
+            if (C::ITEMS > 1 && first) {
                 if (n_q >= 1) mbar_wait(&sync.empty_q, (n_q - 1) & 1);
-                if (l == 0) {
-                    mbar_arrive_expect_tx(&sync.full_q, C::Q_TILES * BM * D * (int)sizeof(bf16));
-#pragma unroll
-                    for (int t = 0; t < C::Q_TILES; t++)
-#pragma unroll
-                        for (int c = 0; c < D / 64; c++)
-                            tma_load_3d(smem.q[t] + c * BM * 64, &p.map_q, blk.head * D + 64 * c,
-                                        (blk.q_tile0 + t) * BM, blk.batch, &sync.full_q);
-                }
+                if (l == 0) load_q(smem, p, blk);
                 n_q++;
             }
         }
@@ -397,10 +410,12 @@ __device__ __forceinline__ void consume(FwdSmem<D> &smem, const FwdParams &p, in
             wgmma::wait<0>();
             wgmma::pin(s);
             mask_step<D>(s, step, wg, smem.ring, ks, d.seq_len, q_row);
+        }
+        mbar_arrive(&sync.empty_k[ks]);
+        if (any_key) {
             softmax.update(s, d.scale_log2, rescale);
             acc_to_a<KEYS>(p_frag, s);  // O is still 0: no rescale
         }
-        mbar_arrive(&sync.empty_k[ks]);
         j++;
         // Step j's P is in p_frag. The wgmma sequences carry no branch between issue and
         // wait (ptxas serializes them otherwise), so the last step's P V is peeled off.

@@ -155,15 +155,22 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&
         wgmma::mma_rs<D, 1>(o, p_frag[kk], wgmma::desc_mn_major(t_v, KEYS, 16 * kk, 0), true);
 }
 
-// The hidden scores of a step whose K slot is `ks`, for the query tile of warpgroup wg.
+// The hidden scores of a step whose K slot is `ks`, for the query tile of warpgroup wg:
+// mask_tile's cases, but a tile the warpgroup's lists do not show goes through the
+// per-element test too, as a query row that no key admits. With mask_tile's separate
+// -inf fill the scores reached the softmax through a three-way merge that ptxas did not
+// coalesce: 64 register moves per step on the common path (full tiles, nothing to mask).
 template <int D>
 __device__ __forceinline__ void mask_step(float (&s)[FwdConfig<D>::STEP_TILES * BN / 8][4], const FwdStep<D> &step,
                                           int wg, const FwdRing<D> &ring, int ks, int seq_len, int q_row) {
+    constexpr int NO_ROW = INT_MIN / 2;  // below every lo, also NO_ROW + 8
 #pragma unroll
     for (int t = 0; t < FwdConfig<D>::STEP_TILES; t++) {
         const TileStep<FwdConfig<D>::Q_TILES> &tile = step.tile[t];
-        mask_tile(s, tile.of(wg), !tile.done() && ragged_tile(tile.tile, seq_len), ring.lo[ks] + t * BN,
-                  ring.hi[ks] + t * BN, q_row, t * BN / 8);
+        const TileClass cls = tile.of(wg);
+        if (cls == TileClass::Full && !(!tile.done() && ragged_tile(tile.tile, seq_len))) continue;
+        mask_scores(s, ring.lo[ks] + t * BN, ring.hi[ks] + t * BN, cls == TileClass::Empty ? NO_ROW : q_row,
+                    t * BN / 8);
     }
 }
 

@@ -155,15 +155,22 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&
         wgmma::mma_rs<D, 1>(o, p_frag[kk], wgmma::desc_mn_major(t_v, KEYS, 16 * kk, 0), true);
 }
 
-// The hidden scores of a step whose K slot is `ks`, for the query tile of warpgroup wg.
+// The hidden scores of a step whose K slot is `ks`, for the query tile of warpgroup wg:
+// mask_tile's cases, but a tile the warpgroup's lists do not show goes through the
+// per-element test too, as a query row that no key admits. With mask_tile's separate
+// -inf fill the scores reached the softmax through a three-way merge that ptxas did not
+// coalesce: 64 register moves per step on the common path (full tiles, nothing to mask).
 template <int D>
 __device__ __forceinline__ void mask_step(float (&s)[FwdConfig<D>::STEP_TILES * BN / 8][4], const FwdStep<D> &step,
                                           int wg, const FwdRing<D> &ring, int ks, int seq_len, int q_row) {
+    constexpr int NO_ROW = INT_MIN / 2;  // below every lo, also NO_ROW + 8
 #pragma unroll
     for (int t = 0; t < FwdConfig<D>::STEP_TILES; t++) {
         const TileStep<FwdConfig<D>::Q_TILES> &tile = step.tile[t];
-        mask_tile(s, tile.of(wg), !tile.done() && ragged_tile(tile.tile, seq_len), ring.lo[ks] + t * BN,
-                  ring.hi[ks] + t * BN, q_row, t * BN / 8);
+        const TileClass cls = tile.of(wg);
+        if (cls == TileClass::Full && !(!tile.done() && ragged_tile(tile.tile, seq_len))) continue;
+        mask_scores(s, ring.lo[ks] + t * BN, ring.hi[ks] + t * BN, cls == TileClass::Empty ? NO_ROW : q_row,
+                    t * BN / 8);
     }
 }
 
@@ -286,22 +293,72 @@ __device__ __forceinline__ void load_q(FwdSmem<D> &smem, const FwdParams &p, con
                         &smem.sync.full_q);
 }
 
-// Warp 0 of the last warpgroup produces, the other warpgroups consume. Per work item the
-// producer walks the merged lists (every lane the same walk, in registers) and, per step
-// j, waits until K slot j % LEAD is free, publishes the step there and has the copy
-// engine bring K(j) (TMA, 128-byte swizzle; a missing tile is read past the tensor's end,
-// as zeros) while its lanes copy the intervals, then the same for V in its slot. The walk's
-// end is published as a done step. With one item per block the Q tiles go before K(0)
-// and the step loop holds no Q code (at D = 64 the producer shares an SM sub-partition's
-// issue slots with two consumer warps: each instruction per step counts, and 40 registers
-// did not hold the Q load's operands across the loop); with more, each item's Q goes
-// after its first step's K and V (the buffer frees up last, when the consumers end the
-// item before).
+// One step j of a work item (jv: the steps with keys before it, over the block): waits
+// until K slot j % LEAD is free, publishes the step there and has the copy engine bring
+// K(j) (TMA, 128-byte swizzle; a missing tile is read past the tensor's end, as zeros)
+// while the lanes copy the intervals, then the same for V in slot jv % (LEAD + 1). A done
+// step is only published. Returns whether the step had keys.
 template <int D>
-__device__ __forceinline__ void produce(FwdSmem<D> &smem, const FwdParams &p) {
+__device__ __forceinline__ bool produce_step(FwdSmem<D> &smem, const FwdParams &p, const FwdBlock &blk,
+                                             const int32_t *lo, const int32_t *hi, const FwdStep<D> &step, int j,
+                                             int jv) {
     typedef FwdConfig<D> C;
     constexpr int LEAD = C::LEAD, KEYS = C::STEP_TILES * BN, STEP_BYTES = KEYS * D * (int)sizeof(bf16);
     FwdSync<D> &sync = smem.sync;
+    const AttnDims &d = p.dims;
+    const int l = lane_id();
+    const int ks = j % LEAD, vs = jv % (LEAD + 1);
+    if (j >= LEAD) mbar_wait(&sync.empty_k[ks], (j / LEAD + 1) & 1);
+    if (l == 0) {
+        sync.step[ks] = step;
+        mbar_arrive_expect_tx(&sync.full_k[ks], step.done() ? 0 : STEP_BYTES);
+    }
+    if (!step.done()) {
+#pragma unroll
+        for (int t = 0; t < C::STEP_TILES; t++) {
+            const bool missing = step.tile[t].done();
+            const int k0 = missing ? d.s_pad : step.tile[t].tile * BN;
+            if (l == 0)
+#pragma unroll
+                for (int c = 0; c < D / 64; c++)
+                    tma_load_3d(smem.ring.k[ks] + c * KEYS * 64 + t * BN * 64, &p.map_k, blk.kv_head * D + 64 * c, k0,
+                                blk.batch, &sync.full_k[ks]);
+#pragma unroll
+            for (int i = l; i < BN; i += 32) {
+                const bool valid = k0 + i < d.seq_len;
+                cp_async4(smem.ring.lo[ks] + t * BN + i, lo + (valid ? k0 + i : 0), valid);
+                cp_async4(smem.ring.hi[ks] + t * BN + i, hi + (valid ? k0 + i : 0), valid);
+            }
+        }
+    }
+    mbar_arrive_cp_async(&sync.full_k[ks]);
+    if (step.done()) return false;
+    if (jv >= LEAD + 1) mbar_wait(&sync.empty_v[vs], (jv / (LEAD + 1) + 1) & 1);
+    if (l == 0) {
+        mbar_arrive_expect_tx(&sync.full_v[vs], STEP_BYTES);
+#pragma unroll
+        for (int t = 0; t < C::STEP_TILES; t++) {
+            const int k0 = step.tile[t].done() ? d.s_pad : step.tile[t].tile * BN;
+#pragma unroll
+            for (int c = 0; c < D / 64; c++)
+                tma_load_3d(smem.ring.v[vs] + c * KEYS * 64 + t * BN * 64, &p.map_v, blk.kv_head * D + 64 * c, k0,
+                            blk.batch, &sync.full_v[vs]);
+        }
+    }
+    return true;
+}
+
+// Warp 0 of the last warpgroup produces, the other warpgroups consume. Per work item the
+// producer walks the merged lists (every lane the same walk, in registers) and produces
+// its steps; the walk's end is published as a done step. The block's first Q tiles go
+// before K(0) (nothing waits for their buffer), a later item's after its first step's K
+// and V (the buffer frees up last, when the consumers end the item before). That first
+// step is peeled off the step loop, which so holds no Q code: the producer shares an SM
+// sub-partition's issue slots with two consumer warps, so each instruction per step
+// counts (at D = 64 most: its steps are half as long).
+template <int D>
+__device__ __forceinline__ void produce(FwdSmem<D> &smem, const FwdParams &p) {
+    typedef FwdConfig<D> C;
     const AttnDims &d = p.dims;
     const int l = lane_id();
     int j = 0, n_q = 0;  // steps (each item's done step included) and Q loads, over the block's items
@@ -312,59 +369,22 @@ __device__ __forceinline__ void produce(FwdSmem<D> &smem, const FwdParams &p) {
         const int32_t *hi = p.mask.hi + (int64_t)blk.batch * d.seq_len;
         MergedLines<C::Q_TILES> walk;
         walk.init(p.mask.by_query, blk.batch, blk.q_tile0);
-        FwdStep<D> step = next_step<D>(walk);
-        if (C::ITEMS == 1 && !step.done()) {
+        const bool q_early = C::ITEMS == 1 || k == 0;
+        const FwdStep<D> step0 = next_step<D>(walk);
+        if (q_early && !step0.done() && l == 0) load_q(smem, p, blk);
+        // jv = j - k: each earlier item ended with one done step.
+        bool keys = produce_step(smem, p, blk, lo, hi, step0, j, j - k);
+        j++;
+        if (!keys) continue;
+        if (!q_early) {
+            if (n_q >= 1) mbar_wait(&smem.sync.empty_q, (n_q - 1) & 1);
             if (l == 0) load_q(smem, p, blk);
-            n_q++;
         }
-        for (bool first = true;; first = false, j++, step = next_step<D>(walk)) {
-            const int jv = j - k;  // steps with keys: each earlier item ended with one done step
-            const int ks = j % LEAD, vs = jv % (LEAD + 1);
-            if (j >= LEAD) mbar_wait(&sync.empty_k[ks], (j / LEAD + 1) & 1);
-            if (l == 0) {
-                sync.step[ks] = step;
-                mbar_arrive_expect_tx(&sync.full_k[ks], step.done() ? 0 : STEP_BYTES);
-            }
-            if (!step.done()) {
-#pragma unroll
-                for (int t = 0; t < C::STEP_TILES; t++) {
-                    const bool missing = step.tile[t].done();
-                    const int k0 = missing ? d.s_pad : step.tile[t].tile * BN;
-                    if (l == 0)
-#pragma unroll
-                        for (int c = 0; c < D / 64; c++)
-                            tma_load_3d(smem.ring.k[ks] + c * KEYS * 64 + t * BN * 64, &p.map_k,
-                                        blk.kv_head * D + 64 * c, k0, blk.batch, &sync.full_k[ks]);
-#pragma unroll
-                    for (int i = l; i < BN; i += 32) {
-                        const bool valid = k0 + i < d.seq_len;
-                        cp_async4(smem.ring.lo[ks] + t * BN + i, lo + (valid ? k0 + i : 0), valid);
-                        cp_async4(smem.ring.hi[ks] + t * BN + i, hi + (valid ? k0 + i : 0), valid);
-                    }
-                }
-            }
-            mbar_arrive_cp_async(&sync.full_k[ks]);
-            if (step.done()) {
-                j++;
-                break;
-            }
-            if (jv >= LEAD + 1) mbar_wait(&sync.empty_v[vs], (jv / (LEAD + 1) + 1) & 1);
-            if (l == 0) {
-                mbar_arrive_expect_tx(&sync.full_v[vs], STEP_BYTES);
-#pragma unroll
-                for (int t = 0; t < C::STEP_TILES; t++) {
-                    const int k0 = step.tile[t].done() ? d.s_pad : step.tile[t].tile * BN;
-#pragma unroll
-                    for (int c = 0; c < D / 64; c++)
-                        tma_load_3d(smem.ring.v[vs] + c * KEYS * 64 + t * BN * 64, &p.map_v, blk.kv_head * D + 64 * c,
-                                    k0, blk.batch, &sync.full_v[vs]);
-                }
-            }
-            if (C::ITEMS > 1 && first) {
-                if (n_q >= 1) mbar_wait(&sync.empty_q, (n_q - 1) & 1);
-                if (l == 0) load_q(smem, p, blk);
-                n_q++;
-            }
+        n_q++;
+        for (FwdStep<D> step = next_step<D>(walk);; step = next_step<D>(walk)) {
+            keys = produce_step(smem, p, blk, lo, hi, step, j, j - k);
+            j++;
+            if (!keys) break;
         }
     }
 }

@@ -147,6 +147,25 @@ __device__ __forceinline__ void tma_load_3d(void *dst, const CUtensorMap *map, i
         : "memory");
 }
 
+// A [ROWS x D] bf16 tile of one head (columns head * D ..) of a tensor map, rows row0 ..,
+// as D / 64 boxes into a 128-byte-swizzled shared tile (the layout load_tile_swizzled
+// writes); its bytes complete a transaction on `bar`.
+template <int ROWS, int D>
+__device__ __forceinline__ void tma_load_tile(bf16 *tile, const CUtensorMap *map, int head, int row0, int batch,
+                                              uint64_t *bar) {
+#pragma unroll
+    for (int c = 0; c < D / 64; c++) tma_load_3d(tile + c * ROWS * 64, map, head * D + 64 * c, row0, batch, bar);
+}
+
+// `bytes` contiguous bytes global -> shared by the copy engine (both 16-byte aligned, a
+// multiple of 16), completing a transaction on `bar`.
+__device__ __forceinline__ void bulk_load(void *dst, const void *src, int bytes, uint64_t *bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
+                 : "memory");
+}
+
 // Register reallocation between the warpgroups of a warp-specialised block (each
 // warpgroup as a whole): a producer gives registers back, consumers take them.
 template <int N>

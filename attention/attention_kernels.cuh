@@ -15,8 +15,8 @@
 // dynamic allocation, whose size is sizeof the struct. No kernel declares a static
 // __shared__ variable, so the allocation starts at the base of the block's shared window,
 // which is 1024-byte aligned as the swizzled tiles' alignas(1024) members need.
-// Shared tiles use the 128-byte swizzle and are filled by cp.async (the forward's by TMA,
-// which writes the same layout); products are bf16 with fp32 accumulators; softmax runs
+// Shared tiles use the 128-byte swizzle and are filled by cp.async (the forward's and the
+// dK/dV kernel's by TMA, which writes the same layout); products are bf16 with fp32 accumulators; softmax runs
 // in base 2; P and dS stay in registers as the A operand of the next product. Every
 // kernel works in warpgroups whose warp w holds rows 16w..16w+15 of each 64-row tile
 // (queries in the forward and the dQ pass, keys in the dK/dV pass), so row reductions

@@ -1,11 +1,13 @@
 // Block-sparse flash-attention backward on Hopper wgmma (sm_90a): the pre-pass
 // D = rowsum(dO * O), dK/dV over the key-major tile lists with dQ added by bulk fp32
 // reductions (fast mode), or a query-major dQ pass for bitwise-reproducible gradients
-// (deterministic mode), then the small conversion passes. Parts, in order: params and
-// workspace (BwdParams, bwd_params, BwdWorkspace), the pre-pass, the products both passes
-// recompute, the dK/dV kernel (shared memory, scheduler, gradient element work, the dQ
-// staging and reduction, the dK/dV epilogue, the kernel), the dQ kernel, the conversion
-// kernels, and the host entry. Shared pieces: attention_kernels.cuh.
+// (deterministic mode), then the small conversion passes. The dK/dV kernel is
+// warp-specialised as the forward: a producer warp brings the query tiles (TMA) onto
+// mbarriers, two consumer warpgroups compute. Parts, in order: params and workspace
+// (BwdParams, bwd_params, BwdWorkspace), the pre-pass, the products both passes
+// recompute, the dK/dV kernel (shared memory, scheduler, producer, gradient element work,
+// the dQ staging and reduction, the dK/dV epilogue, the consumer, the kernel), the dQ
+// kernel, the conversion kernels, and the host entry. Shared pieces: attention_kernels.cuh.
 #include "attention/attention_kernels.cuh"
 
 #include <type_traits>
@@ -48,6 +50,7 @@ struct BwdParams : AttnInputs {
     const float *lse;
     bf16 *dq, *dk, *dv;
     BwdWorkspace ws;
+    CUtensorMap map_q, map_k, map_v, map_dout;  // TMA descriptors of the dK/dV kernel's tiles
 };
 
 BwdParams bwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q, const bf16 *k,
@@ -65,6 +68,11 @@ BwdParams bwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q
           "attention_backward_cuda: workspace %p must be non-null and %zu-byte aligned", workspace,
           WORKSPACE_ALIGNMENT);
     p.ws = bwd_workspace(p.dims, deterministic, workspace);
+    const AttnDims &d = p.dims;
+    p.map_q = tensor_map_bf16(q, d.q_row_stride, d.seq_len, d.batch, d.q_row_stride, d.q_batch_stride);
+    p.map_dout = tensor_map_bf16(dout, d.q_row_stride, d.seq_len, d.batch, d.q_row_stride, d.q_batch_stride);
+    p.map_k = tensor_map_bf16(k, d.kv_row_stride, d.seq_len, d.batch, d.kv_row_stride, d.kv_batch_stride);
+    p.map_v = tensor_map_bf16(v, d.kv_row_stride, d.seq_len, d.batch, d.kv_row_stride, d.kv_batch_stride);
     return p;
 }
 
@@ -104,9 +112,9 @@ __global__ void attn_bwd_prep_kernel(const __grid_constant__ BwdParams p) {
 // Issues both recomputed products of a backward step as two wgmma groups, s first:
 // s = A_s B_s^T and dp = A_dp B_dp^T over head_dim, every operand a 64-row swizzled tile
 // read K-major (the dK/dV pass: S^T = K Q^T, dP^T = V dO^T; the dQ pass: S = Q K^T,
-// dP = dO V^T). The callers issue the next tile's copies while they run, then wait for
-// both (landing s alone with wait<1>, so that its exponentials overlap dp, was slower:
-// docs/KERNEL_NOTES.md, v19).
+// dP = dO V^T). The dQ pass issues the next tile's copies while they run; both callers
+// then wait for both (landing s alone with wait<1>, so that its exponentials overlap dp,
+// was slower in lock step: docs/KERNEL_NOTES.md, v19).
 template <int D>
 __device__ __forceinline__ void issue_s_dp(float (&s)[BN / 8][4], float (&dp)[BN / 8][4], const bf16 *a_s,
                                            const bf16 *b_s, const bf16 *a_dp, const bf16 *b_dp) {
@@ -124,21 +132,21 @@ __device__ __forceinline__ void issue_s_dp(float (&s)[BN / 8][4], float (&dp)[BN
     wgmma::commit();
 }
 
-// ---------------------------------------------------------------- dK/dV: stage barriers
-
-// The dK/dV block's query stages are tracked by mbarriers (attention_kernels.cuh), so
-// that its warpgroups need not meet at a block barrier: a stage is full when every
-// thread's copies into it have landed, empty when every warp is done reading it.
-
 // ---------------------------------------------------------------- dK/dV: layout
 
-// The dK/dV block: two warpgroups, warpgroup g owning key tile 2j + g of the block's pair
-// (128 keys), both walking the merged key-major lists of the pair. Sharing the query
-// tiles halves their loads per key. In fast mode each warpgroup adds the dQ of its own 64
-// keys, so neither waits for the other's dS^T (twice the reduction bytes of a dQ summed
-// over the pair: docs/KERNEL_NOTES.md, v24).
+// The dK/dV block: two consumer warpgroups, warpgroup g owning key tile 2j + g of the
+// block's pair (128 keys), both reading the query tiles of the merged key-major lists of
+// the pair, and a producer warpgroup of which one thread walks those lists and has the
+// copy engine load the tiles (`setmaxnreg`: the producer's warpgroup 24 registers, the
+// consumers 240). Sharing the query tiles halves their loads per key. In fast mode each
+// warpgroup adds the dQ of its own 64 keys, so neither waits for the other's dS^T (twice
+// the reduction bytes of a dQ summed over the pair: docs/KERNEL_NOTES.md, v24).
 constexpr int DKDV_KEY_TILES = 2;
-constexpr int DKDV_THREADS = DKDV_KEY_TILES * NUM_THREADS;
+constexpr int DKDV_THREADS = (DKDV_KEY_TILES + 1) * NUM_THREADS;  // the consumers, then the producer's warpgroup
+constexpr int DKDV_PRODUCER_REGS = 24, DKDV_CONSUMER_REGS = 240;
+static_assert((DKDV_KEY_TILES * DKDV_CONSUMER_REGS + DKDV_PRODUCER_REGS) * NUM_THREADS <=
+                  DKDV_THREADS * (65536 / DKDV_THREADS / 8 * 8),
+              "the reallocation keeps the block's registers at launch (65536 per SM, in eights per thread)");
 typedef TileStep<DKDV_KEY_TILES> DkdvStep;
 
 // Fast mode's dQ accumulator keeps each 64-row query tile ([64 x head_dim] fp32, at the
@@ -164,7 +172,10 @@ struct DqStaging {
 struct NoDqStaging {};
 
 // K and V of the key pair stay resident; Q, dO and the per-query rows go through STAGES
-// buffers, each with a full and an empty barrier.
+// stages: step n (of the walk, the closing done step included) in stage n % STAGES, its
+// TileStep published there by the producer, with a full barrier (the producer's arrival
+// and the copies' bytes; step 0's also covers the key pair) and an empty one (every
+// consumer warp is done with the stage).
 template <int D, bool ATOMIC_DQ, int STAGES>
 struct DkdvSmemStages {
     alignas(1024) bf16 k[DKDV_KEY_TILES][BN * D];  // swizzled
@@ -172,14 +183,15 @@ struct DkdvSmemStages {
     alignas(1024) bf16 q[STAGES][BM * D];
     alignas(1024) bf16 dout[STAGES][BM * D];
     typename std::conditional<ATOMIC_DQ, DqStaging, NoDqStaging>::type dq;
-    float lse2[STAGES][BM], dsum[STAGES][BM];
-    uint64_t full[STAGES], empty[STAGES];  // mbarriers: DKDV_THREADS copiers, 2 * NUM_WARPS readers
+    alignas(16) float lse2[STAGES][BM];  // bulk-copy destinations
+    alignas(16) float dsum[STAGES][BM];
+    DkdvStep step[STAGES];
+    uint64_t full[STAGES], empty[STAGES];  // mbarriers: 1 producer arrival + bytes, 2 * NUM_WARPS readers
 };
 
-// Three stages where they fit (every configuration; 227 KiB is the bound): a warpgroup may
-// then run up to about a step ahead of the other (which copies its half of the next tile
-// during its current step); with two, hardly at all, since refilling the next stage waits
-// for the other warpgroup's release of the step before.
+// Three stages where they fit (every configuration; 227 KiB is the bound), so the
+// producer can run two tiles ahead and a warpgroup up to about two steps ahead of the
+// other.
 template <int D, bool ATOMIC_DQ>
 constexpr int DKDV_STAGES = sizeof(DkdvSmemStages<D, ATOMIC_DQ, 3>) <= MAX_SMEM_PER_BLOCK ? 3 : 2;
 template <int D, bool ATOMIC_DQ>
@@ -202,37 +214,52 @@ __device__ __forceinline__ DkdvBlock dkdv_block(const AttnDims &d) {
 
 dim3 dkdv_grid(const AttnDims &d) { return dim3(d.n_heads, n_tiles(d.n_k_tiles, DKDV_KEY_TILES), d.batch); }
 
-// ---------------------------------------------------------------- dK/dV: main-loop pieces
+// ---------------------------------------------------------------- dK/dV: producer
 
-// Both key tiles of the block (K and V, resident for the whole walk).
+// Thread 0 of the producer's warpgroup: walks the merged key-major lists of the pair and,
+// per step n, waits until stage n % STAGES is free (step n - STAGES released by every
+// consumer warp), publishes the step there and has the copy engine bring the query tile's
+// Q and dO (TMA, 128-byte swizzle, zeros past seq_len) and its lse2/dsum rows (bulk
+// copies; padded, always in range) onto the stage's full barrier; step 0 also brings the
+// key pair (a missing second tile reads zeros past the end). The walk's end is published
+// as a done step; keys nobody sees load nothing.
 template <int D, bool ATOMIC_DQ, int STAGES>
-__device__ __forceinline__ void load_key_pair(DkdvSmemStages<D, ATOMIC_DQ, STAGES> &smem, const BwdParams &p, const DkdvBlock &blk) {
+__device__ __forceinline__ void produce_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES> &smem, const BwdParams &p,
+                                             const DkdvBlock &blk) {
+    constexpr int TILE_BYTES = BM * D * (int)sizeof(bf16), ROW_BYTES = BM * (int)sizeof(float);
+    constexpr int QUERY_BYTES = 2 * TILE_BYTES + 2 * ROW_BYTES, PAIR_BYTES = 2 * DKDV_KEY_TILES * TILE_BYTES;
     const AttnDims &d = p.dims;
-    const int64_t kv_off = blk.batch * d.kv_batch_stride + blk.kv_head * D;
+    const int64_t pad_off = ((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad;
+    MergedLines<DKDV_KEY_TILES> walk;
+    walk.init(p.mask.by_key, blk.batch, blk.k_tile0);
+#pragma unroll 1
+    for (int n = 0;; n++) {
+        const DkdvStep step = walk.next();
+        const int stage = n % STAGES;
+        uint64_t *full = &smem.full[stage];
+        if (n >= STAGES) mbar_wait(&smem.empty[stage], (n / STAGES + 1) % 2);  // step n - STAGES released it
+        smem.step[stage] = step;
+        if (step.done()) {
+            mbar_arrive(full);
+            return;
+        }
+        mbar_arrive_expect_tx(full, QUERY_BYTES + (n == 0 ? PAIR_BYTES : 0));
+        if (n == 0)
 #pragma unroll
-    for (int t = 0; t < DKDV_KEY_TILES; t++) {
-        const int k0 = (blk.k_tile0 + t) * BN;
-        load_tile_swizzled<BN, D, DKDV_THREADS>(smem.k[t], p.k + kv_off, d.kv_row_stride, k0, d.seq_len);
-        load_tile_swizzled<BN, D, DKDV_THREADS>(smem.v[t], p.v + kv_off, d.kv_row_stride, k0, d.seq_len);
+            for (int t = 0; t < DKDV_KEY_TILES; t++) {
+                const int key0 = (blk.k_tile0 + t) * BN;
+                tma_load_tile<BN, D>(smem.k[t], &p.map_k, blk.kv_head, key0, blk.batch, full);
+                tma_load_tile<BN, D>(smem.v[t], &p.map_v, blk.kv_head, key0, blk.batch, full);
+            }
+        const int q0 = step.tile * BM;
+        tma_load_tile<BM, D>(smem.q[stage], &p.map_q, blk.head, q0, blk.batch, full);
+        tma_load_tile<BM, D>(smem.dout[stage], &p.map_dout, blk.head, q0, blk.batch, full);
+        bulk_load(smem.lse2[stage], p.ws.lse2 + pad_off + q0, ROW_BYTES, full);
+        bulk_load(smem.dsum[stage], p.ws.dsum + pad_off + q0, ROW_BYTES, full);
     }
 }
 
-// Query tile q_tile of the block's head into buffer `stage`: Q, dO, and its lse2/dsum
-// rows (the first 128 threads). Issues the copies; the thread arrives on the stage's full
-// barrier when they (and any earlier ones, the key pair's) have landed.
-template <int D, bool ATOMIC_DQ, int STAGES>
-__device__ __forceinline__ void load_query_tile(DkdvSmemStages<D, ATOMIC_DQ, STAGES> &smem, const BwdParams &p,
-                                                const DkdvBlock &blk, int q_tile, int stage) {
-    const AttnDims &d = p.dims;
-    const int q0 = q_tile * BM;
-    const int64_t head_off = blk.batch * d.q_batch_stride + blk.head * D;
-    load_tile_swizzled<BM, D, DKDV_THREADS>(smem.q[stage], p.q + head_off, d.q_row_stride, q0, d.seq_len);
-    load_tile_swizzled<BM, D, DKDV_THREADS>(smem.dout[stage], p.dout + head_off, d.q_row_stride, q0, d.seq_len);
-    const int64_t pad_off = ((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad;
-    if (threadIdx.x < NUM_THREADS)
-        load_pair64(smem.lse2[stage], smem.dsum[stage], p.ws.lse2 + pad_off, p.ws.dsum + pad_off, q0, d.s_pad);
-    mbar_arrive_cp_async(&smem.full[stage]);
-}
+// ---------------------------------------------------------------- dK/dV: gradient element work
 
 // The intervals of this thread's two keys (accumulator rows key_row, key_row + 8); keys
 // past seq_len are visible to nobody.
@@ -404,48 +431,20 @@ __device__ __forceinline__ void store_dk_dv(const BwdParams &p, const DkdvBlock 
     }
 }
 
-// ---------------------------------------------------------------- dK/dV: kernel
+// ---------------------------------------------------------------- dK/dV: consumer
 
-// K and V stay resident while the block walks the merged key-major lists of its pair.
-// Per query tile, warpgroup g (keys k0 + 64g..): S^T = K Q^T and dP^T = V dO^T (keys are
-// the 64 accumulator rows), then dV += P^T dO and dK += dS^T Q with P^T, dS^T as
-// register A operands; ATOMIC_DQ adds the warpgroup's dQ (reduce_dq) while those run.
-// The warpgroups share only the query stages, tracked by their full/empty barriers: step
-// n reads stage n % STAGES, and while its S^T/dP^T run each thread copies its part of
-// step n + 1's tile into the next stage once both warpgroups have released it (step
-// n + 1 - STAGES), so the warpgroups can drift up to about a step apart (DKDV_STAGES).
-template <int D, bool ATOMIC_DQ>
-__global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __grid_constant__ BwdParams p) {
-    typedef DkdvSmem<D, ATOMIC_DQ> Smem;
-    constexpr int STAGES = DKDV_STAGES<D, ATOMIC_DQ>;
-    static_assert(sizeof(Smem) <= MAX_SMEM_PER_BLOCK, "shared memory of one block");
-    extern __shared__ unsigned char smem_raw[];
-    Smem &smem = *reinterpret_cast<Smem *>(smem_raw);
+// Consumer warpgroup g (keys k0 + 64g..) walks the published steps: per query tile, once
+// its stage is full, S^T = K Q^T and dP^T = V dO^T (keys are the 64 accumulator rows),
+// then dV += P^T dO and dK += dS^T Q with P^T, dS^T as register A operands; ATOMIC_DQ
+// adds the warpgroup's dQ (reduce_dq) while those run. Each warp releases the stage after
+// its last product reading it; the step itself is read before (the producer refills the
+// slot only after every warp's release). No copies and no walk here: only products and
+// element work.
+template <int D, bool ATOMIC_DQ, int STAGES>
+__device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES> &smem, const BwdParams &p,
+                                             const DkdvBlock &blk, int wg) {
     const AttnDims &d = p.dims;
-    const DkdvBlock blk = dkdv_block(d);
-    const int wg = threadIdx.x / NUM_THREADS;
-    const int k0 = (blk.k_tile0 + wg) * BN;  // the warpgroup's first key
-
-    if (threadIdx.x == 0) {
-#pragma unroll
-        for (int s = 0; s < STAGES; s++) {
-            mbar_init(&smem.full[s], DKDV_THREADS);     // every thread's copies
-            mbar_init(&smem.empty[s], DKDV_THREADS / 32);  // every warp's release
-        }
-        mbar_fence_init();
-    }
-    __syncthreads();  // the barriers are initialised (the block's only block-wide barrier)
-
-    MergedLines<DKDV_KEY_TILES> walk;
-    walk.init(p.mask.by_key, blk.batch, blk.k_tile0);
-    DkdvStep step = walk.next();
-    if (!step.done()) {  // keys nobody sees skip all loads and store zero gradients
-        load_key_pair(smem, p, blk);
-        load_query_tile(smem, p, blk, step.tile, 0);  // stage 0's full barrier covers the key pair
-    }
-    DkdvStep next = walk.next();
-
-    const int key_row = k0 + warp_row();
+    const int key_row = (blk.k_tile0 + wg) * BN + warp_row();
     const KeyIntervals keys = key_intervals(p, blk.batch, key_row);
     const bool ragged = ragged_tile(blk.k_tile0 + wg, d.seq_len);
 
@@ -453,20 +452,17 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
     zero(dk_acc);
     zero(dv_acc);
 
-    for (int n = 0; !step.done(); n++) {
+#pragma unroll 1
+    for (int n = 0;; n++) {
         const int stage = n % STAGES;
-        mbar_wait(&smem.full[stage], n / STAGES % 2);  // step n's tile landed
-        wgmma::fence_async_shared();                    // the copies, seen through the barrier, before wgmma reads them
+        mbar_wait(&smem.full[stage], n / STAGES % 2);  // step n's tile (and at n = 0 the key pair) landed
+        const DkdvStep step = smem.step[stage];
+        if (step.done()) break;
         const bf16 *t_q = smem.q[stage], *t_do = smem.dout[stage];
         const int q0 = step.tile * BM;
 
         float pt[BM / 8][4], dpt[BM / 8][4];  // S^T then P^T then dS^T; dP^T [64 keys x BM queries]
         issue_s_dp<D>(pt, dpt, smem.k[wg], t_q, smem.v[wg], t_do);
-        if (!next.done()) {  // while the products run
-            const int fill = n + 1, fill_stage = fill % STAGES;
-            mbar_wait(&smem.empty[fill_stage], (fill / STAGES + 1) % 2);  // step fill - STAGES released it
-            load_query_tile(smem, p, blk, next.tile, fill_stage);
-        }
         wgmma::wait<0>();
         wgmma::pin(pt);
         wgmma::pin(dpt);
@@ -489,12 +485,43 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
         wgmma::pin(ds_frag);
         __syncwarp();
         if (lane_id() == 0) mbar_arrive(&smem.empty[stage]);  // this warp is done with the stage
-        step = next;
-        next = walk.next();
     }
 
     if (ATOMIC_DQ) bulk_wait_all();  // shared memory must outlive the reductions reading it
     store_dk_dv<D>(p, blk, key_row, dk_acc, dv_acc);
+}
+
+// ---------------------------------------------------------------- dK/dV: kernel
+
+// Thread 0 sets up the barriers (the block's only block-wide barrier follows); then the
+// producer's warpgroup gives its registers to the consumers and its thread 0 produces
+// while the others leave. One block per SM.
+template <int D, bool ATOMIC_DQ>
+__global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __grid_constant__ BwdParams p) {
+    typedef DkdvSmem<D, ATOMIC_DQ> Smem;
+    constexpr int STAGES = DKDV_STAGES<D, ATOMIC_DQ>;
+    static_assert(sizeof(Smem) <= MAX_SMEM_PER_BLOCK, "shared memory of one block");
+    extern __shared__ unsigned char smem_raw[];
+    Smem &smem = *reinterpret_cast<Smem *>(smem_raw);
+    const DkdvBlock blk = dkdv_block(p.dims);
+    const int wg = threadIdx.x / NUM_THREADS;
+
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(&smem.full[s], 1);                              // the producer's arrival (and bytes)
+            mbar_init(&smem.empty[s], DKDV_KEY_TILES * NUM_WARPS);  // every consumer warp's release
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+    if (wg == DKDV_KEY_TILES) {
+        regs_dec<DKDV_PRODUCER_REGS>();
+        if (threadIdx.x % NUM_THREADS == 0) produce_dkdv(smem, p, blk);
+        return;
+    }
+    regs_inc<DKDV_CONSUMER_REGS>();
+    consume_dkdv(smem, p, blk, wg);
 }
 
 // ---------------------------------------------------------------- dQ kernel (deterministic mode)

@@ -15,8 +15,8 @@
 // dynamic allocation, whose size is sizeof the struct. No kernel declares a static
 // __shared__ variable, so the allocation starts at the base of the block's shared window,
 // which is 1024-byte aligned as the swizzled tiles' alignas(1024) members need.
-// Shared tiles use the 128-byte swizzle and are filled by cp.async (the forward's by TMA,
-// which writes the same layout); products are bf16 with fp32 accumulators; softmax runs
+// Shared tiles use the 128-byte swizzle and are filled by cp.async (the forward's and the
+// dK/dV kernel's by TMA, which writes the same layout); products are bf16 with fp32 accumulators; softmax runs
 // in base 2; P and dS stay in registers as the A operand of the next product. Every
 // kernel works in warpgroups whose warp w holds rows 16w..16w+15 of each 64-row tile
 // (queries in the forward and the dQ pass, keys in the dK/dV pass), so row reductions
@@ -145,6 +145,25 @@ __device__ __forceinline__ void tma_load_3d(void *dst, const CUtensorMap *map, i
         "%4}], [%5];\n" ::"r"(smem_addr(dst)),
         "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
         : "memory");
+}
+
+// A [ROWS x D] bf16 tile of one head (columns head * D ..) of a tensor map, rows row0 ..,
+// as D / 64 boxes into a 128-byte-swizzled shared tile (the layout load_tile_swizzled
+// writes); its bytes complete a transaction on `bar`.
+template <int ROWS, int D>
+__device__ __forceinline__ void tma_load_tile(bf16 *tile, const CUtensorMap *map, int head, int row0, int batch,
+                                              uint64_t *bar) {
+#pragma unroll
+    for (int c = 0; c < D / 64; c++) tma_load_3d(tile + c * ROWS * 64, map, head * D + 64 * c, row0, batch, bar);
+}
+
+// `bytes` contiguous bytes global -> shared by the copy engine (both 16-byte aligned, a
+// multiple of 16), completing a transaction on `bar`.
+__device__ __forceinline__ void bulk_load(void *dst, const void *src, int bytes, uint64_t *bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
+                 : "memory");
 }
 
 // Register reallocation between the warpgroups of a warp-specialised block (each

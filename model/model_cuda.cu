@@ -189,10 +189,12 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len) 
     const CudaArenaLayout layout = cuda_arena_layout(
         cfg, max_rows, seq_len, cuda_model_attention_workspace_bytes(cfg, max_rows, seq_len));
     m->chunk_capacity = m->chunk_rows = (int)layout.chunk_rows;
-    // q_norm and k_norm run over tokens x heads rows.
-    CHECK(!cfg->qk_norm || (long long)T * cfg->num_attention_heads <= INT_MAX,
-          "cuda_model_create: %d tokens x %d heads exceed %d norm rows", T,
-          cfg->num_attention_heads, INT_MAX);
+    // The fused q/k norm + RoPE indexes tokens x (q, k and v heads) rows in 32 bits
+    // (qk_norm_rope_*_cuda's own bound, refused here before anything runs).
+    const int qk_rows_per_token = cfg->num_attention_heads + 2 * cfg->num_key_value_heads;
+    CHECK(!cfg->qk_norm || (long long)T * qk_rows_per_token <= INT_MAX,
+          "cuda_model_create: %d tokens x %d q/k/v heads exceed %d head rows", T,
+          qk_rows_per_token, INT_MAX);
 
     m->residual = (bf16 **)xmalloc((size_t)(L + 1) * sizeof(bf16 *));
     m->layers = (LayerActivations *)xcalloc((size_t)L, sizeof(LayerActivations));

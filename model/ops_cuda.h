@@ -28,8 +28,8 @@ extern "C" {
 
 // Creates the process-wide state for the current device: the cuBLASLt handle and
 // its workspace, and scratch for calls of up to max_tokens tokens (embedding) and
-// max_channels channels (embedding, rmsnorm: its rows are not bounded, so q_norm runs
-// over tokens x heads rows). Larger calls are a fatal error. Call once, before
+// max_channels channels (embedding, rmsnorm: its rows are not bounded, so it may run over
+// tokens x heads rows of head_dim). Larger calls are a fatal error. Call once, before
 // any op; ops_cuda_destroy frees it all (after the stream work is done).
 void ops_cuda_init(int max_tokens, int max_channels);
 void ops_cuda_destroy(void);

@@ -185,8 +185,8 @@ static void test_embedding(void) {
     free(tokens), free(wte), free(out), free(out_ref), free(dout), free(dwte_init);
 }
 
-// (N, C) = (4096, 768): a hidden-size norm; (4096 * 16, 128): Qwen3's q_norm over each
-// of 16 heads of head_dim 128 (the same op on [T * H, D]).
+// (N, C) = (4096, 768): a hidden-size norm; (4096 * 16, 128): narrow rows, a norm over
+// each of 16 heads of head_dim 128 (the same op on [T * H, D]).
 static void test_rmsnorm(int N, int C) {
     printf("rmsnorm N=%d C=%d\n", N, C);
     const float eps = 1e-5f;
@@ -777,8 +777,8 @@ int main(void) {
     cudaCheck(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
     rng = test_rng_from_env();
-    // rmsnorm over Qwen3's q_norm rows [T * H, D] exceeds max_tokens: its scratch is
-    // bounded by the channels alone.
+    // rmsnorm over head rows [T * H, D] exceeds max_tokens: its scratch is bounded by the
+    // channels alone.
     ops_cuda_init(8192, 768);
     test_embedding();
     test_rmsnorm(4096, 768);

@@ -731,7 +731,10 @@ __global__ void __launch_bounds__(DQ_THREADS, 1) attn_bwd_dq_kernel(const __grid
     extern __shared__ unsigned char smem_raw[];
     Smem &smem = *reinterpret_cast<Smem *>(smem_raw);
     const DqBlock blk = dq_block(p.dims);
-    const int wg = threadIdx.x / NUM_THREADS;
+    // Through a shuffle the compiler knows the warpgroup index warp-uniform, so the
+    // descriptors of the warpgroup's tiles live in uniform registers (no 64-bit adds and
+    // register moves per product; CUTLASS's canonical_warp_group_idx).
+    const int wg = __shfl_sync(0xffffffff, threadIdx.x / NUM_THREADS, 0);
 
     if (threadIdx.x == 0) {
 #pragma unroll

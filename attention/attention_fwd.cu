@@ -467,8 +467,10 @@ __device__ __forceinline__ void consume(FwdSmem<D> &smem, const FwdParams &p, in
             wgmma::wait<1>();  // the scores; P V may still run
             wgmma::pin(s);
             mask_step<D>(s, next, wg, smem.ring, ks, d.seq_len, q_row);
-            mbar_arrive(&sync.empty_k[ks]);
             const bool moved = softmax.update(s, d.scale_log2, rescale);
+            // After the exponentials (a row sum depends on all of a row's), so that the
+            // wait for P V below stays behind them (see mbar_arrive_after).
+            mbar_arrive_after(&sync.empty_k[ks], softmax.row_sum[0] + softmax.row_sum[1]);
             wgmma::wait<0>();
             wgmma::pin(o);
             wgmma::pin(p_frag);

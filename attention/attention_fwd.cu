@@ -201,9 +201,16 @@ struct OnlineSoftmax {
         bool moved = false;
 #pragma unroll
         for (int r = 0; r < 2; r++) {
-            float tile_max = -INFINITY;
+            // A tree (depth 1 + log2 NJ, not NJ): the row maximum is on the path from S's
+            // wait to the first exponential.
+            float m[NJ];
 #pragma unroll
-            for (int j = 0; j < NJ; j++) tile_max = fmaxf(tile_max, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+            for (int j = 0; j < NJ; j++) m[j] = fmaxf(s[j][2 * r], s[j][2 * r + 1]);
+#pragma unroll
+            for (int lvl = 1; lvl < NJ; lvl *= 2)
+#pragma unroll
+                for (int j = 0; j + lvl < NJ; j += 2 * lvl) m[j] = fmaxf(m[j], m[j + lvl]);
+            float tile_max = m[0];
             tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 1));
             tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 2));
             tile_max *= scale_log2;

@@ -116,6 +116,18 @@ __device__ __forceinline__ void mbar_fence_init() { asm volatile("fence.mbarrier
 __device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
+// An arrival that ptxas cannot schedule before the instructions computing `after` (any
+// value but a negative one; NaN arrives too): the arrival is predicated on it. ptxas
+// places a wgmma.wait_group as early as the memory operations before it allow, and the
+// independent arithmetic between goes after the wait; an arrival that depends on that
+// arithmetic keeps the wait behind it.
+__device__ __forceinline__ void mbar_arrive_after(uint64_t *bar, float after) {
+    asm volatile(
+        "{\n.reg .pred neg;\nsetp.lt.f32 neg, %1, 0f00000000;\n"
+        "@!neg mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n" ::"r"(smem_addr(bar)),
+        "f"(after)
+        : "memory");
+}
 // One arrival that also expects `bytes` more of transactions in this phase.
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t *bar, int bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)

@@ -558,7 +558,9 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
     extern __shared__ unsigned char smem_raw[];
     Smem &smem = *reinterpret_cast<Smem *>(smem_raw);
     const DkdvBlock blk = dkdv_block(p.dims);
-    const int wg = threadIdx.x / NUM_THREADS;
+    // Through a shuffle, so that ptxas knows it warp-uniform and keeps the wgmma descriptors
+    // of the warpgroup's own tiles in uniform registers.
+    const int wg = __shfl_sync(0xffffffff, threadIdx.x / NUM_THREADS, 0);
 
     if (threadIdx.x == 0) {
 #pragma unroll

@@ -527,44 +527,45 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
 
 // ---------------------------------------------------------------- dQ kernel (deterministic mode)
 
-// The dQ block, warp-specialised as the dK/dV kernel: two consumer warpgroups, warpgroup g
-// owning query tile q_tile0 + g of the block's pair (128 queries), both reading the key
-// tiles of the merged query-major lists of the pair, so each K/V tile is loaded once for
-// both; a producer warpgroup of which one warp walks those lists and has the copy engine
-// load the tiles (`setmaxnreg`: 40 registers for the producer's warpgroup, 232 for the
-// consumers). Each query tile's dQ is summed by one warpgroup over its key tiles in
+// The dQ block, warp-specialised as the dK/dV kernel: DQ_Q_TILES consumer warpgroups,
+// warpgroup g owning query tile q_tile0 + g of the block's adjacent tiles, all reading the
+// key tiles of the merged query-major lists of those tiles, so each K/V tile is loaded once
+// for all of them; a producer warpgroup of which one warp walks those lists and has the
+// copy engine load the tiles. Three consumers (192 queries per K/V tile, 12 warps to hide
+// latency; `setmaxnreg`: 32 registers for the producer's warpgroup, 160 for the consumers,
+// which use ~152). Each query tile's dQ is summed by one warpgroup over its key tiles in
 // ascending order: bitwise reproducible.
-constexpr int DQ_Q_TILES = 2;
+constexpr int DQ_Q_TILES = 3;
 constexpr int DQ_THREADS = (DQ_Q_TILES + 1) * NUM_THREADS;  // the consumers, then the producer's warpgroup
-constexpr int DQ_PRODUCER_REGS = 40, DQ_CONSUMER_REGS = 232;
+constexpr int DQ_PRODUCER_REGS = 32, DQ_CONSUMER_REGS = 160;
 static_assert((DQ_Q_TILES * DQ_CONSUMER_REGS + DQ_PRODUCER_REGS) * NUM_THREADS <=
                   DQ_THREADS * (65536 / DQ_THREADS / 8 * 8),
               "the reallocation keeps the block's registers at launch (65536 per SM, in eights per thread)");
 typedef TileStep<DQ_Q_TILES> DqStep;
 
-// Q and dO of the query pair stay resident; K, V and the key intervals go through a ring
+// Q and dO of the query tiles stay resident; K, V and the key intervals go through a ring
 // of STAGES slots: step n of the walk (the closing done step included) in slot
 // n % STAGES, its DqStep published there by the producer, with a full barrier (the
 // producer's lane 0 with the copies' bytes, and its 32 lanes' interval copies; step 0's
-// also covers the query pair) and an empty one (every consumer warp is done with the slot).
+// also covers the query tiles) and an empty one (every consumer warp is done with the slot).
 template <int D, int STAGES>
 struct DqSmemStages {
     alignas(1024) bf16 q[DQ_Q_TILES][BM * D];  // swizzled
     alignas(1024) bf16 dout[DQ_Q_TILES][BM * D];
     KeyRing<D, STAGES> keys;
     DqStep step[STAGES];
-    uint64_t full[STAGES], empty[STAGES];  // mbarriers: 1 + 32 producer arrivals + bytes, 2 * NUM_WARPS readers
+    uint64_t full[STAGES], empty[STAGES];  // mbarriers: 1 + 32 producer arrivals + bytes, DQ_Q_TILES * NUM_WARPS readers
 };
 
-// Four slots (194 KiB at D = 128): the producer up to three key tiles ahead, and a
-// warpgroup up to about three steps ahead of the other.
+// Four slots (226 KiB at D = 128): the producer up to three key tiles ahead, and a
+// warpgroup up to about three steps ahead of another.
 constexpr int DQ_STAGES = 4;
 template <int D>
 using DqSmem = DqSmemStages<D, DQ_STAGES>;
 
-// Grid (n_heads, ceil(n_q_tiles / 2), batch), query tile pairs in reverse so the longest
-// (causal) start first; query tiles q_tile0 + g for warpgroup g (the second may be past
-// the last tile: its line is empty).
+// Grid (n_heads, ceil(n_q_tiles / DQ_Q_TILES), batch), groups of adjacent query tiles in
+// reverse so the longest (causal) start first; query tiles q_tile0 + g for warpgroup g
+// (the last group's may be past the last tile: their lines are empty).
 struct DqBlock {
     int head, kv_head, batch, q_tile0;
 };
@@ -580,7 +581,7 @@ dim3 dq_grid(const AttnDims &d) { return dim3(d.n_heads, n_tiles(d.n_q_tiles, DQ
 // waits until slot n % STAGES is free (step n - STAGES released by every consumer warp),
 // publishes the step there, has the copy engine bring the key tile's K and V (TMA,
 // 128-byte swizzle, zeros past seq_len) and the lanes copy its intervals (lo = hi = 0
-// past seq_len); step 0 also brings the query pair's Q and dO. The walk's end is
+// past seq_len); step 0 also brings the query tiles' Q and dO. The walk's end is
 // published as a done step.
 template <int D, int STAGES>
 __device__ __forceinline__ void produce_dq(DqSmemStages<D, STAGES> &smem, const BwdParams &p, const DqBlock &blk) {
@@ -665,7 +666,7 @@ __device__ __forceinline__ void store_dq(const BwdParams &p, const DqBlock &blk,
 // Consumer warpgroup g (query tile q_tile0 + g) walks the published steps: per key tile its
 // lists show, once the slot is full, S = Q K^T and dP = dO V^T from shared memory, then
 // dQ += dS K with dS as the register A operand (accumulator rows are queries); a key tile
-// only the other query tile sees is skipped. Each warp releases the slot after its last
+// only other query tiles see is skipped. Each warp releases the slot after its last
 // product reading it. No copies and no walk here: only products and element work.
 template <int D, int STAGES>
 __device__ __forceinline__ void consume_dq(DqSmemStages<D, STAGES> &smem, const BwdParams &p, const DqBlock &blk,
@@ -686,7 +687,7 @@ __device__ __forceinline__ void consume_dq(DqSmemStages<D, STAGES> &smem, const 
 #pragma unroll 1
     for (int n = 0;; n++) {
         const int stage = n % STAGES;
-        mbar_wait(&smem.full[stage], n / STAGES % 2);  // step n's key tile (and at n = 0 the query pair) landed
+        mbar_wait(&smem.full[stage], n / STAGES % 2);  // step n's key tile (and at n = 0 the query tiles) landed
         const DqStep step = smem.step[stage];
         if (step.done()) break;
         const TileClass cls = step.of(wg);

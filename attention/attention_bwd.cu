@@ -1,13 +1,14 @@
 // Block-sparse flash-attention backward on Hopper wgmma (sm_90a): the pre-pass
 // D = rowsum(dO * O), dK/dV over the key-major tile lists with dQ added by bulk fp32
 // reductions (fast mode), or a query-major dQ pass for bitwise-reproducible gradients
-// (deterministic mode), then the small conversion passes. The dK/dV kernel is
-// warp-specialised as the forward: a producer warp brings the query tiles (TMA) onto
+// (deterministic mode), then the small conversion passes. Both kernels are
+// warp-specialised as the forward: a producer warp brings the tiles (TMA) onto
 // mbarriers, two consumer warpgroups compute. Parts, in order: params and workspace
 // (BwdParams, bwd_params, BwdWorkspace), the pre-pass, the products both passes
 // recompute, the dK/dV kernel (shared memory, scheduler, producer, gradient element work,
 // the dQ staging and reduction, the dK/dV epilogue, the consumer, the kernel), the dQ
-// kernel, the conversion kernels, and the host entry. Shared pieces: attention_kernels.cuh.
+// kernel (the same parts), the conversion kernels, and the host entry. Shared pieces:
+// attention_kernels.cuh.
 #include "attention/attention_kernels.cuh"
 
 #include <type_traits>
@@ -50,7 +51,7 @@ struct BwdParams : AttnInputs {
     const float *lse;
     bf16 *dq, *dk, *dv;
     BwdWorkspace ws;
-    CUtensorMap map_q, map_k, map_v, map_dout;  // TMA descriptors of the dK/dV kernel's tiles
+    CUtensorMap map_q, map_k, map_v, map_dout;  // TMA descriptors of the dK/dV and dQ kernels' tiles
 };
 
 BwdParams bwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q, const bf16 *k,
@@ -589,26 +590,104 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
 
 // ---------------------------------------------------------------- dQ kernel (deterministic mode)
 
-// Q and dO resident, K/V double-buffered.
-template <int D>
-struct DqSmem {
-    alignas(1024) bf16 q[BM * D];  // swizzled
-    alignas(1024) bf16 dout[BM * D];
-    KeyRing<D, 2> keys;
+// The dQ block, warp-specialised as the dK/dV kernel: DQ_Q_TILES consumer warpgroups,
+// warpgroup g owning query tile q_tile0 + g of the block's adjacent tiles, all reading the
+// key tiles of the merged query-major lists of those tiles, so each K/V tile is loaded once
+// for all of them; a producer warpgroup of which one warp walks those lists and has the
+// copy engine load the tiles. Three consumers (192 queries per K/V tile, 12 warps to hide
+// latency; `setmaxnreg`: 32 registers for the producer's warpgroup, 160 for the consumers,
+// which use ~152). Each query tile's dQ is summed by one warpgroup over its key tiles in
+// ascending order: bitwise reproducible.
+constexpr int DQ_Q_TILES = 3;
+constexpr int DQ_THREADS = (DQ_Q_TILES + 1) * NUM_THREADS;  // the consumers, then the producer's warpgroup
+constexpr int DQ_PRODUCER_REGS = 32, DQ_CONSUMER_REGS = 160;
+static_assert((DQ_Q_TILES * DQ_CONSUMER_REGS + DQ_PRODUCER_REGS) * NUM_THREADS <=
+                  DQ_THREADS * (65536 / DQ_THREADS / 8 * 8),
+              "the reallocation keeps the block's registers at launch (65536 per SM, in eights per thread)");
+typedef TileStep<DQ_Q_TILES> DqStep;
+
+// Q and dO of the query tiles stay resident; K, V and the key intervals go through a ring
+// of STAGES slots: step n of the walk (the closing done step included) in slot
+// n % STAGES, its DqStep published there by the producer, with a full barrier (the
+// producer's lane 0 with the copies' bytes, and its 32 lanes' interval copies; step 0's
+// also covers the query tiles) and an empty one (every consumer warp is done with the slot).
+template <int D, int STAGES>
+struct DqSmemStages {
+    alignas(1024) bf16 q[DQ_Q_TILES][BM * D];  // swizzled
+    alignas(1024) bf16 dout[DQ_Q_TILES][BM * D];
+    KeyRing<D, STAGES> keys;
+    DqStep step[STAGES];
+    uint64_t full[STAGES], empty[STAGES];  // mbarriers: 1 + 32 producer arrivals + bytes, DQ_Q_TILES * NUM_WARPS readers
 };
 
-// Grid (n_heads, n_q_tiles, batch), query tiles in reverse so the longest (causal) start
-// first.
+// Four slots (226 KiB at D = 128): the producer up to three key tiles ahead, and a
+// warpgroup up to about three steps ahead of another.
+constexpr int DQ_STAGES = 4;
+template <int D>
+using DqSmem = DqSmemStages<D, DQ_STAGES>;
+
+// Grid (n_heads, ceil(n_q_tiles / DQ_Q_TILES), batch), groups of adjacent query tiles in
+// reverse so the longest (causal) start first; query tiles q_tile0 + g for warpgroup g
+// (the last group's may be past the last tile: their lines are empty).
 struct DqBlock {
-    int head, kv_head, batch, q_tile;
+    int head, kv_head, batch, q_tile0;
 };
 
 __device__ __forceinline__ DqBlock dq_block(const AttnDims &d) {
     const int head = blockIdx.x;
-    return {head, head / d.group, (int)blockIdx.z, (int)(gridDim.y - 1 - blockIdx.y)};
+    return {head, head / d.group, (int)blockIdx.z, (int)(gridDim.y - 1 - blockIdx.y) * DQ_Q_TILES};
 }
 
-dim3 dq_grid(const AttnDims &d) { return dim3(d.n_heads, d.n_q_tiles, d.batch); }
+dim3 dq_grid(const AttnDims &d) { return dim3(d.n_heads, n_tiles(d.n_q_tiles, DQ_Q_TILES), d.batch); }
+
+// Warp 0 of the producer's warpgroup (every lane the same walk, in registers): per step n
+// waits until slot n % STAGES is free (step n - STAGES released by every consumer warp),
+// publishes the step there, has the copy engine bring the key tile's K and V (TMA,
+// 128-byte swizzle, zeros past seq_len) and the lanes copy its intervals (lo = hi = 0
+// past seq_len); step 0 also brings the query tiles' Q and dO. The walk's end is
+// published as a done step.
+template <int D, int STAGES>
+__device__ __forceinline__ void produce_dq(DqSmemStages<D, STAGES> &smem, const BwdParams &p, const DqBlock &blk) {
+    constexpr int TILE_BYTES = BM * D * (int)sizeof(bf16);
+    constexpr int KEY_BYTES = 2 * TILE_BYTES, QUERY_BYTES = 2 * DQ_Q_TILES * TILE_BYTES;
+    const AttnDims &d = p.dims;
+    const int l = lane_id();
+    const int32_t *lo = p.mask.lo + (int64_t)blk.batch * d.seq_len, *hi = p.mask.hi + (int64_t)blk.batch * d.seq_len;
+    MergedLines<DQ_Q_TILES> walk;
+    walk.init(p.mask.by_query, blk.batch, blk.q_tile0);
+#pragma unroll 1
+    for (int n = 0;; n++) {
+        const DqStep step = walk.next();
+        const int stage = n % STAGES;
+        uint64_t *full = &smem.full[stage];
+        if (n >= STAGES) mbar_wait(&smem.empty[stage], (n / STAGES + 1) % 2);  // step n - STAGES released it
+        const int k0 = step.tile * BN;
+        if (l == 0) {
+            smem.step[stage] = step;
+            mbar_arrive_expect_tx(full, step.done() ? 0 : KEY_BYTES + (n == 0 ? QUERY_BYTES : 0));
+            if (!step.done()) {
+                if (n == 0)
+#pragma unroll
+                    for (int t = 0; t < DQ_Q_TILES; t++) {
+                        const int q0 = (blk.q_tile0 + t) * BM;
+                        tma_load_tile<BM, D>(smem.q[t], &p.map_q, blk.head, q0, blk.batch, full);
+                        tma_load_tile<BM, D>(smem.dout[t], &p.map_dout, blk.head, q0, blk.batch, full);
+                    }
+                tma_load_tile<BN, D>(smem.keys.k[stage], &p.map_k, blk.kv_head, k0, blk.batch, full);
+                tma_load_tile<BN, D>(smem.keys.v[stage], &p.map_v, blk.kv_head, k0, blk.batch, full);
+            }
+        }
+        if (!step.done())
+#pragma unroll
+            for (int i = l; i < BN; i += 32) {
+                const bool valid = k0 + i < d.seq_len;
+                cp_async4(smem.keys.lo[stage] + i, lo + (valid ? k0 + i : 0), valid);
+                cp_async4(smem.keys.hi[stage] + i, hi + (valid ? k0 + i : 0), valid);
+            }
+        mbar_arrive_cp_async(full);
+        if (step.done()) return;
+    }
+}
 
 // S (masked) becomes P = 2^(S * scale_log2 - lse2), row-wise.
 __device__ __forceinline__ void probs_from_scores(float (&s)[BN / 8][4], const float (&row_lse2)[2],
@@ -647,74 +726,96 @@ __device__ __forceinline__ void store_dq(const BwdParams &p, const DqBlock &blk,
     }
 }
 
-// One block (one warpgroup) per (head, query tile, batch) over the query-major list; per
-// key tile S = Q K^T and dP = dO V^T from shared memory, then dQ += dS K with dS as the
-// register A operand (three products per tile, no atomics). Accumulator rows are queries.
-template <int D>
-__global__ void __launch_bounds__(NUM_THREADS, 2) attn_bwd_dq_kernel(const __grid_constant__ BwdParams p) {
-    static_assert(2 * (sizeof(DqSmem<D>) + SMEM_RESERVED_PER_BLOCK) <= SMEM_PER_SM,
-                  "shared memory of the two blocks per SM of __launch_bounds__");
-    extern __shared__ unsigned char smem_raw[];
-    DqSmem<D> &smem = *reinterpret_cast<DqSmem<D> *>(smem_raw);
+// Consumer warpgroup g (query tile q_tile0 + g) walks the published steps: per key tile its
+// lists show, once the slot is full, S = Q K^T and dP = dO V^T from shared memory, then
+// dQ += dS K with dS as the register A operand (accumulator rows are queries); a key tile
+// only other query tiles see is skipped. Each warp releases the slot after its last
+// product reading it. No copies and no walk here: only products and element work.
+template <int D, int STAGES>
+__device__ __forceinline__ void consume_dq(DqSmemStages<D, STAGES> &smem, const BwdParams &p, const DqBlock &blk,
+                                           int wg) {
     const AttnDims &d = p.dims;
-    const DqBlock blk = dq_block(d);
-    const int q0 = blk.q_tile * BM;
-    const int64_t q_off = blk.batch * d.q_batch_stride + blk.head * D;
-    const int64_t kv_off = blk.batch * d.kv_batch_stride + blk.kv_head * D;
-    const KeySource keys = {p.k + kv_off, p.v + kv_off, p.mask.lo + (int64_t)blk.batch * d.seq_len,
-                            p.mask.hi + (int64_t)blk.batch * d.seq_len, d.kv_row_stride, d.seq_len};
-    const TileList list = p.mask.by_query.line(blk.batch, blk.q_tile);
-
-    if (list.n_total > 0) {  // a query tile that sees nothing gets dQ = 0 without loads
-        load_tile_swizzled<BM, D>(smem.q, p.q + q_off, d.q_row_stride, q0, d.seq_len);
-        load_tile_swizzled<BM, D>(smem.dout, p.dout + q_off, d.q_row_stride, q0, d.seq_len);
-        load_key_tile<NUM_THREADS>(smem.keys, 0, keys, list.tile(0));
-    }
-    cp_async_commit();
-
-    const int q_row = q0 + warp_row();
-    float row_lse2[2], row_dsum[2];
+    const int q_tile = blk.q_tile0 + wg, q_row = q_tile * BM + warp_row();
+    float row_lse2[2] = {INFINITY, INFINITY}, row_dsum[2] = {0.0f, 0.0f};
+    if (q_tile < d.n_q_tiles)  // a tile past the last has no padded rows (and no steps)
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int64_t at = ((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad + q_row + 8 * r;  // padded: in range
-        row_lse2[r] = p.ws.lse2[at];
-        row_dsum[r] = p.ws.dsum[at];
-    }
+        for (int r = 0; r < 2; r++) {
+            const int64_t at = ((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad + q_row + 8 * r;
+            row_lse2[r] = p.ws.lse2[at];
+            row_dsum[r] = p.ws.dsum[at];
+        }
     float dq_acc[D / 8][4];  // [64 queries x D] over the warpgroup
     zero(dq_acc);
 
-    for (int i = 0; i < list.n_total; i++) {
-        const int stage = i & 1;
-        cp_async_wait<0>();
-        wgmma::fence_async_shared();
-        __syncthreads();  // tile i landed; the last tile's products have completed
-        const bf16 *t_k = smem.keys.k[stage], *t_v = smem.keys.v[stage];
-
-        float s[BN / 8][4], dp[BN / 8][4];  // S then P then dS; dP [64 queries x BN keys]
-        issue_s_dp<D>(s, dp, smem.q, t_k, smem.dout, t_v);
-        if (i + 1 < list.n_total) load_key_tile<NUM_THREADS>(smem.keys, stage ^ 1, keys, list.tile(i + 1));
-        cp_async_commit();
-        wgmma::wait<0>();
-        wgmma::pin(s);
-        wgmma::pin(dp);
-        mask_tile(s, list.cls(i), ragged_tile(list.tile(i), d.seq_len), smem.keys.lo[stage], smem.keys.hi[stage],
-                  q_row);
-        probs_from_scores(s, row_lse2, d.scale_log2);
-        ds_from_probs(s, dp, row_dsum);
-        uint32_t ds_frag[BN / 16][4];
-        acc_to_a<BN>(ds_frag, s);
-        wgmma::fence();
-        wgmma::pin(dq_acc);
+#pragma unroll 1
+    for (int n = 0;; n++) {
+        const int stage = n % STAGES;
+        mbar_wait(&smem.full[stage], n / STAGES % 2);  // step n's key tile (and at n = 0 the query tiles) landed
+        const DqStep step = smem.step[stage];
+        if (step.done()) break;
+        const TileClass cls = step.of(wg);
+        if (cls != TileClass::Empty) {
+            const bf16 *t_k = smem.keys.k[stage], *t_v = smem.keys.v[stage];
+            float s[BN / 8][4], dp[BN / 8][4];  // S then P then dS; dP [64 queries x BN keys]
+            issue_s_dp<D>(s, dp, smem.q[wg], t_k, smem.dout[wg], t_v);
+            wgmma::wait<0>();
+            wgmma::pin(s);
+            wgmma::pin(dp);
+            // A branch, not predication: full tiles must not pay for the test.
+            if (cls != TileClass::Full || ragged_tile(step.tile, d.seq_len))
+                mask_scores(s, smem.keys.lo[stage], smem.keys.hi[stage], q_row, 0);
+            probs_from_scores(s, row_lse2, d.scale_log2);
+            ds_from_probs(s, dp, row_dsum);
+            uint32_t ds_frag[BN / 16][4];
+            acc_to_a<BN>(ds_frag, s);
+            wgmma::fence();
+            wgmma::pin(dq_acc);
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++)  // dQ += dS K
-            wgmma::mma_rs<D, 1>(dq_acc, ds_frag[kk], wgmma::desc_mn_major(t_k, BN, 16 * kk, 0), true);
-        wgmma::commit();
-        wgmma::wait<0>();
-        wgmma::pin(dq_acc);
-        wgmma::pin(ds_frag);
+            for (int kk = 0; kk < BN / 16; kk++)  // dQ += dS K
+                wgmma::mma_rs<D, 1>(dq_acc, ds_frag[kk], wgmma::desc_mn_major(t_k, BN, 16 * kk, 0), true);
+            wgmma::commit();
+            wgmma::wait<0>();
+            wgmma::pin(dq_acc);
+            wgmma::pin(ds_frag);
+        }
+        __syncwarp();
+        if (lane_id() == 0) mbar_arrive(&smem.empty[stage]);  // this warp is done with the slot
     }
 
     store_dq<D>(p, blk, q_row, dq_acc);
+}
+
+// Thread 0 sets up the barriers (the block's only block-wide barrier follows); then the
+// producer's warpgroup gives its registers to the consumers and its warp 0 produces while
+// the others leave. One block per SM.
+template <int D>
+__global__ void __launch_bounds__(DQ_THREADS, 1) attn_bwd_dq_kernel(const __grid_constant__ BwdParams p) {
+    typedef DqSmem<D> Smem;
+    static_assert(sizeof(Smem) <= MAX_SMEM_PER_BLOCK, "shared memory of one block");
+    extern __shared__ unsigned char smem_raw[];
+    Smem &smem = *reinterpret_cast<Smem *>(smem_raw);
+    const DqBlock blk = dq_block(p.dims);
+    // Through a shuffle the compiler knows the warpgroup index warp-uniform, so the
+    // descriptors of the warpgroup's tiles live in uniform registers (no 64-bit adds and
+    // register moves per product; CUTLASS's canonical_warp_group_idx).
+    const int wg = __shfl_sync(0xffffffff, threadIdx.x / NUM_THREADS, 0);
+
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int s = 0; s < DQ_STAGES; s++) {
+            mbar_init(&smem.full[s], 1 + 32);                 // the producer's lane 0 and its lanes' interval copies
+            mbar_init(&smem.empty[s], DQ_Q_TILES * NUM_WARPS);  // every consumer warp's release
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+    if (wg == DQ_Q_TILES) {
+        regs_dec<DQ_PRODUCER_REGS>();
+        if (threadIdx.x % NUM_THREADS < 32) produce_dq(smem, p, blk);
+        return;
+    }
+    regs_inc<DQ_CONSUMER_REGS>();
+    consume_dq(smem, p, blk, wg);
 }
 
 // ---------------------------------------------------------------- conversion kernels
@@ -774,7 +875,7 @@ void backward(const BwdParams &p, bool deterministic, cudaStream_t stream) {
     cudaCheckLaunch();
     if (deterministic) {
         launch(attn_bwd_dkdv_kernel<D, false>, dkdv_grid(d), DKDV_THREADS, sizeof(DkdvSmem<D, false>), stream, p);
-        launch(attn_bwd_dq_kernel<D>, dq_grid(d), NUM_THREADS, sizeof(DqSmem<D>), stream, p);
+        launch(attn_bwd_dq_kernel<D>, dq_grid(d), DQ_THREADS, sizeof(DqSmem<D>), stream, p);
     } else {
         cudaCheck(cudaMemsetAsync(p.ws.dq_accum, 0, n_pad * D * sizeof(float), stream));
         launch(attn_bwd_dkdv_kernel<D, true>, dkdv_grid(d), DKDV_THREADS, sizeof(DkdvSmem<D, true>), stream, p);

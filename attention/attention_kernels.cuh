@@ -4,7 +4,7 @@
 // block owns), a main loop of loads and wgmma products (wgmma.cuh), softmax or gradient
 // element work, and epilogue functions that write the results. This header holds what
 // more than one kernel uses:
-//   - primitives: cp.async, bulk and tensor (TMA) copies, mbarriers, named barriers,
+//   - primitives: cp.async, bulk and tensor (TMA) copies, mbarriers,
 //     register reallocation, register-fragment helpers;
 //   - the mask as the kernels read it (MaskView) and the tile walk over it (TileList,
 //     TileStep, MergedLines);
@@ -81,15 +81,6 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// Hardware barrier ids of bar.sync; 0 is __syncthreads. A barrier per warpgroup takes the
-// ids [id, id + number of warpgroups).
-enum class NamedBarrier : int {
-    DqStaging = 1,  // dK/dV kernel: this warpgroup's dS^T is in shared memory
-};
-__device__ __forceinline__ void named_barrier_sync(NamedBarrier id, int warpgroup, int threads) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"((int)id + warpgroup), "r"(threads) : "memory");
-}
-
 // dst[0 .. bytes/4) += src[...] in fp32, done by the copy engine from shared memory
 // (asynchronous; 16-byte aligned, bytes a multiple of 16). Groups as cp.async's: commit,
 // then wait until the source may be overwritten (read) or the adds are done.
@@ -115,6 +106,18 @@ __device__ __forceinline__ void mbar_init(uint64_t *bar, int count) {
 __device__ __forceinline__ void mbar_fence_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 __device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+// An arrival that ptxas cannot schedule before the instructions computing `after` (any
+// value but a negative one; NaN arrives too): the arrival is predicated on it. ptxas
+// places a wgmma.wait_group as early as the memory operations before it allow, and the
+// independent arithmetic between goes after the wait; an arrival that depends on that
+// arithmetic keeps the wait behind it.
+__device__ __forceinline__ void mbar_arrive_after(uint64_t *bar, float after) {
+    asm volatile(
+        "{\n.reg .pred neg;\nsetp.lt.f32 neg, %1, 0f00000000;\n"
+        "@!neg mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n" ::"r"(smem_addr(bar)),
+        "f"(after)
+        : "memory");
 }
 // One arrival that also expects `bytes` more of transactions in this phase.
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t *bar, int bytes) {

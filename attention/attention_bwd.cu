@@ -799,6 +799,7 @@ __global__ void __launch_bounds__(DQ_THREADS, 1) attn_bwd_dq_kernel(const __grid
     // descriptors of the warpgroup's tiles live in uniform registers (no 64-bit adds and
     // register moves per product; CUTLASS's canonical_warp_group_idx).
     const int wg = __shfl_sync(0xffffffff, threadIdx.x / NUM_THREADS, 0);
+    allow_dependent_launch();  // the dK/dV kernel needs nothing of this one's
 
     if (threadIdx.x == 0) {
 #pragma unroll
@@ -874,8 +875,10 @@ void backward(const BwdParams &p, bool deterministic, cudaStream_t stream) {
     attn_bwd_prep_kernel<D><<<(unsigned)((n_pad + NUM_WARPS - 1) / NUM_WARPS), NUM_THREADS, 0, stream>>>(p);
     cudaCheckLaunch();
     if (deterministic) {
-        launch(attn_bwd_dkdv_kernel<D, false>, dkdv_grid(d), DKDV_THREADS, sizeof(DkdvSmem<D, false>), stream, p);
+        // Independent passes: the dK/dV blocks fill the SMs the dQ kernel's last wave frees.
         launch(attn_bwd_dq_kernel<D>, dq_grid(d), DQ_THREADS, sizeof(DqSmem<D>), stream, p);
+        launch_overlapped(attn_bwd_dkdv_kernel<D, false>, dkdv_grid(d), DKDV_THREADS, sizeof(DkdvSmem<D, false>),
+                          stream, p);
     } else {
         cudaCheck(cudaMemsetAsync(p.ws.dq_accum, 0, n_pad * D * sizeof(float), stream));
         launch(attn_bwd_dkdv_kernel<D, true>, dkdv_grid(d), DKDV_THREADS, sizeof(DkdvSmem<D, true>), stream, p);

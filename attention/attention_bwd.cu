@@ -617,7 +617,7 @@ struct DqSmemStages {
     alignas(1024) bf16 dout[DQ_Q_TILES][BM * D];
     KeyRing<D, STAGES> keys;
     DqStep step[STAGES];
-    uint64_t full[STAGES], empty[STAGES];  // mbarriers: 1 + 32 producer arrivals + bytes, DQ_Q_TILES * NUM_WARPS readers
+    uint64_t full[STAGES], empty[STAGES];  // mbarriers: 1 + 32 producer arrivals + bytes, every consumer thread
 };
 
 // Four slots (226 KiB at D = 128): the producer up to three key tiles ahead, and a
@@ -729,7 +729,7 @@ __device__ __forceinline__ void store_dq(const BwdParams &p, const DqBlock &blk,
 // Consumer warpgroup g (query tile q_tile0 + g) walks the published steps: per key tile its
 // lists show, once the slot is full, S = Q K^T and dP = dO V^T from shared memory, then
 // dQ += dS K with dS as the register A operand (accumulator rows are queries); a key tile
-// only other query tiles see is skipped. Each warp releases the slot after its last
+// only other query tiles see is skipped. Each thread releases the slot after its last
 // product reading it. No copies and no walk here: only products and element work.
 template <int D, int STAGES>
 __device__ __forceinline__ void consume_dq(DqSmemStages<D, STAGES> &smem, const BwdParams &p, const DqBlock &blk,
@@ -778,8 +778,10 @@ __device__ __forceinline__ void consume_dq(DqSmemStages<D, STAGES> &smem, const 
             wgmma::pin(dq_acc);
             wgmma::pin(ds_frag);
         }
-        __syncwarp();
-        if (lane_id() == 0) mbar_arrive(&smem.empty[stage]);  // this warp is done with the slot
+        // Every thread arrives, each after its own last read (of the step, the intervals, and
+        // through its wgmma wait the tiles), as the forward's consumers: racecheck sees each
+        // read ordered before the producer's refill.
+        mbar_arrive(&smem.empty[stage]);
     }
 
     store_dq<D>(p, blk, q_row, dq_acc);
@@ -805,7 +807,7 @@ __global__ void __launch_bounds__(DQ_THREADS, 1) attn_bwd_dq_kernel(const __grid
 #pragma unroll
         for (int s = 0; s < DQ_STAGES; s++) {
             mbar_init(&smem.full[s], 1 + 32);                 // the producer's lane 0 and its lanes' interval copies
-            mbar_init(&smem.empty[s], DQ_Q_TILES * NUM_WARPS);  // every consumer warp's release
+            mbar_init(&smem.empty[s], DQ_Q_TILES * NUM_THREADS);  // every consumer thread's release
         }
         mbar_fence_init();
     }

@@ -586,6 +586,9 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
     }
     regs_inc<DKDV_CONSUMER_REGS>();
     consume_dkdv(smem, p, blk, wg);
+    // Deterministic mode runs overlapped with the dQ kernel before it (backward): no block
+    // ends before that kernel has, so what follows in the stream finds both complete.
+    if constexpr (!ATOMIC_DQ) wait_prior_grids();
 }
 
 // ---------------------------------------------------------------- dQ kernel (deterministic mode)

@@ -1,13 +1,14 @@
 // Block-sparse flash-attention backward on Hopper wgmma (sm_90a): the pre-pass
 // D = rowsum(dO * O), dK/dV over the key-major tile lists with dQ added by bulk fp32
 // reductions (fast mode), or a query-major dQ pass for bitwise-reproducible gradients
-// (deterministic mode), then the small conversion passes. The dK/dV kernel is
-// warp-specialised as the forward: a producer warp brings the query tiles (TMA) onto
+// (deterministic mode), then the small conversion passes. Both kernels are
+// warp-specialised as the forward: a producer warp brings the tiles (TMA) onto
 // mbarriers, two consumer warpgroups compute. Parts, in order: params and workspace
 // (BwdParams, bwd_params, BwdWorkspace), the pre-pass, the products both passes
 // recompute, the dK/dV kernel (shared memory, scheduler, producer, gradient element work,
 // the dQ staging and reduction, the dK/dV epilogue, the consumer, the kernel), the dQ
-// kernel, the conversion kernels, and the host entry. Shared pieces: attention_kernels.cuh.
+// kernel (the same parts), the conversion kernels, and the host entry. Shared pieces:
+// attention_kernels.cuh.
 #include "attention/attention_kernels.cuh"
 
 #include <type_traits>
@@ -50,7 +51,7 @@ struct BwdParams : AttnInputs {
     const float *lse;
     bf16 *dq, *dk, *dv;
     BwdWorkspace ws;
-    CUtensorMap map_q, map_k, map_v, map_dout;  // TMA descriptors of the dK/dV kernel's tiles
+    CUtensorMap map_q, map_k, map_v, map_dout;  // TMA descriptors of the dK/dV and dQ kernels' tiles
 };
 
 BwdParams bwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q, const bf16 *k,
@@ -138,9 +139,11 @@ __device__ __forceinline__ void issue_s_dp(float (&s)[BN / 8][4], float (&dp)[BN
 // block's pair (128 keys), both reading the query tiles of the merged key-major lists of
 // the pair, and a producer warpgroup of which one thread walks those lists and has the
 // copy engine load the tiles (`setmaxnreg`: the producer's warpgroup 24 registers, the
-// consumers 240). Sharing the query tiles halves their loads per key. In fast mode each
-// warpgroup adds the dQ of its own 64 keys, so neither waits for the other's dS^T (twice
-// the reduction bytes of a dQ summed over the pair: docs/KERNEL_NOTES.md, v24).
+// consumers 240). Sharing the query tiles halves their loads per key. In fast mode
+// warpgroup g adds the g-th half of the columns of the pair's dQ (FA3's split), reading
+// both warpgroups' dS^T a step late, so neither waits for the other's dS^T of the step it
+// is in (a dQ per warpgroup over its own keys, v24-v30, added twice the bytes:
+// docs/KERNEL_NOTES.md).
 constexpr int DKDV_KEY_TILES = 2;
 constexpr int DKDV_THREADS = (DKDV_KEY_TILES + 1) * NUM_THREADS;  // the consumers, then the producer's warpgroup
 constexpr int DKDV_PRODUCER_REGS = 24, DKDV_CONSUMER_REGS = 240;
@@ -151,23 +154,26 @@ typedef TileStep<DKDV_KEY_TILES> DkdvStep;
 
 // Fast mode's dQ accumulator keeps each 64-row query tile ([64 x head_dim] fp32, at the
 // tile's rows of dq_accum) in the order the dK/dV kernel's registers hold it, FA3's way:
-// warp w's 16 rows, then per 64-column pass its 8 accumulator column groups n, each as 32
-// lanes' float4 (d[n][0..3] of wgmma.cuh's layout). A warp then stores its pass with
-// conflict-free 16-byte stores and hands it to the copy engine as one 4 KiB reduction;
-// dq_convert_kernel reads the order back (dq_frag_offset).
-constexpr int DQ_PASS_N = 64;                        // dQ columns per pass
-constexpr int DQ_CHUNK = WARP_ROWS * DQ_PASS_N;      // floats of one warp's pass
+// warp w's 16 rows, then per warpgroup's column slice (dq_cols) its accumulator column
+// groups n of 8, each as 32 lanes' float4 (d[n][0..3] of wgmma.cuh's layout). A warp then
+// stores its slice with conflict-free 16-byte stores and hands it to the copy engine as
+// one reduction; dq_convert_kernel reads the order back (dq_frag_offset).
+__host__ __device__ constexpr int dq_cols(int head_dim) { return head_dim / DKDV_KEY_TILES; }  // per warpgroup
 __host__ __device__ constexpr int dq_frag_offset(int row, int col, int head_dim) {  // in the tile
-    return (row / WARP_ROWS) * WARP_ROWS * head_dim + (col / DQ_PASS_N) * DQ_CHUNK +
-           ((col % DQ_PASS_N / 8 * 32 + row % 8 * 4 + col % 8 / 2) * 4) + row % WARP_ROWS / 8 * 2 + col % 2;
+    return (row / WARP_ROWS) * WARP_ROWS * head_dim + (col / dq_cols(head_dim)) * WARP_ROWS * dq_cols(head_dim) +
+           ((col % dq_cols(head_dim) / 8 * 32 + row % 8 * 4 + col % 8 / 2) * 4) + row % WARP_ROWS / 8 * 2 + col % 2;
 }
 
-// Fast mode's staging, per warpgroup: its dS^T (the MN-major A operand of dQ = dS K), two
-// buffers (a step writes one while the last step's products may still read the other), and
-// one pass of each warp's fp32 dQ.
+// Fast mode's staging: both warpgroups' dS^T (the MN-major A operand of dQ = dS K), two
+// buffers (step n in n % 2: the products of step n - 1 read the other while step n is
+// written), with mbarriers (full: the writer warpgroup's warps have stored a step;
+// empty: every consumer warp's dQ product has read it), and one slice of each warp's fp32
+// dQ.
+template <int D>
 struct DqStaging {
-    alignas(1024) bf16 ds[2][DKDV_KEY_TILES][BN * BM];           // [step % 2][warpgroup][keys][queries] swizzled
-    alignas(16) float dq[DKDV_KEY_TILES][NUM_WARPS][DQ_CHUNK];  // [warpgroup][warp][pass in fragment order]
+    alignas(1024) bf16 ds[2][DKDV_KEY_TILES][BN * BM];  // [step % 2][warpgroup][keys][queries] swizzled
+    alignas(16) float dq[DKDV_KEY_TILES][NUM_WARPS][WARP_ROWS * dq_cols(D)];  // [warpgroup][warp][fragment order]
+    uint64_t ds_full[2][DKDV_KEY_TILES], ds_empty[2];  // mbarriers: NUM_WARPS writers, 2 * NUM_WARPS readers
 };
 struct NoDqStaging {};
 
@@ -182,7 +188,7 @@ struct DkdvSmemStages {
     alignas(1024) bf16 v[DKDV_KEY_TILES][BN * D];
     alignas(1024) bf16 q[STAGES][BM * D];
     alignas(1024) bf16 dout[STAGES][BM * D];
-    typename std::conditional<ATOMIC_DQ, DqStaging, NoDqStaging>::type dq;
+    typename std::conditional<ATOMIC_DQ, DqStaging<D>, NoDqStaging>::type dq;
     alignas(16) float lse2[STAGES][BM];  // bulk-copy destinations
     alignas(16) float dsum[STAGES][BM];
     DkdvStep step[STAGES];
@@ -334,24 +340,32 @@ __device__ __forceinline__ void issue_dkv(float (&acc)[D / 8][4], const uint32_t
 
 // ---------------------------------------------------------------- dK/dV: dQ staging and reduction
 
-// Fast mode, step n: dQ [64 queries x D] = dS [64 x 64 keys] K [64 keys x D] over the
-// warpgroup's own key tile, added into dq_accum [batch, n_heads, s_pad, head_dim] (each
-// query tile in fragment order, dq_frag_offset). The warpgroup stages its dS^T in buffer
-// n % 2 (the only barrier: all its warps' rows of dS^T feed every product; the same barrier
-// of the last step has ordered the reads of step n - 2 before these writes), then per
-// 64-column pass computes dQ (32 accumulator registers, beside dK and dV) and each warp
-// stores its 16 rows and hands them to the copy engine as one bulk asynchronous reduction
-// (the warps go on while the adds run; rows past seq_len add zeros into the padding).
-// Issues dK += dS^T Q (issue_dkv) right behind the first pass, so the first staging runs
-// under it; dV is in flight on entry.
-template <int D, typename Smem>
-__device__ __forceinline__ void reduce_dq(Smem &smem, const BwdParams &p, const DkdvBlock &blk, int wg, int n,
-                                          const uint32_t (&ds_frag)[BM / 16][4], float (&dk_acc)[D / 8][4],
-                                          const bf16 *t_q, int q0) {
-    constexpr int PASSES = D / DQ_PASS_N;
-    DqStaging &st = smem.dq;
-    const int l = lane_id(), row = warp_row(), warp = (threadIdx.x / 32) % NUM_WARPS;
-    bf16 *wg_ds = st.ds[n % 2][wg];
+// Fast mode: dQ [64 queries x D] = dS [64 x 128 keys] K [128 keys x D] over the block's
+// key pair, added into dq_accum [batch, n_heads, s_pad, head_dim] (each query tile in
+// fragment order, dq_frag_offset), warpgroup g the columns [g W, g W + W), W = dq_cols(D).
+// Step n stages the warpgroup's dS^T (stage_ds) and computes the dQ of step n - 1
+// (issue_dq, reduce_dq), whose dS^T both warpgroups staged a step ago: a warpgroup waits
+// for the other only when it runs a whole step ahead.
+//
+// Barrier phases (buffer b = m % 2 holds step m, its u-th use, u = m / 2): ds_full[b][g]
+// completes phase u when warpgroup g's 4 warps have stored dS^T(m), ds_empty[b] when all
+// 8 consumer warps' dQ(m) products have read it. The writer of step m waits for
+// ds_empty[b] phase u - 1 (parity (u + 1) % 2, a fresh barrier passes 1), readers for
+// ds_full[b][0..1] phase u. Each parity wait is sound because its barrier is at most one
+// phase away: the waiting thread itself waited for the phase before (its step m - 2), and
+// the phase after needs its own later arrival (no dS^T(m + 2) before every read of
+// dS^T(m); no read of dS^T(m + 2), and so no arrival on ds_empty[b] for it, before both
+// writers passed ds_empty[b] phase u), which also keeps any arrival out of an earlier
+// phase.
+
+// Writes this warpgroup's dS^T of step n ([64 keys x 64 queries] bf16, swizzled) into
+// buffer n % 2 once both warpgroups' dQ of step n - 2 has read it; each warp then arrives
+// on ds_full.
+template <int D>
+__device__ __forceinline__ void stage_ds(DqStaging<D> &st, int wg, int n, const uint32_t (&ds_frag)[BM / 16][4]) {
+    const int l = lane_id(), row = warp_row(), b = n % 2;
+    mbar_wait(&st.ds_empty[b], (n / 2 + 1) % 2);
+    bf16 *wg_ds = st.ds[b][wg];
 #pragma unroll
     for (int j = 0; j < BM / 16; j++) {
         const int col = 16 * j + 2 * (l % 4);
@@ -361,40 +375,59 @@ __device__ __forceinline__ void reduce_dq(Smem &smem, const BwdParams &p, const 
         *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(row + 8, col + 8, BN)) = ds_frag[j][3];
     }
     wgmma::fence_async_shared();
-    named_barrier_sync(NamedBarrier::DqStaging, wg, NUM_THREADS);  // dS^T in place
+    __syncwarp();
+    if (l == 0) mbar_arrive(&st.ds_full[b][wg]);
+}
 
-    float *chunk = st.dq[wg][warp];
-    const AttnDims &d = p.dims;
-    float *dq_tile = p.ws.dq_accum + (((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad + q0) * D;
+// Issues this warpgroup's columns of step m's dQ as one wgmma group (2 x BN / 16 products
+// of m64nWk16, both operands MN-major from shared memory) once both dS^T are in place.
+template <int D, typename Smem>
+__device__ __forceinline__ void issue_dq(float (&dq_part)[dq_cols(D) / 8][4], Smem &smem, int wg, int m) {
+    constexpr int W = dq_cols(D);
+    DqStaging<D> &st = smem.dq;
+    const int b = m % 2;
 #pragma unroll
-    for (int pass = 0; pass < PASSES; pass++) {
-        float dq_part[DQ_PASS_N / 8][4];  // accumulator rows are queries
-        wgmma::fence();
+    for (int t = 0; t < DKDV_KEY_TILES; t++) mbar_wait(&st.ds_full[b][t], m / 2 % 2);
+    wgmma::fence();
+#pragma unroll
+    for (int t = 0; t < DKDV_KEY_TILES; t++)
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++)
-            wgmma::mma_ss<DQ_PASS_N, 1, 1>(dq_part, wgmma::desc_mn_major(wg_ds, BN, 16 * kk, 0),
-                                           wgmma::desc_mn_major(smem.k[wg], BN, 16 * kk, pass * DQ_PASS_N), kk > 0);
-        wgmma::commit();
-        if (pass == 0) {
-            issue_dkv<D>(dk_acc, ds_frag, t_q);
-            wgmma::wait<1>();  // dV and this pass; dK runs on
-        } else {
-            wgmma::wait<0>();
-        }
-        wgmma::pin(dq_part);
-        if (l == 0) bulk_wait_read_all();  // the warp's last pass has left the chunk
-        __syncwarp();
+            wgmma::mma_ss<W, 1, 1>(dq_part, wgmma::desc_mn_major(st.ds[b][t], BN, 16 * kk, 0),
+                                   wgmma::desc_mn_major(smem.k[t], BN, 16 * kk, wg * W), t > 0 || kk > 0);
+    wgmma::commit();
+}
+
+// Once the warp's dQ product of step m (query tile q0) has completed: releases dS^T(m)
+// (ds_empty), stores its 16 rows in fragment order and hands them to the copy engine as
+// one bulk asynchronous reduction (the warp goes on while the adds run; rows past seq_len
+// add zeros into the padding).
+template <int D, typename Smem>
+__device__ __forceinline__ void reduce_dq(Smem &smem, const BwdParams &p, const DkdvBlock &blk, int wg, int m,
+                                          int q0, float (&dq_part)[dq_cols(D) / 8][4]) {
+    constexpr int W = dq_cols(D);
+    DqStaging<D> &st = smem.dq;
+    const int l = lane_id(), warp = (threadIdx.x / 32) % NUM_WARPS;
+    float *chunk = st.dq[wg][warp];
+    wgmma::pin(dq_part);
+    __syncwarp();
+    if (l == 0) {
+        mbar_arrive(&st.ds_empty[m % 2]);
+        bulk_wait_read_all();  // the warp's last reduction has left the chunk
+    }
+    __syncwarp();
 #pragma unroll
-        for (int j = 0; j < DQ_PASS_N / 8; j++)
-            *reinterpret_cast<float4 *>(chunk + (j * 32 + l) * 4) =
-                make_float4(dq_part[j][0], dq_part[j][1], dq_part[j][2], dq_part[j][3]);
-        wgmma::fence_async_shared();
-        __syncwarp();  // the warp's pass is in place
-        if (l == 0) {
-            bulk_reduce_add_f32(dq_tile + dq_frag_offset(warp * WARP_ROWS, pass * DQ_PASS_N, D), chunk,
-                                DQ_CHUNK * (int)sizeof(float));
-            bulk_commit();
-        }
+    for (int j = 0; j < W / 8; j++)
+        *reinterpret_cast<float4 *>(chunk + (j * 32 + l) * 4) =
+            make_float4(dq_part[j][0], dq_part[j][1], dq_part[j][2], dq_part[j][3]);
+    wgmma::fence_async_shared();
+    __syncwarp();  // the warp's slice is in place
+    if (l == 0) {
+        const AttnDims &d = p.dims;
+        float *dq_tile = p.ws.dq_accum + (((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad + q0) * D;
+        bulk_reduce_add_f32(dq_tile + dq_frag_offset(warp * WARP_ROWS, wg * W, D), chunk,
+                            WARP_ROWS * W * (int)sizeof(float));
+        bulk_commit();
     }
 }
 
@@ -436,10 +469,10 @@ __device__ __forceinline__ void store_dk_dv(const BwdParams &p, const DkdvBlock 
 // Consumer warpgroup g (keys k0 + 64g..) walks the published steps: per query tile, once
 // its stage is full, S^T = K Q^T and dP^T = V dO^T (keys are the 64 accumulator rows),
 // then dV += P^T dO and dK += dS^T Q with P^T, dS^T as register A operands; ATOMIC_DQ
-// adds the warpgroup's dQ (reduce_dq) while those run. Each warp releases the stage after
-// its last product reading it; the step itself is read before (the producer refills the
-// slot only after every warp's release). No copies and no walk here: only products and
-// element work.
+// stages dS^T and adds the warpgroup's dQ columns of the last step while dK runs (and of
+// the last step after the walk). Each warp releases the stage after its last product
+// reading it; the step itself is read before (the producer refills the slot only after
+// every warp's release). No copies and no walk here: only products and element work.
 template <int D, bool ATOMIC_DQ, int STAGES>
 __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES> &smem, const BwdParams &p,
                                              const DkdvBlock &blk, int wg) {
@@ -451,9 +484,10 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
     float dk_acc[D / 8][4], dv_acc[D / 8][4];  // [64 keys x D] over the warpgroup
     zero(dk_acc);
     zero(dv_acc);
+    int n = 0, last_q0 = 0;  // last_q0: the last step's query tile (fast mode)
 
 #pragma unroll 1
-    for (int n = 0;; n++) {
+    for (;; n++) {
         const int stage = n % STAGES;
         mbar_wait(&smem.full[stage], n / STAGES % 2);  // step n's tile (and at n = 0 the key pair) landed
         const DkdvStep step = smem.step[stage];
@@ -476,8 +510,21 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
         acc_to_a<BM>(ds_frag, pt);
 
         issue_dkv<D>(dv_acc, p_frag, t_do);
-        if constexpr (ATOMIC_DQ) reduce_dq<D>(smem, p, blk, wg, n, ds_frag, dk_acc, t_q, q0);
-        else issue_dkv<D>(dk_acc, ds_frag, t_q);
+        if constexpr (ATOMIC_DQ) {
+            stage_ds<D>(smem.dq, wg, n, ds_frag);  // under dV
+            if (n > 0) {
+                float dq_part[dq_cols(D) / 8][4];  // [64 queries x dq_cols] of step n - 1
+                issue_dq<D>(dq_part, smem, wg, n - 1);
+                issue_dkv<D>(dk_acc, ds_frag, t_q);
+                wgmma::wait<1>();  // dV and dQ; dK runs on
+                reduce_dq<D>(smem, p, blk, wg, n - 1, last_q0, dq_part);
+            } else {
+                issue_dkv<D>(dk_acc, ds_frag, t_q);
+            }
+            last_q0 = q0;
+        } else {
+            issue_dkv<D>(dk_acc, ds_frag, t_q);
+        }
         wgmma::wait<0>();
         wgmma::pin(dv_acc);
         wgmma::pin(dk_acc);
@@ -487,7 +534,15 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
         if (lane_id() == 0) mbar_arrive(&smem.empty[stage]);  // this warp is done with the stage
     }
 
-    if (ATOMIC_DQ) bulk_wait_all();  // shared memory must outlive the reductions reading it
+    if constexpr (ATOMIC_DQ) {
+        if (n > 0) {
+            float dq_part[dq_cols(D) / 8][4];
+            issue_dq<D>(dq_part, smem, wg, n - 1);
+            wgmma::wait<0>();
+            reduce_dq<D>(smem, p, blk, wg, n - 1, last_q0, dq_part);
+        }
+        bulk_wait_all();  // shared memory must outlive the reductions reading it
+    }
     store_dk_dv<D>(p, blk, key_row, dk_acc, dv_acc);
 }
 
@@ -504,7 +559,9 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
     extern __shared__ unsigned char smem_raw[];
     Smem &smem = *reinterpret_cast<Smem *>(smem_raw);
     const DkdvBlock blk = dkdv_block(p.dims);
-    const int wg = threadIdx.x / NUM_THREADS;
+    // Through a shuffle, so that ptxas knows it warp-uniform and keeps the wgmma descriptors
+    // of the warpgroup's own tiles in uniform registers.
+    const int wg = __shfl_sync(0xffffffff, threadIdx.x / NUM_THREADS, 0);
 
     if (threadIdx.x == 0) {
 #pragma unroll
@@ -512,6 +569,13 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
             mbar_init(&smem.full[s], 1);                              // the producer's arrival (and bytes)
             mbar_init(&smem.empty[s], DKDV_KEY_TILES * NUM_WARPS);  // every consumer warp's release
         }
+        if constexpr (ATOMIC_DQ)
+#pragma unroll
+            for (int b = 0; b < 2; b++) {
+#pragma unroll
+                for (int t = 0; t < DKDV_KEY_TILES; t++) mbar_init(&smem.dq.ds_full[b][t], NUM_WARPS);
+                mbar_init(&smem.dq.ds_empty[b], DKDV_KEY_TILES * NUM_WARPS);
+            }
         mbar_fence_init();
     }
     __syncthreads();
@@ -526,26 +590,104 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
 
 // ---------------------------------------------------------------- dQ kernel (deterministic mode)
 
-// Q and dO resident, K/V double-buffered.
-template <int D>
-struct DqSmem {
-    alignas(1024) bf16 q[BM * D];  // swizzled
-    alignas(1024) bf16 dout[BM * D];
-    KeyRing<D, 2> keys;
+// The dQ block, warp-specialised as the dK/dV kernel: DQ_Q_TILES consumer warpgroups,
+// warpgroup g owning query tile q_tile0 + g of the block's adjacent tiles, all reading the
+// key tiles of the merged query-major lists of those tiles, so each K/V tile is loaded once
+// for all of them; a producer warpgroup of which one warp walks those lists and has the
+// copy engine load the tiles. Three consumers (192 queries per K/V tile, 12 warps to hide
+// latency; `setmaxnreg`: 32 registers for the producer's warpgroup, 160 for the consumers,
+// which use ~152). Each query tile's dQ is summed by one warpgroup over its key tiles in
+// ascending order: bitwise reproducible.
+constexpr int DQ_Q_TILES = 3;
+constexpr int DQ_THREADS = (DQ_Q_TILES + 1) * NUM_THREADS;  // the consumers, then the producer's warpgroup
+constexpr int DQ_PRODUCER_REGS = 32, DQ_CONSUMER_REGS = 160;
+static_assert((DQ_Q_TILES * DQ_CONSUMER_REGS + DQ_PRODUCER_REGS) * NUM_THREADS <=
+                  DQ_THREADS * (65536 / DQ_THREADS / 8 * 8),
+              "the reallocation keeps the block's registers at launch (65536 per SM, in eights per thread)");
+typedef TileStep<DQ_Q_TILES> DqStep;
+
+// Q and dO of the query tiles stay resident; K, V and the key intervals go through a ring
+// of STAGES slots: step n of the walk (the closing done step included) in slot
+// n % STAGES, its DqStep published there by the producer, with a full barrier (the
+// producer's lane 0 with the copies' bytes, and its 32 lanes' interval copies; step 0's
+// also covers the query tiles) and an empty one (every consumer warp is done with the slot).
+template <int D, int STAGES>
+struct DqSmemStages {
+    alignas(1024) bf16 q[DQ_Q_TILES][BM * D];  // swizzled
+    alignas(1024) bf16 dout[DQ_Q_TILES][BM * D];
+    KeyRing<D, STAGES> keys;
+    DqStep step[STAGES];
+    uint64_t full[STAGES], empty[STAGES];  // mbarriers: 1 + 32 producer arrivals + bytes, DQ_Q_TILES * NUM_WARPS readers
 };
 
-// Grid (n_heads, n_q_tiles, batch), query tiles in reverse so the longest (causal) start
-// first.
+// Four slots (226 KiB at D = 128): the producer up to three key tiles ahead, and a
+// warpgroup up to about three steps ahead of another.
+constexpr int DQ_STAGES = 4;
+template <int D>
+using DqSmem = DqSmemStages<D, DQ_STAGES>;
+
+// Grid (n_heads, ceil(n_q_tiles / DQ_Q_TILES), batch), groups of adjacent query tiles in
+// reverse so the longest (causal) start first; query tiles q_tile0 + g for warpgroup g
+// (the last group's may be past the last tile: their lines are empty).
 struct DqBlock {
-    int head, kv_head, batch, q_tile;
+    int head, kv_head, batch, q_tile0;
 };
 
 __device__ __forceinline__ DqBlock dq_block(const AttnDims &d) {
     const int head = blockIdx.x;
-    return {head, head / d.group, (int)blockIdx.z, (int)(gridDim.y - 1 - blockIdx.y)};
+    return {head, head / d.group, (int)blockIdx.z, (int)(gridDim.y - 1 - blockIdx.y) * DQ_Q_TILES};
 }
 
-dim3 dq_grid(const AttnDims &d) { return dim3(d.n_heads, d.n_q_tiles, d.batch); }
+dim3 dq_grid(const AttnDims &d) { return dim3(d.n_heads, n_tiles(d.n_q_tiles, DQ_Q_TILES), d.batch); }
+
+// Warp 0 of the producer's warpgroup (every lane the same walk, in registers): per step n
+// waits until slot n % STAGES is free (step n - STAGES released by every consumer warp),
+// publishes the step there, has the copy engine bring the key tile's K and V (TMA,
+// 128-byte swizzle, zeros past seq_len) and the lanes copy its intervals (lo = hi = 0
+// past seq_len); step 0 also brings the query tiles' Q and dO. The walk's end is
+// published as a done step.
+template <int D, int STAGES>
+__device__ __forceinline__ void produce_dq(DqSmemStages<D, STAGES> &smem, const BwdParams &p, const DqBlock &blk) {
+    constexpr int TILE_BYTES = BM * D * (int)sizeof(bf16);
+    constexpr int KEY_BYTES = 2 * TILE_BYTES, QUERY_BYTES = 2 * DQ_Q_TILES * TILE_BYTES;
+    const AttnDims &d = p.dims;
+    const int l = lane_id();
+    const int32_t *lo = p.mask.lo + (int64_t)blk.batch * d.seq_len, *hi = p.mask.hi + (int64_t)blk.batch * d.seq_len;
+    MergedLines<DQ_Q_TILES> walk;
+    walk.init(p.mask.by_query, blk.batch, blk.q_tile0);
+#pragma unroll 1
+    for (int n = 0;; n++) {
+        const DqStep step = walk.next();
+        const int stage = n % STAGES;
+        uint64_t *full = &smem.full[stage];
+        if (n >= STAGES) mbar_wait(&smem.empty[stage], (n / STAGES + 1) % 2);  // step n - STAGES released it
+        const int k0 = step.tile * BN;
+        if (l == 0) {
+            smem.step[stage] = step;
+            mbar_arrive_expect_tx(full, step.done() ? 0 : KEY_BYTES + (n == 0 ? QUERY_BYTES : 0));
+            if (!step.done()) {
+                if (n == 0)
+#pragma unroll
+                    for (int t = 0; t < DQ_Q_TILES; t++) {
+                        const int q0 = (blk.q_tile0 + t) * BM;
+                        tma_load_tile<BM, D>(smem.q[t], &p.map_q, blk.head, q0, blk.batch, full);
+                        tma_load_tile<BM, D>(smem.dout[t], &p.map_dout, blk.head, q0, blk.batch, full);
+                    }
+                tma_load_tile<BN, D>(smem.keys.k[stage], &p.map_k, blk.kv_head, k0, blk.batch, full);
+                tma_load_tile<BN, D>(smem.keys.v[stage], &p.map_v, blk.kv_head, k0, blk.batch, full);
+            }
+        }
+        if (!step.done())
+#pragma unroll
+            for (int i = l; i < BN; i += 32) {
+                const bool valid = k0 + i < d.seq_len;
+                cp_async4(smem.keys.lo[stage] + i, lo + (valid ? k0 + i : 0), valid);
+                cp_async4(smem.keys.hi[stage] + i, hi + (valid ? k0 + i : 0), valid);
+            }
+        mbar_arrive_cp_async(full);
+        if (step.done()) return;
+    }
+}
 
 // S (masked) becomes P = 2^(S * scale_log2 - lse2), row-wise.
 __device__ __forceinline__ void probs_from_scores(float (&s)[BN / 8][4], const float (&row_lse2)[2],
@@ -584,74 +726,96 @@ __device__ __forceinline__ void store_dq(const BwdParams &p, const DqBlock &blk,
     }
 }
 
-// One block (one warpgroup) per (head, query tile, batch) over the query-major list; per
-// key tile S = Q K^T and dP = dO V^T from shared memory, then dQ += dS K with dS as the
-// register A operand (three products per tile, no atomics). Accumulator rows are queries.
-template <int D>
-__global__ void __launch_bounds__(NUM_THREADS, 2) attn_bwd_dq_kernel(const __grid_constant__ BwdParams p) {
-    static_assert(2 * (sizeof(DqSmem<D>) + SMEM_RESERVED_PER_BLOCK) <= SMEM_PER_SM,
-                  "shared memory of the two blocks per SM of __launch_bounds__");
-    extern __shared__ unsigned char smem_raw[];
-    DqSmem<D> &smem = *reinterpret_cast<DqSmem<D> *>(smem_raw);
+// Consumer warpgroup g (query tile q_tile0 + g) walks the published steps: per key tile its
+// lists show, once the slot is full, S = Q K^T and dP = dO V^T from shared memory, then
+// dQ += dS K with dS as the register A operand (accumulator rows are queries); a key tile
+// only other query tiles see is skipped. Each warp releases the slot after its last
+// product reading it. No copies and no walk here: only products and element work.
+template <int D, int STAGES>
+__device__ __forceinline__ void consume_dq(DqSmemStages<D, STAGES> &smem, const BwdParams &p, const DqBlock &blk,
+                                           int wg) {
     const AttnDims &d = p.dims;
-    const DqBlock blk = dq_block(d);
-    const int q0 = blk.q_tile * BM;
-    const int64_t q_off = blk.batch * d.q_batch_stride + blk.head * D;
-    const int64_t kv_off = blk.batch * d.kv_batch_stride + blk.kv_head * D;
-    const KeySource keys = {p.k + kv_off, p.v + kv_off, p.mask.lo + (int64_t)blk.batch * d.seq_len,
-                            p.mask.hi + (int64_t)blk.batch * d.seq_len, d.kv_row_stride, d.seq_len};
-    const TileList list = p.mask.by_query.line(blk.batch, blk.q_tile);
-
-    if (list.n_total > 0) {  // a query tile that sees nothing gets dQ = 0 without loads
-        load_tile_swizzled<BM, D>(smem.q, p.q + q_off, d.q_row_stride, q0, d.seq_len);
-        load_tile_swizzled<BM, D>(smem.dout, p.dout + q_off, d.q_row_stride, q0, d.seq_len);
-        load_key_tile<NUM_THREADS>(smem.keys, 0, keys, list.tile(0));
-    }
-    cp_async_commit();
-
-    const int q_row = q0 + warp_row();
-    float row_lse2[2], row_dsum[2];
+    const int q_tile = blk.q_tile0 + wg, q_row = q_tile * BM + warp_row();
+    float row_lse2[2] = {INFINITY, INFINITY}, row_dsum[2] = {0.0f, 0.0f};
+    if (q_tile < d.n_q_tiles)  // a tile past the last has no padded rows (and no steps)
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int64_t at = ((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad + q_row + 8 * r;  // padded: in range
-        row_lse2[r] = p.ws.lse2[at];
-        row_dsum[r] = p.ws.dsum[at];
-    }
+        for (int r = 0; r < 2; r++) {
+            const int64_t at = ((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad + q_row + 8 * r;
+            row_lse2[r] = p.ws.lse2[at];
+            row_dsum[r] = p.ws.dsum[at];
+        }
     float dq_acc[D / 8][4];  // [64 queries x D] over the warpgroup
     zero(dq_acc);
 
-    for (int i = 0; i < list.n_total; i++) {
-        const int stage = i & 1;
-        cp_async_wait<0>();
-        wgmma::fence_async_shared();
-        __syncthreads();  // tile i landed; the last tile's products have completed
-        const bf16 *t_k = smem.keys.k[stage], *t_v = smem.keys.v[stage];
-
-        float s[BN / 8][4], dp[BN / 8][4];  // S then P then dS; dP [64 queries x BN keys]
-        issue_s_dp<D>(s, dp, smem.q, t_k, smem.dout, t_v);
-        if (i + 1 < list.n_total) load_key_tile<NUM_THREADS>(smem.keys, stage ^ 1, keys, list.tile(i + 1));
-        cp_async_commit();
-        wgmma::wait<0>();
-        wgmma::pin(s);
-        wgmma::pin(dp);
-        mask_tile(s, list.cls(i), ragged_tile(list.tile(i), d.seq_len), smem.keys.lo[stage], smem.keys.hi[stage],
-                  q_row);
-        probs_from_scores(s, row_lse2, d.scale_log2);
-        ds_from_probs(s, dp, row_dsum);
-        uint32_t ds_frag[BN / 16][4];
-        acc_to_a<BN>(ds_frag, s);
-        wgmma::fence();
-        wgmma::pin(dq_acc);
+#pragma unroll 1
+    for (int n = 0;; n++) {
+        const int stage = n % STAGES;
+        mbar_wait(&smem.full[stage], n / STAGES % 2);  // step n's key tile (and at n = 0 the query tiles) landed
+        const DqStep step = smem.step[stage];
+        if (step.done()) break;
+        const TileClass cls = step.of(wg);
+        if (cls != TileClass::Empty) {
+            const bf16 *t_k = smem.keys.k[stage], *t_v = smem.keys.v[stage];
+            float s[BN / 8][4], dp[BN / 8][4];  // S then P then dS; dP [64 queries x BN keys]
+            issue_s_dp<D>(s, dp, smem.q[wg], t_k, smem.dout[wg], t_v);
+            wgmma::wait<0>();
+            wgmma::pin(s);
+            wgmma::pin(dp);
+            // A branch, not predication: full tiles must not pay for the test.
+            if (cls != TileClass::Full || ragged_tile(step.tile, d.seq_len))
+                mask_scores(s, smem.keys.lo[stage], smem.keys.hi[stage], q_row, 0);
+            probs_from_scores(s, row_lse2, d.scale_log2);
+            ds_from_probs(s, dp, row_dsum);
+            uint32_t ds_frag[BN / 16][4];
+            acc_to_a<BN>(ds_frag, s);
+            wgmma::fence();
+            wgmma::pin(dq_acc);
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++)  // dQ += dS K
-            wgmma::mma_rs<D, 1>(dq_acc, ds_frag[kk], wgmma::desc_mn_major(t_k, BN, 16 * kk, 0), true);
-        wgmma::commit();
-        wgmma::wait<0>();
-        wgmma::pin(dq_acc);
-        wgmma::pin(ds_frag);
+            for (int kk = 0; kk < BN / 16; kk++)  // dQ += dS K
+                wgmma::mma_rs<D, 1>(dq_acc, ds_frag[kk], wgmma::desc_mn_major(t_k, BN, 16 * kk, 0), true);
+            wgmma::commit();
+            wgmma::wait<0>();
+            wgmma::pin(dq_acc);
+            wgmma::pin(ds_frag);
+        }
+        __syncwarp();
+        if (lane_id() == 0) mbar_arrive(&smem.empty[stage]);  // this warp is done with the slot
     }
 
     store_dq<D>(p, blk, q_row, dq_acc);
+}
+
+// Thread 0 sets up the barriers (the block's only block-wide barrier follows); then the
+// producer's warpgroup gives its registers to the consumers and its warp 0 produces while
+// the others leave. One block per SM.
+template <int D>
+__global__ void __launch_bounds__(DQ_THREADS, 1) attn_bwd_dq_kernel(const __grid_constant__ BwdParams p) {
+    typedef DqSmem<D> Smem;
+    static_assert(sizeof(Smem) <= MAX_SMEM_PER_BLOCK, "shared memory of one block");
+    extern __shared__ unsigned char smem_raw[];
+    Smem &smem = *reinterpret_cast<Smem *>(smem_raw);
+    const DqBlock blk = dq_block(p.dims);
+    // Through a shuffle the compiler knows the warpgroup index warp-uniform, so the
+    // descriptors of the warpgroup's tiles live in uniform registers (no 64-bit adds and
+    // register moves per product; CUTLASS's canonical_warp_group_idx).
+    const int wg = __shfl_sync(0xffffffff, threadIdx.x / NUM_THREADS, 0);
+
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int s = 0; s < DQ_STAGES; s++) {
+            mbar_init(&smem.full[s], 1 + 32);                 // the producer's lane 0 and its lanes' interval copies
+            mbar_init(&smem.empty[s], DQ_Q_TILES * NUM_WARPS);  // every consumer warp's release
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+    if (wg == DQ_Q_TILES) {
+        regs_dec<DQ_PRODUCER_REGS>();
+        if (threadIdx.x % NUM_THREADS < 32) produce_dq(smem, p, blk);
+        return;
+    }
+    regs_inc<DQ_CONSUMER_REGS>();
+    consume_dq(smem, p, blk, wg);
 }
 
 // ---------------------------------------------------------------- conversion kernels
@@ -711,7 +875,7 @@ void backward(const BwdParams &p, bool deterministic, cudaStream_t stream) {
     cudaCheckLaunch();
     if (deterministic) {
         launch(attn_bwd_dkdv_kernel<D, false>, dkdv_grid(d), DKDV_THREADS, sizeof(DkdvSmem<D, false>), stream, p);
-        launch(attn_bwd_dq_kernel<D>, dq_grid(d), NUM_THREADS, sizeof(DqSmem<D>), stream, p);
+        launch(attn_bwd_dq_kernel<D>, dq_grid(d), DQ_THREADS, sizeof(DqSmem<D>), stream, p);
     } else {
         cudaCheck(cudaMemsetAsync(p.ws.dq_accum, 0, n_pad * D * sizeof(float), stream));
         launch(attn_bwd_dkdv_kernel<D, true>, dkdv_grid(d), DKDV_THREADS, sizeof(DkdvSmem<D, true>), stream, p);

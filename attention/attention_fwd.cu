@@ -201,9 +201,16 @@ struct OnlineSoftmax {
         bool moved = false;
 #pragma unroll
         for (int r = 0; r < 2; r++) {
-            float tile_max = -INFINITY;
+            // A tree (depth 1 + log2 NJ, not NJ): the row maximum is on the path from S's
+            // wait to the first exponential.
+            float m[NJ];
 #pragma unroll
-            for (int j = 0; j < NJ; j++) tile_max = fmaxf(tile_max, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+            for (int j = 0; j < NJ; j++) m[j] = fmaxf(s[j][2 * r], s[j][2 * r + 1]);
+#pragma unroll
+            for (int lvl = 1; lvl < NJ; lvl *= 2)
+#pragma unroll
+                for (int j = 0; j + lvl < NJ; j += 2 * lvl) m[j] = fmaxf(m[j], m[j + lvl]);
+            float tile_max = m[0];
             tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 1));
             tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 2));
             tile_max *= scale_log2;
@@ -413,6 +420,7 @@ __device__ __forceinline__ void consume(FwdSmem<D> &smem, const FwdParams &p, in
         float o[D / 8][4];              // [64 x D] unnormalised output over the warpgroup
         float s[KEYS / 8][4];           // [64 x KEYS] scores of the next step
         uint32_t p_frag[KEYS / 16][4];  // P of this step as A fragments (k = keys)
+        uint32_t p_frag2[KEYS / 16][4];  // and of the next step (the two alternate)
         float rescale[2];
         OnlineSoftmax softmax;
         softmax.init();
@@ -437,9 +445,12 @@ __device__ __forceinline__ void consume(FwdSmem<D> &smem, const FwdParams &p, in
             acc_to_a<KEYS>(p_frag, s);  // O is still 0: no rescale
         }
         j++;
-        // Step j's P is in p_frag. The wgmma sequences carry no branch between issue and
-        // wait (ptxas serializes them otherwise), so the last step's P V is peeled off.
-        while (!step.done()) {
+        // Step j's P is in p_cur. The wgmma sequences carry no branch between issue and
+        // wait (ptxas serializes them otherwise), so the last step's P V is peeled off. P
+        // is double-buffered: the next step's is packed into p_next while P V still reads
+        // p_cur, so nothing but the slot release (and a rare rescale) waits for P V.
+        // Returns whether the walk goes on.
+        auto pipelined_step = [&](uint32_t(&p_cur)[KEYS / 16][4], uint32_t(&p_next)[KEYS / 16][4]) -> bool {
             const int vs = jv % (LEAD + 1);
             ks = j % LEAD;
             mbar_wait(&sync.full_k[ks], (j / LEAD) & 1);
@@ -451,34 +462,37 @@ __device__ __forceinline__ void consume(FwdSmem<D> &smem, const FwdParams &p, in
             if (next.done()) {
                 mbar_arrive(&sync.empty_k[ks]);
                 wgmma::fence();
-                issue_pv<D, KEYS>(o, p_frag, t_v);
+                issue_pv<D, KEYS>(o, p_cur, t_v);
                 wgmma::commit();
                 wgmma::wait<0>();
                 wgmma::pin(o);
-                wgmma::pin(p_frag);
+                wgmma::pin(p_cur);
                 mbar_arrive(&sync.empty_v[vs]);
-                break;
+                return false;
             }
             wgmma::fence();
             issue_scores<D, KEYS>(s, smem.q[wg], smem.ring.k[ks]);
             wgmma::commit();
-            issue_pv<D, KEYS>(o, p_frag, t_v);
+            issue_pv<D, KEYS>(o, p_cur, t_v);
             wgmma::commit();
             wgmma::wait<1>();  // the scores; P V may still run
             wgmma::pin(s);
             mask_step<D>(s, next, wg, smem.ring, ks, d.seq_len, q_row);
             const bool moved = softmax.update(s, d.scale_log2, rescale);
+            acc_to_a<KEYS>(p_next, s);
             // After the exponentials (a row sum depends on all of a row's), so that the
             // wait for P V below stays behind them (see mbar_arrive_after).
             mbar_arrive_after(&sync.empty_k[ks], softmax.row_sum[0] + softmax.row_sum[1]);
             wgmma::wait<0>();
             wgmma::pin(o);
-            wgmma::pin(p_frag);
+            wgmma::pin(p_cur);
             mbar_arrive(&sync.empty_v[vs]);
             if (__any_sync(0xffffffff, moved)) OnlineSoftmax::rescale_o(o, rescale);
-            acc_to_a<KEYS>(p_frag, s);
-            step = next;
-        }
+            return true;
+        };
+        if (any_key)
+            while (pipelined_step(p_frag, p_frag2) && pipelined_step(p_frag2, p_frag)) {
+            }
         if (any_key) {  // the Q tiles are free for the next item
             mbar_arrive(&sync.empty_q);
             n_q++;

@@ -4,7 +4,7 @@
 // block owns), a main loop of loads and wgmma products (wgmma.cuh), softmax or gradient
 // element work, and epilogue functions that write the results. This header holds what
 // more than one kernel uses:
-//   - primitives: cp.async, bulk and tensor (TMA) copies, mbarriers, named barriers,
+//   - primitives: cp.async, bulk and tensor (TMA) copies, mbarriers,
 //     register reallocation, register-fragment helpers;
 //   - the mask as the kernels read it (MaskView) and the tile walk over it (TileList,
 //     TileStep, MergedLines);
@@ -79,15 +79,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// Hardware barrier ids of bar.sync; 0 is __syncthreads. A barrier per warpgroup takes the
-// ids [id, id + number of warpgroups).
-enum class NamedBarrier : int {
-    DqStaging = 1,  // dK/dV kernel: this warpgroup's dS^T is in shared memory
-};
-__device__ __forceinline__ void named_barrier_sync(NamedBarrier id, int warpgroup, int threads) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"((int)id + warpgroup), "r"(threads) : "memory");
 }
 
 // dst[0 .. bytes/4) += src[...] in fp32, done by the copy engine from shared memory

@@ -97,6 +97,7 @@ int main(int argc, char **argv) {
     const float weight_decay = (float)config_num(config, "train.weight_decay");
     const float grad_clip = (float)config_num(config, "train.grad_clip");
     const bool deterministic = config_bool(config, "train.deterministic");
+    const bool keep_mlp = config_bool(config, "train.keep_mlp_activations");
     double peak_tflops = config_num(config, "train.peak_tflops");
     if (peak_tflops <= 0.0) peak_tflops = 790.0;  // H200 dense bf16
 
@@ -113,7 +114,7 @@ int main(int argc, char **argv) {
     AdamWState opt;
     adamw_init(&opt, P);
     const TrainBackendOps *gpu = cuda_train_backend();
-    const BackendSetup setup = {&cfg, &table, 1, S, deterministic};
+    const BackendSetup setup = {&cfg, &table, 1, S, deterministic, keep_mlp};
     void *trainer = gpu->create(&setup);
     gpu->set_state(trainer, host_params.data(), &opt);
     // torch.optim.AdamW as the anchor uses it: weight decay on every tensor.
@@ -162,12 +163,13 @@ int main(int argc, char **argv) {
                          3.5 * 4.0 * (double)S * S * head_dim * H * L * density;
     const double state_bytes = P * (2.0 /* bf16 */ + sizeof(float)) + (3 * P + 2) * sizeof(float);
     printf("{\"config\": \"%s\", \"params_M\": %.1f, \"S\": %d, \"deterministic\": %s, "
-           "\"step_ms\": %.2f, \"fwd_bwd_ms\": %.2f, \"optimizer_ms\": %.2f, "
+           "\"keep_mlp_activations\": %s, \"step_ms\": %.2f, \"fwd_bwd_ms\": %.2f, \"optimizer_ms\": %.2f, "
            "\"tokens_per_s\": %.0f, \"mem_GiB\": %.2f, \"mfu_vs_%.0f\": %.3f, "
            "\"density_128\": %.4f, \"density_%dx%d\": %.4f, \"weights_grads_adam_GiB\": %.2f, "
            "\"activations_and_ops_GiB\": %.2f, \"attention_pool_peak_GiB\": %.2f, "
            "\"loss_first\": %.4f, \"loss_last\": %.4f, \"steps\": %d}\n",
-           config_path, P / 1e6, S, deterministic ? "true" : "false", dt * 1e3,
+           config_path, P / 1e6, S, deterministic ? "true" : "false", keep_mlp ? "true" : "false",
+           dt * 1e3,
            median(model_ms), median(optimizer_ms), S / dt,
            (double)(free_start - free_end) / GIB, peak_tflops, flops / dt / (peak_tflops * 1e12),
            density, ATTN_TILE, ATTN_TILE, density_kernel, state_bytes / GIB,

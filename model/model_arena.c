@@ -3,14 +3,15 @@
 enum { BF16 = 2, FP32 = 4, INT32 = 4 };
 
 CudaArenaLayout cuda_arena_layout(const ModelConfig *cfg, int max_rows, int seq_len,
-                                  size_t attn_workspace_bytes) {
+                                  bool keep_mlp_activations, size_t attn_workspace_bytes) {
     const ModelDims d = model_dims(cfg);
     const size_t T = (size_t)max_rows * (size_t)seq_len, C = cfg->hidden_size,
                  F = cfg->intermediate_size, V = cfg->vocab_size, H = cfg->num_attention_heads,
                  KV = cfg->num_key_value_heads, L = cfg->num_hidden_layers;
     const size_t QD = d.q_dim, KVD = d.kv_dim;
-    CudaArenaLayout a;
+    CudaArenaLayout a = {.keep_mlp_activations = keep_mlp_activations};
     size_t used = 0;
+    const size_t kept_gate_up = keep_mlp_activations ? BF16 * T * 2 * F : 0;
 
     CudaBatchLayout *b = &a.batch;
     b->token = arena_reserve(&used, INT32 * T);
@@ -40,11 +41,12 @@ CudaArenaLayout cuda_arena_layout(const ModelConfig *cfg, int max_rows, int seq_
     la->lse = arena_reserve(&block, FP32 * T * H);
     la->mid = arena_reserve(&block, BF16 * T * C);
     la->ln2_rstd = arena_reserve(&block, FP32 * T);
+    la->gate_up = arena_reserve(&block, kept_gate_up);
     a.layer_stride = arena_round(block);
     used = a.layers + L * a.layer_stride;
 
     a.ln = arena_reserve(&used, BF16 * T * C);
-    a.gate_up = arena_reserve(&used, BF16 * T * 2 * F);
+    a.gate_up = arena_reserve(&used, BF16 * T * 2 * F - kept_gate_up);  // the recompute's
     a.qkv = arena_reserve(&used, BF16 * T * (size_t)d.qkv_dim);
     a.act = arena_reserve(&used, BF16 * T * F);
     a.proj_out = arena_reserve(&used, BF16 * T * C);

@@ -6,6 +6,7 @@
 // T = max_rows * seq_len tokens, C hidden, F intermediate, V vocab, H query heads, KV
 // key/value heads, D head dim (ModelDims); bf16 activations, fp32 rstd/lse/losses.
 #pragma once
+#include <stdbool.h>
 #include <stddef.h>
 
 #ifdef __cplusplus
@@ -45,6 +46,7 @@ typedef struct {
     size_t lse;       // [T, H] fp32
     size_t mid;       // [T, C]
     size_t ln2_rstd;  // [T] fp32
+    size_t gate_up;   // [T, 2F] with keep_mlp_activations, else 0 bytes (not kept)
 } CudaLayerLayout;
 
 // Byte offsets of CudaModel's buffers (model_cuda.cu says what each holds).
@@ -56,7 +58,7 @@ typedef struct {
     size_t layers, layer_stride;       // layer l's block at layers + l * layer_stride
     CudaLayerLayout layer;
     size_t ln, proj_out, final_norm;   // [T, C]
-    size_t gate_up;                    // [T, 2F]
+    size_t gate_up;                    // [T, 2F], 0 bytes with keep_mlp_activations
     size_t qkv;                        // [T, (H + 2 KV) D]
     size_t act;                        // [T, F]
     size_t final_rstd;                 // [T] fp32
@@ -72,14 +74,17 @@ typedef struct {
     size_t chunk_rows;  // rows of logits the loss head holds at once: whole 64-row tiles
                         // of at most CUDA_LOGIT_CHUNK_ELEMENTS, at least 1, at most T
     size_t bytes;       // the arena's size
+    bool keep_mlp_activations;  // each layer keeps its gate|up product (layer.gate_up)
 } CudaArenaLayout;
 
 // attn_workspace_bytes: the attention backward's workspace for max_rows x seq_len in
 // either mode (cuda_model_attention_workspace_bytes, model_cuda.h: CUDA builds only).
+// keep_mlp_activations: every layer keeps its gate|up product for the backward (L x
+// [T, 2F] more, one buffer of it less) instead of the backward recomputing it.
 // No limit on T here (cuda_model_create and the estimate's check refuse what the kernels
 // cannot index).
 CudaArenaLayout cuda_arena_layout(const ModelConfig *cfg, int max_rows, int seq_len,
-                                  size_t attn_workspace_bytes);
+                                  bool keep_mlp_activations, size_t attn_workspace_bytes);
 
 #ifdef __cplusplus
 }

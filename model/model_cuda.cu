@@ -6,7 +6,8 @@
 // The backward recomputes the two norm outputs (bitwise the forward's: same kernel, same
 // input), the normed and rotated q and k (qk_norm), and the stacked gate|up product: one
 // more MLP matmul per layer buys a much smaller activation arena (the measured trade:
-// docs/BENCHMARKS.md, "Training step").
+// docs/BENCHMARKS.md, "Training step"). With keep_mlp_activations every layer keeps its
+// gate|up product instead, and the backward skips that matmul.
 // T = n_rows * seq_len tokens, C hidden, F intermediate, V vocab, H query heads,
 // KV key/value heads, D head dim (ModelDims). Activations bf16, rstd/lse/losses fp32.
 #include <limits.h>
@@ -33,6 +34,8 @@ typedef struct {
     float *lse;       // [n_rows, H, seq_len] attention log-sum-exp
     bf16 *mid;        // [T, C] residual after attention
     float *ln2_rstd;  // [T] post_attention_layernorm
+    bf16 *gate_up;    // [T, 2F] with keep_mlp_activations (the backward overwrites it with
+                      // [d gate | d up]), else NULL: CudaModel's one buffer serves
 } LayerActivations;
 
 struct CudaModel {
@@ -61,7 +64,8 @@ struct CudaModel {
     bf16 *ln;                  // [T, C] input or post-attention norm output
     bf16 *gate_up;             // [T, 2F] rows [gate_proj | up_proj] (one product with the
                                // stacked weights); the backward overwrites it with
-                               // [d gate | d up]
+                               // [d gate | d up]. NULL with keep_mlp_activations (each
+                               // layer has its own: mlp_gate_up)
     bf16 *qkv;                 // [T, (H + 2 KV) D] stacked q|k|v product before RoPE; in
                                // the backward, the stacked gradient [dq | dk | dv]
     bf16 *act;                 // [T, F] silu(gate) * up, the down_proj input (recomputed
@@ -112,9 +116,10 @@ static void carve(CudaModel *m, const CudaArenaLayout *a) {
         la->lse = arena_at<float>(block, a->layer.lse);
         la->mid = arena_at<bf16>(block, a->layer.mid);
         la->ln2_rstd = arena_at<float>(block, a->layer.ln2_rstd);
+        la->gate_up = a->keep_mlp_activations ? arena_at<bf16>(block, a->layer.gate_up) : nullptr;
     }
     m->ln = arena_at<bf16>(base, a->ln);
-    m->gate_up = arena_at<bf16>(base, a->gate_up);
+    m->gate_up = a->keep_mlp_activations ? nullptr : arena_at<bf16>(base, a->gate_up);
     m->qkv = arena_at<bf16>(base, a->qkv);
     m->act = arena_at<bf16>(base, a->act);
     m->proj_out = arena_at<bf16>(base, a->proj_out);
@@ -147,7 +152,8 @@ size_t cuda_model_attention_workspace_bytes(const ModelConfig *cfg, int max_rows
     return fast > det ? fast : det;
 }
 
-CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len) {
+CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len,
+                             bool keep_mlp_activations) {
     CHECK(max_rows > 0 && seq_len > 0,
           "cuda_model_create: max_rows %d and seq_len %d must be positive", max_rows, seq_len);
     CHECK((long long)max_rows * seq_len <= INT_MAX,
@@ -186,8 +192,9 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len) 
               "layer %d: q/k/v or gate/up weights are not consecutive in the parameter table", l);
     }
 
-    const CudaArenaLayout layout = cuda_arena_layout(
-        cfg, max_rows, seq_len, cuda_model_attention_workspace_bytes(cfg, max_rows, seq_len));
+    const CudaArenaLayout layout =
+        cuda_arena_layout(cfg, max_rows, seq_len, keep_mlp_activations,
+                          cuda_model_attention_workspace_bytes(cfg, max_rows, seq_len));
     m->chunk_capacity = m->chunk_rows = (int)layout.chunk_rows;
     // The fused q/k norm + RoPE indexes tokens x (q, k and v heads) rows in 32 bits
     // (qk_norm_rope_*_cuda's own bound, refused here before anything runs).
@@ -276,6 +283,11 @@ static const bf16 *attention_k(const CudaModel *m, const LayerActivations *a) {
     return m->cfg.qk_norm ? m->k_normed : a->k;
 }
 
+// Layer a's gate|up product: its own when kept, else the one buffer every layer shares.
+static bf16 *mlp_gate_up(const CudaModel *m, const LayerActivations *a) {
+    return a->gate_up ? a->gate_up : m->gate_up;
+}
+
 // Embedding and all layers up to the final norm; fills every saved activation. Each
 // residual add is fused into the norm that follows it (the next layer's input norm,
 // or the final norm after the last layer).
@@ -327,11 +339,11 @@ static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) 
         }
         {
             StageRange stage(m->timer, "fwd gate_up matmul");
-            matmul_forward_cuda(m->gate_up, m->ln, params + w[W_GATE], T, C, 2 * F, s);
+            matmul_forward_cuda(mlp_gate_up(m, a), m->ln, params + w[W_GATE], T, C, 2 * F, s);
         }
         {
             StageRange stage(m->timer, "fwd swiglu");
-            swiglu_stacked_forward_cuda(m->act, m->gate_up, T, F, s);
+            swiglu_stacked_forward_cuda(m->act, mlp_gate_up(m, a), T, F, s);
         }
         {
             StageRange stage(m->timer, "fwd down matmul");
@@ -457,19 +469,20 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
         LayerActivations *a = &m->layers[l];
         // MLP block: residual[l+1] = mid + down(swiglu(gate(ln2), up(ln2))).
         // d_residual holds d residual[l+1], which is also the residual path's d mid.
-        // Recompute ln2, gate|up and the down_proj input.
+        // Recompute ln2, gate|up (unless the layer kept it) and the down_proj input.
+        bf16 *gate_up = mlp_gate_up(m, a);
         {
             StageRange stage(m->timer, "bwd norm recompute");
             rmsnorm_forward_cuda(m->ln, a->ln2_rstd, a->mid, params + w[W_POST_NORM], T, C,
                                  cfg->rms_norm_eps, s);
         }
-        {
+        if (!a->gate_up) {
             StageRange stage(m->timer, "bwd gate_up recompute");
-            matmul_forward_cuda(m->gate_up, m->ln, params + w[W_GATE], T, C, 2 * F, s);
+            matmul_forward_cuda(gate_up, m->ln, params + w[W_GATE], T, C, 2 * F, s);
         }
         {
             StageRange stage(m->timer, "bwd swiglu recompute");
-            swiglu_stacked_forward_cuda(m->act, m->gate_up, T, F, s);
+            swiglu_stacked_forward_cuda(m->act, gate_up, T, F, s);
         }
         {
             StageRange stage(m->timer, "bwd down matmul");
@@ -479,11 +492,11 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
         {
             StageRange stage(m->timer, "bwd swiglu");
             // In place: gate and up are not needed again.
-            swiglu_stacked_backward_cuda(m->gate_up, m->d_act, m->gate_up, T, F, s);
+            swiglu_stacked_backward_cuda(gate_up, m->d_act, gate_up, T, F, s);
         }
         {
             StageRange stage(m->timer, "bwd gate_up matmul");
-            matmul_backward_overwrite_cuda(m->d_normed, grads + w[W_GATE], m->gate_up, m->ln,
+            matmul_backward_overwrite_cuda(m->d_normed, grads + w[W_GATE], gate_up, m->ln,
                                            params + w[W_GATE], T, C, 2 * F, s);
         }
         {

@@ -31,8 +31,11 @@ typedef struct CudaModel CudaModel;
 bool model_dims_cuda_supported(const ModelDims *d);
 
 // Validates the config (model_dims, then model_dims_cuda_supported: fatal, naming the
-// fields) and allocates the activation arena once.
-CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len);
+// fields) and allocates the activation arena once. keep_mlp_activations: every layer
+// keeps its gate|up product for the backward (faster; L x [T, 2F] bf16 more memory)
+// instead of the backward recomputing it (model/model_arena.h).
+CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len,
+                             bool keep_mlp_activations);
 void cuda_model_free(CudaModel *m);
 
 // Forward only. params_bf16: device, [ParamTable.total] bf16. b: HOST arrays

@@ -220,7 +220,7 @@ static void full_forward_logits(const ModelConfig *cfg, const float *params,
     gpu->clear();
     const ModelDims dims = model_dims(cfg);
     if (model_dims_cuda_supported(&dims)) {
-        CudaModel *g = cuda_model_create(cfg, N_SEQS, MAX_LEN);
+        CudaModel *g = cuda_model_create(cfg, N_SEQS, MAX_LEN, false);
         gpu->assign((size_t)T * cfg->vocab_size, 0.0f);
         cuda_model_logits(g, params_dev, &batch, gpu->data());
         cuda_model_free(g);

@@ -42,14 +42,17 @@ int main(void) {
         mc.tie_word_embeddings = s.tied;
         mc.qk_norm = s.qk_norm;
         ops_cuda_init(s.rows * s.seq, s.hidden);
-        CudaModel *m = cuda_model_create(&mc, s.rows, s.seq);
-        const size_t real = cuda_model_arena_bytes(m);
-        const size_t workspace = cuda_model_attention_workspace_bytes(&mc, s.rows, s.seq);
-        const CudaMemoryEstimate e = cuda_memory_estimate(&mc, s.rows, s.seq, workspace);
-        EXPECT(e.arena == real,
-               "hidden %d, %d x %d tokens: estimated arena %zu bytes, allocated %zu", s.hidden,
-               s.rows, s.seq, e.arena, real);
-        cuda_model_free(m);
+        for (int keep = 0; keep < 2; keep++) {  // the MLP recomputed, then kept
+            CudaModel *m = cuda_model_create(&mc, s.rows, s.seq, keep);
+            const size_t real = cuda_model_arena_bytes(m);
+            const size_t workspace = cuda_model_attention_workspace_bytes(&mc, s.rows, s.seq);
+            const CudaMemoryEstimate e = cuda_memory_estimate(&mc, s.rows, s.seq, keep, workspace);
+            EXPECT(e.arena == real,
+                   "hidden %d, %d x %d tokens, keep_mlp_activations %d: estimated arena %zu "
+                   "bytes, allocated %zu",
+                   s.hidden, s.rows, s.seq, keep, e.arena, real);
+            cuda_model_free(m);
+        }
         ops_cuda_destroy();
     }
     return test_finish();

@@ -440,7 +440,7 @@ static void test_loss_over_ranks(const PackedDataset *data, const ModelConfig *m
     params_init(mc, &table, 11, params);
     AdamWState opt;
     adamw_init(&opt, n);
-    const BackendSetup setup = {mc, &table, MICRO_ROWS, data->rows.seq_len, true};
+    const BackendSetup setup = {mc, &table, MICRO_ROWS, data->rows.seq_len, true, false};
     void *backend = ops->create(&setup);
     ops->set_state(backend, params, &opt);
 

@@ -232,7 +232,7 @@ static void run_config(const char *label, const ModelConfig *cfg) {
     cpu_model_free(cpu);
 
     // ---- the GPU model
-    CudaModel *model = cuda_model_create(cfg, max_rows, SEQ_LEN);
+    CudaModel *model = cuda_model_create(cfg, max_rows, SEQ_LEN, false);
     printf("  activation arena %.1f MiB for %d rows\n", cuda_model_arena_bytes(model) / 1048576.0,
            max_rows);
     float *gpu_losses = (float *)xmalloc((size_t)T_dup * sizeof(float));
@@ -269,6 +269,24 @@ static void run_config(const char *label, const ModelConfig *cfg) {
     EXPECT(memcmp(grads, grads_again, n * sizeof(float)) == 0,
           "deterministic gradients differ between two runs");
     check_grads_ready(model, cfg, params_dev, grads_dev, n, &dup.batch, loss_scale);
+
+    // Each layer keeping its gate|up instead of the backward recomputing it: the same
+    // kernels on the same inputs, so bitwise the same loss and gradients.
+    {
+        CudaModel *kept = cuda_model_create(cfg, max_rows, SEQ_LEN, true);
+        const double kept_loss = gpu_gradients(kept, params_dev, grads_dev, grads_again, n,
+                                               &dup.batch, loss_scale);
+        printf("  keep_mlp_activations: arena %.1f MiB (recomputing %.1f), loss %.9g\n",
+               cuda_model_arena_bytes(kept) / 1048576.0, cuda_model_arena_bytes(model) / 1048576.0,
+               kept_loss);
+        EXPECT(kept_loss == loss, "kept MLP activations: loss %.9g vs %.9g", kept_loss, loss);
+        EXPECT(memcmp(grads, grads_again, n * sizeof(float)) == 0,
+               "kept MLP activations: gradients differ from the recomputing model's");
+        EXPECT(cuda_model_arena_bytes(kept) > cuda_model_arena_bytes(model),
+               "kept MLP activations take more memory (%zu vs %zu bytes)",
+               cuda_model_arena_bytes(kept), cuda_model_arena_bytes(model));
+        cuda_model_free(kept);
+    }
 
     // Accumulation: a second call on the same buffer adds the same gradient again.
     cuda_model_forward_backward(model, params_dev, grads_dev, &dup.batch, loss_scale);

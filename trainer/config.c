@@ -66,6 +66,7 @@ static const char *const DEFAULTS_JSON =
     "    \"save_dtype\": null,"
     "    \"resume\": null,"
     "    \"deterministic\": true,"
+    "    \"keep_mlp_activations\": false,"
     "    \"micro_rows\": 4,"
     "    \"shuffle\": true,"
     "    \"peak_tflops\": 0.0,"

@@ -12,7 +12,7 @@
 #define RUNTIME_MARGIN ((size_t)256 << 20)
 
 CudaMemoryEstimate cuda_memory_estimate(const ModelConfig *mc, int micro_rows, int seq_len,
-                                        size_t attn_workspace_bytes) {
+                                        bool keep_mlp_activations, size_t attn_workspace_bytes) {
     ParamTable table;  // the exact count (biases, q/k norms, tying), metadata only
     param_table_build(mc, &table);
     const size_t n = table.total;
@@ -20,7 +20,8 @@ CudaMemoryEstimate cuda_memory_estimate(const ModelConfig *mc, int micro_rows, i
     const size_t T = (size_t)micro_rows * (size_t)seq_len, C = mc->hidden_size;
     CudaMemoryEstimate e = {.tokens = (long long)T};
     e.state = 2 * n + 4 * n + 4 * (3 * n + 2);
-    e.arena = cuda_arena_layout(mc, micro_rows, seq_len, attn_workspace_bytes).bytes;
+    e.arena = cuda_arena_layout(mc, micro_rows, seq_len, keep_mlp_activations,
+                                attn_workspace_bytes).bytes;
     // cuBLASLt workspace; the embedding sort's keys, values and temp (about as much
     // again); rmsnorm partials of 256 groups x C.
     e.scratch = CUBLASLT_WORKSPACE + 4 * T * 5 + 4 * 256 * C + RUNTIME_MARGIN;

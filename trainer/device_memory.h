@@ -5,6 +5,7 @@
 // (model/model_arena.h); tests/test_device_memory_cuda.cu checks it against the arena
 // the model really allocates.
 #pragma once
+#include <stdbool.h>
 #include <stddef.h>
 #include "model/model.h"
 
@@ -19,9 +20,10 @@ typedef struct {
 } CudaMemoryEstimate;
 
 // attn_workspace_bytes: the attention backward's workspace for micro_rows x seq_len
-// (cuda_model_attention_workspace_bytes, model/model_cuda.h, in a CUDA build).
+// (cuda_model_attention_workspace_bytes, model/model_cuda.h, in a CUDA build);
+// keep_mlp_activations as cuda_model_create's.
 CudaMemoryEstimate cuda_memory_estimate(const ModelConfig *mc, int micro_rows, int seq_len,
-                                        size_t attn_workspace_bytes);
+                                        bool keep_mlp_activations, size_t attn_workspace_bytes);
 
 // Refuses an estimate above free_bytes (what cudaMemGetInfo reports free), or a
 // micro-batch of more tokens than the kernels index (2^31 - 1), with a message naming

@@ -127,7 +127,9 @@ json_t *parity_report(const Config *c) {
     const DataOptions data_opt = data_options_from_config(c);
     const BackendSetup setup = {.mc = &mc, .table = &table, .micro_rows = (int)micro_rows,
                                 .seq_len = data_opt.seq_len,
-                                .deterministic = config_bool(c, "train.deterministic")};
+                                .deterministic = config_bool(c, "train.deterministic"),
+                                .keep_mlp_activations =
+                                    config_bool(c, "train.keep_mlp_activations")};
     ParityModel model = {.ops = backend_ops(backend)};
     model.trainer = model.ops->create(&setup);
     model.ops->set_state(model.trainer, params, &opt);

@@ -26,6 +26,7 @@ RunSettings run_settings_from(const Config *c, Backend backend) {
         .tokens_per_step = config_int(c, "train.tokens_per_step"),
         .shuffle = config_bool(c, "train.shuffle"),
         .deterministic = config_bool(c, "train.deterministic"),
+        .keep_mlp_activations = config_bool(c, "train.keep_mlp_activations"),
         .lr = config_num(c, "train.lr"),
         .min_lr_ratio = config_num(c, "train.min_lr_ratio"),
         .max_grad_norm = config_num(c, "train.grad_clip"),

@@ -16,6 +16,7 @@ typedef struct {
     int micro_rows;
     long long tokens_per_step;  // trained tokens per step (the loader's budget)
     bool shuffle, deterministic;
+    bool keep_mlp_activations;  // the GPU backward keeps gate|up instead of recomputing it
     double lr, min_lr_ratio;    // the schedule's peak and its floor as a ratio
     double max_grad_norm;       // train.grad_clip; 0: no clipping
     double peak_flops;          // the MFU denominator in FLOP/s; 0: no MFU

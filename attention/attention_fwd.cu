@@ -466,13 +466,17 @@ __device__ __forceinline__ void consume(FwdSmem<D> &smem, const FwdParams &p, in
         // wait (ptxas serializes them otherwise), so the last step's P V is peeled off. P
         // is double-buffered: the next step's is packed into p_next while P V still reads
         // p_cur, so nothing but the slot release (and a rare rescale) waits for P V.
-        // Returns whether the walk goes on.
+        // The barriers of a step's K(j + 1) (with the published step `next`) and V(j) are
+        // waited for in the step before, while its P V runs. Returns whether the walk goes on.
+        FwdStep<D> next;
+        auto wait_ahead = [&]() {
+            mbar_wait(&sync.full_k[j % LEAD], (j / LEAD) & 1);
+            next = sync.step[j % LEAD];
+            mbar_wait(&sync.full_v[jv % (LEAD + 1)], (jv / (LEAD + 1)) & 1);
+        };
         auto pipelined_step = [&](uint32_t(&p_cur)[KEYS / 16][4], uint32_t(&p_next)[KEYS / 16][4]) -> bool {
             const int vs = jv % (LEAD + 1);
             ks = j % LEAD;
-            mbar_wait(&sync.full_k[ks], (j / LEAD) & 1);
-            const FwdStep<D> next = sync.step[ks];
-            mbar_wait(&sync.full_v[vs], (jv / (LEAD + 1)) & 1);
             const bf16 *t_v = smem.ring.v[vs];
             j++;
             jv++;
@@ -497,9 +501,18 @@ __device__ __forceinline__ void consume(FwdSmem<D> &smem, const FwdParams &p, in
             mask_step<D>(s, next, wg, smem.ring, ks, d.seq_len, q_row);
             const bool moved = softmax.update(s, d.scale_log2, rescale);
             acc_to_a<KEYS>(p_next, s);
-            // After the exponentials (a row sum depends on all of a row's), so that the
-            // wait for P V below stays behind them (see mbar_arrive_after).
-            mbar_arrive_after(&sync.empty_k[ks], softmax.row_sum[0] + softmax.row_sum[1]);
+            // After the exponentials (a row sum depends on all of a row's) and the packing
+            // (else ptxas sinks it past the waits below), so that the wait for P V stays
+            // behind them (see mbar_arrive_after): the packed words' OR with the sign and
+            // top exponent bit cleared is a finite non-negative float.
+            uint32_t packed = 0;
+#pragma unroll
+            for (int kk = 0; kk < KEYS / 16; kk++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) packed |= p_next[kk][e];
+            mbar_arrive_after(&sync.empty_k[ks], softmax.row_sum[0] + softmax.row_sum[1] +
+                                                     __uint_as_float(packed & 0x3fffffffu));
+            wait_ahead();
             wgmma::wait<0>();
             wgmma::pin(o);
             wgmma::pin(p_cur);
@@ -507,9 +520,11 @@ __device__ __forceinline__ void consume(FwdSmem<D> &smem, const FwdParams &p, in
             if (__any_sync(0xffffffff, moved)) OnlineSoftmax::rescale_o(o, rescale);
             return true;
         };
-        if (any_key)
+        if (any_key) {
+            wait_ahead();
             while (pipelined_step(p_frag, p_frag2) && pipelined_step(p_frag2, p_frag)) {
             }
+        }
         if (any_key) {  // the Q tiles are free for the next item
             mbar_arrive(&sync.empty_q);
             n_q++;

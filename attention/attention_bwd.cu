@@ -349,6 +349,15 @@ __device__ __forceinline__ void issue_dkv(float (&acc)[D / 8][4], const uint32_t
 
 // ---------------------------------------------------------------- dK/dV: dQ staging and reduction
 
+// Stores four 8 x 8 bf16 matrices, matrix i from register i of every lane (the mma
+// fragment layout: row lane / 4, columns 2 (lane % 4) + {0, 1}); lane l gives the
+// 16-byte-aligned address of row l % 8 of matrix l / 8.
+__device__ __forceinline__ void stmatrix_x4(bf16 *row_addr, const uint32_t (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr(row_addr)),
+                 "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
+
 // Fast mode: dQ [64 queries x D] = dS [64 x 128 keys] K [128 keys x D] over the block's
 // key pair, added into dq_accum [batch, n_heads, s_pad, head_dim] (each query tile in
 // fragment order, dq_frag_offset), warpgroup g the columns [g W, g W + W), W = dq_cols(D)
@@ -372,17 +381,15 @@ __device__ __forceinline__ void issue_dkv(float (&acc)[D / 8][4], const uint32_t
 // buffer n % 2 once every dQ of step n - 2 has read it; each warp then arrives on ds_full.
 template <int D>
 __device__ __forceinline__ void stage_ds(DqStaging<D> &st, int wg, int n, const uint32_t (&ds_frag)[BM / 16][4]) {
-    const int l = lane_id(), row = warp_row(), b = n % 2;
+    const int l = lane_id(), b = n % 2;
+    // stmatrix: lane l gives the address of row l % 8 of 8 x 8 matrix l / 8, which for A
+    // fragment j is (rows + 8 (i % 2), columns 16 j + 8 (i / 2)) as ds_frag[j][i] holds it.
+    const int row = (threadIdx.x / 32) % NUM_WARPS * WARP_ROWS + l % 8 + 8 * (l / 8 % 2);
     mbar_wait(&st.ds_empty[b], (n / 2 + 1) % 2);
     bf16 *wg_ds = st.ds[b][wg];
 #pragma unroll
-    for (int j = 0; j < BM / 16; j++) {
-        const int col = 16 * j + 2 * (l % 4);
-        *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(row, col, BN)) = ds_frag[j][0];
-        *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(row + 8, col, BN)) = ds_frag[j][1];
-        *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(row, col + 8, BN)) = ds_frag[j][2];
-        *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(row + 8, col + 8, BN)) = ds_frag[j][3];
-    }
+    for (int j = 0; j < BM / 16; j++)
+        stmatrix_x4(wg_ds + wgmma::swizzled_offset(row, 16 * j + 8 * (l / 16), BN), ds_frag[j]);
     wgmma::fence_async_shared();
     __syncwarp();
     if (l == 0) mbar_arrive(&st.ds_full[b][wg]);

@@ -158,7 +158,16 @@ typedef TileStep<DKDV_KEY_TILES> DkdvStep;
 // groups n of 8, each as 32 lanes' float4 (d[n][0..3] of wgmma.cuh's layout). A warp then
 // stores its slice with conflict-free 16-byte stores and hands it to the copy engine as
 // one reduction; dq_convert_kernel reads the order back (dq_frag_offset).
-__host__ __device__ constexpr int dq_cols(int head_dim) { return head_dim / DKDV_KEY_TILES; }  // per warpgroup
+// At D = 64 the warpgroups take turns instead: warpgroup m % 2 adds all columns of step
+// m's dQ over the pair, so the products stay m64n64 (halves would be m64n32, bound by
+// shared-memory reads) and the bytes halved.
+__host__ __device__ constexpr bool dq_split(int head_dim) { return head_dim > 64; }
+__host__ __device__ constexpr int dq_cols(int head_dim) {  // per warpgroup
+    return dq_split(head_dim) ? head_dim / DKDV_KEY_TILES : head_dim;
+}
+// Whether warpgroup wg computes the dQ of step m.
+template <int D>
+__device__ __forceinline__ bool dq_owner(int m, int wg) { return dq_split(D) || m % 2 == wg; }
 __host__ __device__ constexpr int dq_frag_offset(int row, int col, int head_dim) {  // in the tile
     return (row / WARP_ROWS) * WARP_ROWS * head_dim + (col / dq_cols(head_dim)) * WARP_ROWS * dq_cols(head_dim) +
            ((col % dq_cols(head_dim) / 8 * 32 + row % 8 * 4 + col % 8 / 2) * 4) + row % WARP_ROWS / 8 * 2 + col % 2;
@@ -167,13 +176,13 @@ __host__ __device__ constexpr int dq_frag_offset(int row, int col, int head_dim)
 // Fast mode's staging: both warpgroups' dS^T (the MN-major A operand of dQ = dS K), two
 // buffers (step n in n % 2: the products of step n - 1 read the other while step n is
 // written), with mbarriers (full: the writer warpgroup's warps have stored a step;
-// empty: every consumer warp's dQ product has read it), and one slice of each warp's fp32
-// dQ.
+// empty: every consumer warp reading it, 8 or at D = 64 warpgroup b's 4 of buffer b, has
+// read it), and one slice of each warp's fp32 dQ.
 template <int D>
 struct DqStaging {
     alignas(1024) bf16 ds[2][DKDV_KEY_TILES][BN * BM];  // [step % 2][warpgroup][keys][queries] swizzled
     alignas(16) float dq[DKDV_KEY_TILES][NUM_WARPS][WARP_ROWS * dq_cols(D)];  // [warpgroup][warp][fragment order]
-    uint64_t ds_full[2][DKDV_KEY_TILES], ds_empty[2];  // mbarriers: NUM_WARPS writers, 2 * NUM_WARPS readers
+    uint64_t ds_full[2][DKDV_KEY_TILES], ds_empty[2];  // mbarriers: NUM_WARPS writers, the readers
 };
 struct NoDqStaging {};
 
@@ -340,40 +349,47 @@ __device__ __forceinline__ void issue_dkv(float (&acc)[D / 8][4], const uint32_t
 
 // ---------------------------------------------------------------- dK/dV: dQ staging and reduction
 
+// Stores four 8 x 8 bf16 matrices, matrix i from register i of every lane (the mma
+// fragment layout: row lane / 4, columns 2 (lane % 4) + {0, 1}); lane l gives the
+// 16-byte-aligned address of row l % 8 of matrix l / 8.
+__device__ __forceinline__ void stmatrix_x4(bf16 *row_addr, const uint32_t (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr(row_addr)),
+                 "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
+
 // Fast mode: dQ [64 queries x D] = dS [64 x 128 keys] K [128 keys x D] over the block's
 // key pair, added into dq_accum [batch, n_heads, s_pad, head_dim] (each query tile in
-// fragment order, dq_frag_offset), warpgroup g the columns [g W, g W + W), W = dq_cols(D).
-// Step n stages the warpgroup's dS^T (stage_ds) and computes the dQ of step n - 1
-// (issue_dq, reduce_dq), whose dS^T both warpgroups staged a step ago: a warpgroup waits
-// for the other only when it runs a whole step ahead.
+// fragment order, dq_frag_offset), warpgroup g the columns [g W, g W + W), W = dq_cols(D)
+// (at D = 64 all columns, of the steps m with m % 2 = g). Step n stages the warpgroup's
+// dS^T (stage_ds) and computes the dQ of step n - 1 (issue_dq, reduce_dq), whose dS^T both
+// warpgroups staged a step ago: a warpgroup waits for the other only when it runs a whole
+// step ahead.
 //
 // Barrier phases (buffer b = m % 2 holds step m, its u-th use, u = m / 2): ds_full[b][g]
-// completes phase u when warpgroup g's 4 warps have stored dS^T(m), ds_empty[b] when all
-// 8 consumer warps' dQ(m) products have read it. The writer of step m waits for
-// ds_empty[b] phase u - 1 (parity (u + 1) % 2, a fresh barrier passes 1), readers for
-// ds_full[b][0..1] phase u. Each parity wait is sound because its barrier is at most one
-// phase away: the waiting thread itself waited for the phase before (its step m - 2), and
-// the phase after needs its own later arrival (no dS^T(m + 2) before every read of
-// dS^T(m); no read of dS^T(m + 2), and so no arrival on ds_empty[b] for it, before both
-// writers passed ds_empty[b] phase u), which also keeps any arrival out of an earlier
-// phase.
+// completes phase u when warpgroup g's 4 warps have stored dS^T(m), ds_empty[b] when every
+// warp reading it (all 8, or at D = 64 warpgroup b's 4) has read both halves. The writer
+// of step m waits for ds_empty[b] phase u - 1 (parity (u + 1) % 2, a fresh barrier passes
+// 1), readers for ds_full[b][0..1] phase u. Each parity wait is sound because its barrier
+// is at most one phase away: the waiting thread itself waited for the phase before (its
+// step m - 2, which at D = 64 the same warpgroup read), and the phase after needs its own
+// later arrival (no dS^T(m + 2) before every read of dS^T(m); no read of dS^T(m + 2), and
+// so no arrival on ds_empty[b] for it, before both writers passed ds_empty[b] phase u),
+// which also keeps any arrival out of an earlier phase.
 
 // Writes this warpgroup's dS^T of step n ([64 keys x 64 queries] bf16, swizzled) into
-// buffer n % 2 once both warpgroups' dQ of step n - 2 has read it; each warp then arrives
-// on ds_full.
+// buffer n % 2 once every dQ of step n - 2 has read it; each warp then arrives on ds_full.
 template <int D>
 __device__ __forceinline__ void stage_ds(DqStaging<D> &st, int wg, int n, const uint32_t (&ds_frag)[BM / 16][4]) {
-    const int l = lane_id(), row = warp_row(), b = n % 2;
+    const int l = lane_id(), b = n % 2;
+    // stmatrix: lane l gives the address of row l % 8 of 8 x 8 matrix l / 8, which for A
+    // fragment j is (rows + 8 (i % 2), columns 16 j + 8 (i / 2)) as ds_frag[j][i] holds it.
+    const int row = (threadIdx.x / 32) % NUM_WARPS * WARP_ROWS + l % 8 + 8 * (l / 8 % 2);
     mbar_wait(&st.ds_empty[b], (n / 2 + 1) % 2);
     bf16 *wg_ds = st.ds[b][wg];
 #pragma unroll
-    for (int j = 0; j < BM / 16; j++) {
-        const int col = 16 * j + 2 * (l % 4);
-        *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(row, col, BN)) = ds_frag[j][0];
-        *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(row + 8, col, BN)) = ds_frag[j][1];
-        *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(row, col + 8, BN)) = ds_frag[j][2];
-        *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(row + 8, col + 8, BN)) = ds_frag[j][3];
-    }
+    for (int j = 0; j < BM / 16; j++)
+        stmatrix_x4(wg_ds + wgmma::swizzled_offset(row, 16 * j + 8 * (l / 16), BN), ds_frag[j]);
     wgmma::fence_async_shared();
     __syncwarp();
     if (l == 0) mbar_arrive(&st.ds_full[b][wg]);
@@ -394,7 +410,8 @@ __device__ __forceinline__ void issue_dq(float (&dq_part)[dq_cols(D) / 8][4], Sm
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++)
             wgmma::mma_ss<W, 1, 1>(dq_part, wgmma::desc_mn_major(st.ds[b][t], BN, 16 * kk, 0),
-                                   wgmma::desc_mn_major(smem.k[t], BN, 16 * kk, wg * W), t > 0 || kk > 0);
+                                   wgmma::desc_mn_major(smem.k[t], BN, 16 * kk, dq_split(D) ? wg * W : 0),
+                                   t > 0 || kk > 0);
     wgmma::commit();
 }
 
@@ -425,7 +442,7 @@ __device__ __forceinline__ void reduce_dq(Smem &smem, const BwdParams &p, const 
     if (l == 0) {
         const AttnDims &d = p.dims;
         float *dq_tile = p.ws.dq_accum + (((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad + q0) * D;
-        bulk_reduce_add_f32(dq_tile + dq_frag_offset(warp * WARP_ROWS, wg * W, D), chunk,
+        bulk_reduce_add_f32(dq_tile + dq_frag_offset(warp * WARP_ROWS, dq_split(D) ? wg * W : 0, D), chunk,
                             WARP_ROWS * W * (int)sizeof(float));
         bulk_commit();
     }
@@ -512,7 +529,7 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
         issue_dkv<D>(dv_acc, p_frag, t_do);
         if constexpr (ATOMIC_DQ) {
             stage_ds<D>(smem.dq, wg, n, ds_frag);  // under dV
-            if (n > 0) {
+            if (n > 0 && dq_owner<D>(n - 1, wg)) {
                 float dq_part[dq_cols(D) / 8][4];  // [64 queries x dq_cols] of step n - 1
                 issue_dq<D>(dq_part, smem, wg, n - 1);
                 issue_dkv<D>(dk_acc, ds_frag, t_q);
@@ -535,7 +552,7 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
     }
 
     if constexpr (ATOMIC_DQ) {
-        if (n > 0) {
+        if (n > 0 && dq_owner<D>(n - 1, wg)) {
             float dq_part[dq_cols(D) / 8][4];
             issue_dq<D>(dq_part, smem, wg, n - 1);
             wgmma::wait<0>();
@@ -574,7 +591,7 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
             for (int b = 0; b < 2; b++) {
 #pragma unroll
                 for (int t = 0; t < DKDV_KEY_TILES; t++) mbar_init(&smem.dq.ds_full[b][t], NUM_WARPS);
-                mbar_init(&smem.dq.ds_empty[b], DKDV_KEY_TILES * NUM_WARPS);
+                mbar_init(&smem.dq.ds_empty[b], (dq_split(D) ? DKDV_KEY_TILES : 1) * NUM_WARPS);  // its readers
             }
         mbar_fence_init();
     }

@@ -206,9 +206,11 @@ struct DkdvSmemStages {
 
 // Three stages where they fit (every configuration; 227 KiB is the bound), so the
 // producer can run two tiles ahead and a warpgroup up to about two steps ahead of the
-// other.
+// other; four in deterministic mode (no dQ staging: 194 KiB at D = 128).
 template <int D, bool ATOMIC_DQ>
-constexpr int DKDV_STAGES = sizeof(DkdvSmemStages<D, ATOMIC_DQ, 3>) <= MAX_SMEM_PER_BLOCK ? 3 : 2;
+constexpr int DKDV_STAGES = !ATOMIC_DQ && sizeof(DkdvSmemStages<D, ATOMIC_DQ, 4>) <= MAX_SMEM_PER_BLOCK   ? 4
+                            : sizeof(DkdvSmemStages<D, ATOMIC_DQ, 3>) <= MAX_SMEM_PER_BLOCK ? 3
+                                                                                            : 2;
 template <int D, bool ATOMIC_DQ>
 using DkdvSmem = DkdvSmemStages<D, ATOMIC_DQ, DKDV_STAGES<D, ATOMIC_DQ>>;
 

@@ -52,6 +52,10 @@ struct BwdParams : AttnInputs {
     bf16 *dq, *dk, *dv;
     BwdWorkspace ws;
     CUtensorMap map_q, map_k, map_v, map_dout;  // TMA descriptors of the dK/dV and dQ kernels' tiles
+    // The dK/dV kernel's fp32 copies by tensor map too (racecheck attributes raw-address bulk
+    // copies to the issuing thread and reports hazards the mbarriers exclude): lse2 and dsum
+    // rows of a query tile.
+    CUtensorMap map_lse2, map_dsum;
 };
 
 BwdParams bwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q, const bf16 *k,
@@ -74,6 +78,9 @@ BwdParams bwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q
     p.map_dout = tensor_map_bf16(dout, d.q_row_stride, d.seq_len, d.batch, d.q_row_stride, d.q_batch_stride);
     p.map_k = tensor_map_bf16(k, d.kv_row_stride, d.seq_len, d.batch, d.kv_row_stride, d.kv_batch_stride);
     p.map_v = tensor_map_bf16(v, d.kv_row_stride, d.seq_len, d.batch, d.kv_row_stride, d.kv_batch_stride);
+    const int64_t n_pad = (int64_t)d.batch * d.n_heads * d.s_pad;
+    p.map_lse2 = tensor_map_f32(p.ws.lse2, n_pad, BM, 1);
+    p.map_dsum = tensor_map_f32(p.ws.dsum, n_pad, BM, 1);
     return p;
 }
 
@@ -158,7 +165,16 @@ typedef TileStep<DKDV_KEY_TILES> DkdvStep;
 // groups n of 8, each as 32 lanes' float4 (d[n][0..3] of wgmma.cuh's layout). A warp then
 // stores its slice with conflict-free 16-byte stores and hands it to the copy engine as
 // one reduction; dq_convert_kernel reads the order back (dq_frag_offset).
-__host__ __device__ constexpr int dq_cols(int head_dim) { return head_dim / DKDV_KEY_TILES; }  // per warpgroup
+// At D = 64 the warpgroups take turns instead: warpgroup m % 2 adds all columns of step
+// m's dQ over the pair, so the products stay m64n64 (halves would be m64n32, bound by
+// shared-memory reads) and the bytes halved.
+__host__ __device__ constexpr bool dq_split(int head_dim) { return head_dim > 64; }
+__host__ __device__ constexpr int dq_cols(int head_dim) {  // per warpgroup
+    return dq_split(head_dim) ? head_dim / DKDV_KEY_TILES : head_dim;
+}
+// Whether warpgroup wg computes the dQ of step m.
+template <int D>
+__device__ __forceinline__ bool dq_owner(int m, int wg) { return dq_split(D) || m % 2 == wg; }
 __host__ __device__ constexpr int dq_frag_offset(int row, int col, int head_dim) {  // in the tile
     return (row / WARP_ROWS) * WARP_ROWS * head_dim + (col / dq_cols(head_dim)) * WARP_ROWS * dq_cols(head_dim) +
            ((col % dq_cols(head_dim) / 8 * 32 + row % 8 * 4 + col % 8 / 2) * 4) + row % WARP_ROWS / 8 * 2 + col % 2;
@@ -166,14 +182,14 @@ __host__ __device__ constexpr int dq_frag_offset(int row, int col, int head_dim)
 
 // Fast mode's staging: both warpgroups' dS^T (the MN-major A operand of dQ = dS K), two
 // buffers (step n in n % 2: the products of step n - 1 read the other while step n is
-// written), with mbarriers (full: the writer warpgroup's warps have stored a step;
-// empty: every consumer warp's dQ product has read it), and one slice of each warp's fp32
-// dQ.
+// written), with mbarriers (full: the writer warpgroup's threads have stored a step;
+// empty: every consumer thread reading it, 256 or at D = 64 warpgroup b's 128 of buffer b,
+// is past its dQ product), and one slice of each warp's fp32 dQ.
 template <int D>
 struct DqStaging {
     alignas(1024) bf16 ds[2][DKDV_KEY_TILES][BN * BM];  // [step % 2][warpgroup][keys][queries] swizzled
-    alignas(16) float dq[DKDV_KEY_TILES][NUM_WARPS][WARP_ROWS * dq_cols(D)];  // [warpgroup][warp][fragment order]
-    uint64_t ds_full[2][DKDV_KEY_TILES], ds_empty[2];  // mbarriers: NUM_WARPS writers, 2 * NUM_WARPS readers
+    alignas(128) float dq[DKDV_KEY_TILES][NUM_WARPS][WARP_ROWS * dq_cols(D)];  // [warpgroup][warp][fragment order]
+    uint64_t ds_full[2][DKDV_KEY_TILES], ds_empty[2];  // mbarriers: NUM_THREADS writers, the readers' threads
 };
 struct NoDqStaging {};
 
@@ -181,7 +197,7 @@ struct NoDqStaging {};
 // stages: step n (of the walk, the closing done step included) in stage n % STAGES, its
 // TileStep published there by the producer, with a full barrier (the producer's arrival
 // and the copies' bytes; step 0's also covers the key pair) and an empty one (every
-// consumer warp is done with the stage).
+// consumer thread is done with the stage).
 template <int D, bool ATOMIC_DQ, int STAGES>
 struct DkdvSmemStages {
     alignas(1024) bf16 k[DKDV_KEY_TILES][BN * D];  // swizzled
@@ -189,17 +205,19 @@ struct DkdvSmemStages {
     alignas(1024) bf16 q[STAGES][BM * D];
     alignas(1024) bf16 dout[STAGES][BM * D];
     typename std::conditional<ATOMIC_DQ, DqStaging<D>, NoDqStaging>::type dq;
-    alignas(16) float lse2[STAGES][BM];  // bulk-copy destinations
-    alignas(16) float dsum[STAGES][BM];
+    alignas(128) float lse2[STAGES][BM];  // TMA destinations
+    alignas(128) float dsum[STAGES][BM];
     DkdvStep step[STAGES];
-    uint64_t full[STAGES], empty[STAGES];  // mbarriers: 1 producer arrival + bytes, 2 * NUM_WARPS readers
+    uint64_t full[STAGES], empty[STAGES];  // mbarriers: 1 producer arrival + bytes, every consumer thread
 };
 
 // Three stages where they fit (every configuration; 227 KiB is the bound), so the
 // producer can run two tiles ahead and a warpgroup up to about two steps ahead of the
-// other.
+// other; four in deterministic mode (no dQ staging: 194 KiB at D = 128).
 template <int D, bool ATOMIC_DQ>
-constexpr int DKDV_STAGES = sizeof(DkdvSmemStages<D, ATOMIC_DQ, 3>) <= MAX_SMEM_PER_BLOCK ? 3 : 2;
+constexpr int DKDV_STAGES = !ATOMIC_DQ && sizeof(DkdvSmemStages<D, ATOMIC_DQ, 4>) <= MAX_SMEM_PER_BLOCK   ? 4
+                            : sizeof(DkdvSmemStages<D, ATOMIC_DQ, 3>) <= MAX_SMEM_PER_BLOCK ? 3
+                                                                                            : 2;
 template <int D, bool ATOMIC_DQ>
 using DkdvSmem = DkdvSmemStages<D, ATOMIC_DQ, DKDV_STAGES<D, ATOMIC_DQ>>;
 
@@ -224,9 +242,9 @@ dim3 dkdv_grid(const AttnDims &d) { return dim3(d.n_heads, n_tiles(d.n_k_tiles, 
 
 // Thread 0 of the producer's warpgroup: walks the merged key-major lists of the pair and,
 // per step n, waits until stage n % STAGES is free (step n - STAGES released by every
-// consumer warp), publishes the step there and has the copy engine bring the query tile's
-// Q and dO (TMA, 128-byte swizzle, zeros past seq_len) and its lse2/dsum rows (bulk
-// copies; padded, always in range) onto the stage's full barrier; step 0 also brings the
+// consumer thread), publishes the step there and has the copy engine bring the query
+// tile's Q and dO (TMA, 128-byte swizzle, zeros past seq_len) and its lse2/dsum rows (TMA
+// too; padded, always in range) onto the stage's full barrier; step 0 also brings the
 // key pair (a missing second tile reads zeros past the end). The walk's end is published
 // as a done step; keys nobody sees load nothing.
 template <int D, bool ATOMIC_DQ, int STAGES>
@@ -260,8 +278,8 @@ __device__ __forceinline__ void produce_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
         const int q0 = step.tile * BM;
         tma_load_tile<BM, D>(smem.q[stage], &p.map_q, blk.head, q0, blk.batch, full);
         tma_load_tile<BM, D>(smem.dout[stage], &p.map_dout, blk.head, q0, blk.batch, full);
-        bulk_load(smem.lse2[stage], p.ws.lse2 + pad_off + q0, ROW_BYTES, full);
-        bulk_load(smem.dsum[stage], p.ws.dsum + pad_off + q0, ROW_BYTES, full);
+        tma_load_2d(smem.lse2[stage], &p.map_lse2, 0, (int)((pad_off + q0) / BM), full);
+        tma_load_2d(smem.dsum[stage], &p.map_dsum, 0, (int)((pad_off + q0) / BM), full);
     }
 }
 
@@ -340,43 +358,49 @@ __device__ __forceinline__ void issue_dkv(float (&acc)[D / 8][4], const uint32_t
 
 // ---------------------------------------------------------------- dK/dV: dQ staging and reduction
 
+// Stores four 8 x 8 bf16 matrices, matrix i from register i of every lane (the mma
+// fragment layout: row lane / 4, columns 2 (lane % 4) + {0, 1}); lane l gives the
+// 16-byte-aligned address of row l % 8 of matrix l / 8.
+__device__ __forceinline__ void stmatrix_x4(bf16 *row_addr, const uint32_t (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr(row_addr)),
+                 "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
+
 // Fast mode: dQ [64 queries x D] = dS [64 x 128 keys] K [128 keys x D] over the block's
 // key pair, added into dq_accum [batch, n_heads, s_pad, head_dim] (each query tile in
-// fragment order, dq_frag_offset), warpgroup g the columns [g W, g W + W), W = dq_cols(D).
-// Step n stages the warpgroup's dS^T (stage_ds) and computes the dQ of step n - 1
-// (issue_dq, reduce_dq), whose dS^T both warpgroups staged a step ago: a warpgroup waits
-// for the other only when it runs a whole step ahead.
+// fragment order, dq_frag_offset), warpgroup g the columns [g W, g W + W), W = dq_cols(D)
+// (at D = 64 all columns, of the steps m with m % 2 = g). Step n stages the warpgroup's
+// dS^T (stage_ds) and computes the dQ of step n - 1 (issue_dq, reduce_dq), whose dS^T both
+// warpgroups staged a step ago: a warpgroup waits for the other only when it runs a whole
+// step ahead.
 //
 // Barrier phases (buffer b = m % 2 holds step m, its u-th use, u = m / 2): ds_full[b][g]
-// completes phase u when warpgroup g's 4 warps have stored dS^T(m), ds_empty[b] when all
-// 8 consumer warps' dQ(m) products have read it. The writer of step m waits for
-// ds_empty[b] phase u - 1 (parity (u + 1) % 2, a fresh barrier passes 1), readers for
-// ds_full[b][0..1] phase u. Each parity wait is sound because its barrier is at most one
-// phase away: the waiting thread itself waited for the phase before (its step m - 2), and
-// the phase after needs its own later arrival (no dS^T(m + 2) before every read of
-// dS^T(m); no read of dS^T(m + 2), and so no arrival on ds_empty[b] for it, before both
-// writers passed ds_empty[b] phase u), which also keeps any arrival out of an earlier
-// phase.
+// completes phase u when warpgroup g's 128 threads have stored dS^T(m), ds_empty[b] when
+// every thread reading it (all 256, or at D = 64 warpgroup b's 128) has read both halves.
+// The writer of step m waits for ds_empty[b] phase u - 1 (parity (u + 1) % 2, a fresh
+// barrier passes 1), readers for ds_full[b][0..1] phase u. Each parity wait is sound
+// because its barrier is at most one phase away: the waiting thread itself waited for the
+// phase before (its step m - 2, which at D = 64 the same warpgroup read), and the phase
+// after needs its own later arrival (no dS^T(m + 2) before every read of dS^T(m); no read
+// of dS^T(m + 2), and so no arrival on ds_empty[b] for it, before both writers passed
+// ds_empty[b] phase u), which also keeps any arrival out of an earlier phase.
 
 // Writes this warpgroup's dS^T of step n ([64 keys x 64 queries] bf16, swizzled) into
-// buffer n % 2 once both warpgroups' dQ of step n - 2 has read it; each warp then arrives
-// on ds_full.
+// buffer n % 2 once every dQ of step n - 2 has read it; each warp then arrives on ds_full.
 template <int D>
 __device__ __forceinline__ void stage_ds(DqStaging<D> &st, int wg, int n, const uint32_t (&ds_frag)[BM / 16][4]) {
-    const int l = lane_id(), row = warp_row(), b = n % 2;
+    const int l = lane_id(), b = n % 2;
+    // stmatrix: lane l gives the address of row l % 8 of 8 x 8 matrix l / 8, which for A
+    // fragment j is (rows + 8 (i % 2), columns 16 j + 8 (i / 2)) as ds_frag[j][i] holds it.
+    const int row = (threadIdx.x / 32) % NUM_WARPS * WARP_ROWS + l % 8 + 8 * (l / 8 % 2);
     mbar_wait(&st.ds_empty[b], (n / 2 + 1) % 2);
     bf16 *wg_ds = st.ds[b][wg];
 #pragma unroll
-    for (int j = 0; j < BM / 16; j++) {
-        const int col = 16 * j + 2 * (l % 4);
-        *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(row, col, BN)) = ds_frag[j][0];
-        *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(row + 8, col, BN)) = ds_frag[j][1];
-        *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(row, col + 8, BN)) = ds_frag[j][2];
-        *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(row + 8, col + 8, BN)) = ds_frag[j][3];
-    }
+    for (int j = 0; j < BM / 16; j++)
+        stmatrix_x4(wg_ds + wgmma::swizzled_offset(row, 16 * j + 8 * (l / 16), BN), ds_frag[j]);
     wgmma::fence_async_shared();
-    __syncwarp();
-    if (l == 0) mbar_arrive(&st.ds_full[b][wg]);
+    mbar_arrive(&st.ds_full[b][wg]);  // every thread its own stores (racecheck follows no __syncwarp into it)
 }
 
 // Issues this warpgroup's columns of step m's dQ as one wgmma group (2 x BN / 16 products
@@ -394,7 +418,8 @@ __device__ __forceinline__ void issue_dq(float (&dq_part)[dq_cols(D) / 8][4], Sm
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++)
             wgmma::mma_ss<W, 1, 1>(dq_part, wgmma::desc_mn_major(st.ds[b][t], BN, 16 * kk, 0),
-                                   wgmma::desc_mn_major(smem.k[t], BN, 16 * kk, wg * W), t > 0 || kk > 0);
+                                   wgmma::desc_mn_major(smem.k[t], BN, 16 * kk, dq_split(D) ? wg * W : 0),
+                                   t > 0 || kk > 0);
     wgmma::commit();
 }
 
@@ -410,11 +435,8 @@ __device__ __forceinline__ void reduce_dq(Smem &smem, const BwdParams &p, const 
     const int l = lane_id(), warp = (threadIdx.x / 32) % NUM_WARPS;
     float *chunk = st.dq[wg][warp];
     wgmma::pin(dq_part);
-    __syncwarp();
-    if (l == 0) {
-        mbar_arrive(&st.ds_empty[m % 2]);
-        bulk_wait_read_all();  // the warp's last reduction has left the chunk
-    }
+    mbar_arrive(&st.ds_empty[m % 2]);
+    if (l == 0) bulk_wait_read_all();  // the warp's last reduction has left the chunk
     __syncwarp();
 #pragma unroll
     for (int j = 0; j < W / 8; j++)
@@ -425,7 +447,7 @@ __device__ __forceinline__ void reduce_dq(Smem &smem, const BwdParams &p, const 
     if (l == 0) {
         const AttnDims &d = p.dims;
         float *dq_tile = p.ws.dq_accum + (((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad + q0) * D;
-        bulk_reduce_add_f32(dq_tile + dq_frag_offset(warp * WARP_ROWS, wg * W, D), chunk,
+        bulk_reduce_add_f32(dq_tile + dq_frag_offset(warp * WARP_ROWS, dq_split(D) ? wg * W : 0, D), chunk,
                             WARP_ROWS * W * (int)sizeof(float));
         bulk_commit();
     }
@@ -470,9 +492,11 @@ __device__ __forceinline__ void store_dk_dv(const BwdParams &p, const DkdvBlock 
 // its stage is full, S^T = K Q^T and dP^T = V dO^T (keys are the 64 accumulator rows),
 // then dV += P^T dO and dK += dS^T Q with P^T, dS^T as register A operands; ATOMIC_DQ
 // stages dS^T and adds the warpgroup's dQ columns of the last step while dK runs (and of
-// the last step after the walk). Each warp releases the stage after its last product
-// reading it; the step itself is read before (the producer refills the slot only after
-// every warp's release). No copies and no walk here: only products and element work.
+// the last step after the walk). Each thread releases the stage after its warp's last
+// product reading it; the step itself is read before (the producer refills the slot only
+// after every thread's release). Every thread arrives on the barriers it releases or
+// fills (not lane 0 after __syncwarp): racecheck orders a thread's shared-memory accesses
+// only before its own arrivals. No copies and no walk here: only products and element work.
 template <int D, bool ATOMIC_DQ, int STAGES>
 __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES> &smem, const BwdParams &p,
                                              const DkdvBlock &blk, int wg) {
@@ -512,7 +536,7 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
         issue_dkv<D>(dv_acc, p_frag, t_do);
         if constexpr (ATOMIC_DQ) {
             stage_ds<D>(smem.dq, wg, n, ds_frag);  // under dV
-            if (n > 0) {
+            if (n > 0 && dq_owner<D>(n - 1, wg)) {
                 float dq_part[dq_cols(D) / 8][4];  // [64 queries x dq_cols] of step n - 1
                 issue_dq<D>(dq_part, smem, wg, n - 1);
                 issue_dkv<D>(dk_acc, ds_frag, t_q);
@@ -530,12 +554,11 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
         wgmma::pin(dk_acc);
         wgmma::pin(p_frag);
         wgmma::pin(ds_frag);
-        __syncwarp();
-        if (lane_id() == 0) mbar_arrive(&smem.empty[stage]);  // this warp is done with the stage
+        mbar_arrive(&smem.empty[stage]);  // this thread is done with the stage (every thread: racecheck)
     }
 
     if constexpr (ATOMIC_DQ) {
-        if (n > 0) {
+        if (n > 0 && dq_owner<D>(n - 1, wg)) {
             float dq_part[dq_cols(D) / 8][4];
             issue_dq<D>(dq_part, smem, wg, n - 1);
             wgmma::wait<0>();
@@ -567,14 +590,14 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
 #pragma unroll
         for (int s = 0; s < STAGES; s++) {
             mbar_init(&smem.full[s], 1);                              // the producer's arrival (and bytes)
-            mbar_init(&smem.empty[s], DKDV_KEY_TILES * NUM_WARPS);  // every consumer warp's release
+            mbar_init(&smem.empty[s], DKDV_KEY_TILES * NUM_THREADS);  // every consumer thread's release
         }
         if constexpr (ATOMIC_DQ)
 #pragma unroll
             for (int b = 0; b < 2; b++) {
 #pragma unroll
-                for (int t = 0; t < DKDV_KEY_TILES; t++) mbar_init(&smem.dq.ds_full[b][t], NUM_WARPS);
-                mbar_init(&smem.dq.ds_empty[b], DKDV_KEY_TILES * NUM_WARPS);
+                for (int t = 0; t < DKDV_KEY_TILES; t++) mbar_init(&smem.dq.ds_full[b][t], NUM_THREADS);
+                mbar_init(&smem.dq.ds_empty[b], (dq_split(D) ? DKDV_KEY_TILES : 1) * NUM_THREADS);  // its readers
             }
         mbar_fence_init();
     }

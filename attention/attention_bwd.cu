@@ -777,7 +777,7 @@ __device__ __forceinline__ void store_dq(const BwdParams &p, const DqBlock &blk,
 // dQ += dS K with dS as the register A operand (accumulator rows are queries); a key tile
 // only other query tiles see is released at once. With PIPELINE, software-pipelined
 // inside the warpgroup when consecutive steps are its own: S and dP of step n are issued with dQ of
-// step n - 1, and the dS of n is computed while dQ(n - 1) still runs. Otherwise dQ(n - 1)
+// step n - 1, and the mask of n is applied while dQ(n - 1) still runs. Otherwise dQ(n - 1)
 // is drained first: holding slot n - 1 while waiting for a step STAGES or more ahead would
 // deadlock the producer, so only step n is waited for while n - 1 is held. Each thread
 // releases a slot after its last product reading it. No copies and no walk here.
@@ -842,7 +842,7 @@ __device__ __forceinline__ void consume_dq(DqSmemStages<D, STAGES> &smem, const 
             continue;
         }
         issue_s_dp<D>(s, dp, t_q, smem.keys.k[n % STAGES], t_do, smem.keys.v[n % STAGES]);
-        if (pending) {  // with dQ(n - 1), whose wait follows the exponentials of step n
+        if (pending) {  // with dQ(n - 1), waited for after step n's mask and scaling (ptxas places it)
             issue_ds_k<D>(dq_acc, ds_frag, smem.keys.k[(n - 1) % STAGES]);
             wgmma::wait<1>();
             wgmma::pin(s);

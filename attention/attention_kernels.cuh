@@ -140,8 +140,8 @@ __device__ __forceinline__ void tma_load_3d(void *dst, const CUtensorMap *map, i
 }
 
 // A [ROWS x D] bf16 tile of one head (columns head * D ..) of a tensor map, rows row0 ..,
-// as D / 64 boxes into a 128-byte-swizzled shared tile (the layout load_tile_swizzled
-// writes); its bytes complete a transaction on `bar`.
+// as D / 64 boxes into a 128-byte-swizzled shared tile (wgmma.cuh's layout: 64-column
+// blocks of ROWS rows); its bytes complete a transaction on `bar`.
 template <int ROWS, int D>
 __device__ __forceinline__ void tma_load_tile(bf16 *tile, const CUtensorMap *map, int head, int row0, int batch,
                                               uint64_t *bar) {

@@ -8,16 +8,15 @@
 //     register reallocation, register-fragment helpers;
 //   - the mask as the kernels read it (MaskView) and the tile walk over it (TileList,
 //     TileStep, MergedLines);
-//   - loaders: swizzled tiles, 64-entry pairs, key tiles with their intervals (KeyRing);
-//   - score masking of one tile;
+//   - the ring of key tiles with their intervals (KeyRing);
+//   - score masking (the per-element interval test);
 //   - host: the shape and mask checks (AttnDims, mask_view) and the launch helper.
 // A kernel's shared memory is one struct (FwdSmem, DkdvSmem, DqSmem) laid over the whole
 // dynamic allocation, whose size is sizeof the struct. No kernel declares a static
 // __shared__ variable, so the allocation starts at the base of the block's shared window,
 // which is 1024-byte aligned as the swizzled tiles' alignas(1024) members need.
-// Shared tiles use the 128-byte swizzle and are filled by cp.async (the forward's and the
-// dK/dV kernel's by TMA, which writes the same layout); products are bf16 with fp32 accumulators; softmax runs
-// in base 2; P and dS stay in registers as the A operand of the next product. Every
+// Shared tiles use the 128-byte swizzle and are filled by TMA (the key intervals by 4-byte
+// cp.async); products are bf16 with fp32 accumulators; softmax runs in base 2; P and dS stay in registers as the A operand of the next product. Every
 // kernel works in warpgroups whose warp w holds rows 16w..16w+15 of each 64-row tile
 // (queries in the forward and the dQ pass, keys in the dK/dV pass), so row reductions
 // need only a 4-lane shuffle. docs/KERNEL_NOTES.md has the design and the measurements
@@ -65,20 +64,10 @@ __device__ __forceinline__ int warp_row() { return (threadIdx.x / 32) % NUM_WARP
 // Whether tile `tile` (BN keys from tile * BN) runs past seq_len.
 __device__ __forceinline__ bool ragged_tile(int tile, int seq_len) { return (tile + 1) * BN > seq_len; }
 
-// 16 bytes global -> shared, asynchronously; zero-filled when !valid (src is not read).
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(valid ? 16 : 0));
-}
+// 4 bytes global -> shared, asynchronously; zero-filled when !valid (src is not read).
 __device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
                  "r"(valid ? 4 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-// cp.async.wait_group N: all but the N most recent groups of this thread have landed.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // dst[0 .. bytes/4) += src[...] in fp32, done by the copy engine from shared memory
@@ -151,8 +140,8 @@ __device__ __forceinline__ void tma_load_3d(void *dst, const CUtensorMap *map, i
 }
 
 // A [ROWS x D] bf16 tile of one head (columns head * D ..) of a tensor map, rows row0 ..,
-// as D / 64 boxes into a 128-byte-swizzled shared tile (the layout load_tile_swizzled
-// writes); its bytes complete a transaction on `bar`.
+// as D / 64 boxes into a 128-byte-swizzled shared tile (wgmma.cuh's layout: 64-column
+// blocks of ROWS rows); its bytes complete a transaction on `bar`.
 template <int ROWS, int D>
 __device__ __forceinline__ void tma_load_tile(bf16 *tile, const CUtensorMap *map, int head, int row0, int batch,
                                               uint64_t *bar) {
@@ -246,8 +235,6 @@ enum class TileClass : uint8_t { Empty, Partial, Full };
 struct TileList {
     const int32_t *full, *partial;
     int n_full, n_total;
-    __device__ int tile(int i) const { return i < n_full ? full[i] : partial[i - n_full]; }
-    __device__ TileClass cls(int i) const { return i < n_full ? TileClass::Full : TileClass::Partial; }
 };
 
 // One orientation of a mask's tile lists (device pointers): for line i of row r (slot
@@ -335,41 +322,7 @@ struct MergedLines {
     }
 };
 
-// ---------------------------------------------------------------- loaders
-
-// 64 entries [i0, i0 + 64) of two int/float arrays into shared memory, zero past `end`,
-// by the block's first 128 threads. For key intervals, zero means lo = hi = 0: visible to
-// nobody.
-template <typename T>
-__device__ __forceinline__ void load_pair64(T *dst_a, T *dst_b, const T *a, const T *b, int i0,
-                                            int end) {
-    static_assert(NUM_THREADS == 128, "one thread per entry of the two arrays");
-    int i = threadIdx.x % 64;
-    bool valid = i0 + i < end;
-    if (threadIdx.x < 64) cp_async4(dst_a + i, a + (valid ? i0 + i : 0), valid);
-    else cp_async4(dst_b + i, b + (valid ? i0 + i : 0), valid);
-}
-
-// Rows [row0, row0 + ROWS) of one head of a [seq_len, row_stride] bf16 matrix into a
-// 128-byte-swizzled shared tile (wgmma.cuh) by all THREADS threads of the block; rows past
-// seq_len become zeros. A thread copies the same 16-byte column chunk of rows r0,
-// r0 + PASS_ROWS, ...: PASS_ROWS is a multiple of 8, so the swizzle pattern is the same
-// for each and one shared offset and one source pointer serve every pass (few registers
-// held across the main loops).
-template <int ROWS, int D, int THREADS = NUM_THREADS>
-__device__ __forceinline__ void load_tile_swizzled(bf16 *tile, const bf16 *head_base, int row_stride,
-                                                   int row0, int seq_len) {
-    constexpr int CHUNKS = D / 8, PASS_ROWS = THREADS / CHUNKS;  // 16-byte pieces per row
-    static_assert(PASS_ROWS % 8 == 0 && ROWS % PASS_ROWS == 0, "whole swizzle periods per pass");
-    const int r0 = threadIdx.x / CHUNKS, c = (threadIdx.x % CHUNKS) * 8;
-    bf16 *dst = tile + wgmma::swizzled_offset(r0, c, ROWS);
-    const bf16 *src = head_base + (int64_t)(row0 + r0) * row_stride + c;
-#pragma unroll
-    for (int n = 0; n < ROWS / PASS_ROWS; n++) {
-        const bool valid = row0 + r0 + n * PASS_ROWS < seq_len;
-        cp_async16(dst + n * PASS_ROWS * 64, valid ? src + (int64_t)n * PASS_ROWS * row_stride : head_base, valid);
-    }
-}
+// ---------------------------------------------------------------- the key ring
 
 // Shared memory for a ring of key tiles: K and V swizzled (1024-byte aligned, wgmma.cuh)
 // and the intervals of their keys.
@@ -379,25 +332,6 @@ struct KeyRing {
     alignas(1024) bf16 v[STAGES][BN * D];
     int32_t lo[STAGES][BN], hi[STAGES][BN];
 };
-
-// Where a block's key tiles come from: one KV head of K and V ([seq_len, row_stride]) and
-// the intervals of its batch row.
-struct KeySource {
-    const bf16 *k, *v;
-    const int32_t *lo, *hi;
-    int row_stride, seq_len;
-};
-
-// Key tile `tile` into stage `stage` of a ring, by THREADS threads (the intervals by the
-// first 128); keys past seq_len are zeros with lo = hi = 0. Issues the copies only.
-template <int THREADS, int D, int STAGES>
-__device__ __forceinline__ void load_key_tile(KeyRing<D, STAGES> &ring, int stage, const KeySource &src, int tile) {
-    const int k0 = tile * BN;
-    load_tile_swizzled<BN, D, THREADS>(ring.k[stage], src.k, src.row_stride, k0, src.seq_len);
-    load_tile_swizzled<BN, D, THREADS>(ring.v[stage], src.v, src.row_stride, k0, src.seq_len);
-    if (THREADS == NUM_THREADS || threadIdx.x < NUM_THREADS)
-        load_pair64(ring.lo[stage], ring.hi[stage], src.lo, src.hi, k0, src.seq_len);
-}
 
 // ---------------------------------------------------------------- score masking
 
@@ -418,22 +352,6 @@ __device__ __forceinline__ void mask_scores(float (&s)[NJ][4], const int32_t *ti
             if (!(lo <= q_row + 8 && q_row + 8 < hi)) s[j0 + j][2 + e] = -INFINITY;
         }
     }
-}
-
-// The scores of a key tile that the warp's query tile sees as `cls`: a full tile needs
-// nothing unless ragged (its keys past seq_len are staged as lo = hi = 0), a partial one
-// the per-element test, and one its lists do not show (another query tile's, merged in)
-// is hidden whole. The tile's scores are column groups [j0, j0 + BN / 8) of s (a step of
-// several key tiles; j0 a compile-time constant after unrolling).
-template <int NJ>
-__device__ __forceinline__ void mask_tile(float (&s)[NJ][4], TileClass cls, bool ragged, const int32_t *tile_lo,
-                                          const int32_t *tile_hi, int q_row, int j0 = 0) {
-    static_assert(NJ % (BN / 8) == 0, "whole key tiles");
-    if (cls == TileClass::Full && !ragged) return;
-    if (cls != TileClass::Empty) mask_scores(s, tile_lo, tile_hi, q_row, j0);
-    else
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++) s[j0 + j][0] = s[j0 + j][1] = s[j0 + j][2] = s[j0 + j][3] = -INFINITY;
 }
 
 // ---------------------------------------------------------------- host side

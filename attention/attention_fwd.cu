@@ -173,10 +173,10 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 8][4], const uint32_t (&
 }
 
 // The hidden scores of a step whose K slot is `ks`, for the query tile of warpgroup wg:
-// mask_tile's cases, but a tile the warpgroup's lists do not show goes through the
-// per-element test too, as a query row that no key admits. With mask_tile's separate
-// -inf fill the scores reached the softmax through a three-way merge that ptxas did not
-// coalesce: 64 register moves per step on the common path (full tiles, nothing to mask).
+// full tiles untouched, partial ones by the per-element interval test, and a tile the
+// warpgroup's lists do not show by that same test, as a query row that no key admits. A
+// separate -inf fill for those made the scores reach the softmax through a three-way merge
+// that ptxas did not coalesce: 64 register moves per step on the common path.
 template <int D>
 __device__ __forceinline__ void mask_step(float (&s)[FwdConfig<D>::STEP_TILES * BN / 8][4], const FwdStep<D> &step,
                                           int wg, const FwdRing<D> &ring, int ks, int seq_len, int q_row) {

@@ -52,6 +52,10 @@ struct BwdParams : AttnInputs {
     bf16 *dq, *dk, *dv;
     BwdWorkspace ws;
     CUtensorMap map_q, map_k, map_v, map_dout;  // TMA descriptors of the dK/dV and dQ kernels' tiles
+    // The dK/dV kernel's fp32 copies by tensor map too (racecheck attributes raw-address bulk
+    // copies to the issuing thread and reports hazards the mbarriers exclude): lse2 and dsum
+    // rows of a query tile.
+    CUtensorMap map_lse2, map_dsum;
 };
 
 BwdParams bwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q, const bf16 *k,
@@ -74,6 +78,9 @@ BwdParams bwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q
     p.map_dout = tensor_map_bf16(dout, d.q_row_stride, d.seq_len, d.batch, d.q_row_stride, d.q_batch_stride);
     p.map_k = tensor_map_bf16(k, d.kv_row_stride, d.seq_len, d.batch, d.kv_row_stride, d.kv_batch_stride);
     p.map_v = tensor_map_bf16(v, d.kv_row_stride, d.seq_len, d.batch, d.kv_row_stride, d.kv_batch_stride);
+    const int64_t n_pad = (int64_t)d.batch * d.n_heads * d.s_pad;
+    p.map_lse2 = tensor_map_f32(p.ws.lse2, n_pad, BM, 1);
+    p.map_dsum = tensor_map_f32(p.ws.dsum, n_pad, BM, 1);
     return p;
 }
 
@@ -158,7 +165,16 @@ typedef TileStep<DKDV_KEY_TILES> DkdvStep;
 // groups n of 8, each as 32 lanes' float4 (d[n][0..3] of wgmma.cuh's layout). A warp then
 // stores its slice with conflict-free 16-byte stores and hands it to the copy engine as
 // one reduction; dq_convert_kernel reads the order back (dq_frag_offset).
-__host__ __device__ constexpr int dq_cols(int head_dim) { return head_dim / DKDV_KEY_TILES; }  // per warpgroup
+// At D = 64 the warpgroups take turns instead: warpgroup m % 2 adds all columns of step
+// m's dQ over the pair, so the products stay m64n64 (halves would be m64n32, bound by
+// shared-memory reads) and the bytes halved.
+__host__ __device__ constexpr bool dq_split(int head_dim) { return head_dim > 64; }
+__host__ __device__ constexpr int dq_cols(int head_dim) {  // per warpgroup
+    return dq_split(head_dim) ? head_dim / DKDV_KEY_TILES : head_dim;
+}
+// Whether warpgroup wg computes the dQ of step m.
+template <int D>
+__device__ __forceinline__ bool dq_owner(int m, int wg) { return dq_split(D) || m % 2 == wg; }
 __host__ __device__ constexpr int dq_frag_offset(int row, int col, int head_dim) {  // in the tile
     return (row / WARP_ROWS) * WARP_ROWS * head_dim + (col / dq_cols(head_dim)) * WARP_ROWS * dq_cols(head_dim) +
            ((col % dq_cols(head_dim) / 8 * 32 + row % 8 * 4 + col % 8 / 2) * 4) + row % WARP_ROWS / 8 * 2 + col % 2;
@@ -166,14 +182,14 @@ __host__ __device__ constexpr int dq_frag_offset(int row, int col, int head_dim)
 
 // Fast mode's staging: both warpgroups' dS^T (the MN-major A operand of dQ = dS K), two
 // buffers (step n in n % 2: the products of step n - 1 read the other while step n is
-// written), with mbarriers (full: the writer warpgroup's warps have stored a step;
-// empty: every consumer warp's dQ product has read it), and one slice of each warp's fp32
-// dQ.
+// written), with mbarriers (full: the writer warpgroup's threads have stored a step;
+// empty: every consumer thread reading it, 256 or at D = 64 warpgroup b's 128 of buffer b,
+// is past its dQ product), and one slice of each warp's fp32 dQ.
 template <int D>
 struct DqStaging {
     alignas(1024) bf16 ds[2][DKDV_KEY_TILES][BN * BM];  // [step % 2][warpgroup][keys][queries] swizzled
-    alignas(16) float dq[DKDV_KEY_TILES][NUM_WARPS][WARP_ROWS * dq_cols(D)];  // [warpgroup][warp][fragment order]
-    uint64_t ds_full[2][DKDV_KEY_TILES], ds_empty[2];  // mbarriers: NUM_WARPS writers, 2 * NUM_WARPS readers
+    alignas(128) float dq[DKDV_KEY_TILES][NUM_WARPS][WARP_ROWS * dq_cols(D)];  // [warpgroup][warp][fragment order]
+    uint64_t ds_full[2][DKDV_KEY_TILES], ds_empty[2];  // mbarriers: NUM_THREADS writers, the readers' threads
 };
 struct NoDqStaging {};
 
@@ -181,7 +197,7 @@ struct NoDqStaging {};
 // stages: step n (of the walk, the closing done step included) in stage n % STAGES, its
 // TileStep published there by the producer, with a full barrier (the producer's arrival
 // and the copies' bytes; step 0's also covers the key pair) and an empty one (every
-// consumer warp is done with the stage).
+// consumer thread is done with the stage).
 template <int D, bool ATOMIC_DQ, int STAGES>
 struct DkdvSmemStages {
     alignas(1024) bf16 k[DKDV_KEY_TILES][BN * D];  // swizzled
@@ -189,17 +205,19 @@ struct DkdvSmemStages {
     alignas(1024) bf16 q[STAGES][BM * D];
     alignas(1024) bf16 dout[STAGES][BM * D];
     typename std::conditional<ATOMIC_DQ, DqStaging<D>, NoDqStaging>::type dq;
-    alignas(16) float lse2[STAGES][BM];  // bulk-copy destinations
-    alignas(16) float dsum[STAGES][BM];
+    alignas(128) float lse2[STAGES][BM];  // TMA destinations
+    alignas(128) float dsum[STAGES][BM];
     DkdvStep step[STAGES];
-    uint64_t full[STAGES], empty[STAGES];  // mbarriers: 1 producer arrival + bytes, 2 * NUM_WARPS readers
+    uint64_t full[STAGES], empty[STAGES];  // mbarriers: 1 producer arrival + bytes, every consumer thread
 };
 
 // Three stages where they fit (every configuration; 227 KiB is the bound), so the
 // producer can run two tiles ahead and a warpgroup up to about two steps ahead of the
-// other.
+// other; four in deterministic mode (no dQ staging: 194 KiB at D = 128).
 template <int D, bool ATOMIC_DQ>
-constexpr int DKDV_STAGES = sizeof(DkdvSmemStages<D, ATOMIC_DQ, 3>) <= MAX_SMEM_PER_BLOCK ? 3 : 2;
+constexpr int DKDV_STAGES = !ATOMIC_DQ && sizeof(DkdvSmemStages<D, ATOMIC_DQ, 4>) <= MAX_SMEM_PER_BLOCK   ? 4
+                            : sizeof(DkdvSmemStages<D, ATOMIC_DQ, 3>) <= MAX_SMEM_PER_BLOCK ? 3
+                                                                                            : 2;
 template <int D, bool ATOMIC_DQ>
 using DkdvSmem = DkdvSmemStages<D, ATOMIC_DQ, DKDV_STAGES<D, ATOMIC_DQ>>;
 
@@ -224,9 +242,9 @@ dim3 dkdv_grid(const AttnDims &d) { return dim3(d.n_heads, n_tiles(d.n_k_tiles, 
 
 // Thread 0 of the producer's warpgroup: walks the merged key-major lists of the pair and,
 // per step n, waits until stage n % STAGES is free (step n - STAGES released by every
-// consumer warp), publishes the step there and has the copy engine bring the query tile's
-// Q and dO (TMA, 128-byte swizzle, zeros past seq_len) and its lse2/dsum rows (bulk
-// copies; padded, always in range) onto the stage's full barrier; step 0 also brings the
+// consumer thread), publishes the step there and has the copy engine bring the query
+// tile's Q and dO (TMA, 128-byte swizzle, zeros past seq_len) and its lse2/dsum rows (TMA
+// too; padded, always in range) onto the stage's full barrier; step 0 also brings the
 // key pair (a missing second tile reads zeros past the end). The walk's end is published
 // as a done step; keys nobody sees load nothing.
 template <int D, bool ATOMIC_DQ, int STAGES>
@@ -260,8 +278,8 @@ __device__ __forceinline__ void produce_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
         const int q0 = step.tile * BM;
         tma_load_tile<BM, D>(smem.q[stage], &p.map_q, blk.head, q0, blk.batch, full);
         tma_load_tile<BM, D>(smem.dout[stage], &p.map_dout, blk.head, q0, blk.batch, full);
-        bulk_load(smem.lse2[stage], p.ws.lse2 + pad_off + q0, ROW_BYTES, full);
-        bulk_load(smem.dsum[stage], p.ws.dsum + pad_off + q0, ROW_BYTES, full);
+        tma_load_2d(smem.lse2[stage], &p.map_lse2, 0, (int)((pad_off + q0) / BM), full);
+        tma_load_2d(smem.dsum[stage], &p.map_dsum, 0, (int)((pad_off + q0) / BM), full);
     }
 }
 
@@ -340,43 +358,49 @@ __device__ __forceinline__ void issue_dkv(float (&acc)[D / 8][4], const uint32_t
 
 // ---------------------------------------------------------------- dK/dV: dQ staging and reduction
 
+// Stores four 8 x 8 bf16 matrices, matrix i from register i of every lane (the mma
+// fragment layout: row lane / 4, columns 2 (lane % 4) + {0, 1}); lane l gives the
+// 16-byte-aligned address of row l % 8 of matrix l / 8.
+__device__ __forceinline__ void stmatrix_x4(bf16 *row_addr, const uint32_t (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr(row_addr)),
+                 "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
+
 // Fast mode: dQ [64 queries x D] = dS [64 x 128 keys] K [128 keys x D] over the block's
 // key pair, added into dq_accum [batch, n_heads, s_pad, head_dim] (each query tile in
-// fragment order, dq_frag_offset), warpgroup g the columns [g W, g W + W), W = dq_cols(D).
-// Step n stages the warpgroup's dS^T (stage_ds) and computes the dQ of step n - 1
-// (issue_dq, reduce_dq), whose dS^T both warpgroups staged a step ago: a warpgroup waits
-// for the other only when it runs a whole step ahead.
+// fragment order, dq_frag_offset), warpgroup g the columns [g W, g W + W), W = dq_cols(D)
+// (at D = 64 all columns, of the steps m with m % 2 = g). Step n stages the warpgroup's
+// dS^T (stage_ds) and computes the dQ of step n - 1 (issue_dq, reduce_dq), whose dS^T both
+// warpgroups staged a step ago: a warpgroup waits for the other only when it runs a whole
+// step ahead.
 //
 // Barrier phases (buffer b = m % 2 holds step m, its u-th use, u = m / 2): ds_full[b][g]
-// completes phase u when warpgroup g's 4 warps have stored dS^T(m), ds_empty[b] when all
-// 8 consumer warps' dQ(m) products have read it. The writer of step m waits for
-// ds_empty[b] phase u - 1 (parity (u + 1) % 2, a fresh barrier passes 1), readers for
-// ds_full[b][0..1] phase u. Each parity wait is sound because its barrier is at most one
-// phase away: the waiting thread itself waited for the phase before (its step m - 2), and
-// the phase after needs its own later arrival (no dS^T(m + 2) before every read of
-// dS^T(m); no read of dS^T(m + 2), and so no arrival on ds_empty[b] for it, before both
-// writers passed ds_empty[b] phase u), which also keeps any arrival out of an earlier
-// phase.
+// completes phase u when warpgroup g's 128 threads have stored dS^T(m), ds_empty[b] when
+// every thread reading it (all 256, or at D = 64 warpgroup b's 128) has read both halves.
+// The writer of step m waits for ds_empty[b] phase u - 1 (parity (u + 1) % 2, a fresh
+// barrier passes 1), readers for ds_full[b][0..1] phase u. Each parity wait is sound
+// because its barrier is at most one phase away: the waiting thread itself waited for the
+// phase before (its step m - 2, which at D = 64 the same warpgroup read), and the phase
+// after needs its own later arrival (no dS^T(m + 2) before every read of dS^T(m); no read
+// of dS^T(m + 2), and so no arrival on ds_empty[b] for it, before both writers passed
+// ds_empty[b] phase u), which also keeps any arrival out of an earlier phase.
 
 // Writes this warpgroup's dS^T of step n ([64 keys x 64 queries] bf16, swizzled) into
-// buffer n % 2 once both warpgroups' dQ of step n - 2 has read it; each warp then arrives
-// on ds_full.
+// buffer n % 2 once every dQ of step n - 2 has read it; each warp then arrives on ds_full.
 template <int D>
 __device__ __forceinline__ void stage_ds(DqStaging<D> &st, int wg, int n, const uint32_t (&ds_frag)[BM / 16][4]) {
-    const int l = lane_id(), row = warp_row(), b = n % 2;
+    const int l = lane_id(), b = n % 2;
+    // stmatrix: lane l gives the address of row l % 8 of 8 x 8 matrix l / 8, which for A
+    // fragment j is (rows + 8 (i % 2), columns 16 j + 8 (i / 2)) as ds_frag[j][i] holds it.
+    const int row = (threadIdx.x / 32) % NUM_WARPS * WARP_ROWS + l % 8 + 8 * (l / 8 % 2);
     mbar_wait(&st.ds_empty[b], (n / 2 + 1) % 2);
     bf16 *wg_ds = st.ds[b][wg];
 #pragma unroll
-    for (int j = 0; j < BM / 16; j++) {
-        const int col = 16 * j + 2 * (l % 4);
-        *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(row, col, BN)) = ds_frag[j][0];
-        *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(row + 8, col, BN)) = ds_frag[j][1];
-        *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(row, col + 8, BN)) = ds_frag[j][2];
-        *reinterpret_cast<uint32_t *>(wg_ds + wgmma::swizzled_offset(row + 8, col + 8, BN)) = ds_frag[j][3];
-    }
+    for (int j = 0; j < BM / 16; j++)
+        stmatrix_x4(wg_ds + wgmma::swizzled_offset(row, 16 * j + 8 * (l / 16), BN), ds_frag[j]);
     wgmma::fence_async_shared();
-    __syncwarp();
-    if (l == 0) mbar_arrive(&st.ds_full[b][wg]);
+    mbar_arrive(&st.ds_full[b][wg]);  // every thread its own stores (racecheck follows no __syncwarp into it)
 }
 
 // Issues this warpgroup's columns of step m's dQ as one wgmma group (2 x BN / 16 products
@@ -394,7 +418,8 @@ __device__ __forceinline__ void issue_dq(float (&dq_part)[dq_cols(D) / 8][4], Sm
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++)
             wgmma::mma_ss<W, 1, 1>(dq_part, wgmma::desc_mn_major(st.ds[b][t], BN, 16 * kk, 0),
-                                   wgmma::desc_mn_major(smem.k[t], BN, 16 * kk, wg * W), t > 0 || kk > 0);
+                                   wgmma::desc_mn_major(smem.k[t], BN, 16 * kk, dq_split(D) ? wg * W : 0),
+                                   t > 0 || kk > 0);
     wgmma::commit();
 }
 
@@ -410,11 +435,8 @@ __device__ __forceinline__ void reduce_dq(Smem &smem, const BwdParams &p, const 
     const int l = lane_id(), warp = (threadIdx.x / 32) % NUM_WARPS;
     float *chunk = st.dq[wg][warp];
     wgmma::pin(dq_part);
-    __syncwarp();
-    if (l == 0) {
-        mbar_arrive(&st.ds_empty[m % 2]);
-        bulk_wait_read_all();  // the warp's last reduction has left the chunk
-    }
+    mbar_arrive(&st.ds_empty[m % 2]);
+    if (l == 0) bulk_wait_read_all();  // the warp's last reduction has left the chunk
     __syncwarp();
 #pragma unroll
     for (int j = 0; j < W / 8; j++)
@@ -425,7 +447,7 @@ __device__ __forceinline__ void reduce_dq(Smem &smem, const BwdParams &p, const 
     if (l == 0) {
         const AttnDims &d = p.dims;
         float *dq_tile = p.ws.dq_accum + (((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad + q0) * D;
-        bulk_reduce_add_f32(dq_tile + dq_frag_offset(warp * WARP_ROWS, wg * W, D), chunk,
+        bulk_reduce_add_f32(dq_tile + dq_frag_offset(warp * WARP_ROWS, dq_split(D) ? wg * W : 0, D), chunk,
                             WARP_ROWS * W * (int)sizeof(float));
         bulk_commit();
     }
@@ -470,9 +492,11 @@ __device__ __forceinline__ void store_dk_dv(const BwdParams &p, const DkdvBlock 
 // its stage is full, S^T = K Q^T and dP^T = V dO^T (keys are the 64 accumulator rows),
 // then dV += P^T dO and dK += dS^T Q with P^T, dS^T as register A operands; ATOMIC_DQ
 // stages dS^T and adds the warpgroup's dQ columns of the last step while dK runs (and of
-// the last step after the walk). Each warp releases the stage after its last product
-// reading it; the step itself is read before (the producer refills the slot only after
-// every warp's release). No copies and no walk here: only products and element work.
+// the last step after the walk). Each thread releases the stage after its warp's last
+// product reading it; the step itself is read before (the producer refills the slot only
+// after every thread's release). Every thread arrives on the barriers it releases or
+// fills (not lane 0 after __syncwarp): racecheck orders a thread's shared-memory accesses
+// only before its own arrivals. No copies and no walk here: only products and element work.
 template <int D, bool ATOMIC_DQ, int STAGES>
 __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES> &smem, const BwdParams &p,
                                              const DkdvBlock &blk, int wg) {
@@ -512,7 +536,7 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
         issue_dkv<D>(dv_acc, p_frag, t_do);
         if constexpr (ATOMIC_DQ) {
             stage_ds<D>(smem.dq, wg, n, ds_frag);  // under dV
-            if (n > 0) {
+            if (n > 0 && dq_owner<D>(n - 1, wg)) {
                 float dq_part[dq_cols(D) / 8][4];  // [64 queries x dq_cols] of step n - 1
                 issue_dq<D>(dq_part, smem, wg, n - 1);
                 issue_dkv<D>(dk_acc, ds_frag, t_q);
@@ -530,12 +554,11 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
         wgmma::pin(dk_acc);
         wgmma::pin(p_frag);
         wgmma::pin(ds_frag);
-        __syncwarp();
-        if (lane_id() == 0) mbar_arrive(&smem.empty[stage]);  // this warp is done with the stage
+        mbar_arrive(&smem.empty[stage]);  // this thread is done with the stage (every thread: racecheck)
     }
 
     if constexpr (ATOMIC_DQ) {
-        if (n > 0) {
+        if (n > 0 && dq_owner<D>(n - 1, wg)) {
             float dq_part[dq_cols(D) / 8][4];
             issue_dq<D>(dq_part, smem, wg, n - 1);
             wgmma::wait<0>();
@@ -567,14 +590,14 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
 #pragma unroll
         for (int s = 0; s < STAGES; s++) {
             mbar_init(&smem.full[s], 1);                              // the producer's arrival (and bytes)
-            mbar_init(&smem.empty[s], DKDV_KEY_TILES * NUM_WARPS);  // every consumer warp's release
+            mbar_init(&smem.empty[s], DKDV_KEY_TILES * NUM_THREADS);  // every consumer thread's release
         }
         if constexpr (ATOMIC_DQ)
 #pragma unroll
             for (int b = 0; b < 2; b++) {
 #pragma unroll
-                for (int t = 0; t < DKDV_KEY_TILES; t++) mbar_init(&smem.dq.ds_full[b][t], NUM_WARPS);
-                mbar_init(&smem.dq.ds_empty[b], DKDV_KEY_TILES * NUM_WARPS);
+                for (int t = 0; t < DKDV_KEY_TILES; t++) mbar_init(&smem.dq.ds_full[b][t], NUM_THREADS);
+                mbar_init(&smem.dq.ds_empty[b], (dq_split(D) ? DKDV_KEY_TILES : 1) * NUM_THREADS);  // its readers
             }
         mbar_fence_init();
     }
@@ -586,25 +609,33 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
     }
     regs_inc<DKDV_CONSUMER_REGS>();
     consume_dkdv(smem, p, blk, wg);
+    // Deterministic mode runs overlapped with the dQ kernel before it (backward): no block
+    // ends before that kernel has, so what follows in the stream finds both complete.
+    if constexpr (!ATOMIC_DQ) wait_prior_grids();
 }
 
 // ---------------------------------------------------------------- dQ kernel (deterministic mode)
 
-// The dQ block, warp-specialised as the dK/dV kernel: DQ_Q_TILES consumer warpgroups,
+// The dQ block, warp-specialised as the dK/dV kernel: Q_TILES consumer warpgroups,
 // warpgroup g owning query tile q_tile0 + g of the block's adjacent tiles, all reading the
-// key tiles of the merged query-major lists of those tiles, so each K/V tile is loaded once
-// for all of them; a producer warpgroup of which one warp walks those lists and has the
-// copy engine load the tiles. Three consumers (192 queries per K/V tile, 12 warps to hide
-// latency; `setmaxnreg`: 32 registers for the producer's warpgroup, 160 for the consumers,
-// which use ~152). Each query tile's dQ is summed by one warpgroup over its key tiles in
-// ascending order: bitwise reproducible.
-constexpr int DQ_Q_TILES = 3;
-constexpr int DQ_THREADS = (DQ_Q_TILES + 1) * NUM_THREADS;  // the consumers, then the producer's warpgroup
-constexpr int DQ_PRODUCER_REGS = 32, DQ_CONSUMER_REGS = 160;
-static_assert((DQ_Q_TILES * DQ_CONSUMER_REGS + DQ_PRODUCER_REGS) * NUM_THREADS <=
-                  DQ_THREADS * (65536 / DQ_THREADS / 8 * 8),
-              "the reallocation keeps the block's registers at launch (65536 per SM, in eights per thread)");
-typedef TileStep<DQ_Q_TILES> DqStep;
+// key tiles of the merged query-major lists of those tiles, so each K/V tile is loaded
+// once for all of them; a producer warpgroup of which one warp walks those lists and has
+// the copy engine load the tiles. With PIPELINE each consumer issues a step's S and dP
+// together with the last step's dQ (dQ + S + dP + dS fragments live: 169 registers at
+// D = 128). Three consumers get 160 registers each (`setmaxnreg`; the producer's
+// warpgroup 32), two 232 (40). Each query tile's dQ is summed by one warpgroup over its
+// key tiles in ascending order: bitwise reproducible.
+template <int D>
+struct DqConfig {
+    static constexpr int Q_TILES = 3;
+    static constexpr bool PIPELINE = D == 64;  // at D = 128 it needs more than 160 registers
+    static constexpr int PRODUCER_REGS = Q_TILES == 3 ? 32 : 40, CONSUMER_REGS = Q_TILES == 3 ? 160 : 232;
+    static constexpr int THREADS = (Q_TILES + 1) * NUM_THREADS;  // the consumers, then the producer's warpgroup
+    static_assert((Q_TILES * CONSUMER_REGS + PRODUCER_REGS) * NUM_THREADS <= THREADS * (65536 / THREADS / 8 * 8),
+                  "the reallocation keeps the block's registers at launch (65536 per SM, in eights per thread)");
+};
+template <int D>
+using DqStep = TileStep<DqConfig<D>::Q_TILES>;
 
 // Q and dO of the query tiles stay resident; K, V and the key intervals go through a ring
 // of STAGES slots: step n of the walk (the closing done step included) in slot
@@ -613,32 +644,34 @@ typedef TileStep<DQ_Q_TILES> DqStep;
 // also covers the query tiles) and an empty one (every consumer warp is done with the slot).
 template <int D, int STAGES>
 struct DqSmemStages {
-    alignas(1024) bf16 q[DQ_Q_TILES][BM * D];  // swizzled
-    alignas(1024) bf16 dout[DQ_Q_TILES][BM * D];
+    alignas(1024) bf16 q[DqConfig<D>::Q_TILES][BM * D];  // swizzled
+    alignas(1024) bf16 dout[DqConfig<D>::Q_TILES][BM * D];
     KeyRing<D, STAGES> keys;
-    DqStep step[STAGES];
-    uint64_t full[STAGES], empty[STAGES];  // mbarriers: 1 + 32 producer arrivals + bytes, DQ_Q_TILES * NUM_WARPS readers
+    DqStep<D> step[STAGES];
+    uint64_t full[STAGES], empty[STAGES];  // mbarriers: 1 + 32 producer arrivals + bytes, every consumer thread
 };
 
-// Four slots (226 KiB at D = 128): the producer up to three key tiles ahead, and a
-// warpgroup up to about three steps ahead of another.
+// Four slots (226 KiB at D = 128 with three consumers): the producer up to three key
+// tiles ahead, and a warpgroup up to about three steps ahead of another.
 constexpr int DQ_STAGES = 4;
 template <int D>
 using DqSmem = DqSmemStages<D, DQ_STAGES>;
 
-// Grid (n_heads, ceil(n_q_tiles / DQ_Q_TILES), batch), groups of adjacent query tiles in
+// Grid (n_heads, ceil(n_q_tiles / Q_TILES), batch), groups of adjacent query tiles in
 // reverse so the longest (causal) start first; query tiles q_tile0 + g for warpgroup g
 // (the last group's may be past the last tile: their lines are empty).
 struct DqBlock {
     int head, kv_head, batch, q_tile0;
 };
 
+template <int D>
 __device__ __forceinline__ DqBlock dq_block(const AttnDims &d) {
     const int head = blockIdx.x;
-    return {head, head / d.group, (int)blockIdx.z, (int)(gridDim.y - 1 - blockIdx.y) * DQ_Q_TILES};
+    return {head, head / d.group, (int)blockIdx.z, (int)(gridDim.y - 1 - blockIdx.y) * DqConfig<D>::Q_TILES};
 }
 
-dim3 dq_grid(const AttnDims &d) { return dim3(d.n_heads, n_tiles(d.n_q_tiles, DQ_Q_TILES), d.batch); }
+template <int D>
+dim3 dq_grid(const AttnDims &d) { return dim3(d.n_heads, n_tiles(d.n_q_tiles, DqConfig<D>::Q_TILES), d.batch); }
 
 // Warp 0 of the producer's warpgroup (every lane the same walk, in registers): per step n
 // waits until slot n % STAGES is free (step n - STAGES released by every consumer warp),
@@ -648,16 +681,16 @@ dim3 dq_grid(const AttnDims &d) { return dim3(d.n_heads, n_tiles(d.n_q_tiles, DQ
 // published as a done step.
 template <int D, int STAGES>
 __device__ __forceinline__ void produce_dq(DqSmemStages<D, STAGES> &smem, const BwdParams &p, const DqBlock &blk) {
-    constexpr int TILE_BYTES = BM * D * (int)sizeof(bf16);
-    constexpr int KEY_BYTES = 2 * TILE_BYTES, QUERY_BYTES = 2 * DQ_Q_TILES * TILE_BYTES;
+    constexpr int Q_TILES = DqConfig<D>::Q_TILES, TILE_BYTES = BM * D * (int)sizeof(bf16);
+    constexpr int KEY_BYTES = 2 * TILE_BYTES, QUERY_BYTES = 2 * Q_TILES * TILE_BYTES;
     const AttnDims &d = p.dims;
     const int l = lane_id();
     const int32_t *lo = p.mask.lo + (int64_t)blk.batch * d.seq_len, *hi = p.mask.hi + (int64_t)blk.batch * d.seq_len;
-    MergedLines<DQ_Q_TILES> walk;
+    MergedLines<Q_TILES> walk;
     walk.init(p.mask.by_query, blk.batch, blk.q_tile0);
 #pragma unroll 1
     for (int n = 0;; n++) {
-        const DqStep step = walk.next();
+        const DqStep<D> step = walk.next();
         const int stage = n % STAGES;
         uint64_t *full = &smem.full[stage];
         if (n >= STAGES) mbar_wait(&smem.empty[stage], (n / STAGES + 1) % 2);  // step n - STAGES released it
@@ -668,7 +701,7 @@ __device__ __forceinline__ void produce_dq(DqSmemStages<D, STAGES> &smem, const 
             if (!step.done()) {
                 if (n == 0)
 #pragma unroll
-                    for (int t = 0; t < DQ_Q_TILES; t++) {
+                    for (int t = 0; t < Q_TILES; t++) {
                         const int q0 = (blk.q_tile0 + t) * BM;
                         tma_load_tile<BM, D>(smem.q[t], &p.map_q, blk.head, q0, blk.batch, full);
                         tma_load_tile<BM, D>(smem.dout[t], &p.map_dout, blk.head, q0, blk.batch, full);
@@ -689,22 +722,35 @@ __device__ __forceinline__ void produce_dq(DqSmemStages<D, STAGES> &smem, const 
     }
 }
 
-// S (masked) becomes P = 2^(S * scale_log2 - lse2), row-wise.
-__device__ __forceinline__ void probs_from_scores(float (&s)[BN / 8][4], const float (&row_lse2)[2],
-                                                  float scale_log2) {
+// This thread's two query rows (accumulator rows q_row, q_row + 8): lse2 and dsum.
+struct DqRows {
+    int q_row;
+    float lse2[2], dsum[2];
+};
+
+// The scores S of a key tile that the warpgroup's lists show become dS = P * (dP - dsum),
+// P = 2^(S * scale_log2 - lse2), S masked to -inf first where `masked` (a partial or
+// ragged tile: a branch, not predication, so full tiles do not pay for the test).
+__device__ __forceinline__ void ds_from_scores(float (&s)[BN / 8][4], const float (&dp)[BN / 8][4], bool masked,
+                                               const int32_t *tile_lo, const int32_t *tile_hi, const DqRows &rows,
+                                               float scale_log2) {
+    if (masked) mask_scores(s, tile_lo, tile_hi, rows.q_row, 0);
 #pragma unroll
     for (int j = 0; j < BN / 8; j++)
 #pragma unroll
-        for (int c = 0; c < 4; c++) s[j][c] = fast_exp2(fmaf(s[j][c], scale_log2, -row_lse2[c / 2]));
+        for (int c = 0; c < 4; c++)
+            s[j][c] = fast_exp2(fmaf(s[j][c], scale_log2, -rows.lse2[c / 2])) * (dp[j][c] - rows.dsum[c / 2]);
 }
 
-// P becomes dS = P * (dP - dsum), row-wise.
-__device__ __forceinline__ void ds_from_probs(float (&s)[BN / 8][4], const float (&dp)[BN / 8][4],
-                                              const float (&row_dsum)[2]) {
+// Issues dQ += dS K as one wgmma group (dS from registers, k = keys; K MN-major); the
+// caller fences.
+template <int D>
+__device__ __forceinline__ void issue_ds_k(float (&dq_acc)[D / 8][4], const uint32_t (&ds_frag)[BN / 16][4],
+                                         const bf16 *t_k) {
 #pragma unroll
-    for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-        for (int c = 0; c < 4; c++) s[j][c] *= dp[j][c] - row_dsum[c / 2];
+    for (int kk = 0; kk < BN / 16; kk++)
+        wgmma::mma_rs<D, 1>(dq_acc, ds_frag[kk], wgmma::desc_mn_major(t_k, BN, 16 * kk, 0), true);
+    wgmma::commit();
 }
 
 // dQ = dQ_acc * scale as bf16, for this thread's rows below seq_len.
@@ -729,92 +775,130 @@ __device__ __forceinline__ void store_dq(const BwdParams &p, const DqBlock &blk,
 // Consumer warpgroup g (query tile q_tile0 + g) walks the published steps: per key tile its
 // lists show, once the slot is full, S = Q K^T and dP = dO V^T from shared memory, then
 // dQ += dS K with dS as the register A operand (accumulator rows are queries); a key tile
-// only other query tiles see is skipped. Each warp releases the slot after its last
-// product reading it. No copies and no walk here: only products and element work.
+// only other query tiles see is released at once. With PIPELINE, software-pipelined
+// inside the warpgroup when consecutive steps are its own: S and dP of step n are issued with dQ of
+// step n - 1, and the dS of n is computed while dQ(n - 1) still runs. Otherwise dQ(n - 1)
+// is drained first: holding slot n - 1 while waiting for a step STAGES or more ahead would
+// deadlock the producer, so only step n is waited for while n - 1 is held. Each thread
+// releases a slot after its last product reading it. No copies and no walk here.
 template <int D, int STAGES>
 __device__ __forceinline__ void consume_dq(DqSmemStages<D, STAGES> &smem, const BwdParams &p, const DqBlock &blk,
                                            int wg) {
     const AttnDims &d = p.dims;
-    const int q_tile = blk.q_tile0 + wg, q_row = q_tile * BM + warp_row();
-    float row_lse2[2] = {INFINITY, INFINITY}, row_dsum[2] = {0.0f, 0.0f};
+    const int q_tile = blk.q_tile0 + wg;
+    DqRows rows = {q_tile * BM + warp_row(), {INFINITY, INFINITY}, {0.0f, 0.0f}};
     if (q_tile < d.n_q_tiles)  // a tile past the last has no padded rows (and no steps)
 #pragma unroll
         for (int r = 0; r < 2; r++) {
-            const int64_t at = ((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad + q_row + 8 * r;
-            row_lse2[r] = p.ws.lse2[at];
-            row_dsum[r] = p.ws.dsum[at];
+            const int64_t at = ((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad + rows.q_row + 8 * r;
+            rows.lse2[r] = p.ws.lse2[at];
+            rows.dsum[r] = p.ws.dsum[at];
         }
+    const bf16 *t_q = smem.q[wg], *t_do = smem.dout[wg];
     float dq_acc[D / 8][4];  // [64 queries x D] over the warpgroup
     zero(dq_acc);
 
+    // Step n's slot, once full (and at n = 0 the query tiles), and its published step.
+    auto wait_step = [&](int n) {
+        mbar_wait(&smem.full[n % STAGES], n / STAGES % 2);
+        return smem.step[n % STAGES];
+    };
+    // This thread is done with step n's slot: every thread arrives, each after its own last
+    // read (of the step, the intervals, and through its wgmma wait the tiles), as the
+    // forward's consumers, so racecheck sees each read ordered before the producer's refill.
+    auto release = [&](int n) { mbar_arrive(&smem.empty[n % STAGES]); };
+    auto own = [&](const DqStep<D> &step) { return !step.done() && step.of(wg) != TileClass::Empty; };
+    // Step n's S and dP (landed) become dS.
+    auto to_ds = [&](float (&s)[BN / 8][4], const float (&dp)[BN / 8][4], int n, const DqStep<D> &step) {
+        const int stage = n % STAGES;
+        ds_from_scores(s, dp, step.of(wg) != TileClass::Full || ragged_tile(step.tile, d.seq_len),
+                       smem.keys.lo[stage], smem.keys.hi[stage], rows, d.scale_log2);
+    };
+
+    float s[BN / 8][4], dp[BN / 8][4];  // S then dS; dP [64 queries x BN keys]
+    uint32_t ds_frag[BN / 16][4];       // the last own step's dS as A fragments (k = keys)
+    auto drain = [&](int n) {  // dQ(n) alone, then its slot released
+        wgmma::fence();
+        issue_ds_k<D>(dq_acc, ds_frag, smem.keys.k[n % STAGES]);
+        wgmma::wait<0>();
+        wgmma::pin(dq_acc);
+        wgmma::pin(ds_frag);
+        release(n);
+    };
+    bool pending = false;  // whether dQ of step n - 1 (its dS in ds_frag) is still to come (PIPELINE)
+    // One loop whose counter only its header advances: the compiler keeps n (and the
+    // slots' descriptors) in uniform registers.
 #pragma unroll 1
     for (int n = 0;; n++) {
-        const int stage = n % STAGES;
-        mbar_wait(&smem.full[stage], n / STAGES % 2);  // step n's key tile (and at n = 0 the query tiles) landed
-        const DqStep step = smem.step[stage];
+        const DqStep<D> step = wait_step(n);
+        const bool mine = own(step);
+        if (pending && !mine) {
+            drain(n - 1);
+            pending = false;
+        }
         if (step.done()) break;
-        const TileClass cls = step.of(wg);
-        if (cls != TileClass::Empty) {
-            const bf16 *t_k = smem.keys.k[stage], *t_v = smem.keys.v[stage];
-            float s[BN / 8][4], dp[BN / 8][4];  // S then P then dS; dP [64 queries x BN keys]
-            issue_s_dp<D>(s, dp, smem.q[wg], t_k, smem.dout[wg], t_v);
-            wgmma::wait<0>();
+        if (!mine) {
+            release(n);
+            continue;
+        }
+        issue_s_dp<D>(s, dp, t_q, smem.keys.k[n % STAGES], t_do, smem.keys.v[n % STAGES]);
+        if (pending) {  // with dQ(n - 1), whose wait follows the exponentials of step n
+            issue_ds_k<D>(dq_acc, ds_frag, smem.keys.k[(n - 1) % STAGES]);
+            wgmma::wait<1>();
             wgmma::pin(s);
             wgmma::pin(dp);
-            // A branch, not predication: full tiles must not pay for the test.
-            if (cls != TileClass::Full || ragged_tile(step.tile, d.seq_len))
-                mask_scores(s, smem.keys.lo[stage], smem.keys.hi[stage], q_row, 0);
-            probs_from_scores(s, row_lse2, d.scale_log2);
-            ds_from_probs(s, dp, row_dsum);
-            uint32_t ds_frag[BN / 16][4];
-            acc_to_a<BN>(ds_frag, s);
-            wgmma::fence();
-            wgmma::pin(dq_acc);
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++)  // dQ += dS K
-                wgmma::mma_rs<D, 1>(dq_acc, ds_frag[kk], wgmma::desc_mn_major(t_k, BN, 16 * kk, 0), true);
-            wgmma::commit();
+            to_ds(s, dp, n, step);
             wgmma::wait<0>();
             wgmma::pin(dq_acc);
             wgmma::pin(ds_frag);
+            acc_to_a<BN>(ds_frag, s);
+            release(n - 1);
+        } else {
+            wgmma::wait<0>();
+            wgmma::pin(s);
+            wgmma::pin(dp);
+            to_ds(s, dp, n, step);
+            acc_to_a<BN>(ds_frag, s);
         }
-        __syncwarp();
-        if (lane_id() == 0) mbar_arrive(&smem.empty[stage]);  // this warp is done with the slot
+        if constexpr (DqConfig<D>::PIPELINE) pending = true;
+        else drain(n);
     }
 
-    store_dq<D>(p, blk, q_row, dq_acc);
+    store_dq<D>(p, blk, rows.q_row, dq_acc);
 }
 
 // Thread 0 sets up the barriers (the block's only block-wide barrier follows); then the
 // producer's warpgroup gives its registers to the consumers and its warp 0 produces while
 // the others leave. One block per SM.
 template <int D>
-__global__ void __launch_bounds__(DQ_THREADS, 1) attn_bwd_dq_kernel(const __grid_constant__ BwdParams p) {
+__global__ void __launch_bounds__(DqConfig<D>::THREADS, 1) attn_bwd_dq_kernel(const __grid_constant__ BwdParams p) {
+    typedef DqConfig<D> C;
     typedef DqSmem<D> Smem;
     static_assert(sizeof(Smem) <= MAX_SMEM_PER_BLOCK, "shared memory of one block");
     extern __shared__ unsigned char smem_raw[];
     Smem &smem = *reinterpret_cast<Smem *>(smem_raw);
-    const DqBlock blk = dq_block(p.dims);
+    const DqBlock blk = dq_block<D>(p.dims);
     // Through a shuffle the compiler knows the warpgroup index warp-uniform, so the
     // descriptors of the warpgroup's tiles live in uniform registers (no 64-bit adds and
     // register moves per product; CUTLASS's canonical_warp_group_idx).
     const int wg = __shfl_sync(0xffffffff, threadIdx.x / NUM_THREADS, 0);
+    allow_dependent_launch();  // the dK/dV kernel needs nothing of this one's
 
     if (threadIdx.x == 0) {
 #pragma unroll
         for (int s = 0; s < DQ_STAGES; s++) {
             mbar_init(&smem.full[s], 1 + 32);                 // the producer's lane 0 and its lanes' interval copies
-            mbar_init(&smem.empty[s], DQ_Q_TILES * NUM_WARPS);  // every consumer warp's release
+            mbar_init(&smem.empty[s], C::Q_TILES * NUM_THREADS);  // every consumer thread's release
         }
         mbar_fence_init();
     }
     __syncthreads();
-    if (wg == DQ_Q_TILES) {
-        regs_dec<DQ_PRODUCER_REGS>();
+    if (wg == C::Q_TILES) {
+        regs_dec<C::PRODUCER_REGS>();
         if (threadIdx.x % NUM_THREADS < 32) produce_dq(smem, p, blk);
         return;
     }
-    regs_inc<DQ_CONSUMER_REGS>();
+    regs_inc<C::CONSUMER_REGS>();
     consume_dq(smem, p, blk, wg);
 }
 
@@ -874,8 +958,10 @@ void backward(const BwdParams &p, bool deterministic, cudaStream_t stream) {
     attn_bwd_prep_kernel<D><<<(unsigned)((n_pad + NUM_WARPS - 1) / NUM_WARPS), NUM_THREADS, 0, stream>>>(p);
     cudaCheckLaunch();
     if (deterministic) {
-        launch(attn_bwd_dkdv_kernel<D, false>, dkdv_grid(d), DKDV_THREADS, sizeof(DkdvSmem<D, false>), stream, p);
-        launch(attn_bwd_dq_kernel<D>, dq_grid(d), DQ_THREADS, sizeof(DqSmem<D>), stream, p);
+        // Independent passes: the dK/dV blocks fill the SMs the dQ kernel's last wave frees.
+        launch(attn_bwd_dq_kernel<D>, dq_grid<D>(d), DqConfig<D>::THREADS, sizeof(DqSmem<D>), stream, p);
+        launch_overlapped(attn_bwd_dkdv_kernel<D, false>, dkdv_grid(d), DKDV_THREADS, sizeof(DkdvSmem<D, false>),
+                          stream, p);
     } else {
         cudaCheck(cudaMemsetAsync(p.ws.dq_accum, 0, n_pad * D * sizeof(float), stream));
         launch(attn_bwd_dkdv_kernel<D, true>, dkdv_grid(d), DKDV_THREADS, sizeof(DkdvSmem<D, true>), stream, p);

@@ -33,7 +33,12 @@ struct FwdParams : AttnInputs {
     bf16 *out;
     float *lse;               // [batch, n_heads, seq_len]
     CUtensorMap map_q, map_k, map_v;  // TMA descriptors of q, k, v
+    int l2_heads;             // query heads per L2 section of the work items (the scheduler below)
 };
+
+// The K and V bytes that the heads of one L2 section may span (FA3's budget; an H200 has
+// 50 MB of L2, which also holds Q, O and the lists).
+constexpr int64_t FWD_L2_BYTES = 32 << 20;
 
 FwdParams fwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q, const bf16 *k,
                      const bf16 *v, bf16 *out, float *lse) {
@@ -45,6 +50,11 @@ FwdParams fwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q
     p.map_q = tensor_map_bf16(q, d.q_row_stride, d.seq_len, d.batch, d.q_row_stride, d.q_batch_stride);
     p.map_k = tensor_map_bf16(k, d.kv_row_stride, d.seq_len, d.batch, d.kv_row_stride, d.kv_batch_stride);
     p.map_v = tensor_map_bf16(v, d.kv_row_stride, d.seq_len, d.batch, d.kv_row_stride, d.kv_batch_stride);
+    // Whole GQA groups, a power of two of KV heads, at least one.
+    const int64_t kv_head_bytes = (int64_t)d.seq_len * d.head_dim * 2 * (int64_t)sizeof(bf16);
+    int kv_heads = 1;
+    while (kv_heads < d.batch * d.n_kv_heads && 2 * kv_heads * kv_head_bytes <= FWD_L2_BYTES) kv_heads *= 2;
+    p.l2_heads = kv_heads * d.group;
     return p;
 }
 
@@ -90,12 +100,16 @@ struct FwdSmem {
 
 // ---------------------------------------------------------------- scheduler
 
-// Work items (batch, query tiles, head), head fastest and the query tiles in reverse so
-// the longest (causal) come first; with two items per block, block b takes items b and
-// b + ceil(n / 2), so half as many blocks start, the blocks still come longest first (no
-// wave of equal-work blocks at the end), and while the consumers finish the first item
-// (its last P V and the stores) the producer already loads the second's. Warpgroup w
-// owns query tile q_tile0 + w.
+// Work items (batch, query tiles, head) in L2 sections (FA3's order): the (batch, head)
+// pairs, batch-major, in runs of l2_heads whose K and V fit in FWD_L2_BYTES together;
+// inside a run the query tiles in reverse, so the longest (causal) come first, and the
+// head fastest. The blocks running at a time so read the K and V of a few heads, which
+// stay in L2 however far apart the blocks are in their walks (head-fastest over all heads
+// spanned up to 16 heads, 128 MiB at S = 16384, more than L2). With two items per block,
+// block b takes items 2b and 2b + 1 (the same query tiles of adjacent heads): half as
+// many blocks start, the blocks still come longest first, and while the consumers finish
+// the first item (its last P V and the stores) the producer already loads the second's.
+// Warpgroup w owns query tile q_tile0 + w.
 struct FwdBlock {
     int head, kv_head, batch, q_tile0;
 };
@@ -106,17 +120,20 @@ __device__ __forceinline__ int fwd_work_items(const AttnDims &d) {
 }
 
 template <int D>
-__device__ __forceinline__ FwdBlock fwd_block(const AttnDims &d, int item) {
+__device__ __forceinline__ FwdBlock fwd_block(const FwdParams &p, int item) {
+    const AttnDims &d = p.dims;
     const int n_groups = n_tiles(d.n_q_tiles, FwdConfig<D>::Q_TILES);
-    const int head = item % d.n_heads, group = item / d.n_heads % n_groups;
-    return {head, head / d.group, item / d.n_heads / n_groups, (n_groups - 1 - group) * FwdConfig<D>::Q_TILES};
+    const int run = item / (p.l2_heads * n_groups), bh0 = run * p.l2_heads;
+    const int w = min(p.l2_heads, d.batch * d.n_heads - bh0), r = item - bh0 * n_groups;  // the last run may be short
+    const int group = r / w, bh = bh0 + r - group * w, head = bh % d.n_heads;
+    return {head, head / d.group, bh / d.n_heads, (n_groups - 1 - group) * FwdConfig<D>::Q_TILES};
 }
 
 // Block b's k-th item (k < ITEMS), -1 past its last.
 template <int D>
 __device__ __forceinline__ int fwd_item(const AttnDims &d, int k) {
-    const int n = fwd_work_items<D>(d), item = blockIdx.x + k * n_tiles(n, FwdConfig<D>::ITEMS);
-    return item < n ? item : -1;
+    const int item = blockIdx.x * FwdConfig<D>::ITEMS + k;
+    return item < fwd_work_items<D>(d) ? item : -1;
 }
 
 template <int D>
@@ -371,7 +388,7 @@ __device__ __forceinline__ void produce(FwdSmem<D> &smem, const FwdParams &p) {
     int j = 0, n_q = 0;  // steps (each item's done step included) and Q loads, over the block's items
     #pragma unroll 1
     for (int k = 0; k < C::ITEMS && fwd_item<D>(d, k) >= 0; k++) {
-        const FwdBlock blk = fwd_block<D>(d, fwd_item<D>(d, k));
+        const FwdBlock blk = fwd_block<D>(p, fwd_item<D>(d, k));
         const int32_t *lo = p.mask.lo + (int64_t)blk.batch * d.seq_len;
         const int32_t *hi = p.mask.hi + (int64_t)blk.batch * d.seq_len;
         MergedLines<C::Q_TILES> walk;
@@ -415,7 +432,7 @@ __device__ __forceinline__ void consume(FwdSmem<D> &smem, const FwdParams &p, in
     #pragma unroll 1
     for (int k = 0; k < FwdConfig<D>::ITEMS && fwd_item<D>(d, k) >= 0; k++) {
         const int item = fwd_item<D>(d, k);
-        const FwdBlock blk = fwd_block<D>(d, item);
+        const FwdBlock blk = fwd_block<D>(p, item);
         const int q_row = (blk.q_tile0 + wg) * BM + warp_row();
         float o[D / 8][4];              // [64 x D] unnormalised output over the warpgroup
         float s[KEYS / 8][4];           // [64 x KEYS] scores of the next step
@@ -449,13 +466,17 @@ __device__ __forceinline__ void consume(FwdSmem<D> &smem, const FwdParams &p, in
         // wait (ptxas serializes them otherwise), so the last step's P V is peeled off. P
         // is double-buffered: the next step's is packed into p_next while P V still reads
         // p_cur, so nothing but the slot release (and a rare rescale) waits for P V.
-        // Returns whether the walk goes on.
+        // The barriers of a step's K(j + 1) (with the published step `next`) and V(j) are
+        // waited for in the step before, while its P V runs. Returns whether the walk goes on.
+        FwdStep<D> next;
+        auto wait_ahead = [&]() {
+            mbar_wait(&sync.full_k[j % LEAD], (j / LEAD) & 1);
+            next = sync.step[j % LEAD];
+            mbar_wait(&sync.full_v[jv % (LEAD + 1)], (jv / (LEAD + 1)) & 1);
+        };
         auto pipelined_step = [&](uint32_t(&p_cur)[KEYS / 16][4], uint32_t(&p_next)[KEYS / 16][4]) -> bool {
             const int vs = jv % (LEAD + 1);
             ks = j % LEAD;
-            mbar_wait(&sync.full_k[ks], (j / LEAD) & 1);
-            const FwdStep<D> next = sync.step[ks];
-            mbar_wait(&sync.full_v[vs], (jv / (LEAD + 1)) & 1);
             const bf16 *t_v = smem.ring.v[vs];
             j++;
             jv++;
@@ -480,9 +501,18 @@ __device__ __forceinline__ void consume(FwdSmem<D> &smem, const FwdParams &p, in
             mask_step<D>(s, next, wg, smem.ring, ks, d.seq_len, q_row);
             const bool moved = softmax.update(s, d.scale_log2, rescale);
             acc_to_a<KEYS>(p_next, s);
-            // After the exponentials (a row sum depends on all of a row's), so that the
-            // wait for P V below stays behind them (see mbar_arrive_after).
-            mbar_arrive_after(&sync.empty_k[ks], softmax.row_sum[0] + softmax.row_sum[1]);
+            // After the exponentials (a row sum depends on all of a row's) and the packing
+            // (else ptxas sinks it past the waits below), so that the wait for P V stays
+            // behind them (see mbar_arrive_after): the packed words' OR with the sign and
+            // top exponent bit cleared is a finite non-negative float.
+            uint32_t packed = 0;
+#pragma unroll
+            for (int kk = 0; kk < KEYS / 16; kk++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) packed |= p_next[kk][e];
+            mbar_arrive_after(&sync.empty_k[ks], softmax.row_sum[0] + softmax.row_sum[1] +
+                                                     __uint_as_float(packed & 0x3fffffffu));
+            wait_ahead();
             wgmma::wait<0>();
             wgmma::pin(o);
             wgmma::pin(p_cur);
@@ -490,9 +520,11 @@ __device__ __forceinline__ void consume(FwdSmem<D> &smem, const FwdParams &p, in
             if (__any_sync(0xffffffff, moved)) OnlineSoftmax::rescale_o(o, rescale);
             return true;
         };
-        if (any_key)
+        if (any_key) {
+            wait_ahead();
             while (pipelined_step(p_frag, p_frag2) && pipelined_step(p_frag2, p_frag)) {
             }
+        }
         if (any_key) {  // the Q tiles are free for the next item
             mbar_arrive(&sync.empty_q);
             n_q++;

@@ -160,6 +160,28 @@ __device__ __forceinline__ void tma_load_tile(bf16 *tile, const CUtensorMap *map
     for (int c = 0; c < D / 64; c++) tma_load_3d(tile + c * ROWS * 64, map, head * D + 64 * c, row0, batch, bar);
 }
 
+// One box of a 2-D tensor map (host: tensor_map_f32) at coordinates (c0, c1), innermost
+// first, into shared memory (128-byte aligned); its bytes complete a transaction on `bar`.
+__device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, int c0, int c1, uint64_t *bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+        "[%4];\n" ::"r"(smem_addr(dst)),
+        "l"(map), "r"(c0), "r"(c1), "r"(smem_addr(bar))
+        : "memory");
+}
+
+// The box of a 2-D fp32 tensor map at (c0, c1) += src (shared memory, 128-byte aligned, the
+// box's layout), by the copy engine; groups as bulk_reduce_add_f32's (bulk_commit, then
+// bulk_wait_read_all before src is overwritten). Unlike that raw-address form, a copy by
+// tensor map is attributed to no thread, so racecheck sees no hazard with the stores that
+// fill src (the bwd helper's docs/KERNEL_NOTES.md, issue 13, racecheck).
+__device__ __forceinline__ void tma_reduce_add_2d(const CUtensorMap *map, int c0, int c1, const void *src) {
+    asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+                     map),
+                 "r"(c0), "r"(c1), "r"(smem_addr(src))
+                 : "memory");
+}
+
 // `bytes` contiguous bytes global -> shared by the copy engine (both 16-byte aligned, a
 // multiple of 16), completing a transaction on `bar`.
 __device__ __forceinline__ void bulk_load(void *dst, const void *src, int bytes, uint64_t *bar) {
@@ -175,6 +197,13 @@ template <int N>
 __device__ __forceinline__ void regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
 template <int N>
 __device__ __forceinline__ void regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
+
+// This block lets the stream's next kernel, if launched with launch_overlapped, start
+// (once every block of this kernel has called it or exited).
+__device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+// In a kernel launched with launch_overlapped: waits until the kernel before it has
+// completed and its writes are visible (at once otherwise).
+__device__ __forceinline__ void wait_prior_grids() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 
 // 2^x by the special-function unit (ex2.approx; 2^-inf = 0), one instruction.
 __device__ __forceinline__ float fast_exp2(float x) {
@@ -487,11 +516,8 @@ inline AttnInputs attn_inputs(const AttnShape *shape, const AttnMask *mask, cons
     return in;
 }
 
-// A TMA descriptor of one bf16 tensor [batch][rows][row_stride] (strides in elements), of
-// which `cols` columns are read, in boxes of 64 rows x 64 columns (128 bytes: the
-// 128-byte swizzle of wgmma.cuh); rows past `rows` read as zeros.
-inline CUtensorMap tensor_map_bf16(const bf16 *base, int cols, int rows, int batch, int64_t row_stride,
-                                   int64_t batch_stride) {
+// The driver's tensor-map encoder, fetched once (so nothing links libcuda).
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
     static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
     if (!encode) {
         cudaDriverEntryPointQueryResult found;
@@ -499,12 +525,37 @@ inline CUtensorMap tensor_map_bf16(const bf16 *base, int cols, int rows, int bat
                                                    cudaEnableDefault, &found));
         CHECK(found == cudaDriverEntryPointSuccess && encode, "attention_cuda: no cuTensorMapEncodeTiled in the driver");
     }
+    return encode;
+}
+
+// A TMA descriptor of one bf16 tensor [batch][rows][row_stride] (strides in elements), of
+// which `cols` columns are read, in boxes of 64 rows x 64 columns (128 bytes: the
+// 128-byte swizzle of wgmma.cuh); rows past `rows` read as zeros.
+inline CUtensorMap tensor_map_bf16(const bf16 *base, int cols, int rows, int batch, int64_t row_stride,
+                                   int64_t batch_stride) {
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
     CUtensorMap map;
     const cuuint64_t dims[3] = {(cuuint64_t)cols, (cuuint64_t)rows, (cuuint64_t)batch};
     const cuuint64_t strides[2] = {(cuuint64_t)row_stride * sizeof(bf16), (cuuint64_t)batch_stride * sizeof(bf16)};
     const cuuint32_t box[3] = {64, 64, 1}, elem_strides[3] = {1, 1, 1};
     const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)base, dims, strides, box,
                               elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    CHECK(r == CUDA_SUCCESS, "attention_cuda: cuTensorMapEncodeTiled failed (%d)", (int)r);
+    return map;
+}
+
+// A TMA descriptor of n contiguous floats (16-byte aligned) seen as [n / row][row], in boxes
+// of box_rows x row (no swizzle: a box is box_rows * row contiguous floats in shared memory).
+inline CUtensorMap tensor_map_f32(const float *base, int64_t n, int row, int box_rows) {
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+    CHECK(n % row == 0, "tensor_map_f32: %lld floats are not whole rows of %d", (long long)n, row);
+    CUtensorMap map;
+    const cuuint64_t dims[2] = {(cuuint64_t)row, (cuuint64_t)(n / row)};
+    const cuuint64_t strides[1] = {(cuuint64_t)row * sizeof(float)};
+    const cuuint32_t box[2] = {(cuuint32_t)row, (cuuint32_t)box_rows}, elem_strides[2] = {1, 1};
+    const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, (void *)base, dims, strides, box,
+                              elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     CHECK(r == CUDA_SUCCESS, "attention_cuda: cuTensorMapEncodeTiled failed (%d)", (int)r);
     return map;
@@ -517,6 +568,28 @@ void launch(void (*kernel)(Params), dim3 grid, int threads, size_t smem, cudaStr
     cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     kernel<<<grid, threads, smem, stream>>>(params);
     cudaCheckLaunch();
+}
+
+// launch() of a kernel that needs nothing the stream's previous kernel computes: it may
+// start (programmatic dependent launch) once every block of that kernel has called
+// allow_dependent_launch, so its blocks fill the SMs the previous kernel's last wave
+// leaves idle. What ran before the previous kernel has completed by then. Its blocks end
+// with wait_prior_grids, so that the stream's later work finds both kernels complete.
+template <typename Params>
+void launch_overlapped(void (*kernel)(Params), dim3 grid, int threads, size_t smem, cudaStream_t stream,
+                       const Params &params) {
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    cudaLaunchAttribute overlap;
+    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    overlap.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = dim3(threads);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    config.attrs = &overlap;
+    config.numAttrs = 1;
+    cudaCheck(cudaLaunchKernelEx(&config, kernel, params));
 }
 
 }  // namespace

@@ -159,27 +159,6 @@ __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, i
         : "memory");
 }
 
-// The box of a 2-D fp32 tensor map at (c0, c1) += src (shared memory, 128-byte aligned, the
-// box's layout), by the copy engine; groups as bulk_reduce_add_f32's (bulk_commit, then
-// bulk_wait_read_all before src is overwritten). Unlike that raw-address form, a copy by
-// tensor map is attributed to no thread, so racecheck sees no hazard with the stores that
-// fill src (the bwd helper's docs/KERNEL_NOTES.md, issue 13, racecheck).
-__device__ __forceinline__ void tma_reduce_add_2d(const CUtensorMap *map, int c0, int c1, const void *src) {
-    asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
-                     map),
-                 "r"(c0), "r"(c1), "r"(smem_addr(src))
-                 : "memory");
-}
-
-// `bytes` contiguous bytes global -> shared by the copy engine (both 16-byte aligned, a
-// multiple of 16), completing a transaction on `bar`.
-__device__ __forceinline__ void bulk_load(void *dst, const void *src, int bytes, uint64_t *bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                     smem_addr(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
-                 : "memory");
-}
-
 // Register reallocation between the warpgroups of a warp-specialised block (each
 // warpgroup as a whole): a producer gives registers back, consumers take them.
 template <int N>

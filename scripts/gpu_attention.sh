@@ -21,10 +21,10 @@ $bin/test_attention_cuda 2>&1 | tee "$out/test.log" | tail -40
 echo "test rc=${PIPESTATUS[0]}"
 
 echo "== memcheck (quick)"
-ATTN_TEST_QUICK=1 timeout 150 compute-sanitizer --tool memcheck --leak-check full $bin/test_attention_cuda \
+ATTN_TEST_QUICK=1 timeout 150 compute-sanitizer --error-exitcode 1 --tool memcheck --leak-check full $bin/test_attention_cuda \
   > "$out/memcheck.log" 2>&1; echo "memcheck rc=$?"; tail -3 "$out/memcheck.log"
 echo "== racecheck (quick)"
-ATTN_TEST_QUICK=1 timeout 150 compute-sanitizer --tool racecheck --racecheck-report all $bin/test_attention_cuda \
+ATTN_TEST_QUICK=1 timeout 150 compute-sanitizer --error-exitcode 1 --tool racecheck --racecheck-report all $bin/test_attention_cuda \
   > "$out/racecheck.log" 2>&1; echo "racecheck rc=$?"; tail -3 "$out/racecheck.log"
 
 echo "== bench"

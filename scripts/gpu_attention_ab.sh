@@ -22,7 +22,7 @@ for dir in "$@"; do
   { timeout 200 $dir/test_attention_cuda > "$log.test" 2>&1; echo "test rc=$?" >> "$log.test"; } &
   pids+=($!)
   if [ $n -gt 0 ]; then
-    { ATTN_TEST_QUICK=1 timeout 200 compute-sanitizer --tool racecheck --racecheck-report all \
+    { ATTN_TEST_QUICK=1 timeout 200 compute-sanitizer --error-exitcode 1 --tool racecheck --racecheck-report all \
         $dir/test_attention_cuda > "$log.race" 2>&1; echo "racecheck rc=$?" >> "$log.race"; } &
     pids+=($!)
   fi
@@ -33,7 +33,7 @@ n=0
 for dir in "$@"; do
   log=$out/side_$n.log
   for f in "$log.test" "$log.race"; do [ -f "$f" ] && { cat "$f" >> "$log"; rm "$f"; }; done
-  echo "== $dir: $(grep -E 'passed|rc=' "$log" | tr '\n' ' ')"
+  echo "== $dir: $(grep -E 'passed|rc=|RACECHECK SUMMARY' "$log" | tr '\n' ' ')"
   n=$((n + 1))
 done
 n=0

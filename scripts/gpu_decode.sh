@@ -20,7 +20,7 @@ grep FAIL "$out/decode_test.log" | head -10
 echo "test_decode_cuda rc=$rc $(tail -1 "$out/decode_test.log")"
 
 echo "== memcheck"
-timeout 360 compute-sanitizer --tool memcheck --leak-check full $bin/test_decode_cuda \
+timeout 360 compute-sanitizer --error-exitcode 1 --tool memcheck --leak-check full $bin/test_decode_cuda \
   > "$out/decode_memcheck.log" 2>&1; echo "memcheck rc=$?"; tail -3 "$out/decode_memcheck.log"
 
 echo "== bench_decode"

@@ -86,19 +86,6 @@ __device__ __forceinline__ void pin(uint32_t (&a)[N][4]) {
     WGMMA_ACC_64(d), WGMMA_ACC_8(d, 8), WGMMA_ACC_8(d, 9), WGMMA_ACC_8(d, 10), WGMMA_ACC_8(d, 11), \
         WGMMA_ACC_8(d, 12), WGMMA_ACC_8(d, 13), WGMMA_ACC_8(d, 14), WGMMA_ACC_8(d, 15)
 
-// d[64 x 32] (+)= A[64 x 16] * B[16 x 32], both from shared memory by descriptor;
-// TRANS_A / TRANS_B: the operand is stored MN-major (see desc_mn_major).
-template <int TRANS_A, int TRANS_B>
-__device__ __forceinline__ void mma_ss_n32(float (&d)[4][4], uint64_t desc_a, uint64_t desc_b,
-                                          bool accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, "
-        "%19, %20;\n}\n"
-        : WGMMA_ACC_32(d)
-        : "l"(desc_a), "l"(desc_b), "r"((int)accumulate), "n"(TRANS_A), "n"(TRANS_B));
-}
-
 // d[64 x 64] (+)= A[64 x 16] * B[16 x 64], both from shared memory by descriptor;
 // TRANS_A / TRANS_B: the operand is stored MN-major (see desc_mn_major).
 template <int TRANS_A, int TRANS_B>
@@ -151,12 +138,11 @@ __device__ __forceinline__ void mma_rs_n128(float (&d)[16][4], const uint32_t (&
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"((int)accumulate), "n"(TRANS_B));
 }
 
-// d[64 x N] (+)= A * B over one 16-wide slice, both from shared memory, N = 32, 64 or 128.
+// d[64 x N] (+)= A * B over one 16-wide slice, both from shared memory, N = 64 or 128.
 template <int N, int TRANS_A, int TRANS_B>
 __device__ __forceinline__ void mma_ss(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-    static_assert(N == 32 || N == 64 || N == 128, "instruction shapes m64n{32,64,128}k16");
-    if constexpr (N == 32) mma_ss_n32<TRANS_A, TRANS_B>(d, desc_a, desc_b, accumulate);
-    else if constexpr (N == 64) mma_ss_n64<TRANS_A, TRANS_B>(d, desc_a, desc_b, accumulate);
+    static_assert(N == 64 || N == 128, "instruction shapes m64n64k16 and m64n128k16");
+    if constexpr (N == 64) mma_ss_n64<TRANS_A, TRANS_B>(d, desc_a, desc_b, accumulate);
     else mma_ss_n128<TRANS_A, TRANS_B>(d, desc_a, desc_b, accumulate);
 }
 

@@ -11,7 +11,7 @@ CudaArenaLayout cuda_arena_layout(const ModelConfig *cfg, int max_rows, int seq_
     const size_t QD = d.q_dim, KVD = d.kv_dim;
     CudaArenaLayout a = {.keep_mlp_activations = keep_mlp_activations};
     size_t used = 0;
-    const size_t kept_gate_up = keep_mlp_activations ? BF16 * T * 2 * F : 0;
+    const size_t gate_up_bytes = BF16 * T * 2 * F;  // [T, 2F]: each layer's, or one shared
 
     CudaBatchLayout *b = &a.batch;
     b->token = arena_reserve(&used, INT32 * T);
@@ -41,12 +41,12 @@ CudaArenaLayout cuda_arena_layout(const ModelConfig *cfg, int max_rows, int seq_
     la->lse = arena_reserve(&block, FP32 * T * H);
     la->mid = arena_reserve(&block, BF16 * T * C);
     la->ln2_rstd = arena_reserve(&block, FP32 * T);
-    la->gate_up = arena_reserve(&block, kept_gate_up);
+    la->gate_up = arena_reserve(&block, keep_mlp_activations ? gate_up_bytes : 0);
     a.layer_stride = arena_round(block);
     used = a.layers + L * a.layer_stride;
 
     a.ln = arena_reserve(&used, BF16 * T * C);
-    a.gate_up = arena_reserve(&used, BF16 * T * 2 * F - kept_gate_up);  // the recompute's
+    a.gate_up = arena_reserve(&used, keep_mlp_activations ? 0 : gate_up_bytes);
     a.qkv = arena_reserve(&used, BF16 * T * (size_t)d.qkv_dim);
     a.act = arena_reserve(&used, BF16 * T * F);
     a.proj_out = arena_reserve(&used, BF16 * T * C);

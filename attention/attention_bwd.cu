@@ -88,28 +88,36 @@ BwdParams bwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q
 
 // Per (batch, head, query) padded to whole query tiles: dsum = rowsum(dO * O) and
 // lse2 = lse * log2(e), +inf for a query that sees nothing or lies past seq_len (its
-// probabilities come out exactly 0). One warp per query row.
+// probabilities come out exactly 0). D / 8 adjacent threads per query row, 16 bytes of O
+// and of dO each (a warp per row with 4-byte loads kept too few loads in flight).
+constexpr int PREP_THREADS = 256;
 template <int D>
-__global__ void attn_bwd_prep_kernel(const __grid_constant__ BwdParams p) {
+__global__ void __launch_bounds__(PREP_THREADS) attn_bwd_prep_kernel(const __grid_constant__ BwdParams p) {
+    constexpr int LANES = D / 8;  // threads per row: a power of two that divides 32
     const AttnDims &d = p.dims;
     const int S = d.seq_len, H = d.n_heads, s_pad = d.s_pad;
-    const int64_t row = (int64_t)blockIdx.x * NUM_WARPS + threadIdx.x / 32;  // (b, h, q) padded
-    if (row >= (int64_t)d.batch * H * s_pad) return;
+    const int64_t row = (int64_t)blockIdx.x * (PREP_THREADS / LANES) + threadIdx.x / LANES;  // (b, h, q) padded
+    const int col = threadIdx.x % LANES * 8;
+    const bool live = row < (int64_t)d.batch * H * s_pad;
     const int qi = (int)(row % s_pad), h = (int)(row / s_pad % H), b = (int)(row / s_pad / H);
     float acc = 0.0f, l2 = INFINITY;
-    if (qi < S) {
-        const int64_t off = ((int64_t)(b * S + qi) * H + h) * D;
-        for (int d = 2 * lane_id(); d < D; d += 64) {
-            float2 o = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(p.out + off + d));
-            float2 g = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(p.dout + off + d));
-            acc += o.x * g.x + o.y * g.y;
+    if (live && qi < S) {
+        const int64_t off = ((int64_t)(b * S + qi) * H + h) * D + col;
+        const uint4 o = *reinterpret_cast<const uint4 *>(p.out + off);
+        const uint4 g = *reinterpret_cast<const uint4 *>(p.dout + off);
+        const uint32_t ow[4] = {o.x, o.y, o.z, o.w}, gw[4] = {g.x, g.y, g.z, g.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float2 of = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&ow[i]));
+            const float2 gf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&gw[i]));
+            acc += of.x * gf.x + of.y * gf.y;
         }
         const float ls = p.lse[((int64_t)b * H + h) * S + qi];
         if (ls != -INFINITY) l2 = ls * LOG2E;
     }
 #pragma unroll
-    for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffff, acc, off);
-    if (lane_id() == 0) {
+    for (int off = LANES / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffff, acc, off);
+    if (live && col == 0) {
         p.ws.dsum[row] = acc;
         p.ws.lse2[row] = l2;
     }
@@ -905,23 +913,24 @@ __global__ void __launch_bounds__(DqConfig<D>::THREADS, 1) attn_bwd_dq_kernel(co
 // ---------------------------------------------------------------- conversion kernels
 
 // dq[b, s, h, :] = bf16(scale * dQ) from dq_accum [batch, n_heads, s_pad, head_dim], whose
-// query tiles are in the dK/dV kernel's fragment order (dq_frag_offset): 4 columns per
-// thread, two float2 (columns c, c + 1 and c + 2, c + 3 are neighbouring lanes' pairs).
-__global__ void dq_convert_kernel(const __grid_constant__ BwdParams p) {
+// query tiles are in the dK/dV kernel's fragment order (dq_frag_offset): one block per
+// (batch, head, query tile); a thread's 16-byte load holds columns c, c + 1 of rows r and
+// r + 8, so the loads use every byte they fetch and a warp stores runs of whole rows.
+constexpr int CONVERT_THREADS = 256;
+__global__ void __launch_bounds__(CONVERT_THREADS) dq_convert_kernel(const __grid_constant__ BwdParams p) {
     const AttnDims &d = p.dims;
-    const int D = d.head_dim, D4 = D / 4, H = d.n_heads, S = d.seq_len, s_pad = d.s_pad;
-    const int64_t n4 = (int64_t)d.batch * S * H * D4;
+    const int D = d.head_dim, H = d.n_heads, S = d.seq_len, n_qtiles = d.s_pad / BM;
+    const int bh = blockIdx.x / n_qtiles, q0 = blockIdx.x % n_qtiles * BM, h = bh % H, b = bh / H;
+    const float *tile = p.ws.dq_accum + ((int64_t)bh * d.s_pad + q0) * D;
     __nv_bfloat162 *dq = reinterpret_cast<__nv_bfloat162 *>(p.dq);
     const float scale = d.scale;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t row = i / D4;  // (b, s, h)
-        const int h = (int)(row % H), si = (int)(row / H % S), b = (int)(row / H / S), col = (int)(i % D4) * 4;
-        const float *tile = p.ws.dq_accum + (((int64_t)b * H + h) * s_pad + si / BM * BM) * D;
-        const float2 lo = *reinterpret_cast<const float2 *>(tile + dq_frag_offset(si % BM, col, D));
-        const float2 hi = *reinterpret_cast<const float2 *>(tile + dq_frag_offset(si % BM, col + 2, D));
-        dq[2 * i] = __floats2bfloat162_rn(lo.x * scale, lo.y * scale);
-        dq[2 * i + 1] = __floats2bfloat162_rn(hi.x * scale, hi.y * scale);
+    for (int item = threadIdx.x; item < BM / 2 * (D / 2); item += CONVERT_THREADS) {
+        const int pair = item / (D / 2), c = item % (D / 2) * 2;  // the rows r and r + 8, columns c, c + 1
+        const int r = pair / 8 * WARP_ROWS + pair % 8;
+        const float4 x = *reinterpret_cast<const float4 *>(tile + dq_frag_offset(r, c, D));
+        const int64_t row0 = ((int64_t)b * S + q0 + r) * H + h, row8 = row0 + 8 * (int64_t)H;  // (b, s, h)
+        if (q0 + r < S) dq[(row0 * D + c) / 2] = __floats2bfloat162_rn(x.x * scale, x.y * scale);
+        if (q0 + r + 8 < S) dq[(row8 * D + c) / 2] = __floats2bfloat162_rn(x.z * scale, x.w * scale);
     }
 }
 
@@ -955,7 +964,8 @@ template <int D>
 void backward(const BwdParams &p, bool deterministic, cudaStream_t stream) {
     const AttnDims &d = p.dims;
     const int64_t n_pad = (int64_t)d.batch * d.n_heads * d.s_pad;
-    attn_bwd_prep_kernel<D><<<(unsigned)((n_pad + NUM_WARPS - 1) / NUM_WARPS), NUM_THREADS, 0, stream>>>(p);
+    constexpr int prep_rows = PREP_THREADS / (D / 8);
+    attn_bwd_prep_kernel<D><<<(unsigned)((n_pad + prep_rows - 1) / prep_rows), PREP_THREADS, 0, stream>>>(p);
     cudaCheckLaunch();
     if (deterministic) {
         // Independent passes: the dK/dV blocks fill the SMs the dQ kernel's last wave frees.
@@ -965,7 +975,7 @@ void backward(const BwdParams &p, bool deterministic, cudaStream_t stream) {
     } else {
         cudaCheck(cudaMemsetAsync(p.ws.dq_accum, 0, n_pad * D * sizeof(float), stream));
         launch(attn_bwd_dkdv_kernel<D, true>, dkdv_grid(d), DKDV_THREADS, sizeof(DkdvSmem<D, true>), stream, p);
-        dq_convert_kernel<<<1024, 256, 0, stream>>>(p);
+        dq_convert_kernel<<<(unsigned)(n_pad / BM), CONVERT_THREADS, 0, stream>>>(p);
         cudaCheckLaunch();
     }
     if (d.group > 1) {

@@ -1,6 +1,7 @@
 // Benchmark (not a test) of one full CUDA training step through the trainer's CUDA
 // backend (trainer/backend_cuda.cu, the code `train` runs): forward + backward, global
-// gradient norm, clipped AdamW on the fp32 master weights, bf16 copy of the weights. The workload is
+// gradient norm, clipped AdamW on the fp32 master weights (split: the bf16 weights and their
+// low halves, trainer/split_float.h). The workload is
 // shared/anchors/anchor_trainer.py's, so the numbers compare directly with the
 // PyTorch + FlexAttention anchor:
 //   - one packed row of seq_len tokens per step, random tokens and targets at every
@@ -161,7 +162,8 @@ int main(int argc, char **argv) {
         cfg.tie_word_embeddings ? 0.0 : (double)cfg.vocab_size * cfg.hidden_size;
     const double flops = 6.0 * ((double)P - lookup_params) * S +
                          3.5 * 4.0 * (double)S * S * head_dim * H * L * density;
-    const double state_bytes = P * (2.0 /* bf16 */ + sizeof(float)) + (3 * P + 2) * sizeof(float);
+    // bf16 weights and the master's low halves, fp32 grads, m | v | two norms.
+    const double state_bytes = P * (2.0 + 2.0 + sizeof(float)) + (2 * P + 2) * sizeof(float);
     printf("{\"config\": \"%s\", \"params_M\": %.1f, \"S\": %d, \"deterministic\": %s, "
            "\"keep_mlp_activations\": %s, \"step_ms\": %.2f, \"fwd_bwd_ms\": %.2f, \"optimizer_ms\": %.2f, "
            "\"tokens_per_s\": %.0f, \"mem_GiB\": %.2f, \"mfu_vs_%.0f\": %.3f, "

@@ -31,8 +31,10 @@ int main(void) {
     // gate up down 128x64 = 3 x 8192; final norm 64.
     const size_t n = 16384 + (2 * 64 + 4 * 4096 + 3 * 8192) + 64;
     EXPECT(n == 57536, "hand count of the parameters");
-    // bf16 weights 2n, fp32 gradients 4n, master | m | v | two norms 4 (3n + 2).
-    EXPECT(e.state == 2 * n + 4 * n + 4 * (3 * n + 2), "state %zu bytes", e.state);
+    // bf16 weights (the master's high halves) 2n, its low halves 2n, fp32 gradients 4n,
+    // m | v | two norms 4 (2n + 2): 16 bytes per parameter.
+    EXPECT(e.state == 16 * 57536 + 8 && e.state == 2 * n + 2 * n + 4 * n + 4 * (2 * n + 2),
+           "state %zu bytes", e.state);
     // T = 128; every buffer rounded up to 256 bytes.
     const size_t arena =
         6 * 512 + 256           // token, pos, lo, hi, target slots, targets (4T); mask 24 int32
@@ -66,7 +68,7 @@ int main(void) {
     ModelConfig qk = tiny;  // q_norm / k_norm: outputs T x 64 bf16 twice, rstd T x 1 twice
     qk.qk_norm = true;
     const CudaMemoryEstimate eq = cuda_memory_estimate(&qk, 1, 128, false, workspace);
-    EXPECT(eq.arena == arena + 2 * 16384 + 2 * 512 && eq.state == e.state + 18 * 128,
+    EXPECT(eq.arena == arena + 2 * 16384 + 2 * 512 && eq.state == e.state + 16 * 128,
            "q/k norms: arena %zu, state %zu (two norm weights of 64 more)", eq.arena, eq.state);
     // keep_mlp_activations: the layer's block holds its gate|up (T x 2F bf16 = 65536
     // bytes) and the shared one goes; with one layer the same bytes, with three two more.

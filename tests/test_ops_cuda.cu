@@ -1,8 +1,9 @@
 // Every CUDA model op (model/ops_cuda.h) against its CPU twin (model/ops.h), and the
 // CUDA AdamW against the CPU one (trainer/adamw.h). Inputs are random (fresh each
-// run, replay with TEST_SEED) and rounded to bf16, so the CPU op sees exactly the
-// values the GPU op reads; outputs are poisoned with NaN bit patterns first, so an element
-// the op never writes shows up as non-finite. Accumulating outputs start random.
+// run, replay with TEST_SEED) and rounded to bf16 (AdamW's: full fp32), so the CPU op
+// sees exactly the values the GPU op reads; outputs are poisoned with NaN bit patterns
+// first, so an element the op never writes shows up as non-finite. Accumulating outputs
+// start random.
 // Metric: ||gpu - cpu|| / ||cpu||, at most 1e-2 for bf16 outputs.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -16,6 +17,7 @@ extern "C" {
 #include "model/ops_cuda.h"
 #include "tests/test_util.h"
 #include "trainer/adamw.h"
+#include "trainer/split_float.h"
 
 typedef __nv_bfloat16 bf16;
 
@@ -687,11 +689,18 @@ static void test_grad_norm(void) {
     free(grads), free(norms);
 }
 
-// Three AdamW steps over a small model's parameter table, adamw_step_cuda against
-// adamw_step_cpu with grad_clip_cpu: step 1 clips, step 2 has clipping off, step 3
-// has a limit above the norm. Decay follows adamw_decays per tensor.
-static void test_adamw(void) {
-    printf("adamw\n");
+// Three AdamW steps over a small model's parameter table, adamw_step_cuda on split master
+// weights (trainer/split_float.h) against adamw_step_cpu with grad_clip_cpu: step 1
+// clips, step 2 has clipping off, step 3 a limit above the norm. The host clips with the
+// GPU's norm (its own sums in another order), so the arithmetic is the same and the
+// results must be bit for bit: the GPU's halves equal the split of the host's params
+// (the decoded master is the host's, the bf16 weights its rounding), m and v the host's.
+// Params and gradients have full fp32 mantissas, with a tie, a low half above it, a
+// denormal and -0 planted. shift 1 offsets every buffer by one element, so the kernels
+// take their unaligned paths. Then split_global_norm_cuda against the fp32 norm of the
+// same values at the same alignment (the same summation order: bitwise) and the host's.
+static void test_adamw(int shift) {
+    printf("adamw, split master weights%s\n", shift ? ", unaligned" : "");
     ModelConfig cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.vocab_size = 256, cfg.hidden_size = 64, cfg.intermediate_size = 128;
@@ -707,63 +716,77 @@ static void test_adamw(void) {
     AdamWState state;
     adamw_init(&state, n);
 
-    float *params = random_bf16_values(n, 0.1f, 0.0f);
-    float *d_params = upload_f32(params, n);
-    float *d_m = (float *)device_alloc(n * sizeof(float));
-    float *d_v = (float *)device_alloc(n * sizeof(float));
+    float *params = host_floats(n);
+    for (size_t i = 0; i < n; i++) params[i] = 0.1f * test_rng_uniform(&rng);
+    const uint32_t edges[] = {0x3D808000, 0xBD80FFFF, 0x00000123, 0x80000000};
+    for (size_t k = 0; k < sizeof edges / sizeof edges[0]; k++)
+        memcpy(&params[test_rng_int(&rng, 0, (int)n - 1)], &edges[k], sizeof(float));
+    uint16_t *hi = (uint16_t *)xmalloc(n * sizeof(uint16_t));
+    uint16_t *lo = (uint16_t *)xmalloc(n * sizeof(uint16_t));
+    uint16_t *want_hi = (uint16_t *)xmalloc(n * sizeof(uint16_t));
+    uint16_t *want_lo = (uint16_t *)xmalloc(n * sizeof(uint16_t));
+    split_floats(params, n, hi, lo);
+    uint16_t *d_hi = (uint16_t *)device_alloc((n + 1) * sizeof(uint16_t)) + shift;
+    uint16_t *d_lo = (uint16_t *)device_alloc((n + 1) * sizeof(uint16_t)) + shift;
+    float *d_m = (float *)device_alloc((n + 1) * sizeof(float)) + shift;
+    float *d_v = (float *)device_alloc((n + 1) * sizeof(float)) + shift;
+    float *d_grads = (float *)device_alloc((n + 1) * sizeof(float)) + shift;
+    float *d_f32 = (float *)device_alloc((n + 1) * sizeof(float)) + shift;
+    float *d_norm = (float *)device_alloc(3 * sizeof(float));
+    cudaCheck(cudaMemcpy(d_hi, hi, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(d_lo, lo, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemset(d_m, 0, n * sizeof(float)));  // AdamW's initial state is zero
     cudaCheck(cudaMemset(d_v, 0, n * sizeof(float)));
-    bf16 *d_params_bf16 = (bf16 *)device_alloc(n * sizeof(bf16));
-    float *d_grads = (float *)device_alloc(n * sizeof(float));
-    float *d_norm = (float *)device_alloc(sizeof(float));
     const float max_norms[3] = {1.0f, 0.0f, 1e9f};
     AdamWState device_state = {n, d_m, d_v, 0};
 
     for (int step = 1; step <= 3; step++) {
         char label[96];
-        float *grads = random_bf16_values(n, 1.0f, 0.0f);
+        float *grads = host_floats(n);
+        for (size_t i = 0; i < n; i++) grads[i] = test_rng_uniform(&rng);
         cudaCheck(cudaMemcpy(d_grads, grads, n * sizeof(float), cudaMemcpyHostToDevice));
-        poison(d_params_bf16, n * sizeof(bf16));
-        float *params_before = copy_floats(params, n);
-
-        const double norm_ref = grad_global_norm_cpu(grads, n);
-        grad_clip_cpu(grads, n, norm_ref, max_norms[step - 1]);
+        grad_global_norm_cuda(d_norm, d_grads, n, 0);
+        adamw_step_cuda(&device_state, &table, &hyper, (bf16 *)d_hi, d_lo, d_grads, d_norm,
+                        max_norms[step - 1], 0);
+        float *norm = download_f32(d_norm, 1);
+        EXPECT(step != 1 || *norm > max_norms[0], "step 1 clips: norm %g", *norm);
+        grad_clip_cpu(grads, n, *norm, max_norms[step - 1]);
         adamw_step_cpu(&state, &table, &hyper, params, grads);
 
-        grad_global_norm_cuda(d_norm, d_grads, n, 0);
-        adamw_step_cuda(&device_state, &table, &hyper, d_params, d_grads, d_params_bf16, d_norm,
-                        max_norms[step - 1], 0);
-        float *got = download_f32(d_params, n), *m = download_f32(d_m, n);
-        float *v = download_f32(d_v, n), *got_bf16 = download_bf16(d_params_bf16, n);
-        // Compare the update (params - params_before), which is ~1% of the params.
-        float *delta = host_floats(n), *delta_ref = host_floats(n);
+        float *m = download_f32(d_m, n), *v = download_f32(d_v, n);
+        cudaCheck(cudaMemcpy(hi, d_hi, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(lo, d_lo, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+        split_floats(params, n, want_hi, want_lo);
+        size_t bad_hi = 0, bad_lo = 0, first = n;
         for (size_t i = 0; i < n; i++) {
-            delta[i] = got[i] - params_before[i];
-            delta_ref[i] = params[i] - params_before[i];
+            bad_hi += hi[i] != want_hi[i];
+            bad_lo += lo[i] != want_lo[i];
+            if (first == n && (hi[i] != want_hi[i] || lo[i] != want_lo[i])) first = i;
         }
-        snprintf(label, sizeof label, "step %d (max_norm %g) params update", step,
+        snprintf(label, sizeof label, "step %d (max_norm %g) master halves", step,
                  max_norms[step - 1]);
-        expect_close(label, delta, delta_ref, n, FP32_TOL);
+        expect_bitwise(label, bad_hi == 0 && bad_lo == 0);
+        if (first < n)
+            fprintf(stderr, "  %zu high, %zu low halves differ; first at %zu: 0x%04x|0x%04x, "
+                    "host 0x%04x|0x%04x\n", bad_hi, bad_lo, first, hi[first], lo[first],
+                    want_hi[first], want_lo[first]);
         snprintf(label, sizeof label, "step %d m", step);
-        expect_close(label, m, state.m, n, 1e-5);
+        expect_bitwise_equal(label, m, state.m, n);
         snprintf(label, sizeof label, "step %d v", step);
-        expect_close(label, v, state.v, n, 1e-5);
-        snprintf(label, sizeof label, "step %d bf16 params copy", step);
-        expect_close(label, got_bf16, params, n, BF16_TOL);
-        size_t copy_mismatches = 0;
-        for (size_t i = 0; i < n; i++) copy_mismatches += got_bf16[i] != round_bf16(got[i]);
-        EXPECT(copy_mismatches == 0, "step %d: %zu bf16 copies are not round(master)", step,
-              copy_mismatches);
-        // Carry the GPU's master weights forward so each step is compared on its own.
-        memcpy(params, got, n * sizeof(float));
-        memcpy(state.m, m, n * sizeof(float));
-        memcpy(state.v, v, n * sizeof(float));
-        free(grads), free(params_before), free(got), free(m), free(v), free(got_bf16);
-        free(delta), free(delta_ref);
+        expect_bitwise_equal(label, v, state.v, n);
+        free(grads), free(norm), free(m), free(v);
     }
+
+    cudaCheck(cudaMemcpy(d_f32, params, n * sizeof(float), cudaMemcpyHostToDevice));
+    split_global_norm_cuda(d_norm + 1, (const bf16 *)d_hi, d_lo, n, 0);
+    grad_global_norm_cuda(d_norm + 2, d_f32, n, 0);
+    float *norms = download_f32(d_norm + 1, 2);
+    const float norm_ref = (float)grad_global_norm_cpu(params, n);
+    expect_close("split_global_norm", norms, &norm_ref, 1, 1e-5);
+    expect_bitwise_equal("split_global_norm = the fp32 norm", &norms[0], &norms[1], 1);
     adamw_free(&state);
     param_table_free(&table);
-    free(params);
+    free(params), free(hi), free(lo), free(want_hi), free(want_lo), free(norms);
 }
 
 int main(void) {
@@ -796,7 +819,8 @@ int main(void) {
     test_cross_entropy();
     test_elementwise();
     test_grad_norm();
-    test_adamw();
+    test_adamw(0);
+    test_adamw(1);
     ops_cuda_destroy();
     device_free_all();
     return test_finish();

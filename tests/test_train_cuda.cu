@@ -3,7 +3,9 @@
 // with head_dim 64, GQA and an untied head. Oracles are independent of the code under
 // test: the CPU backend (fp32, on the same bf16-rounded weights) and trainer/adamw_cpu.c's
 // AdamW applied on the host to the GPU's own gradients.
-//  - set_state / get_state round-trip bit for bit (weights, m, v, step);
+//  - set_state / get_state round-trip bit for bit (weights, m, v, step), also for -0,
+//    denormals, bf16 ties, FLT_MAX and +-inf (the master is split into the bf16
+//    weights and low halves on the way, trainer/split_float.h);
 //  - loss within 1e-2 relative and every gradient tensor at cosine >= 0.99 vs the CPU;
 //  - the gradient norm equals the host norm of the downloaded gradients; the clipped
 //    AdamW update (per-tensor weight decay, bias correction at a random step) matches
@@ -21,11 +23,21 @@ extern "C" {  // plain C headers without guards of their own
 }
 #include <math.h>
 #include <string.h>
-#include <cuda_bf16.h>
 #include "common/cuda_check.h"
 #include "tests/test_util.h"
+#include "trainer/split_float.h"
 
 enum { SEQ_LEN = 1024, MICRO_ROWS = 2, N_CONVERSATIONS = 10 };
+
+// The bf16 weights the GPU runs on for fp32 master weights x, as floats.
+static void gpu_weights(const float *x, size_t n, float *out) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &x[i], sizeof b);
+        b = (uint32_t)split_float_hi(b) << 16;
+        memcpy(&out[i], &b, sizeof b);
+    }
+}
 
 static size_t worst_index(const float *got, const float *want, size_t n, double abs_floor,
                           double *worst) {
@@ -93,10 +105,22 @@ int main(void) {
     EXPECT(!memcmp(back, params, n * sizeof(float)) && !memcmp(opt_back.m, opt.m, n * sizeof(float)) &&
               !memcmp(opt_back.v, opt.v, n * sizeof(float)) && opt_back.step == opt.step,
           "set_state / get_state round-trip bit for bit");
+    float *edges = (float *)xmalloc(n * sizeof(float));
+    memcpy(edges, params, n * sizeof(float));
+    const uint32_t edge_bits[] = {0x80000000, 0x00000001, 0x807FFFFF, 0x3C808000, 0xBC818000,
+                                  0x3C80FFFF, 0x7F7FFFFF, 0x7F800000, 0xFF800000};
+    for (size_t k = 0; k < sizeof edge_bits / sizeof edge_bits[0]; k++)
+        memcpy(&edges[test_rng_int(&rng, 0, (int)n - 1)], &edge_bits[k], sizeof(float));
+    gpu->set_state(g, edges, &opt);
+    gpu->get_state(g, back, &opt_back);
+    EXPECT(!memcmp(back, edges, n * sizeof(float)),
+           "set_state / get_state round-trip bit for bit with edge values planted");
+    free(edges);
+    gpu->set_state(g, params, &opt);
 
     // Forward+backward against the CPU on the bf16-rounded weights.
     float *rounded = (float *)xmalloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) rounded[i] = __bfloat162float(__float2bfloat16(params[i]));
+    gpu_weights(params, n, rounded);
     cpu->set_state(c, rounded, &opt);
     const double loss_gpu = train_step_forward_backward(gpu, g, &micro, loss_scale) / (double)trained;
     const double loss_cpu = train_step_forward_backward(cpu, c, &micro, loss_scale) / (double)trained;
@@ -156,7 +180,7 @@ int main(void) {
           eval_after_step, eval_uploaded);
 
     // Eval forward against the CPU, and against forward+backward's loss.
-    for (size_t i = 0; i < n; i++) rounded[i] = __bfloat162float(__float2bfloat16(back[i]));
+    gpu_weights(back, n, rounded);
     cpu->set_state(c, rounded, &opt_back);
     const double eval_cpu = train_step_forward(cpu, c, &micro, losses_ref);
     double diff = 0;

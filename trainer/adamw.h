@@ -5,6 +5,7 @@
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #ifdef __CUDACC__
 #include <cuda_runtime_api.h>
 #endif
@@ -51,21 +52,28 @@ float grad_clip_cpu(float *grads, size_t n, double norm, double max_norm);
 #ifdef __CUDACC__
 struct __nv_bfloat16;  // cuda_bf16.h's; only pointers here
 
-// adamw_step_cpu's twin with the same arithmetic, on device pointers (s->m, s->v too),
-// asynchronous on `stream`: one launch per run of consecutive tensors that share the
-// weight decay. params_bf16 [table->total] receives the bf16 copy of the new params
-// (skipped when NULL). Clipping is folded in, so the host never waits for the norm:
-// when max_grad_norm > 0 and the device scalar grad_norm (grad_global_norm_cuda's)
-// exceeds it, the gradients are scaled by max_grad_norm / (norm + 1e-6) as they are
-// read (grads themselves are not modified).
-void adamw_step_cuda(AdamWState *s, const ParamTable *table, const AdamWHyper *h, float *params,
-                     const float *grads, struct __nv_bfloat16 *params_bf16,
+// adamw_step_cpu's twin, bit for bit the same arithmetic, on device pointers (s->m, s->v
+// too), asynchronous on `stream`: one launch per run of consecutive tensors that share
+// the weight decay. The fp32 params are split master weights [table->total] each
+// (trainer/split_float.h): params_hi, the bf16 weights the model runs on, is their high
+// half, params_lo the low half; each element is decoded, updated and encoded again, so
+// the decoded values are exactly adamw_step_cpu's params (given the same clipping scale:
+// grad_global_norm_cpu sums in another order) and params_hi their bf16 rounding.
+// Clipping is folded in, so the host never waits for the norm: when max_grad_norm > 0
+// and the device scalar grad_norm (grad_global_norm_cuda's) exceeds it, the gradients
+// are scaled by max_grad_norm / (norm + 1e-6) as they are read (grads themselves are
+// not modified).
+void adamw_step_cuda(AdamWState *s, const ParamTable *table, const AdamWHyper *h,
+                     struct __nv_bfloat16 *params_hi, uint16_t *params_lo, const float *grads,
                      const float *grad_norm, float max_grad_norm, cudaStream_t stream);
 
 // norm_out[1] (device fp32) = L2 norm of grads[n] (device); two fixed-order stages
 // (GRAD_NORM_BLOCKS grid-stride partials, then one block), so deterministic. Uses the
 // scratch of model/ops_cuda.h's ops_cuda_init.
 void grad_global_norm_cuda(float *norm_out, const float *grads, size_t n, cudaStream_t stream);
+// The same norm of split fp32 values (hi | lo, trainer/split_float.h), decoded as read.
+void split_global_norm_cuda(float *norm_out, const struct __nv_bfloat16 *hi, const uint16_t *lo,
+                            size_t n, cudaStream_t stream);
 #endif
 
 #ifdef __cplusplus

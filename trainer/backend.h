@@ -9,9 +9,10 @@
 // for every backend.
 //
 // A backend holds the model's whole training state: weights, gradients and AdamW
-// moments (on the GPU: fp32 master weights, m, v, fp32 gradients and the bf16 weights
-// the model runs on). The host-side fp32 params [table.total] and AdamWState are the
-// exchange format with checkpoints: set_state copies them in, get_state copies back.
+// moments (on the GPU: the bf16 weights the model runs on, which with 16-bit low halves
+// are the fp32 master weights, trainer/split_float.h; m, v, fp32 gradients). The
+// host-side fp32 params [table.total] and AdamWState are the exchange format with
+// checkpoints: set_state copies them in, get_state copies back.
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,6 +1,8 @@
 // The CUDA training backend: one allocation each for the bf16 weights the model runs on,
-// the fp32 gradients, and the optimizer state (fp32 master weights | AdamW m | AdamW v |
-// two scalars); the model's activation arena is allocated once by cuda_model_create.
+// the low halves that make them the fp32 master weights (trainer/split_float.h: 2 bytes
+// per parameter instead of a 4-byte master copy), the fp32 gradients, and the optimizer
+// state (AdamW m | AdamW v | two scalars); the model's activation arena is allocated once
+// by cuda_model_create.
 // A step allocates nothing: the attention backward's scratch is a workspace in that
 // arena.
 #include "trainer/backend_cuda.h"
@@ -16,16 +18,18 @@
 extern "C" {  // a plain C header
 #include "trainer/device_memory.h"
 }
+#include "trainer/split_float.h"
 
 struct CudaTrainer {
     const ParamTable *table;
     size_t n;                  // table->total
     CudaModel *model;
     cudaStream_t stream;       // the model's: every kernel runs on it, in order
-    __nv_bfloat16 *weights;    // [n] bf16 copy of master, what the model runs on
+    __nv_bfloat16 *weights;    // [n] what the model runs on: the master's high halves
+    uint16_t *master_lo;       // [n] the master's low halves (trainer/split_float.h)
     float *grads;              // [n] fp32
-    float *optimizer;          // [3n + 2]: master | m | v | grad norm | weight norm
-    float *master, *grad_norm, *weight_norm;
+    float *optimizer;          // [2n + 2]: m | v | grad norm | weight norm
+    float *grad_norm, *weight_norm;
     AdamWState adamw;          // m, v: device, in optimizer; step: updates applied
     float *host_scalar;        // [1] pinned: a norm read back
     const DistComm *reducing;  // the comm the backward hands its final gradients to, or NULL
@@ -96,12 +100,12 @@ static void *cuda_create(const BackendSetup *setup) {
     t->stream = cuda_model_stream(t->model);
     cudaCheck(cudaMalloc(&t->weights, t->n * sizeof(__nv_bfloat16)));
     cudaCheck(cudaMalloc(&t->grads, t->n * sizeof(float)));
-    cudaCheck(cudaMalloc(&t->optimizer, (3 * t->n + 2) * sizeof(float)));
-    t->master = t->optimizer;
+    cudaCheck(cudaMalloc(&t->master_lo, t->n * sizeof(uint16_t)));
+    cudaCheck(cudaMalloc(&t->optimizer, (2 * t->n + 2) * sizeof(float)));
     t->adamw.n = t->n;
-    t->adamw.m = t->optimizer + t->n;
-    t->adamw.v = t->optimizer + 2 * t->n;
-    t->grad_norm = t->optimizer + 3 * t->n;
+    t->adamw.m = t->optimizer;
+    t->adamw.v = t->optimizer + t->n;
+    t->grad_norm = t->optimizer + 2 * t->n;
     t->weight_norm = t->grad_norm + 1;
     cudaCheck(cudaMallocHost(&t->host_scalar, sizeof(float)));
     return t;
@@ -111,6 +115,7 @@ static void cuda_destroy(void *state) {
     CudaTrainer *t = (CudaTrainer *)state;
     cuda_model_free(t->model);  // waits for the stream
     cudaCheck(cudaFree(t->weights));
+    cudaCheck(cudaFree(t->master_lo));
     cudaCheck(cudaFree(t->grads));
     cudaCheck(cudaFree(t->optimizer));
     cudaCheck(cudaFreeHost(t->host_scalar));
@@ -118,14 +123,36 @@ static void cuda_destroy(void *state) {
     free(t);
 }
 
+// The master weights between host fp32 params and the device halves, split or joined
+// on the host a chunk at a time: no fp32 copy of them on the device. kind is the
+// direction; params is only read when it is cudaMemcpyHostToDevice.
+static const size_t MASTER_CHUNK = (size_t)1 << 22;  // elements per chunk: 16 MiB of halves
+
+static void transfer_master(CudaTrainer *t, float *params, cudaMemcpyKind kind) {
+    const bool up = kind == cudaMemcpyHostToDevice;
+    uint16_t *hi = (uint16_t *)xmalloc(2 * MASTER_CHUNK * sizeof(uint16_t));  // hi | lo
+    uint16_t *lo = hi + MASTER_CHUNK;
+    for (size_t at = 0; at < t->n; at += MASTER_CHUNK) {
+        const size_t k = t->n - at < MASTER_CHUNK ? t->n - at : MASTER_CHUNK;
+        void *device_hi = t->weights + at, *device_lo = t->master_lo + at;
+        if (up) split_floats(params + at, k, hi, lo);
+        cudaCheck(cudaMemcpyAsync(up ? device_hi : hi, up ? hi : device_hi, k * sizeof *hi, kind,
+                                  t->stream));
+        cudaCheck(cudaMemcpyAsync(up ? device_lo : lo, up ? lo : device_lo, k * sizeof *lo, kind,
+                                  t->stream));
+        cudaCheck(cudaStreamSynchronize(t->stream));  // before the chunk is reused
+        if (!up) join_floats(hi, lo, k, params + at);
+    }
+    free(hi);
+}
+
 static void cuda_set_state(void *state, const float *params, const AdamWState *opt) {
     CudaTrainer *t = (CudaTrainer *)state;
     CHECK(opt->n == t->n, "optimizer state has %zu elements, model %zu", opt->n, t->n);
     const size_t bytes = t->n * sizeof(float);
-    cudaCheck(cudaMemcpyAsync(t->master, params, bytes, cudaMemcpyHostToDevice, t->stream));
+    transfer_master(t, (float *)params, cudaMemcpyHostToDevice);
     cudaCheck(cudaMemcpyAsync(t->adamw.m, opt->m, bytes, cudaMemcpyHostToDevice, t->stream));
     cudaCheck(cudaMemcpyAsync(t->adamw.v, opt->v, bytes, cudaMemcpyHostToDevice, t->stream));
-    float_to_bf16_cuda(t->weights, t->master, (int64_t)t->n, t->stream);
     cudaCheck(cudaStreamSynchronize(t->stream));
     t->adamw.step = opt->step;
 }
@@ -133,7 +160,7 @@ static void cuda_set_state(void *state, const float *params, const AdamWState *o
 static void cuda_get_state(void *state, float *params, AdamWState *opt) {
     CudaTrainer *t = (CudaTrainer *)state;
     const size_t bytes = t->n * sizeof(float);
-    cudaCheck(cudaMemcpyAsync(params, t->master, bytes, cudaMemcpyDeviceToHost, t->stream));
+    transfer_master(t, params, cudaMemcpyDeviceToHost);
     cudaCheck(cudaMemcpyAsync(opt->m, t->adamw.m, bytes, cudaMemcpyDeviceToHost, t->stream));
     cudaCheck(cudaMemcpyAsync(opt->v, t->adamw.v, bytes, cudaMemcpyDeviceToHost, t->stream));
     cudaCheck(cudaStreamSynchronize(t->stream));
@@ -204,18 +231,23 @@ static void cuda_optimizer_step(void *state, const AdamWHyper *h, double grad_no
                                 double max_grad_norm) {
     (void)grad_norm;
     CudaTrainer *t = (CudaTrainer *)state;
-    adamw_step_cuda(&t->adamw, t->table, h, t->master, t->grads, t->weights, t->grad_norm,
+    adamw_step_cuda(&t->adamw, t->table, h, t->weights, t->master_lo, t->grads, t->grad_norm,
                     (float)max_grad_norm, t->stream);
 }
 
 // A finite norm means every element is finite; only then is the buffer left on the GPU.
 static const char *cuda_first_nonfinite(void *state, bool grads) {
     CudaTrainer *t = (CudaTrainer *)state;
-    const float *buffer = grads ? t->grads : t->master;
-    grad_global_norm_cuda(t->weight_norm, buffer, t->n, t->stream);
+    if (grads)
+        grad_global_norm_cuda(t->weight_norm, t->grads, t->n, t->stream);
+    else
+        split_global_norm_cuda(t->weight_norm, t->weights, t->master_lo, t->n, t->stream);
     if (isfinite(*read_scalar(t, t->weight_norm))) return NULL;
     float *host = (float *)xmalloc(t->n * sizeof(float));
-    cudaCheck(cudaMemcpy(host, buffer, t->n * sizeof(float), cudaMemcpyDeviceToHost));
+    if (grads)
+        cuda_get_grads(t, host);
+    else
+        transfer_master(t, host, cudaMemcpyDeviceToHost);
     const char *name = param_table_first_nonfinite(t->table, host);
     free(host);
     return name;

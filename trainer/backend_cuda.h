@@ -13,7 +13,8 @@ extern "C" {  // backend.h is a plain C header without guards of its own
 int cuda_device_count(char *name, size_t name_len);
 
 // The CUDA implementation of TrainBackendOps: bf16 weights and activations, fp32
-// master weights, gradients and AdamW moments on the device.
+// master weights (split: the bf16 weights and 16-bit low halves), gradients and AdamW
+// moments on the device.
 const TrainBackendOps *cuda_train_backend(void);
 
 #ifdef __cplusplus

@@ -19,7 +19,9 @@ CudaMemoryEstimate cuda_memory_estimate(const ModelConfig *mc, int micro_rows, i
     param_table_free(&table);
     const size_t T = (size_t)micro_rows * (size_t)seq_len, C = mc->hidden_size;
     CudaMemoryEstimate e = {.tokens = (long long)T};
-    e.state = 2 * n + 4 * n + 4 * (3 * n + 2);
+    // bf16 weights (the master's high halves), its low halves, fp32 gradients, m | v | two
+    // norms (trainer/backend_cuda.cu).
+    e.state = 2 * n + 2 * n + 4 * n + 4 * (2 * n + 2);
     e.arena = cuda_arena_layout(mc, micro_rows, seq_len, keep_mlp_activations,
                                 attn_workspace_bytes).bytes;
     // cuBLASLt workspace; the embedding sort's keys, values and temp (about as much

@@ -10,7 +10,8 @@
 #include "model/model.h"
 
 typedef struct {
-    size_t state;      // bf16 weights, fp32 gradients, fp32 master weights and AdamW m, v
+    size_t state;      // bf16 weights + their low halves (the fp32 master), fp32 gradients,
+                       // AdamW m, v
     size_t arena;      // the model's activation arena for micro_rows x seq_len, with the
                        // attention backward's workspace (cuda_arena_layout)
     size_t scratch;    // the ops' process-wide scratch (cuBLASLt workspace, embedding sort,

@@ -5,12 +5,13 @@
 #  - 300 steps under duplicate and under npass: same conversations per step, so the loss
 #    curves coincide within bf16 noise. bf16 training is chaotic: any reordering of the
 #    arithmetic makes two runs drift apart over 300 steps, so the noise is measured, by
-#    rerunning duplicate with the atomic (differently ordered) attention dQ; duplicate vs
-#    npass must stay within max(2e-2, 3 x that noise) per step and max(1e-2, 3 x its
-#    final gap) at the end, the final gap taken between the means of the last 50 steps'
-#    losses (one step's loss is one batch's: its gap between two drifted runs ranged from
-#    7e-5 to 4.5e-2 in runs that were exact at step 0). mask_only's gap is printed for
-#    comparison. The loss falls;
+#    rerunning duplicate and npass each with the atomic (differently ordered) attention
+#    dQ; duplicate vs npass must stay within max(2e-2, 3 x the larger noise) per step and
+#    max(1e-2, 3 x the larger final gap) at the end, the final gap taken between the
+#    means of the last 50 steps' losses (one step's loss is one batch's: its gap between
+#    two drifted runs ranged from 7e-5 to 4.5e-2 in runs that were exact at step 0, so
+#    one noise pair alone set a bound that a drifted pair exceeded: 1.30e-2 against
+#    3 x 3.8e-3 on 2026-12-01). mask_only's gap is printed for comparison. The loss falls;
 #    console and metrics carry tok/s, MFU, GPU memory, eval losses;
 #  - `train parity` on the GPU: duplicate vs npass loss <= 5e-3 relative, every gradient
 #    tensor at cosine >= 0.999, cosines in the JSON;
@@ -47,9 +48,9 @@ compare() {
         exit !($4 > 0 && $1 <= step && $2 <= final) }'
 }
 
-# 300 steps: duplicate, npass, mask_only, and duplicate with atomic dQ (the noise).
-for run in duplicate npass mask_only duplicate:atomic; do
-    layout=${run%%:*}; name=${run/:/_}; det=true; [ "$run" = duplicate:atomic ] && det=false
+# 300 steps: duplicate, npass, mask_only, and duplicate and npass with atomic dQ (the noise).
+for run in duplicate npass mask_only duplicate:atomic npass:atomic; do
+    layout=${run%%:*}; name=${run/:/_}; det=true; [ "${run#*:}" = atomic ] && det=false
     start=$(date +%s.%N)
     if "$train" --set backend=cuda --set out_dir="$tmp/$name" --set data.layout=$layout \
         --set train.deterministic=$det "${gpu[@]}" > "$tmp/$name.log" 2>&1; then ok
@@ -68,11 +69,15 @@ check "loss falls ($first -> $last)" "awk -v a=$first -v b=$last 'BEGIN{exit !(b
 check "duplicate and npass: same trained tokens each step" "diff <(grep -o '\"trained_tokens\":[0-9]*' '$tmp/duplicate/metrics.jsonl') <(grep -o '\"trained_tokens\":[0-9]*' '$tmp/npass/metrics.jsonl') > /dev/null"
 total_tokens() { grep -o '"tokens":[0-9]*' "$1" | cut -d: -f2 | awk '{s += $1} END {print s}'; }
 check "duplicate uses fewer tokens than npass" "[ $(total_tokens "$tmp/duplicate/metrics.jsonl") -lt $(total_tokens "$tmp/npass/metrics.jsonl") ]"
-read -r noise_max noise_final _ <<<"$(gaps "$tmp/duplicate/metrics.jsonl" "$tmp/duplicate_atomic/metrics.jsonl")"
+read -r dup_max dup_final _ <<<"$(gaps "$tmp/duplicate/metrics.jsonl" "$tmp/duplicate_atomic/metrics.jsonl")"
+read -r npass_max npass_final _ <<<"$(gaps "$tmp/npass/metrics.jsonl" "$tmp/npass_atomic/metrics.jsonl")"
+noise_max=$(awk -v a="$dup_max" -v b="$npass_max" 'BEGIN{print (a > b) ? a : b}')
+noise_final=$(awk -v a="$dup_final" -v b="$npass_final" 'BEGIN{print (a > b) ? a : b}')
 step_bound=$(awk -v n="$noise_max" 'BEGIN{print (3 * n > 2e-2) ? 3 * n : 2e-2}')
 final_bound=$(awk -v n="$noise_final" 'BEGIN{print (3 * n > 1e-2) ? 3 * n : 1e-2}')
-echo "bf16 noise, duplicate vs duplicate with atomic dQ:"
+echo "bf16 noise, duplicate vs duplicate with atomic dQ, npass vs npass with atomic dQ:"
 compare "$tmp/duplicate/metrics.jsonl" "$tmp/duplicate_atomic/metrics.jsonl" 1e9 1e9
+compare "$tmp/npass/metrics.jsonl" "$tmp/npass_atomic/metrics.jsonl" 1e9 1e9
 echo "mask_only vs npass (for comparison):"
 compare "$tmp/mask_only/metrics.jsonl" "$tmp/npass/metrics.jsonl" 1e9 1e9
 echo "duplicate vs npass loss curves:"

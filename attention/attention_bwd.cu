@@ -125,26 +125,87 @@ __global__ void __launch_bounds__(PREP_THREADS) attn_bwd_prep_kernel(const __gri
 
 // ---------------------------------------------------------------- recomputed products
 
+// Loads four 8 x 8 bf16 matrices, matrix i into register i of every lane in the mma
+// fragment layout (row lane / 4, columns 2 (lane % 4) + {0, 1}); lane l gives the
+// 16-byte-aligned address of row l % 8 of matrix l / 8 (stmatrix_x4's inverse).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16 *row_addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(row_addr))
+                 : "memory");
+}
+
+// This warp's 16 rows of a 64-row swizzled tile [64 x D] (a K-major operand: rows are the
+// product's M, columns its reduction) as D / 16 A fragments, an operand that stays in
+// registers. A fragment kk (columns 16 kk ..) holds, as acc_to_a builds them from an
+// accumulator, register 0 = (row r, columns 2 t + {0, 1}), 1 = (r + 8, same columns),
+// 2 = (r, 8 + 2 t + {0, 1}), 3 = (r + 8, 8 + 2 t + {0, 1}), r = 16 w + lane / 4 (warp w of
+// the warpgroup), t = lane % 4: register i is the 8 x 8 matrix at rows 16 w + 8 (i % 2),
+// columns 16 kk + 8 (i / 2), whose row lane / 4 ldmatrix delivers to that lane. So lane l
+// addresses row 16 w + l % 8 + 8 (l / 8 % 2), columns 16 kk + 8 (l / 16): the addresses
+// stage_ds gives stmatrix for the same fragments, each 16-byte chunk found through the
+// tile's swizzle (wgmma.cuh: chunk c of row r at c ^ (r % 8), the layout TMA writes).
+template <int D>
+__device__ __forceinline__ void tile_to_a(uint32_t (&a)[D / 16][4], const bf16 *tile) {
+    const int l = lane_id();
+    const int row = (threadIdx.x / 32) % NUM_WARPS * WARP_ROWS + l % 8 + 8 * (l / 8 % 2);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) ldmatrix_x4(a[kk], tile + wgmma::swizzled_offset(row, 16 * kk + 8 * (l / 16), BM));
+}
+
+// One 16-wide slice kk of a recomputed product s (+)= A B^T over head_dim, B a 64-row
+// swizzled tile read K-major, A the same from shared memory or as this warp's A fragments
+// of it (tile_to_a) from registers.
+__device__ __forceinline__ void mma_s_slice(float (&s)[BN / 8][4], const bf16 *a, const bf16 *b, int kk) {
+    wgmma::mma_ss_n64<0, 0>(s, wgmma::desc_k_major(a, BM, 16 * kk), wgmma::desc_k_major(b, BM, 16 * kk), kk > 0);
+}
+template <int KK>
+__device__ __forceinline__ void mma_s_slice(float (&s)[BN / 8][4], const uint32_t (&a)[KK][4], const bf16 *b,
+                                            int kk) {
+    wgmma::mma_rs_n64<0>(s, a[kk], wgmma::desc_k_major(b, BM, 16 * kk), kk > 0);
+}
+
+// Keeps resident fragments, which only wgmma reads, in their registers into the next step:
+// a store of them (to `at`) that ptxas must assume may run, predicated on `tile`, a tile
+// index, being negative, which it never is. Without such a read ptxas (CUDA 13.0) gave
+// their registers to the step's P^T and dS^T fragments in the deterministic dK/dV kernel,
+// so from the second step on S^T and dP^T read those (bwdy-d1's SASS; an empty asm or a
+// mov vanishes before register allocation and does not help: docs/KERNEL_NOTES.md).
+template <int N>
+__device__ __forceinline__ void keep_frags(const uint32_t (&a)[N][4], const void *at, int tile) {
+#pragma unroll
+    for (int j = 0; j < N; j++)
+        asm volatile(
+            "{\n.reg .pred neg;\nsetp.lt.s32 neg, %5, 0;\n"
+            "@neg st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n}\n" ::"r"(smem_addr(at)),
+            "r"(a[j][0]), "r"(a[j][1]), "r"(a[j][2]), "r"(a[j][3]), "r"(tile)
+            : "memory");
+}
+
+// A recomputed product's A operand: the resident fragments, or the tile in shared memory.
+template <bool FRAGS, typename Frags>
+__device__ __forceinline__ decltype(auto) a_operand(const Frags &frags, const bf16 *tile) {
+    if constexpr (FRAGS) return (frags);
+    else return tile;
+}
+
 // Issues both recomputed products of a backward step as two wgmma groups, s first:
 // s = A_s B_s^T and dp = A_dp B_dp^T over head_dim, every operand a 64-row swizzled tile
 // read K-major (the dK/dV pass: S^T = K Q^T, dP^T = V dO^T; the dQ pass: S = Q K^T,
-// dP = dO V^T). The dQ pass issues the next tile's copies while they run; both callers
-// then wait for both (landing s alone with wait<1>, so that its exponentials overlap dp,
-// was slower in lock step: docs/KERNEL_NOTES.md, v19).
-template <int D>
-__device__ __forceinline__ void issue_s_dp(float (&s)[BN / 8][4], float (&dp)[BN / 8][4], const bf16 *a_s,
-                                           const bf16 *b_s, const bf16 *a_dp, const bf16 *b_dp) {
+// dP = dO V^T), each A from shared memory or resident in registers (mma_s_slice). The dQ
+// pass issues the next tile's copies while they run; both callers then wait for both
+// (landing s alone with wait<1>, so that its exponentials overlap dp, was slower in lock
+// step: docs/KERNEL_NOTES.md, v19).
+template <int D, typename AS, typename ADP>
+__device__ __forceinline__ void issue_s_dp(float (&s)[BN / 8][4], float (&dp)[BN / 8][4], const AS &a_s,
+                                           const bf16 *b_s, const ADP &a_dp, const bf16 *b_dp) {
     static_assert(BM == BN, "the four tiles share one row count");
     wgmma::fence();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; kk++)
-        wgmma::mma_ss_n64<0, 0>(s, wgmma::desc_k_major(a_s, BM, 16 * kk), wgmma::desc_k_major(b_s, BM, 16 * kk),
-                                kk > 0);
+    for (int kk = 0; kk < D / 16; kk++) mma_s_slice(s, a_s, b_s, kk);
     wgmma::commit();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; kk++)
-        wgmma::mma_ss_n64<0, 0>(dp, wgmma::desc_k_major(a_dp, BM, 16 * kk), wgmma::desc_k_major(b_dp, BM, 16 * kk),
-                                kk > 0);
+    for (int kk = 0; kk < D / 16; kk++) mma_s_slice(dp, a_dp, b_dp, kk);
     wgmma::commit();
 }
 
@@ -166,6 +227,16 @@ static_assert((DKDV_KEY_TILES * DKDV_CONSUMER_REGS + DKDV_PRODUCER_REGS) * NUM_T
                   DKDV_THREADS * (65536 / DKDV_THREADS / 8 * 8),
               "the reallocation keeps the block's registers at launch (65536 per SM, in eights per thread)");
 typedef TileStep<DKDV_KEY_TILES> DkdvStep;
+
+// Deterministic mode has no dQ accumulator or staging, so its consumers keep the
+// warpgroup's K and V (64 keys x D) resident as the A fragments of S^T = K Q^T and
+// dP^T = V dO^T (D / 4 registers each), loaded once: those products then read only Q and
+// dO from shared memory, which bounds them (an SS m64n64k16 reads 4 KiB per 32 tensor
+// clocks, the 128 B per clock shared memory delivers; RS reads half).
+template <int D, bool ATOMIC_DQ>
+constexpr bool DKDV_K_FRAGS = !ATOMIC_DQ && D == 64;
+template <int D, bool ATOMIC_DQ>
+constexpr bool DKDV_V_FRAGS = !ATOMIC_DQ && D == 64;
 
 // Fast mode's dQ accumulator keeps each 64-row query tile ([64 x head_dim] fp32, at the
 // tile's rows of dq_accum) in the order the dK/dV kernel's registers hold it, FA3's way:
@@ -498,6 +569,7 @@ __device__ __forceinline__ void store_dk_dv(const BwdParams &p, const DkdvBlock 
 
 // Consumer warpgroup g (keys k0 + 64g..) walks the published steps: per query tile, once
 // its stage is full, S^T = K Q^T and dP^T = V dO^T (keys are the 64 accumulator rows),
+// (K and V as A fragments in registers where DKDV_K_FRAGS / DKDV_V_FRAGS keep them resident),
 // then dV += P^T dO and dK += dS^T Q with P^T, dS^T as register A operands; ATOMIC_DQ
 // stages dS^T and adds the warpgroup's dQ columns of the last step while dK runs (and of
 // the last step after the walk). Each thread releases the stage after its warp's last
@@ -516,6 +588,9 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
     float dk_acc[D / 8][4], dv_acc[D / 8][4];  // [64 keys x D] over the warpgroup
     zero(dk_acc);
     zero(dv_acc);
+    constexpr bool K_FRAGS = DKDV_K_FRAGS<D, ATOMIC_DQ>, V_FRAGS = DKDV_V_FRAGS<D, ATOMIC_DQ>;
+    uint32_t k_frag[K_FRAGS ? D / 16 : 1][4], v_frag[V_FRAGS ? D / 16 : 1][4];  // this warp's 16 rows of K, V
+    // (where resident: loaded at step 0, kept by keep_frags)
     int n = 0, last_q0 = 0;  // last_q0: the last step's query tile (fast mode)
 
 #pragma unroll 1
@@ -526,9 +601,14 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
         if (step.done()) break;
         const bf16 *t_q = smem.q[stage], *t_do = smem.dout[stage];
         const int q0 = step.tile * BM;
+        if (n == 0) {  // step 0's stage brought the key pair too
+            if constexpr (K_FRAGS) tile_to_a<D>(k_frag, smem.k[wg]);
+            if constexpr (V_FRAGS) tile_to_a<D>(v_frag, smem.v[wg]);
+        }
 
         float pt[BM / 8][4], dpt[BM / 8][4];  // S^T then P^T then dS^T; dP^T [64 keys x BM queries]
-        issue_s_dp<D>(pt, dpt, smem.k[wg], t_q, smem.v[wg], t_do);
+        issue_s_dp<D>(pt, dpt, a_operand<K_FRAGS>(k_frag, smem.k[wg]), t_q, a_operand<V_FRAGS>(v_frag, smem.v[wg]),
+                      t_do);
         wgmma::wait<0>();
         wgmma::pin(pt);
         wgmma::pin(dpt);
@@ -562,6 +642,8 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
         wgmma::pin(dk_acc);
         wgmma::pin(p_frag);
         wgmma::pin(ds_frag);
+        if constexpr (K_FRAGS) keep_frags(k_frag, smem.k[wg], step.tile);
+        if constexpr (V_FRAGS) keep_frags(v_frag, smem.v[wg], step.tile);
         mbar_arrive(&smem.empty[stage]);  // this thread is done with the stage (every thread: racecheck)
     }
 

@@ -135,9 +135,9 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16 *row_ad
                  : "memory");
 }
 
-// This warp's 16 rows of a 64-row swizzled tile [64 x D] (a K-major operand: rows are the
-// product's M, columns its reduction) as D / 16 A fragments, an operand that stays in
-// registers. A fragment kk (columns 16 kk ..) holds, as acc_to_a builds them from an
+// This warp's 16 rows of the first SLICES 16-wide column slices of a 64-row swizzled tile
+// (a K-major operand: rows are the product's M, columns its reduction) as A fragments, an
+// operand that stays in registers. A fragment kk (columns 16 kk ..) holds, as acc_to_a builds them from an
 // accumulator, register 0 = (row r, columns 2 t + {0, 1}), 1 = (r + 8, same columns),
 // 2 = (r, 8 + 2 t + {0, 1}), 3 = (r + 8, 8 + 2 t + {0, 1}), r = 16 w + lane / 4 (warp w of
 // the warpgroup), t = lane % 4: register i is the 8 x 8 matrix at rows 16 w + 8 (i % 2),
@@ -145,24 +145,32 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16 *row_ad
 // addresses row 16 w + l % 8 + 8 (l / 8 % 2), columns 16 kk + 8 (l / 16): the addresses
 // stage_ds gives stmatrix for the same fragments, each 16-byte chunk found through the
 // tile's swizzle (wgmma.cuh: chunk c of row r at c ^ (r % 8), the layout TMA writes).
-template <int D>
-__device__ __forceinline__ void tile_to_a(uint32_t (&a)[D / 16][4], const bf16 *tile) {
+template <int SLICES>
+__device__ __forceinline__ void tile_to_a(uint32_t (&a)[SLICES][4], const bf16 *tile) {
     const int l = lane_id();
     const int row = (threadIdx.x / 32) % NUM_WARPS * WARP_ROWS + l % 8 + 8 * (l / 8 % 2);
 #pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) ldmatrix_x4(a[kk], tile + wgmma::swizzled_offset(row, 16 * kk + 8 * (l / 16), BM));
+    for (int kk = 0; kk < SLICES; kk++) ldmatrix_x4(a[kk], tile + wgmma::swizzled_offset(row, 16 * kk + 8 * (l / 16), BM));
 }
 
+// A recomputed product's A operand: a 64-row swizzled tile whose first R 16-wide column
+// slices this warp also holds as A fragments (tile_to_a), read from there.
+template <int R>
+struct ResidentA {
+    const uint32_t (&frags)[R][4];
+    const bf16 *tile;
+};
+
 // One 16-wide slice kk of a recomputed product s (+)= A B^T over head_dim, B a 64-row
-// swizzled tile read K-major, A the same from shared memory or as this warp's A fragments
-// of it (tile_to_a) from registers.
+// swizzled tile read K-major, A the same from shared memory or, where resident, from
+// registers.
 __device__ __forceinline__ void mma_s_slice(float (&s)[BN / 8][4], const bf16 *a, const bf16 *b, int kk) {
     wgmma::mma_ss_n64<0, 0>(s, wgmma::desc_k_major(a, BM, 16 * kk), wgmma::desc_k_major(b, BM, 16 * kk), kk > 0);
 }
-template <int KK>
-__device__ __forceinline__ void mma_s_slice(float (&s)[BN / 8][4], const uint32_t (&a)[KK][4], const bf16 *b,
-                                            int kk) {
-    wgmma::mma_rs_n64<0>(s, a[kk], wgmma::desc_k_major(b, BM, 16 * kk), kk > 0);
+template <int R>
+__device__ __forceinline__ void mma_s_slice(float (&s)[BN / 8][4], const ResidentA<R> &a, const bf16 *b, int kk) {
+    if (kk < R) wgmma::mma_rs_n64<0>(s, a.frags[kk < R ? kk : 0], wgmma::desc_k_major(b, BM, 16 * kk), kk > 0);
+    else mma_s_slice(s, a.tile, b, kk);
 }
 
 // Keeps resident fragments, which only wgmma reads, in their registers into the next step:
@@ -182,10 +190,10 @@ __device__ __forceinline__ void keep_frags(const uint32_t (&a)[N][4], const void
             : "memory");
 }
 
-// A recomputed product's A operand: the resident fragments, or the tile in shared memory.
-template <bool FRAGS, typename Frags>
-__device__ __forceinline__ decltype(auto) a_operand(const Frags &frags, const bf16 *tile) {
-    if constexpr (FRAGS) return (frags);
+// The A operand of a recomputed product with R resident slices (the tile alone for none).
+template <int R, int N>
+__device__ __forceinline__ auto a_operand(const uint32_t (&frags)[N][4], const bf16 *tile) {
+    if constexpr (R > 0) return ResidentA<R>{frags, tile};
     else return tile;
 }
 
@@ -230,13 +238,17 @@ typedef TileStep<DKDV_KEY_TILES> DkdvStep;
 
 // Deterministic mode has no dQ accumulator or staging, so its consumers keep the
 // warpgroup's K and V (64 keys x D) resident as the A fragments of S^T = K Q^T and
-// dP^T = V dO^T (D / 4 registers each), loaded once: those products then read only Q and
-// dO from shared memory, which bounds them (an SS m64n64k16 reads 4 KiB per 32 tensor
-// clocks, the 128 B per clock shared memory delivers; RS reads half).
+// dP^T = V dO^T, loaded once: those products then read only Q and dO from shared memory,
+// which bounds them (an SS m64n64k16 reads 4 KiB per 32 tensor clocks, the 128 B per
+// clock shared memory delivers; RS reads half). Counted in 16-wide column slices of 4
+// registers: all D / 16 of both at D = 64; at D = 128 dK, dV, S^T and dP^T take 192 of the
+// 240 registers (the most two consumers can take beside the producer's 24 within the launch's
+// 168 per thread), and all of V spilled 96 bytes and serialised the wgmma, 6 slices 32 bytes:
+// half of V, 4 slices, fits without spill.
 template <int D, bool ATOMIC_DQ>
-constexpr bool DKDV_K_FRAGS = !ATOMIC_DQ && D == 64;
+constexpr int DKDV_K_RESIDENT = ATOMIC_DQ ? 0 : D == 64 ? D / 16 : 0;
 template <int D, bool ATOMIC_DQ>
-constexpr bool DKDV_V_FRAGS = !ATOMIC_DQ && D == 64;
+constexpr int DKDV_V_RESIDENT = ATOMIC_DQ ? 0 : D == 64 ? D / 16 : D / 32;
 
 // Fast mode's dQ accumulator keeps each 64-row query tile ([64 x head_dim] fp32, at the
 // tile's rows of dq_accum) in the order the dK/dV kernel's registers hold it, FA3's way:
@@ -569,7 +581,7 @@ __device__ __forceinline__ void store_dk_dv(const BwdParams &p, const DkdvBlock 
 
 // Consumer warpgroup g (keys k0 + 64g..) walks the published steps: per query tile, once
 // its stage is full, S^T = K Q^T and dP^T = V dO^T (keys are the 64 accumulator rows),
-// (K and V as A fragments in registers where DKDV_K_FRAGS / DKDV_V_FRAGS keep them resident),
+// (K and V as A fragments in registers where DKDV_K_RESIDENT / DKDV_V_RESIDENT say so),
 // then dV += P^T dO and dK += dS^T Q with P^T, dS^T as register A operands; ATOMIC_DQ
 // stages dS^T and adds the warpgroup's dQ columns of the last step while dK runs (and of
 // the last step after the walk). Each thread releases the stage after its warp's last
@@ -588,9 +600,18 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
     float dk_acc[D / 8][4], dv_acc[D / 8][4];  // [64 keys x D] over the warpgroup
     zero(dk_acc);
     zero(dv_acc);
-    constexpr bool K_FRAGS = DKDV_K_FRAGS<D, ATOMIC_DQ>, V_FRAGS = DKDV_V_FRAGS<D, ATOMIC_DQ>;
-    uint32_t k_frag[K_FRAGS ? D / 16 : 1][4], v_frag[V_FRAGS ? D / 16 : 1][4];  // this warp's 16 rows of K, V
-    // (where resident: loaded at step 0, kept by keep_frags)
+    constexpr int K_RES = DKDV_K_RESIDENT<D, ATOMIC_DQ>, V_RES = DKDV_V_RESIDENT<D, ATOMIC_DQ>;
+    uint32_t k_frag[K_RES > 0 ? K_RES : 1][4], v_frag[V_RES > 0 ? V_RES : 1][4];  // this warp's 16 rows of K, V
+    if constexpr (K_RES > 0 || V_RES > 0) {
+        // Step 0's stage brought the key pair. A second wait for phase 0 of full[0] (the
+        // loop's first is the other): its phase 1 needs the producer's refill for step
+        // STAGES, which waits for every consumer thread's release of step 0. An empty walk
+        // brings no key pair and uses no fragment. Before the loop, so that ptxas need not
+        // keep the ldmatrix addresses (at D = 128 inside the loop: 8 bytes spilled).
+        mbar_wait(&smem.full[0], 0);
+        if constexpr (K_RES > 0) tile_to_a(k_frag, smem.k[wg]);
+        if constexpr (V_RES > 0) tile_to_a(v_frag, smem.v[wg]);
+    }
     int n = 0, last_q0 = 0;  // last_q0: the last step's query tile (fast mode)
 
 #pragma unroll 1
@@ -601,14 +622,9 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
         if (step.done()) break;
         const bf16 *t_q = smem.q[stage], *t_do = smem.dout[stage];
         const int q0 = step.tile * BM;
-        if (n == 0) {  // step 0's stage brought the key pair too
-            if constexpr (K_FRAGS) tile_to_a<D>(k_frag, smem.k[wg]);
-            if constexpr (V_FRAGS) tile_to_a<D>(v_frag, smem.v[wg]);
-        }
 
         float pt[BM / 8][4], dpt[BM / 8][4];  // S^T then P^T then dS^T; dP^T [64 keys x BM queries]
-        issue_s_dp<D>(pt, dpt, a_operand<K_FRAGS>(k_frag, smem.k[wg]), t_q, a_operand<V_FRAGS>(v_frag, smem.v[wg]),
-                      t_do);
+        issue_s_dp<D>(pt, dpt, a_operand<K_RES>(k_frag, smem.k[wg]), t_q, a_operand<V_RES>(v_frag, smem.v[wg]), t_do);
         wgmma::wait<0>();
         wgmma::pin(pt);
         wgmma::pin(dpt);
@@ -642,8 +658,8 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
         wgmma::pin(dk_acc);
         wgmma::pin(p_frag);
         wgmma::pin(ds_frag);
-        if constexpr (K_FRAGS) keep_frags(k_frag, smem.k[wg], step.tile);
-        if constexpr (V_FRAGS) keep_frags(v_frag, smem.v[wg], step.tile);
+        if constexpr (K_RES > 0) keep_frags(k_frag, smem.k[wg], step.tile);
+        if constexpr (V_RES > 0) keep_frags(v_frag, smem.v[wg], step.tile);
         mbar_arrive(&smem.empty[stage]);  // this thread is done with the stage (every thread: racecheck)
     }
 

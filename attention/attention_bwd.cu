@@ -728,13 +728,19 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
 // once for all of them; a producer warpgroup of which one warp walks those lists and has
 // the copy engine load the tiles. With PIPELINE each consumer issues a step's S and dP
 // together with the last step's dQ (dQ + S + dP + dS fragments live: 169 registers at
-// D = 128). Three consumers get 160 registers each (`setmaxnreg`; the producer's
-// warpgroup 32), two 232 (40). Each query tile's dQ is summed by one warpgroup over its
-// key tiles in ascending order: bitwise reproducible.
+// D = 128). With QDO_RESIDENT column slices of its Q and dO held as A fragments (as the
+// dK/dV kernel's K and V), S and dP read only K and V from shared memory. Three consumers
+// get 160 registers each (`setmaxnreg`; the producer's warpgroup 32), two 232 (40). Each
+// query tile's dQ is summed by one warpgroup over its key tiles in ascending order:
+// bitwise reproducible.
 template <int D>
 struct DqConfig {
     static constexpr int Q_TILES = 3;
-    static constexpr bool PIPELINE = D == 64;  // at D = 128 it needs more than 160 registers
+    // At D = 64 all of Q and dO (32 registers), which leaves no room for the pipelining
+    // (both: 48 bytes spilled and the wgmma serialised, C7512; the pipelining alone measured
+    // within noise, docs/KERNEL_NOTES.md r2d64); at D = 128 neither fits in 160.
+    static constexpr int QDO_RESIDENT = D == 64 ? D / 16 : 0;
+    static constexpr bool PIPELINE = false;
     static constexpr int PRODUCER_REGS = Q_TILES == 3 ? 32 : 40, CONSUMER_REGS = Q_TILES == 3 ? 160 : 232;
     static constexpr int THREADS = (Q_TILES + 1) * NUM_THREADS;  // the consumers, then the producer's warpgroup
     static_assert((Q_TILES * CONSUMER_REGS + PRODUCER_REGS) * NUM_THREADS <= THREADS * (65536 / THREADS / 8 * 8),
@@ -903,6 +909,16 @@ __device__ __forceinline__ void consume_dq(DqSmemStages<D, STAGES> &smem, const 
     const bf16 *t_q = smem.q[wg], *t_do = smem.dout[wg];
     float dq_acc[D / 8][4];  // [64 queries x D] over the warpgroup
     zero(dq_acc);
+    constexpr int QDO_RES = DqConfig<D>::QDO_RESIDENT;
+    uint32_t q_frag[QDO_RES > 0 ? QDO_RES : 1][4], do_frag[QDO_RES > 0 ? QDO_RES : 1][4];  // this warp's rows
+    if constexpr (QDO_RES > 0) {
+        // Step 0's slot brought the query tiles (an empty walk none, and no fragment is
+        // used). A second wait for phase 0 of full[0]: its phase 1 needs the refill for step
+        // STAGES, which waits for every consumer thread's release of step 0.
+        mbar_wait(&smem.full[0], 0);
+        tile_to_a(q_frag, t_q);
+        tile_to_a(do_frag, t_do);
+    }
 
     // Step n's slot, once full (and at n = 0 the query tiles), and its published step.
     auto wait_step = [&](int n) {
@@ -938,6 +954,10 @@ __device__ __forceinline__ void consume_dq(DqSmemStages<D, STAGES> &smem, const 
     for (int n = 0;; n++) {
         const DqStep<D> step = wait_step(n);
         const bool mine = own(step);
+        if constexpr (QDO_RES > 0) {  // every step, whatever path the last one took
+            keep_frags(q_frag, t_q, step.tile);
+            keep_frags(do_frag, t_do, step.tile);
+        }
         if (pending && !mine) {
             drain(n - 1);
             pending = false;
@@ -947,7 +967,8 @@ __device__ __forceinline__ void consume_dq(DqSmemStages<D, STAGES> &smem, const 
             release(n);
             continue;
         }
-        issue_s_dp<D>(s, dp, t_q, smem.keys.k[n % STAGES], t_do, smem.keys.v[n % STAGES]);
+        issue_s_dp<D>(s, dp, a_operand<QDO_RES>(q_frag, t_q), smem.keys.k[n % STAGES], a_operand<QDO_RES>(do_frag, t_do),
+                      smem.keys.v[n % STAGES]);
         if (pending) {  // with dQ(n - 1), waited for after step n's mask and scaling (ptxas places it)
             issue_ds_k<D>(dq_acc, ds_frag, smem.keys.k[(n - 1) % STAGES]);
             wgmma::wait<1>();

@@ -459,7 +459,8 @@ __device__ __forceinline__ void reduce_dq(Smem &smem, const BwdParams &p, const 
     if (l == 0) {
         const AttnDims &d = p.dims;
         float *dq_tile = p.ws.dq_accum + (((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad + q0) * D;
-        bulk_reduce_add_f32(dq_tile + dq_frag_offset(warp * WARP_ROWS, 0, D), chunk, WARP_ROWS * D * (int)sizeof(float));
+        bulk_reduce_add_f32(dq_tile + dq_frag_offset(warp * WARP_ROWS, 0, D), chunk,
+                            WARP_ROWS * D * (int)sizeof(float));
         bulk_commit();
     }
 }
@@ -513,11 +514,12 @@ __device__ __forceinline__ void store_dk_dv(const BwdParams &p, const DkdvBlock 
 // its stage is full, S^T = K Q^T and dP^T = V dO^T (keys are the 64 accumulator rows),
 // then dV += P^T dO and dK += dS^T Q with P^T, dS^T as register A operands; ATOMIC_DQ
 // stages dS^T and every other step adds the last step's dQ while dK runs (at D = 64 from
-// the dK issue on, at D = 128 once dV has completed; the last step's after the walk). Each thread releases the stage after its warp's last
-// product reading it; the step itself is read before (the producer refills the slot only
-// after every thread's release). Every thread arrives on the barriers it releases or
-// fills (not lane 0 after __syncwarp): racecheck orders a thread's shared-memory accesses
-// only before its own arrivals. No copies and no walk here: only products and element work.
+// the dK issue on, at D = 128 once dV has completed; the last step's after the walk).
+// Each thread releases the stage after its warp's last product reading it; the step
+// itself is read before (the producer refills the slot only after every thread's
+// release). Every thread arrives on the barriers it releases or fills (not lane 0 after
+// __syncwarp): racecheck orders a thread's shared-memory accesses only before its own
+// arrivals. No copies and no walk here: only products and element work.
 template <int D, bool ATOMIC_DQ, int STAGES>
 __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES> &smem, const BwdParams &p,
                                              const DkdvBlock &blk, int wg) {

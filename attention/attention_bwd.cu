@@ -172,9 +172,9 @@ typedef TileStep<DKDV_KEY_TILES> DkdvStep;
 // Whether warpgroup wg computes the dQ of step m.
 __device__ __forceinline__ bool dq_owner(int m, int wg) { return m % 2 == wg; }
 // At D = 128 the owner's accumulator [64 x 128] is 64 registers, which fit beside dK and
-// dV only once P^T's are free: the owner issues the dQ after the step's dV has completed
-// (under dK), and the warpgroups share one staging chunk per warp index (32 KiB, so three
-// query stages still fit), handed over by dq_free.
+// dV only once P^T's are free: the owner waits for the step's dV, then issues the dQ and
+// dK (the dQ's staging and reduction run under dK), and the warpgroups share one staging
+// chunk per warp index (32 KiB, so three query stages still fit), handed over by dq_free.
 __host__ __device__ constexpr bool dq_wide(int head_dim) { return head_dim > 64; }
 __host__ __device__ constexpr int dq_frag_offset(int row, int col, int head_dim) {  // in the tile
     return (row / WARP_ROWS) * WARP_ROWS * head_dim + ((col / 8 * 32 + row % 8 * 4 + col % 8 / 2) * 4) +
@@ -513,8 +513,8 @@ __device__ __forceinline__ void store_dk_dv(const BwdParams &p, const DkdvBlock 
 // Consumer warpgroup g (keys k0 + 64g..) walks the published steps: per query tile, once
 // its stage is full, S^T = K Q^T and dP^T = V dO^T (keys are the 64 accumulator rows),
 // then dV += P^T dO and dK += dS^T Q with P^T, dS^T as register A operands; ATOMIC_DQ
-// stages dS^T and every other step adds the last step's dQ while dK runs (at D = 64 from
-// the dK issue on, at D = 128 once dV has completed; the last step's after the walk).
+// stages dS^T and every other step adds the last step's dQ while dK runs (at D = 128
+// issued once dV has completed; the last step's after the walk).
 // Each thread releases the stage after its warp's last product reading it; the step
 // itself is read before (the producer refills the slot only after every thread's
 // release). Every thread arrives on the barriers it releases or fills (not lane 0 after
@@ -563,16 +563,17 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
                 float dq_part[D / 8][4];  // [64 queries x D] of step n - 1
                 if constexpr (dq_wide(D)) {
                     // Its own end of the step: P^T's registers must not be live past the dQ issue.
-                    issue_dkv<D>(dk_acc, ds_frag, t_q);
-                    wgmma::wait<1>();  // dV: P^T's registers hold the dQ accumulator
+                    wgmma::wait<0>();  // dV: P^T's registers hold the dQ accumulator
                     wgmma::pin(dv_acc);
                     wgmma::pin(p_frag);
                     issue_dq<D>(dq_part, smem, n - 1);
+                    issue_dkv<D>(dk_acc, ds_frag, t_q);
+                    wgmma::wait<1>();  // dQ; dK runs on
+                    reduce_dq<D>(smem, p, blk, wg, n - 1, last_q0, dq_part);
                     wgmma::wait<0>();
                     wgmma::pin(dk_acc);
                     wgmma::pin(ds_frag);
                     mbar_arrive(&smem.empty[stage]);
-                    reduce_dq<D>(smem, p, blk, wg, n - 1, last_q0, dq_part);
                     last_q0 = q0;
                     continue;
                 }

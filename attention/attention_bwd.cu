@@ -223,11 +223,11 @@ __device__ __forceinline__ void issue_s_dp(float (&s)[BN / 8][4], float (&dp)[BN
 // block's pair (128 keys), both reading the query tiles of the merged key-major lists of
 // the pair, and a producer warpgroup of which one thread walks those lists and has the
 // copy engine load the tiles (`setmaxnreg`: the producer's warpgroup 24 registers, the
-// consumers 240). Sharing the query tiles halves their loads per key. In fast mode
-// warpgroup g adds the g-th half of the columns of the pair's dQ (FA3's split), reading
-// both warpgroups' dS^T a step late, so neither waits for the other's dS^T of the step it
-// is in (a dQ per warpgroup over its own keys, v24-v30, added twice the bytes:
-// docs/KERNEL_NOTES.md).
+// consumers 240). Sharing the query tiles halves their loads per key. In fast mode the
+// warpgroups take turns at the pair's dQ, warpgroup m % 2 adding step m's over both key
+// tiles and reading both warpgroups' dS^T a step late, so neither waits for the other's
+// dS^T of the step it is in (a dQ per warpgroup over its own keys, v24-v30, added twice
+// the bytes; FA3's split of the columns, X2, read dS^T twice: docs/KERNEL_NOTES.md).
 constexpr int DKDV_KEY_TILES = 2;
 constexpr int DKDV_THREADS = (DKDV_KEY_TILES + 1) * NUM_THREADS;  // the consumers, then the producer's warpgroup
 constexpr int DKDV_PRODUCER_REGS = 24, DKDV_CONSUMER_REGS = 240;
@@ -252,35 +252,39 @@ constexpr int DKDV_V_RESIDENT = ATOMIC_DQ ? 0 : D == 64 ? D / 16 : D / 32;
 
 // Fast mode's dQ accumulator keeps each 64-row query tile ([64 x head_dim] fp32, at the
 // tile's rows of dq_accum) in the order the dK/dV kernel's registers hold it, FA3's way:
-// warp w's 16 rows, then per warpgroup's column slice (dq_cols) its accumulator column
-// groups n of 8, each as 32 lanes' float4 (d[n][0..3] of wgmma.cuh's layout). A warp then
-// stores its slice with conflict-free 16-byte stores and hands it to the copy engine as
-// one reduction; dq_convert_kernel reads the order back (dq_frag_offset).
-// At D = 64 the warpgroups take turns instead: warpgroup m % 2 adds all columns of step
-// m's dQ over the pair, so the products stay m64n64 (halves would be m64n32, bound by
-// shared-memory reads) and the bytes halved.
-__host__ __device__ constexpr bool dq_split(int head_dim) { return head_dim > 64; }
-__host__ __device__ constexpr int dq_cols(int head_dim) {  // per warpgroup
-    return dq_split(head_dim) ? head_dim / DKDV_KEY_TILES : head_dim;
-}
+// warp w's 16 rows, then its accumulator column groups n of 8, each as 32 lanes' float4
+// (d[n][0..3] of wgmma.cuh's layout). A warp then stores its rows with conflict-free
+// 16-byte stores and hands them to the copy engine as one reduction; dq_convert_kernel
+// reads the order back (dq_frag_offset).
+// The warpgroups take turns: warpgroup m % 2 adds all columns of step m's dQ over the
+// pair, so each product reads dS^T once (m64nDk16; FA3's split of the columns into
+// halves reads it twice, and at D = 64 its m64n32 halves are bound by shared-memory
+// reads), and the reductions' bytes are halved.
 // Whether warpgroup wg computes the dQ of step m.
-template <int D>
-__device__ __forceinline__ bool dq_owner(int m, int wg) { return dq_split(D) || m % 2 == wg; }
+__device__ __forceinline__ bool dq_owner(int m, int wg) { return m % 2 == wg; }
+// At D = 128 the owner's accumulator [64 x 128] is 64 registers, which fit beside dK and
+// dV only once P^T's are free: the owner waits for the step's dV, then issues the dQ and
+// dK (the dQ's staging and reduction run under dK), and the warpgroups share one staging
+// chunk per warp index (32 KiB, so three query stages still fit), handed over by dq_free.
+__host__ __device__ constexpr bool dq_wide(int head_dim) { return head_dim > 64; }
 __host__ __device__ constexpr int dq_frag_offset(int row, int col, int head_dim) {  // in the tile
-    return (row / WARP_ROWS) * WARP_ROWS * head_dim + (col / dq_cols(head_dim)) * WARP_ROWS * dq_cols(head_dim) +
-           ((col % dq_cols(head_dim) / 8 * 32 + row % 8 * 4 + col % 8 / 2) * 4) + row % WARP_ROWS / 8 * 2 + col % 2;
+    return (row / WARP_ROWS) * WARP_ROWS * head_dim + ((col / 8 * 32 + row % 8 * 4 + col % 8 / 2) * 4) +
+           row % WARP_ROWS / 8 * 2 + col % 2;
 }
 
 // Fast mode's staging: both warpgroups' dS^T (the MN-major A operand of dQ = dS K), two
-// buffers (step n in n % 2: the products of step n - 1 read the other while step n is
+// buffers (step n in n % 2: the product of step n - 1 reads the other while step n is
 // written), with mbarriers (full: the writer warpgroup's threads have stored a step;
-// empty: every consumer thread reading it, 256 or at D = 64 warpgroup b's 128 of buffer b,
-// is past its dQ product), and one slice of each warp's fp32 dQ.
+// empty: warpgroup b's 128 threads, the readers of buffer b, are past their dQ product),
+// and each warp's fp32 dQ rows: per warpgroup at D = 64, shared at D = 128 (dq_free[w]:
+// warp w's 32 threads, after the copy engine has read the chunk of their last reduction).
 template <int D>
 struct DqStaging {
+    static constexpr int CHUNK_SETS = dq_wide(D) ? 1 : DKDV_KEY_TILES;
     alignas(1024) bf16 ds[2][DKDV_KEY_TILES][BN * BM];  // [step % 2][warpgroup][keys][queries] swizzled
-    alignas(128) float dq[DKDV_KEY_TILES][NUM_WARPS][WARP_ROWS * dq_cols(D)];  // [warpgroup][warp][fragment order]
-    uint64_t ds_full[2][DKDV_KEY_TILES], ds_empty[2];  // mbarriers: NUM_THREADS writers, the readers' threads
+    alignas(128) float dq[CHUNK_SETS][NUM_WARPS][WARP_ROWS * D];  // [warpgroup or shared][warp][fragment order]
+    uint64_t ds_full[2][DKDV_KEY_TILES], ds_empty[2];  // mbarriers: NUM_THREADS writers, NUM_THREADS readers
+    uint64_t dq_free[NUM_WARPS];                       // mbarriers (D = 128): 32 threads
 };
 struct NoDqStaging {};
 
@@ -460,22 +464,29 @@ __device__ __forceinline__ void stmatrix_x4(bf16 *row_addr, const uint32_t (&r)[
 
 // Fast mode: dQ [64 queries x D] = dS [64 x 128 keys] K [128 keys x D] over the block's
 // key pair, added into dq_accum [batch, n_heads, s_pad, head_dim] (each query tile in
-// fragment order, dq_frag_offset), warpgroup g the columns [g W, g W + W), W = dq_cols(D)
-// (at D = 64 all columns, of the steps m with m % 2 = g). Step n stages the warpgroup's
-// dS^T (stage_ds) and computes the dQ of step n - 1 (issue_dq, reduce_dq), whose dS^T both
-// warpgroups staged a step ago: a warpgroup waits for the other only when it runs a whole
-// step ahead.
+// fragment order, dq_frag_offset), by warpgroup m % 2 for step m. Step n stages the
+// warpgroup's dS^T (stage_ds) and, every other step, computes the dQ of step n - 1
+// (issue_dq, reduce_dq), whose dS^T both warpgroups staged a step ago: a warpgroup waits
+// for the other only when it runs a whole step ahead.
 //
 // Barrier phases (buffer b = m % 2 holds step m, its u-th use, u = m / 2): ds_full[b][g]
 // completes phase u when warpgroup g's 128 threads have stored dS^T(m), ds_empty[b] when
-// every thread reading it (all 256, or at D = 64 warpgroup b's 128) has read both halves.
-// The writer of step m waits for ds_empty[b] phase u - 1 (parity (u + 1) % 2, a fresh
-// barrier passes 1), readers for ds_full[b][0..1] phase u. Each parity wait is sound
-// because its barrier is at most one phase away: the waiting thread itself waited for the
-// phase before (its step m - 2, which at D = 64 the same warpgroup read), and the phase
-// after needs its own later arrival (no dS^T(m + 2) before every read of dS^T(m); no read
-// of dS^T(m + 2), and so no arrival on ds_empty[b] for it, before both writers passed
-// ds_empty[b] phase u), which also keeps any arrival out of an earlier phase.
+// warpgroup b's 128 threads, its only readers, have read both halves. The writer of step
+// m waits for ds_empty[b] phase u - 1 (parity (u + 1) % 2, a fresh barrier passes 1),
+// readers for ds_full[b][0..1] phase u. Each parity wait is sound because its barrier is
+// at most one phase away: the waiting thread itself waited for the phase before (its step
+// m - 2, which the same warpgroup read), and the phase after needs its own later arrival
+// (no dS^T(m + 2) before every read of dS^T(m); no read of dS^T(m + 2), and so no arrival
+// on ds_empty[b] for it, before both writers passed ds_empty[b] phase u), which also keeps
+// any arrival out of an earlier phase.
+//
+// At D = 128, dq_free[w] completes phase m when the copy engine has read warp w's chunk
+// of dQ(m) (the owner's warp w arrives in its step m + 2, or after the walk, once its
+// lane 0 has waited for the reads: release_dq_chunk). The writer of dQ(m) waits for phase
+// m - 1 (parity (m + 1) % 2; a fresh barrier passes 1 for m = 0). Sound for the same
+// reasons: phase m - 2 is the same warp's own arrival, before its wait in program order,
+// and phase m needs its own later arrival; each arrival follows the writer's wait for the
+// phase before, so it falls in its own phase.
 
 // Writes this warpgroup's dS^T of step n ([64 keys x 64 queries] bf16, swizzled) into
 // buffer n % 2 once every dQ of step n - 2 has read it; each warp then arrives on ds_full.
@@ -494,11 +505,10 @@ __device__ __forceinline__ void stage_ds(DqStaging<D> &st, int wg, int n, const 
     mbar_arrive(&st.ds_full[b][wg]);  // every thread its own stores (racecheck follows no __syncwarp into it)
 }
 
-// Issues this warpgroup's columns of step m's dQ as one wgmma group (2 x BN / 16 products
-// of m64nWk16, both operands MN-major from shared memory) once both dS^T are in place.
+// Issues step m's dQ as one wgmma group (2 x BN / 16 products of m64nDk16, both
+// operands MN-major from shared memory) once both dS^T are in place.
 template <int D, typename Smem>
-__device__ __forceinline__ void issue_dq(float (&dq_part)[dq_cols(D) / 8][4], Smem &smem, int wg, int m) {
-    constexpr int W = dq_cols(D);
+__device__ __forceinline__ void issue_dq(float (&dq_part)[D / 8][4], Smem &smem, int m) {
     DqStaging<D> &st = smem.dq;
     const int b = m % 2;
 #pragma unroll
@@ -508,29 +518,31 @@ __device__ __forceinline__ void issue_dq(float (&dq_part)[dq_cols(D) / 8][4], Sm
     for (int t = 0; t < DKDV_KEY_TILES; t++)
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++)
-            wgmma::mma_ss<W, 1, 1>(dq_part, wgmma::desc_mn_major(st.ds[b][t], BN, 16 * kk, 0),
-                                   wgmma::desc_mn_major(smem.k[t], BN, 16 * kk, dq_split(D) ? wg * W : 0),
-                                   t > 0 || kk > 0);
+            wgmma::mma_ss<D, 1, 1>(dq_part, wgmma::desc_mn_major(st.ds[b][t], BN, 16 * kk, 0),
+                                   wgmma::desc_mn_major(smem.k[t], BN, 16 * kk, 0), t > 0 || kk > 0);
     wgmma::commit();
 }
 
 // Once the warp's dQ product of step m (query tile q0) has completed: releases dS^T(m)
-// (ds_empty), stores its 16 rows in fragment order and hands them to the copy engine as
-// one bulk asynchronous reduction (the warp goes on while the adds run; rows past seq_len
-// add zeros into the padding).
+// (ds_empty), stores its 16 rows in fragment order once the chunk is free and hands them
+// to the copy engine as one bulk asynchronous reduction (the warp goes on while the adds
+// run; rows past seq_len add zeros into the padding).
 template <int D, typename Smem>
 __device__ __forceinline__ void reduce_dq(Smem &smem, const BwdParams &p, const DkdvBlock &blk, int wg, int m,
-                                          int q0, float (&dq_part)[dq_cols(D) / 8][4]) {
-    constexpr int W = dq_cols(D);
+                                          int q0, float (&dq_part)[D / 8][4]) {
     DqStaging<D> &st = smem.dq;
     const int l = lane_id(), warp = (threadIdx.x / 32) % NUM_WARPS;
-    float *chunk = st.dq[wg][warp];
+    float *chunk = st.dq[dq_wide(D) ? 0 : wg][warp];
     wgmma::pin(dq_part);
     mbar_arrive(&st.ds_empty[m % 2]);
-    if (l == 0) bulk_wait_read_all();  // the warp's last reduction has left the chunk
-    __syncwarp();
+    if constexpr (dq_wide(D)) {
+        mbar_wait(&st.dq_free[warp], (m + 1) % 2);  // the reduction of dQ(m - 1) has left the chunk
+    } else {
+        if (l == 0) bulk_wait_read_all();  // the warp's last reduction has left the chunk
+        __syncwarp();
+    }
 #pragma unroll
-    for (int j = 0; j < W / 8; j++)
+    for (int j = 0; j < D / 8; j++)
         *reinterpret_cast<float4 *>(chunk + (j * 32 + l) * 4) =
             make_float4(dq_part[j][0], dq_part[j][1], dq_part[j][2], dq_part[j][3]);
     wgmma::fence_async_shared();
@@ -538,10 +550,20 @@ __device__ __forceinline__ void reduce_dq(Smem &smem, const BwdParams &p, const 
     if (l == 0) {
         const AttnDims &d = p.dims;
         float *dq_tile = p.ws.dq_accum + (((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad + q0) * D;
-        bulk_reduce_add_f32(dq_tile + dq_frag_offset(warp * WARP_ROWS, dq_split(D) ? wg * W : 0, D), chunk,
-                            WARP_ROWS * W * (int)sizeof(float));
+        bulk_reduce_add_f32(dq_tile + dq_frag_offset(warp * WARP_ROWS, 0, D), chunk,
+                            WARP_ROWS * D * (int)sizeof(float));
         bulk_commit();
     }
+}
+
+// At D = 128, after the warp's reduction of dQ(m) (and before the other warpgroup's
+// writer of dQ(m + 1) needs the chunk): waits until the copy engine has read it and
+// completes dq_free[warp]'s phase m (every thread: racecheck).
+template <int D>
+__device__ __forceinline__ void release_dq_chunk(DqStaging<D> &st) {
+    if (lane_id() == 0) bulk_wait_read_all();
+    __syncwarp();
+    mbar_arrive(&st.dq_free[(threadIdx.x / 32) % NUM_WARPS]);
 }
 
 // ---------------------------------------------------------------- dK/dV: epilogue
@@ -583,12 +605,13 @@ __device__ __forceinline__ void store_dk_dv(const BwdParams &p, const DkdvBlock 
 // its stage is full, S^T = K Q^T and dP^T = V dO^T (keys are the 64 accumulator rows),
 // (K and V as A fragments in registers where DKDV_K_RESIDENT / DKDV_V_RESIDENT say so),
 // then dV += P^T dO and dK += dS^T Q with P^T, dS^T as register A operands; ATOMIC_DQ
-// stages dS^T and adds the warpgroup's dQ columns of the last step while dK runs (and of
-// the last step after the walk). Each thread releases the stage after its warp's last
-// product reading it; the step itself is read before (the producer refills the slot only
-// after every thread's release). Every thread arrives on the barriers it releases or
-// fills (not lane 0 after __syncwarp): racecheck orders a thread's shared-memory accesses
-// only before its own arrivals. No copies and no walk here: only products and element work.
+// stages dS^T and every other step adds the last step's dQ while dK runs (at D = 128
+// issued once dV has completed; the last step's after the walk).
+// Each thread releases the stage after its warp's last product reading it; the step
+// itself is read before (the producer refills the slot only after every thread's
+// release). Every thread arrives on the barriers it releases or fills (not lane 0 after
+// __syncwarp): racecheck orders a thread's shared-memory accesses only before its own
+// arrivals. No copies and no walk here: only products and element work.
 template <int D, bool ATOMIC_DQ, int STAGES>
 __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES> &smem, const BwdParams &p,
                                              const DkdvBlock &blk, int wg) {
@@ -640,14 +663,32 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
         issue_dkv<D>(dv_acc, p_frag, t_do);
         if constexpr (ATOMIC_DQ) {
             stage_ds<D>(smem.dq, wg, n, ds_frag);  // under dV
-            if (n > 0 && dq_owner<D>(n - 1, wg)) {
-                float dq_part[dq_cols(D) / 8][4];  // [64 queries x dq_cols] of step n - 1
-                issue_dq<D>(dq_part, smem, wg, n - 1);
+            if (n > 0 && dq_owner(n - 1, wg)) {
+                float dq_part[D / 8][4];  // [64 queries x D] of step n - 1
+                if constexpr (dq_wide(D)) {
+                    // Its own end of the step: P^T's registers must not be live past the dQ issue.
+                    wgmma::wait<0>();  // dV: P^T's registers hold the dQ accumulator
+                    wgmma::pin(dv_acc);
+                    wgmma::pin(p_frag);
+                    issue_dq<D>(dq_part, smem, n - 1);
+                    issue_dkv<D>(dk_acc, ds_frag, t_q);
+                    wgmma::wait<1>();  // dQ; dK runs on
+                    reduce_dq<D>(smem, p, blk, wg, n - 1, last_q0, dq_part);
+                    wgmma::wait<0>();
+                    wgmma::pin(dk_acc);
+                    wgmma::pin(ds_frag);
+                    mbar_arrive(&smem.empty[stage]);
+                    last_q0 = q0;
+                    continue;
+                }
+                issue_dq<D>(dq_part, smem, n - 1);
                 issue_dkv<D>(dk_acc, ds_frag, t_q);
                 wgmma::wait<1>();  // dV and dQ; dK runs on
                 reduce_dq<D>(smem, p, blk, wg, n - 1, last_q0, dq_part);
             } else {
                 issue_dkv<D>(dk_acc, ds_frag, t_q);
+                if constexpr (dq_wide(D))
+                    if (n >= 2) release_dq_chunk<D>(smem.dq);  // dQ(n - 2), reduced at step n - 1
             }
             last_q0 = q0;
         } else {
@@ -664,11 +705,13 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
     }
 
     if constexpr (ATOMIC_DQ) {
-        if (n > 0 && dq_owner<D>(n - 1, wg)) {
-            float dq_part[dq_cols(D) / 8][4];
-            issue_dq<D>(dq_part, smem, wg, n - 1);
+        if (n > 0 && dq_owner(n - 1, wg)) {
+            float dq_part[D / 8][4];
+            issue_dq<D>(dq_part, smem, n - 1);
             wgmma::wait<0>();
             reduce_dq<D>(smem, p, blk, wg, n - 1, last_q0, dq_part);
+        } else if constexpr (dq_wide(D)) {
+            if (n >= 2) release_dq_chunk<D>(smem.dq);  // dQ(n - 2), for the other warpgroup's dQ(n - 1)
         }
         bulk_wait_all();  // shared memory must outlive the reductions reading it
     }
@@ -703,8 +746,11 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
             for (int b = 0; b < 2; b++) {
 #pragma unroll
                 for (int t = 0; t < DKDV_KEY_TILES; t++) mbar_init(&smem.dq.ds_full[b][t], NUM_THREADS);
-                mbar_init(&smem.dq.ds_empty[b], (dq_split(D) ? DKDV_KEY_TILES : 1) * NUM_THREADS);  // its readers
+                mbar_init(&smem.dq.ds_empty[b], NUM_THREADS);  // warpgroup b, its readers
             }
+        if constexpr (ATOMIC_DQ && dq_wide(D))
+#pragma unroll
+            for (int w = 0; w < NUM_WARPS; w++) mbar_init(&smem.dq.dq_free[w], 32);  // warp w of the owner
         mbar_fence_init();
     }
     __syncthreads();

@@ -772,9 +772,7 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
 // warpgroup g owning query tile q_tile0 + g of the block's adjacent tiles, all reading the
 // key tiles of the merged query-major lists of those tiles, so each K/V tile is loaded
 // once for all of them; a producer warpgroup of which one warp walks those lists and has
-// the copy engine load the tiles. With PIPELINE each consumer issues a step's S and dP
-// together with the last step's dQ (dQ + S + dP + dS fragments live: 169 registers at
-// D = 128). With QDO_RESIDENT column slices of its Q and dO held as A fragments (as the
+// the copy engine load the tiles. With QDO_RESIDENT column slices of its Q and dO held as A fragments (as the
 // dK/dV kernel's K and V), S and dP read only K and V from shared memory. Three consumers
 // get 160 registers each (`setmaxnreg`; the producer's warpgroup 32), two 232 (40). Each
 // query tile's dQ is summed by one warpgroup over its key tiles in ascending order:
@@ -782,11 +780,10 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
 template <int D>
 struct DqConfig {
     static constexpr int Q_TILES = 3;
-    // At D = 64 all of Q and dO (32 registers), which leaves no room for the pipelining
-    // (both: 48 bytes spilled and the wgmma serialised, C7512; the pipelining alone measured
-    // within noise, docs/KERNEL_NOTES.md r2d64); at D = 128 neither fits in 160.
+    // At D = 64 all of Q and dO (32 registers); at D = 128 they do not fit in 160. (Issuing
+    // S and dP with the last step's dQ, r2d64's pipelining, no longer fits beside them: 48
+    // bytes spilled and the wgmma serialised, C7512; it measured within noise alone.)
     static constexpr int QDO_RESIDENT = D == 64 ? D / 16 : 0;
-    static constexpr bool PIPELINE = false;
     static constexpr int PRODUCER_REGS = Q_TILES == 3 ? 32 : 40, CONSUMER_REGS = Q_TILES == 3 ? 160 : 232;
     static constexpr int THREADS = (Q_TILES + 1) * NUM_THREADS;  // the consumers, then the producer's warpgroup
     static_assert((Q_TILES * CONSUMER_REGS + PRODUCER_REGS) * NUM_THREADS <= THREADS * (65536 / THREADS / 8 * 8),
@@ -933,12 +930,8 @@ __device__ __forceinline__ void store_dq(const BwdParams &p, const DqBlock &blk,
 // Consumer warpgroup g (query tile q_tile0 + g) walks the published steps: per key tile its
 // lists show, once the slot is full, S = Q K^T and dP = dO V^T from shared memory, then
 // dQ += dS K with dS as the register A operand (accumulator rows are queries); a key tile
-// only other query tiles see is released at once. With PIPELINE, software-pipelined
-// inside the warpgroup when consecutive steps are its own: S and dP of step n are issued with dQ of
-// step n - 1, and the mask of n is applied while dQ(n - 1) still runs. Otherwise dQ(n - 1)
-// is drained first: holding slot n - 1 while waiting for a step STAGES or more ahead would
-// deadlock the producer, so only step n is waited for while n - 1 is held. Each thread
-// releases a slot after its last product reading it. No copies and no walk here.
+// only other query tiles see is released at once. Each thread releases a slot after its
+// last product reading it (dQ's). No copies and no walk here.
 template <int D, int STAGES>
 __device__ __forceinline__ void consume_dq(DqSmemStages<D, STAGES> &smem, const BwdParams &p, const DqBlock &blk,
                                            int wg) {
@@ -984,16 +977,7 @@ __device__ __forceinline__ void consume_dq(DqSmemStages<D, STAGES> &smem, const 
     };
 
     float s[BN / 8][4], dp[BN / 8][4];  // S then dS; dP [64 queries x BN keys]
-    uint32_t ds_frag[BN / 16][4];       // the last own step's dS as A fragments (k = keys)
-    auto drain = [&](int n) {  // dQ(n) alone, then its slot released
-        wgmma::fence();
-        issue_ds_k<D>(dq_acc, ds_frag, smem.keys.k[n % STAGES]);
-        wgmma::wait<0>();
-        wgmma::pin(dq_acc);
-        wgmma::pin(ds_frag);
-        release(n);
-    };
-    bool pending = false;  // whether dQ of step n - 1 (its dS in ds_frag) is still to come (PIPELINE)
+    uint32_t ds_frag[BN / 16][4];       // the step's dS as A fragments (k = keys)
     // One loop whose counter only its header advances: the compiler keeps n (and the
     // slots' descriptors) in uniform registers.
 #pragma unroll 1
@@ -1004,10 +988,6 @@ __device__ __forceinline__ void consume_dq(DqSmemStages<D, STAGES> &smem, const 
             keep_frags(q_frag, t_q, step.tile);
             keep_frags(do_frag, t_do, step.tile);
         }
-        if (pending && !mine) {
-            drain(n - 1);
-            pending = false;
-        }
         if (step.done()) break;
         if (!mine) {
             release(n);
@@ -1015,26 +995,17 @@ __device__ __forceinline__ void consume_dq(DqSmemStages<D, STAGES> &smem, const 
         }
         issue_s_dp<D>(s, dp, a_operand<QDO_RES>(q_frag, t_q), smem.keys.k[n % STAGES], a_operand<QDO_RES>(do_frag, t_do),
                       smem.keys.v[n % STAGES]);
-        if (pending) {  // with dQ(n - 1), waited for after step n's mask and scaling (ptxas places it)
-            issue_ds_k<D>(dq_acc, ds_frag, smem.keys.k[(n - 1) % STAGES]);
-            wgmma::wait<1>();
-            wgmma::pin(s);
-            wgmma::pin(dp);
-            to_ds(s, dp, n, step);
-            wgmma::wait<0>();
-            wgmma::pin(dq_acc);
-            wgmma::pin(ds_frag);
-            acc_to_a<BN>(ds_frag, s);
-            release(n - 1);
-        } else {
-            wgmma::wait<0>();
-            wgmma::pin(s);
-            wgmma::pin(dp);
-            to_ds(s, dp, n, step);
-            acc_to_a<BN>(ds_frag, s);
-        }
-        if constexpr (DqConfig<D>::PIPELINE) pending = true;
-        else drain(n);
+        wgmma::wait<0>();
+        wgmma::pin(s);
+        wgmma::pin(dp);
+        to_ds(s, dp, n, step);
+        acc_to_a<BN>(ds_frag, s);
+        wgmma::fence();
+        issue_ds_k<D>(dq_acc, ds_frag, smem.keys.k[n % STAGES]);
+        wgmma::wait<0>();
+        wgmma::pin(dq_acc);
+        wgmma::pin(ds_frag);
+        release(n);
     }
 
     store_dq<D>(p, blk, rows.q_row, dq_acc);

@@ -236,19 +236,20 @@ static_assert((DKDV_KEY_TILES * DKDV_CONSUMER_REGS + DKDV_PRODUCER_REGS) * NUM_T
               "the reallocation keeps the block's registers at launch (65536 per SM, in eights per thread)");
 typedef TileStep<DKDV_KEY_TILES> DkdvStep;
 
-// Deterministic mode has no dQ accumulator or staging, so its consumers keep the
-// warpgroup's K and V (64 keys x D) resident as the A fragments of S^T = K Q^T and
-// dP^T = V dO^T, loaded once: those products then read only Q and dO from shared memory,
-// which bounds them (an SS m64n64k16 reads 4 KiB per 32 tensor clocks, the 128 B per
-// clock shared memory delivers; RS reads half). Counted in 16-wide column slices of 4
-// registers: all D / 16 of both at D = 64; at D = 128 dK, dV, S^T and dP^T take 192 of the
-// 240 registers (the most two consumers can take beside the producer's 24 within the launch's
-// 168 per thread), and all of V spilled 96 bytes and serialised the wgmma, 6 slices 32 bytes:
-// half of V, 4 slices, fits without spill.
+// The consumers keep the warpgroup's K and V (64 keys x D) resident as the A fragments of
+// S^T = K Q^T and dP^T = V dO^T, loaded once: those products then read only Q and dO from
+// shared memory, which bounds them (an SS m64n64k16 reads 4 KiB per 32 tensor clocks, the
+// 128 B per clock shared memory delivers; RS reads half). Counted in 16-wide column slices
+// of 4 registers: all D / 16 of both at D = 64 in both modes (fast mode with its 32-register
+// dQ accumulator: R0-R210 of 240, R0-R180 without the fragments). At D = 128 dK, dV, S^T
+// and dP^T take 192 of the 240 registers (the most two consumers can take beside the
+// producer's 24 within the launch's 168 per thread): deterministic mode, without dQ, spilled
+// 96 bytes and serialised the wgmma with all of V, 32 bytes with 6 slices, and fits half of
+// V, 4 slices; fast mode's 64-register dQ leaves no room.
 template <int D, bool ATOMIC_DQ>
-constexpr int DKDV_K_RESIDENT = ATOMIC_DQ ? 0 : D == 64 ? D / 16 : 0;
+constexpr int DKDV_K_RESIDENT = D == 64 ? D / 16 : 0;
 template <int D, bool ATOMIC_DQ>
-constexpr int DKDV_V_RESIDENT = ATOMIC_DQ ? 0 : D == 64 ? D / 16 : D / 32;
+constexpr int DKDV_V_RESIDENT = D == 64 ? D / 16 : ATOMIC_DQ ? 0 : D / 32;
 
 // Fast mode's dQ accumulator keeps each 64-row query tile ([64 x head_dim] fp32, at the
 // tile's rows of dq_accum) in the order the dK/dV kernel's registers hold it, FA3's way:
@@ -667,6 +668,7 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
                 float dq_part[D / 8][4];  // [64 queries x D] of step n - 1
                 if constexpr (dq_wide(D)) {
                     // Its own end of the step: P^T's registers must not be live past the dQ issue.
+                    static_assert(K_RES == 0 && V_RES == 0, "this end of the step keeps no fragments");
                     wgmma::wait<0>();  // dV: P^T's registers hold the dQ accumulator
                     wgmma::pin(dv_acc);
                     wgmma::pin(p_frag);

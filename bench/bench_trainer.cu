@@ -27,6 +27,7 @@
 #include "trainer/backend_cuda.h"
 extern "C" {  // plain C headers without guards of their own
 #include "trainer/config.h"
+#include "trainer/device_memory.h"
 #include "trainer/setup.h"
 #include "trainer/step.h"
 }
@@ -162,8 +163,9 @@ int main(int argc, char **argv) {
         cfg.tie_word_embeddings ? 0.0 : (double)cfg.vocab_size * cfg.hidden_size;
     const double flops = 6.0 * ((double)P - lookup_params) * S +
                          3.5 * 4.0 * (double)S * S * head_dim * H * L * density;
-    // bf16 weights and the master's low halves, fp32 grads, m | v | two norms.
-    const double state_bytes = P * (2.0 + 2.0 + sizeof(float)) + (2 * P + 2) * sizeof(float);
+    // Weights, gradients and AdamW state as the backend lays them out (its estimate's; the
+    // attention workspace argument only sizes the arena).
+    const double state_bytes = (double)cuda_memory_estimate(&cfg, 1, S, keep_mlp, 0).state;
     printf("{\"config\": \"%s\", \"params_M\": %.1f, \"S\": %d, \"deterministic\": %s, "
            "\"keep_mlp_activations\": %s, \"step_ms\": %.2f, \"fwd_bwd_ms\": %.2f, \"optimizer_ms\": %.2f, "
            "\"tokens_per_s\": %.0f, \"mem_GiB\": %.2f, \"mfu_vs_%.0f\": %.3f, "

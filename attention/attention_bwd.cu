@@ -56,6 +56,7 @@ struct BwdParams : AttnInputs {
     // copies to the issuing thread and reports hazards the mbarriers exclude): lse2 and dsum
     // rows of a query tile.
     CUtensorMap map_lse2, map_dsum;
+    int dkdv_l2_heads, dq_l2_heads;  // query heads per L2 section of each kernel's blocks (l2_item)
 };
 
 BwdParams bwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q, const bf16 *k,
@@ -81,6 +82,12 @@ BwdParams bwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q
     const int64_t n_pad = (int64_t)d.batch * d.n_heads * d.s_pad;
     p.map_lse2 = tensor_map_f32(p.ws.lse2, n_pad, BM, 1);
     p.map_dsum = tensor_map_f32(p.ws.dsum, n_pad, BM, 1);
+    // What a head's blocks read and add into: Q, dO and (fast mode) dq_accum in the dK/dV
+    // kernel, its KV head's K and V in the dQ kernel.
+    const int64_t head_elems = (int64_t)d.seq_len * d.head_dim;
+    p.dkdv_l2_heads = l2_section_heads(head_elems * (2 * (int64_t)sizeof(bf16) + (deterministic ? 0 : (int64_t)sizeof(float))),
+                                       d.batch * d.n_heads, 1);
+    p.dq_l2_heads = l2_section_heads(head_elems * 2 * (int64_t)sizeof(bf16), d.batch * d.n_kv_heads, d.group);
     return p;
 }
 
@@ -319,20 +326,23 @@ using DkdvSmem = DkdvSmemStages<D, ATOMIC_DQ, DKDV_STAGES<D, ATOMIC_DQ>>;
 
 // ---------------------------------------------------------------- dK/dV: scheduler
 
-// Grid (n_heads, ceil(n_k_tiles / 2), batch): one query head per block (its KV head
-// head / group), so GQA groups spread over more, more equal blocks; key tiles
-// k_tile0 + g for warpgroup g. With GQA the block's dK/dV are fp32 partial sums of its
-// head, which dkv_reduce_kernel adds up.
+// One block per (batch, query head, key pair) in L2 sections of dkdv_l2_heads heads
+// (l2_item), the key pairs ascending (the longest under causal first): one query head per
+// block (its KV head head / group), so GQA groups spread over more, more equal blocks;
+// key tiles k_tile0 + g for warpgroup g. With GQA the block's dK/dV are fp32 partial sums
+// of its head, which dkv_reduce_kernel adds up.
 struct DkdvBlock {
     int head, kv_head, batch, k_tile0;
 };
 
-__device__ __forceinline__ DkdvBlock dkdv_block(const AttnDims &d) {
-    const int head = blockIdx.x;
-    return {head, head / d.group, (int)blockIdx.z, (int)blockIdx.y * DKDV_KEY_TILES};
+__device__ __forceinline__ DkdvBlock dkdv_block(const BwdParams &p) {
+    const AttnDims &d = p.dims;
+    const L2Item it = l2_item(blockIdx.x, d.batch * d.n_heads, n_tiles(d.n_k_tiles, DKDV_KEY_TILES), p.dkdv_l2_heads);
+    const int head = it.bh % d.n_heads;
+    return {head, head / d.group, it.bh / d.n_heads, it.tile * DKDV_KEY_TILES};
 }
 
-dim3 dkdv_grid(const AttnDims &d) { return dim3(d.n_heads, n_tiles(d.n_k_tiles, DKDV_KEY_TILES), d.batch); }
+dim3 dkdv_grid(const AttnDims &d) { return dim3(d.batch * d.n_heads * n_tiles(d.n_k_tiles, DKDV_KEY_TILES)); }
 
 // ---------------------------------------------------------------- dK/dV: producer
 
@@ -732,7 +742,7 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
     static_assert(sizeof(Smem) <= MAX_SMEM_PER_BLOCK, "shared memory of one block");
     extern __shared__ unsigned char smem_raw[];
     Smem &smem = *reinterpret_cast<Smem *>(smem_raw);
-    const DkdvBlock blk = dkdv_block(p.dims);
+    const DkdvBlock blk = dkdv_block(p);
     // Through a shuffle, so that ptxas knows it warp-uniform and keeps the wgmma descriptors
     // of the warpgroup's own tiles in uniform registers.
     const int wg = __shfl_sync(0xffffffff, threadIdx.x / NUM_THREADS, 0);
@@ -814,21 +824,25 @@ constexpr int DQ_STAGES = 4;
 template <int D>
 using DqSmem = DqSmemStages<D, DQ_STAGES>;
 
-// Grid (n_heads, ceil(n_q_tiles / Q_TILES), batch), groups of adjacent query tiles in
-// reverse so the longest (causal) start first; query tiles q_tile0 + g for warpgroup g
-// (the last group's may be past the last tile: their lines are empty).
+// One block per (batch, query head, group of Q_TILES adjacent query tiles) in L2 sections
+// of dq_l2_heads heads (l2_item), the groups in reverse so the longest (causal) start
+// first; query tiles q_tile0 + g for warpgroup g (the last group's may be past the last
+// tile: their lines are empty).
 struct DqBlock {
     int head, kv_head, batch, q_tile0;
 };
 
 template <int D>
-__device__ __forceinline__ DqBlock dq_block(const AttnDims &d) {
-    const int head = blockIdx.x;
-    return {head, head / d.group, (int)blockIdx.z, (int)(gridDim.y - 1 - blockIdx.y) * DqConfig<D>::Q_TILES};
+__device__ __forceinline__ DqBlock dq_block(const BwdParams &p) {
+    const AttnDims &d = p.dims;
+    const int n_groups = n_tiles(d.n_q_tiles, DqConfig<D>::Q_TILES);
+    const L2Item it = l2_item(blockIdx.x, d.batch * d.n_heads, n_groups, p.dq_l2_heads);
+    const int head = it.bh % d.n_heads;
+    return {head, head / d.group, it.bh / d.n_heads, (n_groups - 1 - it.tile) * DqConfig<D>::Q_TILES};
 }
 
 template <int D>
-dim3 dq_grid(const AttnDims &d) { return dim3(d.n_heads, n_tiles(d.n_q_tiles, DqConfig<D>::Q_TILES), d.batch); }
+dim3 dq_grid(const AttnDims &d) { return dim3(d.batch * d.n_heads * n_tiles(d.n_q_tiles, DqConfig<D>::Q_TILES)); }
 
 // Warp 0 of the producer's warpgroup (every lane the same walk, in registers): per step n
 // waits until slot n % STAGES is free (step n - STAGES released by every consumer warp),
@@ -1023,7 +1037,7 @@ __global__ void __launch_bounds__(DqConfig<D>::THREADS, 1) attn_bwd_dq_kernel(co
     static_assert(sizeof(Smem) <= MAX_SMEM_PER_BLOCK, "shared memory of one block");
     extern __shared__ unsigned char smem_raw[];
     Smem &smem = *reinterpret_cast<Smem *>(smem_raw);
-    const DqBlock blk = dq_block<D>(p.dims);
+    const DqBlock blk = dq_block<D>(p);
     // Through a shuffle the compiler knows the warpgroup index warp-uniform, so the
     // descriptors of the warpgroup's tiles live in uniform registers (no 64-bit adds and
     // register moves per product; CUTLASS's canonical_warp_group_idx).

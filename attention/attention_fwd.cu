@@ -36,10 +36,6 @@ struct FwdParams : AttnInputs {
     int l2_heads;             // query heads per L2 section of the work items (the scheduler below)
 };
 
-// The K and V bytes that the heads of one L2 section may span (FA3's budget; an H200 has
-// 50 MB of L2, which also holds Q, O and the lists).
-constexpr int64_t FWD_L2_BYTES = 32 << 20;
-
 FwdParams fwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q, const bf16 *k,
                      const bf16 *v, bf16 *out, float *lse) {
     FwdParams p;
@@ -50,11 +46,8 @@ FwdParams fwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q
     p.map_q = tensor_map_bf16(q, d.q_row_stride, d.seq_len, d.batch, d.q_row_stride, d.q_batch_stride);
     p.map_k = tensor_map_bf16(k, d.kv_row_stride, d.seq_len, d.batch, d.kv_row_stride, d.kv_batch_stride);
     p.map_v = tensor_map_bf16(v, d.kv_row_stride, d.seq_len, d.batch, d.kv_row_stride, d.kv_batch_stride);
-    // Whole GQA groups, a power of two of KV heads, at least one.
-    const int64_t kv_head_bytes = (int64_t)d.seq_len * d.head_dim * 2 * (int64_t)sizeof(bf16);
-    int kv_heads = 1;
-    while (kv_heads < d.batch * d.n_kv_heads && 2 * kv_heads * kv_head_bytes <= FWD_L2_BYTES) kv_heads *= 2;
-    p.l2_heads = kv_heads * d.group;
+    p.l2_heads = l2_section_heads((int64_t)d.seq_len * d.head_dim * 2 * (int64_t)sizeof(bf16),  // K and V
+                                  d.batch * d.n_kv_heads, d.group);
     return p;
 }
 
@@ -100,12 +93,9 @@ struct FwdSmem {
 
 // ---------------------------------------------------------------- scheduler
 
-// Work items (batch, query tiles, head) in L2 sections (FA3's order): the (batch, head)
-// pairs, batch-major, in runs of l2_heads whose K and V fit in FWD_L2_BYTES together;
-// inside a run the query tiles in reverse, so the longest (causal) come first, and the
-// head fastest. The blocks running at a time so read the K and V of a few heads, which
-// stay in L2 however far apart the blocks are in their walks (head-fastest over all heads
-// spanned up to 16 heads, 128 MiB at S = 16384, more than L2). With two items per block,
+// Work items (batch, query tiles, head) in L2 sections (l2_item): runs of l2_heads whose K
+// and V fit L2_SECTION_BYTES together; inside a run the query tiles in reverse, so the
+// longest (causal) come first. With two items per block,
 // block b takes items 2b and 2b + 1 (the same query tiles of adjacent heads): half as
 // many blocks start, the blocks still come longest first, and while the consumers finish
 // the first item (its last P V and the stores) the producer already loads the second's.
@@ -123,10 +113,9 @@ template <int D>
 __device__ __forceinline__ FwdBlock fwd_block(const FwdParams &p, int item) {
     const AttnDims &d = p.dims;
     const int n_groups = n_tiles(d.n_q_tiles, FwdConfig<D>::Q_TILES);
-    const int run = item / (p.l2_heads * n_groups), bh0 = run * p.l2_heads;
-    const int w = min(p.l2_heads, d.batch * d.n_heads - bh0), r = item - bh0 * n_groups;  // the last run may be short
-    const int group = r / w, bh = bh0 + r - group * w, head = bh % d.n_heads;
-    return {head, head / d.group, bh / d.n_heads, (n_groups - 1 - group) * FwdConfig<D>::Q_TILES};
+    const L2Item it = l2_item(item, d.batch * d.n_heads, n_groups, p.l2_heads);
+    const int head = it.bh % d.n_heads;
+    return {head, head / d.group, it.bh / d.n_heads, (n_groups - 1 - it.tile) * FwdConfig<D>::Q_TILES};
 }
 
 // Block b's k-th item (k < ITEMS), -1 past its last.

@@ -337,6 +337,37 @@ __device__ __forceinline__ void mask_scores(float (&s)[NJ][4], const int32_t *ti
 
 constexpr int n_tiles(int seq_len, int block) { return (seq_len + block - 1) / block; }
 
+// ---------------------------------------------------------------- L2 sections
+
+// The bytes that the heads of one L2 section may span (FA3's budget; an H200 has 50 MB of
+// L2, which also holds the other tensors and the lists).
+constexpr int64_t L2_SECTION_BYTES = 32 << 20;
+
+// Heads per L2 section: whole groups of `group` heads (GQA: the query heads of one KV
+// head), a power of two of the n_groups groups of group_bytes each that fit
+// L2_SECTION_BYTES together, at least one.
+inline int l2_section_heads(int64_t group_bytes, int n_groups, int group) {
+    int groups = 1;
+    while (groups < n_groups && 2 * groups * group_bytes <= L2_SECTION_BYTES) groups *= 2;
+    return groups * group;
+}
+
+// Work item `item` of a grid over n_bh (batch, head) pairs x n_work tiles, in L2 sections
+// (FA3's order): the pairs, batch-major, in runs of `section`; inside a run tile 0 first
+// and the pair fastest. The blocks running at a time so touch the tensors of a few heads,
+// which stay in L2 however far apart the blocks are in their walks (head-fastest over all
+// heads spans every head: 16 of them at S = 16384 are several times L2).
+struct L2Item {
+    int bh, tile;
+};
+
+__device__ __forceinline__ L2Item l2_item(int item, int n_bh, int n_work, int section) {
+    const int run = item / (section * n_work), bh0 = run * section;
+    const int w = min(section, n_bh - bh0), r = item - bh0 * n_work;  // the last run may be short
+    const int tile = r / w;
+    return {bh0 + r - tile * w, tile};
+}
+
 // Shape and strides of the tensors (attention_cuda.h's layouts, elements), shared by the
 // forward and backward params.
 struct AttnDims {

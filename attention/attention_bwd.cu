@@ -59,6 +59,16 @@ struct BwdParams : AttnInputs {
     int dkdv_l2_heads, dq_l2_heads;  // query heads per L2 section of each kernel's blocks (l2_item)
 };
 
+// Heads per L2 section of a backward kernel's blocks (l2_section_heads), or one section of
+// every head where they fit twice the budget together: LPT holds only inside a section, so
+// the last section's longest blocks start late, which costs small problems more than their
+// L2 misses (H=12 KV=4 D=64 S=8192 shared_prefix / strip_thinking: +9 / +12% in sections;
+// docs/KERNEL_NOTES.md).
+int bwd_l2_heads(int64_t group_bytes, int n_groups, int group) {
+    return n_groups * group_bytes <= 2 * L2_SECTION_BYTES ? n_groups * group
+                                                          : l2_section_heads(group_bytes, n_groups, group);
+}
+
 BwdParams bwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q, const bf16 *k,
                      const bf16 *v, const bf16 *out, const float *lse, const bf16 *dout, bf16 *dq,
                      bf16 *dk, bf16 *dv, bool deterministic, void *workspace) {
@@ -85,9 +95,9 @@ BwdParams bwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q
     // What a head's blocks read and add into: Q, dO and (fast mode) dq_accum in the dK/dV
     // kernel, its KV head's K and V in the dQ kernel.
     const int64_t head_elems = (int64_t)d.seq_len * d.head_dim;
-    p.dkdv_l2_heads = l2_section_heads(head_elems * (2 * (int64_t)sizeof(bf16) + (deterministic ? 0 : (int64_t)sizeof(float))),
-                                       d.batch * d.n_heads, 1);
-    p.dq_l2_heads = l2_section_heads(head_elems * 2 * (int64_t)sizeof(bf16), d.batch * d.n_kv_heads, d.group);
+    const int64_t dq_bytes = deterministic ? 0 : (int64_t)sizeof(float);
+    p.dkdv_l2_heads = bwd_l2_heads(head_elems * (2 * (int64_t)sizeof(bf16) + dq_bytes), d.batch * d.n_heads, 1);
+    p.dq_l2_heads = bwd_l2_heads(head_elems * 2 * (int64_t)sizeof(bf16), d.batch * d.n_kv_heads, d.group);
     return p;
 }
 

@@ -307,6 +307,129 @@ void run_case(const Case &c, TestRng *rng, int deterministic_runs) {
         free(p);
 }
 
+// Heads [h0, h0 + n) of x [rows, H, D] (device) as a new [rows, n, D] tensor.
+attn_bf16 *slice_heads(const attn_bf16 *x, size_t rows, int H, int h0, int n, int D) {
+    attn_bf16 *y = device_alloc<attn_bf16>(rows * n * D);
+    const size_t sz = sizeof(attn_bf16);
+    cudaCheck(cudaMemcpy2D(y, n * D * sz, x + (size_t)h0 * D, H * D * sz, n * D * sz, rows, cudaMemcpyDeviceToDevice));
+    return y;
+}
+
+// Elements of heads [h0, h0 + n) of full [rows, H, D] that differ from part [rows, n, D].
+template <typename T>
+int slice_mismatches(const std::vector<T> &full, const std::vector<T> &part, size_t rows, int H, int h0, int n,
+                     int D) {
+    int bad = 0;
+    for (size_t r = 0; r < rows; r++)
+        for (int i = 0; i < n * D; i++) bad += full[(r * H + h0) * D + i] != part[(r * n) * D + i];
+    return bad;
+}
+
+template <typename T>
+std::vector<T> download(const T *d, size_t n) {
+    std::vector<T> h(n);
+    cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+// Outputs of one forward and both backwards of a problem: bit patterns, and fast mode's
+// dQ as floats (its fp32 reductions run in no fixed order).
+struct AttnRun {
+    std::vector<uint16_t> out, dq_det, dk_det, dv_det, dk_fast, dv_fast;
+    std::vector<float> lse, dq_fast;
+};
+
+AttnRun run_all(const AttnShape &shape, const AttnMask &mask, const attn_bf16 *q, const attn_bf16 *k,
+                const attn_bf16 *v, const attn_bf16 *dout) {
+    const size_t n_q = (size_t)shape.batch * shape.seq_len * shape.n_heads * shape.head_dim;
+    const size_t n_kv = (size_t)shape.batch * shape.seq_len * shape.n_kv_heads * shape.head_dim;
+    const size_t n_lse = (size_t)shape.batch * shape.n_heads * shape.seq_len;
+    attn_bf16 *out = device_alloc<attn_bf16>(n_q), *dq = device_alloc<attn_bf16>(n_q);
+    attn_bf16 *dk = device_alloc<attn_bf16>(n_kv), *dv = device_alloc<attn_bf16>(n_kv);
+    float *lse = device_alloc<float>(n_lse);
+    AttnRun r;
+    cudaCheck(cudaMemset(out, 0xff, n_q * 2));
+    attention_forward_cuda(&shape, &mask, q, k, v, out, lse, 0);
+    r.out = download_bits(out, n_q);
+    r.lse = download(lse, n_lse);
+    for (int det = 0; det < 2; det++) {
+        void *ws = device_alloc<char>(attention_backward_workspace_bytes(&shape, det));
+        cudaCheck(cudaMemset(dq, 0xff, n_q * 2));
+        cudaCheck(cudaMemset(dk, 0xff, n_kv * 2));
+        cudaCheck(cudaMemset(dv, 0xff, n_kv * 2));
+        attention_backward_cuda(&shape, &mask, q, k, v, out, lse, dout, dq, dk, dv, det, ws, 0);
+        cudaCheck(cudaDeviceSynchronize());
+        if (det) r.dq_det = download_bits(dq, n_q);
+        else r.dq_fast = download_bf16(dq, n_q);
+        (det ? r.dk_det : r.dk_fast) = download_bits(dk, n_kv);
+        (det ? r.dv_det : r.dv_fast) = download_bits(dv, n_kv);
+        cudaCheck(cudaFree(ws));
+    }
+    for (void *p : {(void *)out, (void *)dq, (void *)dk, (void *)dv, (void *)lse}) cudaCheck(cudaFree(p));
+    return r;
+}
+
+// Enough heads' bytes for several L2 sections in every kernel (the kernels' schedulers,
+// l2_item; a short last section, sections across batch rows): each KV group run alone (one
+// section) gives the same O, LSE, dK, dV and deterministic dQ bit for bit, and fast dQ up
+// to its rounding, so every block ran once, with the right head and tiles.
+void run_sections_case(const Case &c, TestRng *rng) {
+    const int B = c.batch, S = c.seq_len, H = c.n_heads, KVH = c.n_kv_heads, D = c.head_dim, G = H / KVH;
+    const AttnShape shape = {B, S, H, KVH, D, 1.0f / sqrtf((float)D)};
+    const size_t rows = (size_t)B * S;
+    printf("sections case B=%d S=%d H=%d KV=%d D=%d masks %s, %s\n", B, S, H, KVH, D, MASK_NAMES[c.rows[0]],
+           MASK_NAMES[c.rows[B > 1 ? 1 : 0]]);
+    int32_t *lo = host_alloc<int32_t>(rows), *hi = host_alloc<int32_t>(rows);
+    for (int b = 0; b < B; b++) fill_row(c.rows[b], S, rng, lo + (size_t)b * S, hi + (size_t)b * S);
+    AttnMask host_mask;
+    attn_mask_build(lo, hi, B, S, ATTN_TILE, ATTN_TILE, &host_mask);
+    int32_t *d_lo = device_alloc<int32_t>(rows), *d_hi = device_alloc<int32_t>(rows);
+    cudaCheck(cudaMemcpy(d_lo, lo, rows * 4, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(d_hi, hi, rows * 4, cudaMemcpyHostToDevice));
+    AttnMask mask = attn_mask_upload(&host_mask, d_lo, d_hi);
+    std::vector<float> unused;
+    attn_bf16 *q = upload(random_bf16(rng, rows * H * D, 3.0f, &unused));
+    attn_bf16 *k = upload(random_bf16(rng, rows * KVH * D, 1.0f, &unused));
+    attn_bf16 *v = upload(random_bf16(rng, rows * KVH * D, 1.0f, &unused));
+    attn_bf16 *dout = upload(random_bf16(rng, rows * H * D, 1.0f, &unused));
+    const AttnRun all = run_all(shape, mask, q, k, v, dout);
+
+    const AttnShape unit_shape = {B, S, G, 1, D, shape.scale};
+    int bad_out = 0, bad_lse = 0, bad_det = 0, bad_dkv = 0;
+    double worst_dq = 0;
+    for (int u = 0; u < KVH; u++) {
+        attn_bf16 *uq = slice_heads(q, rows, H, u * G, G, D), *udout = slice_heads(dout, rows, H, u * G, G, D);
+        attn_bf16 *uk = slice_heads(k, rows, KVH, u, 1, D), *uv = slice_heads(v, rows, KVH, u, 1, D);
+        const AttnRun one = run_all(unit_shape, mask, uq, uk, uv, udout);
+        bad_out += slice_mismatches(all.out, one.out, rows, H, u * G, G, D);
+        bad_lse += slice_mismatches(all.lse, one.lse, B, H, u * G, G, S);  // lse [B, H, S]: rows B, "D" = S
+        bad_det += slice_mismatches(all.dq_det, one.dq_det, rows, H, u * G, G, D) +
+                   slice_mismatches(all.dk_det, one.dk_det, rows, KVH, u, 1, D) +
+                   slice_mismatches(all.dv_det, one.dv_det, rows, KVH, u, 1, D);
+        bad_dkv += slice_mismatches(all.dk_fast, one.dk_fast, rows, KVH, u, 1, D) +
+                   slice_mismatches(all.dv_fast, one.dv_fast, rows, KVH, u, 1, D);
+        std::vector<float> dq_all(rows * G * D);
+        for (size_t r = 0; r < rows; r++)
+            memcpy(&dq_all[r * G * D], &all.dq_fast[(r * H + u * G) * D], G * D * sizeof(float));
+        const double e = rel_err(dq_all, one.dq_fast.data());
+        worst_dq = e > worst_dq || isnan(e) ? e : worst_dq;
+        for (void *p : {(void *)uq, (void *)udout, (void *)uk, (void *)uv}) cudaCheck(cudaFree(p));
+    }
+    printf("  per KV group alone: O %d, LSE %d, deterministic dQ/dK/dV %d, fast dK/dV %d elements differ; "
+           "fast dQ rel diff %.2e\n", bad_out, bad_lse, bad_det, bad_dkv, worst_dq);
+    EXPECT(bad_out == 0 && bad_lse == 0, "sections: O %d, LSE %d elements differ from one group alone", bad_out,
+           bad_lse);
+    EXPECT(bad_det == 0, "sections: %d deterministic gradient elements differ from one group alone", bad_det);
+    EXPECT(bad_dkv == 0, "sections: %d fast-mode dK/dV elements differ from one group alone", bad_dkv);
+    EXPECT(!isnan(worst_dq) && worst_dq <= 5e-3, "sections: fast dQ rel diff %.3g from one group alone", worst_dq);
+
+    attn_mask_free_device(&mask);
+    attn_mask_free(&host_mask);
+    for (void *p : {(void *)q, (void *)k, (void *)v, (void *)dout, (void *)d_lo, (void *)d_hi}) cudaCheck(cudaFree(p));
+    free(lo);
+    free(hi);
+}
+
 }  // namespace
 
 int main(void) {
@@ -327,5 +450,16 @@ int main(void) {
     };
     const int n_cases = quick ? 2 : (int)(sizeof(cases) / sizeof(cases[0]));
     for (int i = 0; i < n_cases; i++) run_case(cases[i], &rng, quick ? 2 : 10);
+    // Several L2 sections per kernel (bytes per head and section: bwd_l2_heads,
+    // l2_section_heads): fast dK/dV 2 heads, deterministic 4 (a short last one), dQ 4 KV
+    // heads, the forward 4 KV heads (case 1); GQA groups whole in the dQ kernel's sections
+    // (case 2); D = 64 (case 3).
+    const Case sections[] = {
+        {2, 16001, 9, 9, 128, {CAUSAL, STRIP_THINKING}},
+        {1, 16384, 18, 9, 128, {SHARED_PREFIX}},
+        {1, 16384, 24, 8, 64, {CAUSAL}},
+    };
+    if (!quick)
+        for (const Case &c : sections) run_sections_case(c, &rng);
     return test_finish();
 }

@@ -105,8 +105,10 @@ BwdParams bwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q
 
 // Per (batch, head, query) padded to whole query tiles: dsum = rowsum(dO * O) and
 // lse2 = lse * log2(e), +inf for a query that sees nothing or lies past seq_len (its
-// probabilities come out exactly 0). D / 8 adjacent threads per query row, 16 bytes of O
-// and of dO each (a warp per row with 4-byte loads kept too few loads in flight).
+// probabilities come out exactly 0); in fast mode also the row's D floats of dq_accum
+// zeroed (the same padded rows, a separate memset pass saved). D / 8 adjacent threads per
+// query row, 16 bytes of O and of dO each (a warp per row with 4-byte loads kept too few
+// loads in flight).
 constexpr int PREP_THREADS = 256;
 template <int D>
 __global__ void __launch_bounds__(PREP_THREADS) attn_bwd_prep_kernel(const __grid_constant__ BwdParams p) {
@@ -137,6 +139,10 @@ __global__ void __launch_bounds__(PREP_THREADS) attn_bwd_prep_kernel(const __gri
     if (live && col == 0) {
         p.ws.dsum[row] = acc;
         p.ws.lse2[row] = l2;
+    }
+    if (live && p.ws.dq_accum) {
+        float4 *z = reinterpret_cast<float4 *>(p.ws.dq_accum + row * D + col);
+        z[0] = z[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
 }
 
@@ -1135,7 +1141,6 @@ void backward(const BwdParams &p, bool deterministic, cudaStream_t stream) {
         launch_overlapped(attn_bwd_dkdv_kernel<D, false>, dkdv_grid(d), DKDV_THREADS, sizeof(DkdvSmem<D, false>),
                           stream, p);
     } else {
-        cudaCheck(cudaMemsetAsync(p.ws.dq_accum, 0, n_pad * D * sizeof(float), stream));
         launch(attn_bwd_dkdv_kernel<D, true>, dkdv_grid(d), DKDV_THREADS, sizeof(DkdvSmem<D, true>), stream, p);
         dq_convert_kernel<<<(unsigned)(n_pad / BM), CONVERT_THREADS, 0, stream>>>(p);
         cudaCheckLaunch();

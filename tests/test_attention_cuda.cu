@@ -244,6 +244,8 @@ void run_case(const Case &c, TestRng *rng, int deterministic_runs) {
         cudaCheck(cudaMemset(d_dq, 0xff, n_q * 2));
         cudaCheck(cudaMemset(d_dk, 0xff, n_kv * 2));
         cudaCheck(cudaMemset(d_dv, 0xff, n_kv * 2));
+        // The workspace is scratch: poisoned, so a kernel that relies on its contents fails.
+        cudaCheck(cudaMemset(d_ws[deterministic], 0xff, attention_backward_workspace_bytes(&shape, deterministic)));
         attention_backward_cuda(&shape, &mask, d_q, d_k, d_v, d_out, d_lse, d_dout, d_dq,
                                 d_dk, d_dv, deterministic, d_ws[deterministic], 0);
         cudaCheck(cudaDeviceSynchronize());
@@ -354,6 +356,7 @@ AttnRun run_all(const AttnShape &shape, const AttnMask &mask, const attn_bf16 *q
     r.lse = download(lse, n_lse);
     for (int det = 0; det < 2; det++) {
         void *ws = device_alloc<char>(attention_backward_workspace_bytes(&shape, det));
+        cudaCheck(cudaMemset(ws, 0xff, attention_backward_workspace_bytes(&shape, det)));  // scratch: poisoned
         cudaCheck(cudaMemset(dq, 0xff, n_q * 2));
         cudaCheck(cudaMemset(dk, 0xff, n_kv * 2));
         cudaCheck(cudaMemset(dv, 0xff, n_kv * 2));

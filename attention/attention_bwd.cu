@@ -353,9 +353,8 @@ struct DkdvBlock {
 
 __device__ __forceinline__ DkdvBlock dkdv_block(const BwdParams &p) {
     const AttnDims &d = p.dims;
-    const L2Item it = l2_item(blockIdx.x, d.batch * d.n_heads, n_tiles(d.n_k_tiles, DKDV_KEY_TILES), p.dkdv_l2_heads);
-    const int head = it.bh % d.n_heads;
-    return {head, head / d.group, it.bh / d.n_heads, it.tile * DKDV_KEY_TILES};
+    const L2Item it = l2_item(d, blockIdx.x, n_tiles(d.n_k_tiles, DKDV_KEY_TILES), p.dkdv_l2_heads);
+    return {it.head, it.kv_head, it.batch, it.tile * DKDV_KEY_TILES};
 }
 
 dim3 dkdv_grid(const AttnDims &d) { return dim3(d.batch * d.n_heads * n_tiles(d.n_k_tiles, DKDV_KEY_TILES)); }
@@ -852,9 +851,8 @@ template <int D>
 __device__ __forceinline__ DqBlock dq_block(const BwdParams &p) {
     const AttnDims &d = p.dims;
     const int n_groups = n_tiles(d.n_q_tiles, DqConfig<D>::Q_TILES);
-    const L2Item it = l2_item(blockIdx.x, d.batch * d.n_heads, n_groups, p.dq_l2_heads);
-    const int head = it.bh % d.n_heads;
-    return {head, head / d.group, it.bh / d.n_heads, (n_groups - 1 - it.tile) * DqConfig<D>::Q_TILES};
+    const L2Item it = l2_item(d, blockIdx.x, n_groups, p.dq_l2_heads);
+    return {it.head, it.kv_head, it.batch, (n_groups - 1 - it.tile) * DqConfig<D>::Q_TILES};
 }
 
 template <int D>

@@ -113,9 +113,8 @@ template <int D>
 __device__ __forceinline__ FwdBlock fwd_block(const FwdParams &p, int item) {
     const AttnDims &d = p.dims;
     const int n_groups = n_tiles(d.n_q_tiles, FwdConfig<D>::Q_TILES);
-    const L2Item it = l2_item(item, d.batch * d.n_heads, n_groups, p.l2_heads);
-    const int head = it.bh % d.n_heads;
-    return {head, head / d.group, it.bh / d.n_heads, (n_groups - 1 - it.tile) * FwdConfig<D>::Q_TILES};
+    const L2Item it = l2_item(d, item, n_groups, p.l2_heads);
+    return {it.head, it.kv_head, it.batch, (n_groups - 1 - it.tile) * FwdConfig<D>::Q_TILES};
 }
 
 // Block b's k-th item (k < ITEMS), -1 past its last.

@@ -352,22 +352,6 @@ inline int l2_section_heads(int64_t group_bytes, int n_groups, int group) {
     return groups * group;
 }
 
-// Work item `item` of a grid over n_bh (batch, head) pairs x n_work tiles, in L2 sections
-// (FA3's order): the pairs, batch-major, in runs of `section`; inside a run tile 0 first
-// and the pair fastest. The blocks running at a time so touch the tensors of a few heads,
-// which stay in L2 however far apart the blocks are in their walks (head-fastest over all
-// heads spans every head: 16 of them at S = 16384 are several times L2).
-struct L2Item {
-    int bh, tile;
-};
-
-__device__ __forceinline__ L2Item l2_item(int item, int n_bh, int n_work, int section) {
-    const int run = item / (section * n_work), bh0 = run * section;
-    const int w = min(section, n_bh - bh0), r = item - bh0 * n_work;  // the last run may be short
-    const int tile = r / w;
-    return {bh0 + r - tile * w, tile};
-}
-
 // Shape and strides of the tensors (attention_cuda.h's layouts, elements), shared by the
 // forward and backward params.
 struct AttnDims {
@@ -408,6 +392,23 @@ inline AttnDims attn_dims(const AttnShape *s) {
     d.scale = s->scale;
     d.scale_log2 = s->scale * LOG2E;
     return d;
+}
+
+// Work item `item` of a grid over the (batch, head) pairs x n_work tiles, in L2 sections
+// (FA3's order): the pairs, batch-major, in runs of `section` heads; inside a run tile 0
+// first and the pair fastest. The blocks running at a time so touch the tensors of a few
+// heads, which stay in L2 however far apart the blocks are in their walks (head-fastest
+// over all heads spans every head: 16 of them at S = 16384 are several times L2). Gives
+// the item's head, its KV head, its batch row and its tile in the run's order.
+struct L2Item {
+    int head, kv_head, batch, tile;
+};
+
+__device__ __forceinline__ L2Item l2_item(const AttnDims &d, int item, int n_work, int section) {
+    const int run = item / (section * n_work), bh0 = run * section;
+    const int w = min(section, d.batch * d.n_heads - bh0), r = item - bh0 * n_work;  // the last run may be short
+    const int tile = r / w, bh = bh0 + r - tile * w, head = bh % d.n_heads;
+    return {head, head / d.group, bh / d.n_heads, tile};
 }
 
 // The one host function that reads the caller's mask and intervals: checks that the mask

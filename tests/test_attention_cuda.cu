@@ -123,10 +123,15 @@ std::vector<float> download_bf16(const attn_bf16 *d, size_t n) {
     return x;
 }
 
-std::vector<uint16_t> download_bits(const attn_bf16 *d, size_t n) {
-    std::vector<uint16_t> h(n);
-    cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+template <typename T>
+std::vector<T> download(const T *d, size_t n) {
+    std::vector<T> h(n);
+    cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
     return h;
+}
+
+std::vector<uint16_t> download_bits(const attn_bf16 *d, size_t n) {
+    return download(reinterpret_cast<const uint16_t *>(d), n);
 }
 
 // ||x - ref|| / ||ref||; NaN if x has a NaN.
@@ -327,13 +332,6 @@ int slice_mismatches(const std::vector<T> &full, const std::vector<T> &part, siz
     return bad;
 }
 
-template <typename T>
-std::vector<T> download(const T *d, size_t n) {
-    std::vector<T> h(n);
-    cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-}
-
 // Outputs of one forward and both backwards of a problem: bit patterns, and fast mode's
 // dQ as floats (its fp32 reductions run in no fixed order).
 struct AttnRun {
@@ -355,8 +353,9 @@ AttnRun run_all(const AttnShape &shape, const AttnMask &mask, const attn_bf16 *q
     r.out = download_bits(out, n_q);
     r.lse = download(lse, n_lse);
     for (int det = 0; det < 2; det++) {
-        void *ws = device_alloc<char>(attention_backward_workspace_bytes(&shape, det));
-        cudaCheck(cudaMemset(ws, 0xff, attention_backward_workspace_bytes(&shape, det)));  // scratch: poisoned
+        const size_t ws_bytes = attention_backward_workspace_bytes(&shape, det);
+        void *ws = device_alloc<char>(ws_bytes);
+        cudaCheck(cudaMemset(ws, 0xff, ws_bytes));  // scratch: poisoned
         cudaCheck(cudaMemset(dq, 0xff, n_q * 2));
         cudaCheck(cudaMemset(dk, 0xff, n_kv * 2));
         cudaCheck(cudaMemset(dv, 0xff, n_kv * 2));

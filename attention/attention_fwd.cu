@@ -187,6 +187,9 @@ __device__ __forceinline__ void mask_step(float (&s)[FwdConfig<D>::STEP_TILES * 
 // same softmax. O is rescaled only when a row of the warp moved further, which after the
 // first steps is rare.
 constexpr float RESCALE_SLACK = 8.0f;
+// The most that update_fixed lets one thread's P of a row sum to (P then stays far from
+// bf16's and the fp32 sums' range); above it the step takes update's maximum.
+constexpr float FIXED_SUM_LIMIT = 65536.0f;
 
 // Running softmax state of this thread's two rows (accumulator rows lane/4 and lane/4 + 8)
 // in scaled base-2 units: the row maximum used so far and this thread's part of the row sum.
@@ -237,6 +240,36 @@ struct OnlineSoftmax {
             row_sum[r] = row_sum[r] * rescale[r] + sum;
         }
         return moved;
+    }
+
+    // The common case of update, without a new row maximum (FlashDecoding++'s unified
+    // maximum): P against the maximum used so far, packed into p as A fragments
+    // (acc_to_a's order), and the row sums. It is exact when this thread's P of each row sum
+    // to at most FIXED_SUM_LIMIT: then no P is above it, and none is inf or NaN (a row with
+    // no maximum yet gives inf or NaN). The warp agrees: true if that held for all of its
+    // rows, which then add the sums; else nothing changed, and the caller runs update on
+    // the same scores. No max reduction and no rescale vote on the path from S's wait to
+    // the exponentials.
+    template <int NJ>
+    __device__ bool update_fixed(const float (&s)[NJ][4], float scale_log2, uint32_t (&p)[NJ / 2][4]) {
+        float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int j = 0; j < NJ / 2; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {  // register i: row i % 2 of accumulator 2j + i / 2
+                const float(&acc)[4] = s[2 * j + i / 2];
+                const int r = i % 2;
+                const float p0 = fast_exp2(fmaf(acc[2 * r], scale_log2, -row_max[r]));
+                const float p1 = fast_exp2(fmaf(acc[2 * r + 1], scale_log2, -row_max[r]));
+                p[j][i] = pack_bf16(p0, p1);
+                sum[r] += p0 + p1;
+            }
+        const bool exact = __all_sync(0xffffffff, sum[0] <= FIXED_SUM_LIMIT && sum[1] <= FIXED_SUM_LIMIT);
+        if (exact) {
+            row_sum[0] += sum[0];
+            row_sum[1] += sum[1];
+        }
+        return exact;
     }
 
     template <int N>
@@ -487,8 +520,13 @@ __device__ __forceinline__ void consume(FwdSmem<D> &smem, const FwdParams &p, in
             wgmma::wait<1>();  // the scores; P V may still run
             wgmma::pin(s);
             mask_step<D>(s, next, wg, smem.ring, ks, d.seq_len, q_row);
-            const bool moved = softmax.update(s, d.scale_log2, rescale);
-            acc_to_a<KEYS>(p_next, s);
+            // Mostly against the maximum so far; where a row's maximum must grow, update's.
+            const bool fixed = softmax.update_fixed(s, d.scale_log2, p_next);
+            bool moved = false;
+            if (!fixed) {
+                moved = softmax.update(s, d.scale_log2, rescale);
+                acc_to_a<KEYS>(p_next, s);
+            }
             // After the exponentials (a row sum depends on all of a row's) and the packing
             // (else ptxas sinks it past the waits below), so that the wait for P V stays
             // behind them (see mbar_arrive_after): the packed words' OR with the sign and
@@ -505,7 +543,7 @@ __device__ __forceinline__ void consume(FwdSmem<D> &smem, const FwdParams &p, in
             wgmma::pin(o);
             wgmma::pin(p_cur);
             mbar_arrive(&sync.empty_v[vs]);
-            if (__any_sync(0xffffffff, moved)) OnlineSoftmax::rescale_o(o, rescale);
+            if (!fixed && __any_sync(0xffffffff, moved)) OnlineSoftmax::rescale_o(o, rescale);
             return true;
         };
         if (any_key) {

@@ -1,6 +1,7 @@
 // CUDA block-sparse attention against the fp32 CPU oracle (attention_cpu.c) on the same
 // bf16-rounded inputs: random Q, K, V, dO (fresh each run), interval masks of every
-// layout family plus random intervals, ragged seq_len, GQA (bench_attention's H=12/KV=4/D=64 and
+// layout family plus random intervals, keys scaled up along the sequence (scores whose
+// row maxima keep growing), ragged seq_len, GQA (bench_attention's H=12/KV=4/D=64 and
 // H=32/KV=8/D=128 among them), head_dim 64 and 128.
 // Also: the GPU tile-mask builder equals the CPU one; kernels follow the tile lists
 // (empty lists give zeros although lo/hi see keys); deterministic backward is bitwise
@@ -84,7 +85,8 @@ void fill_row(MaskKind kind, int S, TestRng *rng, int32_t *lo, int32_t *hi) {
 
 struct Case {
     int batch, seq_len, n_heads, n_kv_heads, head_dim;
-    MaskKind rows[2];  // per batch row
+    MaskKind rows[2];     // per batch row
+    float key_growth = 0;  // key k scaled by 1 + key_growth * k: row maxima that keep growing
 };
 
 template <typename T>
@@ -182,8 +184,8 @@ void run_case(const Case &c, TestRng *rng, int deterministic_runs) {
     const int B = c.batch, S = c.seq_len, H = c.n_heads, KVH = c.n_kv_heads, D = c.head_dim;
     const AttnShape shape = {B, S, H, KVH, D, 1.0f / sqrtf((float)D)};
     const size_t n_q = (size_t)B * S * H * D, n_kv = (size_t)B * S * KVH * D, n_lse = (size_t)B * H * S;
-    printf("case B=%d S=%d H=%d KV=%d D=%d masks %s, %s\n", B, S, H, KVH, D, MASK_NAMES[c.rows[0]],
-           MASK_NAMES[c.rows[B > 1 ? 1 : 0]]);
+    printf("case B=%d S=%d H=%d KV=%d D=%d masks %s, %s key growth %g\n", B, S, H, KVH, D, MASK_NAMES[c.rows[0]],
+           MASK_NAMES[c.rows[B > 1 ? 1 : 0]], c.key_growth);
 
     int32_t *lo = host_alloc<int32_t>((size_t)B * S), *hi = host_alloc<int32_t>((size_t)B * S);
     for (int b = 0; b < B; b++) fill_row(c.rows[b], S, rng, lo + (size_t)b * S, hi + (size_t)b * S);
@@ -199,7 +201,13 @@ void run_case(const Case &c, TestRng *rng, int deterministic_runs) {
 
     std::vector<float> q, k, v, dout;
     attn_bf16 *d_q = upload(random_bf16(rng, n_q, 3.0f, &q));
-    attn_bf16 *d_k = upload(random_bf16(rng, n_kv, 1.0f, &k));
+    std::vector<attn_bf16> k_bf16 = random_bf16(rng, n_kv, 1.0f, &k);
+    for (size_t i = 0; i < n_kv; i++) {
+        const int key = (int)(i / ((size_t)KVH * D) % S);
+        k_bf16[i] = __float2bfloat16(k[i] * (1.0f + c.key_growth * key));
+        k[i] = __bfloat162float(k_bf16[i]);
+    }
+    attn_bf16 *d_k = upload(k_bf16);
     attn_bf16 *d_v = upload(random_bf16(rng, n_kv, 1.0f, &v));
     attn_bf16 *d_dout = upload(random_bf16(rng, n_q, 1.0f, &dout));
     attn_bf16 *d_out = device_alloc<attn_bf16>(n_q), *d_dq = device_alloc<attn_bf16>(n_q);
@@ -449,6 +457,10 @@ int main(void) {
         // bench_attention's GQA shapes (the small trainer model, a Llama-3-like one)
         {2, 300, 12, 4, 64, {STRIP_THINKING, SHARED_PREFIX}},
         {2, 222, 32, 8, 128, {CAUSAL, DOCS}},
+        // Scores that grow along the keys: the forward's rescaled steps, and a maximum that
+        // ends over 2^7 above the first step's (exponentials against it would overflow).
+        {1, 520, 2, 1, 128, {CAUSAL}, 0.08f},
+        {2, 300, 4, 2, 64, {STRIP_THINKING, DOCS}, 0.02f},
     };
     const int n_cases = quick ? 2 : (int)(sizeof(cases) / sizeof(cases[0]));
     for (int i = 0; i < n_cases; i++) run_case(cases[i], &rng, quick ? 2 : 10);

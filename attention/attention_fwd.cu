@@ -16,11 +16,11 @@ namespace {
 // producer's warpgroup keeps 40) with 128-key steps: O (D/2) + S 64 + P 32 registers, Q
 // in shared memory. The copies of step j + LEAD are issued while step j runs: K is LEAD
 // steps deep, V LEAD + 1 (at D = 128 one step's K and V are 64 KiB). A block runs ITEMS
-// work items in turn (the scheduler below): two pay at D = 128, at D = 64 one (measured,
-// docs/KERNEL_NOTES.md v25b).
+// work items in turn (the scheduler below); two pay at both head dims (measured,
+// docs/KERNEL_NOTES.md: v25b, and at D = 64 the seventh session).
 template <int D>
 struct FwdConfig {
-    static constexpr int Q_TILES = 2, STEP_TILES = 2, LEAD = D == 64 ? 3 : 2, ITEMS = D == 128 ? 2 : 1;
+    static constexpr int Q_TILES = 2, STEP_TILES = 2, LEAD = D == 64 ? 3 : 2, ITEMS = 2;
 };
 constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
 // The consumer warpgroups and the producer's.
@@ -527,17 +527,10 @@ __device__ __forceinline__ void consume(FwdSmem<D> &smem, const FwdParams &p, in
                 moved = softmax.update(s, d.scale_log2, rescale);
                 acc_to_a<KEYS>(p_next, s);
             }
-            // After the exponentials (a row sum depends on all of a row's) and the packing
-            // (else ptxas sinks it past the waits below), so that the wait for P V stays
-            // behind them (see mbar_arrive_after): the packed words' OR with the sign and
-            // top exponent bit cleared is a finite non-negative float.
-            uint32_t packed = 0;
-#pragma unroll
-            for (int kk = 0; kk < KEYS / 16; kk++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) packed |= p_next[kk][e];
-            mbar_arrive_after(&sync.empty_k[ks], softmax.row_sum[0] + softmax.row_sum[1] +
-                                                     __uint_as_float(packed & 0x3fffffffu));
+            // After the exponentials (a row sum depends on all of a row's), so that the wait
+            // for P V stays behind them (see mbar_arrive_after). The packing stays before
+            // the waits too: update_fixed packs before the vote that decides the branch.
+            mbar_arrive_after(&sync.empty_k[ks], softmax.row_sum[0] + softmax.row_sum[1]);
             wait_ahead();
             wgmma::wait<0>();
             wgmma::pin(o);

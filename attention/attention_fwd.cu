@@ -368,6 +368,12 @@ __device__ __forceinline__ bool produce_step(FwdSmem<D> &smem, const FwdParams &
                 for (int c = 0; c < D / 64; c++)
                     tma_load_3d(smem.ring.k[ks] + c * KEYS * 64 + t * BN * 64, &p.map_k, blk.kv_head * D + 64 * c, k0,
                                 blk.batch, &sync.full_k[ks]);
+            // Only mask_step reads the intervals: for a tile some warpgroup does not see
+            // whole, or the ragged last one.
+            bool all_full = true;
+#pragma unroll
+            for (int w = 0; w < C::Q_TILES; w++) all_full &= step.tile[t].cls[w] == TileClass::Full;
+            if (all_full && !ragged_tile(step.tile[t].tile, d.seq_len)) continue;
 #pragma unroll
             for (int i = l; i < BN; i += 32) {
                 const bool valid = k0 + i < d.seq_len;

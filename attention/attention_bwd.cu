@@ -861,9 +861,9 @@ dim3 dq_grid(const AttnDims &d) { return dim3(d.batch * d.n_heads * n_tiles(d.n_
 // Warp 0 of the producer's warpgroup (every lane the same walk, in registers): per step n
 // waits until slot n % STAGES is free (step n - STAGES released by every consumer warp),
 // publishes the step there, has the copy engine bring the key tile's K and V (TMA,
-// 128-byte swizzle, zeros past seq_len) and the lanes copy its intervals (lo = hi = 0
-// past seq_len); step 0 also brings the query tiles' Q and dO. The walk's end is
-// published as a done step.
+// 128-byte swizzle, zeros past seq_len) and, where a consumer masks, the lanes copy its
+// intervals (lo = hi = 0 past seq_len); step 0 also brings the query tiles' Q and dO.
+// The walk's end is published as a done step.
 template <int D, int STAGES>
 __device__ __forceinline__ void produce_dq(DqSmemStages<D, STAGES> &smem, const BwdParams &p, const DqBlock &blk) {
     constexpr int Q_TILES = DqConfig<D>::Q_TILES, TILE_BYTES = BM * D * (int)sizeof(bf16);
@@ -895,7 +895,12 @@ __device__ __forceinline__ void produce_dq(DqSmemStages<D, STAGES> &smem, const 
                 tma_load_tile<BN, D>(smem.keys.v[stage], &p.map_v, blk.kv_head, k0, blk.batch, full);
             }
         }
-        if (!step.done())
+        // Only a consumer that masks reads the intervals (ds_from_scores): of a tile that
+        // some query tile sees in part, or of the ragged last one.
+        bool masked = !step.done() && ragged_tile(step.tile, d.seq_len);
+#pragma unroll
+        for (int t = 0; t < Q_TILES; t++) masked |= step.cls[t] == TileClass::Partial;
+        if (masked)
 #pragma unroll
             for (int i = l; i < BN; i += 32) {
                 const bool valid = k0 + i < d.seq_len;

@@ -420,7 +420,7 @@ __device__ __forceinline__ void produce(FwdSmem<D> &smem, const FwdParams &p) {
         const int32_t *hi = p.mask.hi + (int64_t)blk.batch * d.seq_len;
         MergedLines<C::Q_TILES> walk;
         walk.init(p.mask.by_query, blk.batch, blk.q_tile0);
-        const bool q_early = C::ITEMS == 1 || k == 0;
+        const bool q_early = k == 0;
         const FwdStep<D> step0 = next_step<D>(walk);
         if (q_early && !step0.done() && l == 0) load_q(smem, p, blk);
         // jv = j - k: each earlier item ended with one done step.

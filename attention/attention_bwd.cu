@@ -662,21 +662,48 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
         if constexpr (V_RES > 0) tile_to_a(v_frag, smem.v[wg]);
     }
     int n = 0, last_q0 = 0;  // last_q0: the last step's query tile (fast mode)
+    // Fast mode issues step n + 1's S^T and dP^T at the end of step n, right behind its dK,
+    // so that the warpgroup's products follow one another without a gap; step n then waits
+    // for all of them (no wgmma group crosses the loop's back edge), and the walk's last
+    // step issues its own again, which nobody reads: a branch around that issue makes
+    // ptxas serialise every wgmma of the kernel (C7512), as do deterministic mode's V
+    // fragments beside the products in flight. Deterministic mode issues a step's S^T and
+    // dP^T at its start.
+    constexpr bool ISSUE_AHEAD = ATOMIC_DQ;
+    // Issues step `stage`'s S^T and dP^T into s, dp (each declared where it is issued: an
+    // accumulator's older values count as inputs of its first product, and would stay live
+    // through the step) and waits for every product in flight.
+    auto s_dp = [&](float (&s)[BM / 8][4], float (&dp)[BM / 8][4], int stage) {
+        issue_s_dp<D>(s, dp, a_operand<K_RES>(k_frag, smem.k[wg]), smem.q[stage],
+                      a_operand<V_RES>(v_frag, smem.v[wg]), smem.dout[stage]);
+        wgmma::wait<0>();
+        wgmma::pin(s);
+        wgmma::pin(dp);
+    };
+    float s_ahead[BM / 8][4], dp_ahead[BM / 8][4];  // fast mode: S^T and dP^T of the next step
+    DkdvStep step_ahead;                            // fast mode: the next step
+    if constexpr (ISSUE_AHEAD) {
+        mbar_wait(&smem.full[0], 0);  // step 0's tile and the key pair landed
+        step_ahead = smem.step[0];
+        if (!step_ahead.done()) s_dp(s_ahead, dp_ahead, 0);
+    }
 
 #pragma unroll 1
     for (;; n++) {
         const int stage = n % STAGES;
-        mbar_wait(&smem.full[stage], n / STAGES % 2);  // step n's tile (and at n = 0 the key pair) landed
-        const DkdvStep step = smem.step[stage];
+        if constexpr (!ISSUE_AHEAD)
+            mbar_wait(&smem.full[stage], n / STAGES % 2);  // step n's tile (and at n = 0 the key pair) landed
+        const DkdvStep step = ISSUE_AHEAD ? step_ahead : smem.step[stage];
         if (step.done()) break;
+        float pt[BM / 8][4], dpt[BM / 8][4];  // S^T then P^T then dS^T; dP^T [64 keys x BM queries]
+        if constexpr (ISSUE_AHEAD) {
+            copy(pt, s_ahead);
+            copy(dpt, dp_ahead);
+        } else {
+            s_dp(pt, dpt, stage);
+        }
         const bf16 *t_q = smem.q[stage], *t_do = smem.dout[stage];
         const int q0 = step.tile * BM;
-
-        float pt[BM / 8][4], dpt[BM / 8][4];  // S^T then P^T then dS^T; dP^T [64 keys x BM queries]
-        issue_s_dp<D>(pt, dpt, a_operand<K_RES>(k_frag, smem.k[wg]), t_q, a_operand<V_RES>(v_frag, smem.v[wg]), t_do);
-        wgmma::wait<0>();
-        wgmma::pin(pt);
-        wgmma::pin(dpt);
         probs_t(pt, smem.lse2[stage], d.scale_log2);
         // A branch, not predication: full tiles must not pay for the test.
         if (step.of(wg) != TileClass::Full || ragged) mask_probs_t(pt, keys, q0);
@@ -687,44 +714,49 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
         acc_to_a<BM>(ds_frag, pt);
 
         issue_dkv<D>(dv_acc, p_frag, t_do);
+        // Once dV has landed, P^T's registers are free (for dQ, then the next S^T): waited
+        // for where that comes first.
+        auto dv_landed = [&] {
+            wgmma::pin(dv_acc);
+            wgmma::pin(p_frag);
+        };
         if constexpr (ATOMIC_DQ) {
             stage_ds<D>(smem.dq, wg, n, ds_frag);  // under dV
             if (n > 0 && dq_owner(n - 1, wg)) {
                 float dq_part[D / 8][4];  // [64 queries x D] of step n - 1
                 if constexpr (dq_wide(D)) {
-                    // Its own end of the step: P^T's registers must not be live past the dQ issue.
-                    static_assert(K_RES == 0 && V_RES == 0, "this end of the step keeps no fragments");
                     wgmma::wait<0>();  // dV: P^T's registers hold the dQ accumulator
-                    wgmma::pin(dv_acc);
-                    wgmma::pin(p_frag);
-                    issue_dq<D>(dq_part, smem, n - 1);
-                    issue_dkv<D>(dk_acc, ds_frag, t_q);
-                    wgmma::wait<1>();  // dQ; dK runs on
-                    reduce_dq<D>(smem, p, blk, wg, n - 1, last_q0, dq_part);
-                    wgmma::wait<0>();
-                    wgmma::pin(dk_acc);
-                    wgmma::pin(ds_frag);
-                    mbar_arrive(&smem.empty[stage]);
-                    last_q0 = q0;
-                    continue;
+                    dv_landed();
                 }
                 issue_dq<D>(dq_part, smem, n - 1);
                 issue_dkv<D>(dk_acc, ds_frag, t_q);
                 wgmma::wait<1>();  // dV and dQ; dK runs on
+                if constexpr (!dq_wide(D)) dv_landed();
                 reduce_dq<D>(smem, p, blk, wg, n - 1, last_q0, dq_part);
             } else {
                 issue_dkv<D>(dk_acc, ds_frag, t_q);
                 if constexpr (dq_wide(D))
                     if (n >= 2) release_dq_chunk<D>(smem.dq);  // dQ(n - 2), reduced at step n - 1
+                wgmma::wait<1>();  // dV; dK runs on
+                dv_landed();
             }
             last_q0 = q0;
         } else {
             issue_dkv<D>(dk_acc, ds_frag, t_q);
         }
-        wgmma::wait<0>();
-        wgmma::pin(dv_acc);
+        if constexpr (ISSUE_AHEAD) {
+            const int next = (n + 1) % STAGES;
+            mbar_wait(&smem.full[next], (n + 1) / STAGES % 2);  // step n + 1's tile landed
+            step_ahead = smem.step[next];
+            float s_next[BM / 8][4], dp_next[BM / 8][4];
+            s_dp(s_next, dp_next, step_ahead.done() ? stage : next);  // behind dK; at the walk's end this step's again
+            copy(s_ahead, s_next);
+            copy(dp_ahead, dp_next);
+        } else {
+            wgmma::wait<0>();  // dV and dK
+            dv_landed();
+        }
         wgmma::pin(dk_acc);
-        wgmma::pin(p_frag);
         wgmma::pin(ds_frag);
         if constexpr (K_RES > 0) keep_frags(k_frag, smem.k[wg], step.tile);
         if constexpr (V_RES > 0) keep_frags(v_frag, smem.v[wg], step.tile);

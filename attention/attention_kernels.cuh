@@ -204,6 +204,13 @@ __device__ __forceinline__ void zero(float (&acc)[N][4]) {
 #pragma unroll
     for (int i = 0; i < N; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
 }
+template <int N>
+__device__ __forceinline__ void copy(float (&dst)[N][4], const float (&src)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dst[i][e] = src[i][e];
+}
 
 // ---------------------------------------------------------------- the mask, device side
 

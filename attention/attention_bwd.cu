@@ -903,7 +903,7 @@ __device__ __forceinline__ void produce_dq(DqSmemStages<D, STAGES> &smem, const 
     const AttnDims &d = p.dims;
     const int l = lane_id();
     const int32_t *lo = p.mask.lo + (int64_t)blk.batch * d.seq_len, *hi = p.mask.hi + (int64_t)blk.batch * d.seq_len;
-    MergedLines<Q_TILES> walk;
+    WarpWalk<Q_TILES> walk;
     walk.init(p.mask.by_query, blk.batch, blk.q_tile0);
 #pragma unroll 1
     for (int n = 0;; n++) {

@@ -132,7 +132,7 @@ dim3 fwd_grid(const AttnDims &d) {
 
 // The next step of a walk.
 template <int D>
-__device__ __forceinline__ FwdStep<D> next_step(MergedLines<FwdConfig<D>::Q_TILES> &walk) {
+__device__ __forceinline__ FwdStep<D> next_step(WarpWalk<FwdConfig<D>::Q_TILES> &walk) {
     FwdStep<D> step;
 #pragma unroll
     for (int t = 0; t < FwdConfig<D>::STEP_TILES; t++) step.tile[t] = walk.next();
@@ -418,7 +418,7 @@ __device__ __forceinline__ void produce(FwdSmem<D> &smem, const FwdParams &p) {
         const FwdBlock blk = fwd_block<D>(p, fwd_item<D>(d, k));
         const int32_t *lo = p.mask.lo + (int64_t)blk.batch * d.seq_len;
         const int32_t *hi = p.mask.hi + (int64_t)blk.batch * d.seq_len;
-        MergedLines<C::Q_TILES> walk;
+        WarpWalk<C::Q_TILES> walk;
         walk.init(p.mask.by_query, blk.batch, blk.q_tile0);
         const bool q_early = k == 0;
         const FwdStep<D> step0 = next_step<D>(walk);

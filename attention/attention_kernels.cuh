@@ -267,8 +267,9 @@ struct TileStep {
 };
 
 // The union of N tile lines (each a full and a partial list, both ascending), visited in
-// ascending order. A line that does not list a step's tile (Empty) must hide every pair
-// of it. A plain aggregate, so a block can keep one in shared memory.
+// ascending order by one thread (the dK/dV kernel's producer). A line that does not list
+// a step's tile (Empty) must hide every pair of it. A plain aggregate, so a block can
+// keep one in shared memory.
 template <int N>
 struct MergedLines {
     TileList line[N];
@@ -303,6 +304,88 @@ struct MergedLines {
             step.cls[i] = full ? TileClass::Full : partial ? TileClass::Partial : TileClass::Empty;
             pos_full[i] += full;
             pos_partial[i] += partial;
+        }
+        return step;
+    }
+};
+
+// The same walk for a whole warp, every lane calling with the same arguments and getting
+// the same steps, 32 tiles at a time: the lanes load the next 32 entries of each of the
+// 4N lists at once, and a window of 32 tiles from the lowest head becomes a bit mask per
+// list (each list ascends without repeats, so its entries inside a window are among its
+// next 32). A step then costs a few bit operations instead of MergedLines' loads and
+// compares of every list head, which matters where the walk shares issue slots with the
+// consumers (the forward's producer warp).
+template <int N>
+struct WarpWalk {
+    const int32_t *full_list[N];  // line i's partial list is at full_list[i] + to_partial:
+    int64_t to_partial;           // every line's lists sit at the same slot of both arrays
+    int n_full[N], n_partial[N];
+    int pos_full[N], pos_partial[N];  // entries before the window
+    uint32_t full[N], partial[N];     // bit i: tile base + i is listed, in the window
+    int base;
+
+    __device__ void init(const TileListsView &lists, int row, int line0) {
+        to_partial = lists.partial_idx - lists.full_idx;
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            const TileList t = lists.line(row, line0 + i);
+            full_list[i] = t.full;
+            n_full[i] = t.n_full;
+            n_partial[i] = t.n_total - t.n_full;
+            pos_full[i] = pos_partial[i] = 0;
+            full[i] = partial[i] = 0;
+        }
+    }
+    // The next window: from the lowest head of the lists (INT_MAX once all are done).
+    __device__ void refill() {
+        const int l = lane_id();
+        int e_full[N], e_partial[N];  // entry pos + l of each list (INT_MAX past its end)
+        base = INT_MAX;
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            e_full[i] = pos_full[i] + l < n_full[i] ? full_list[i][pos_full[i] + l] : INT_MAX;
+            e_partial[i] = pos_partial[i] + l < n_partial[i] ? full_list[i][to_partial + pos_partial[i] + l] : INT_MAX;
+            base = min(base, min(__shfl_sync(0xffffffff, e_full[i], 0), __shfl_sync(0xffffffff, e_partial[i], 0)));
+        }
+        if (base == INT_MAX) return;
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            full[i] = window_bits(e_full[i], pos_full[i]);
+            partial[i] = window_bits(e_partial[i], pos_partial[i]);
+        }
+    }
+    __device__ uint32_t window_bits(int e, int &pos) const {
+        const uint32_t bits = __reduce_or_sync(0xffffffff, e - base < 32 ? 1u << (e - base) : 0u);
+        pos += __popc(bits);
+        return bits;
+    }
+    __device__ uint32_t any() const {
+        uint32_t u = 0;
+#pragma unroll
+        for (int i = 0; i < N; i++) u |= full[i] | partial[i];
+        return u;
+    }
+    __device__ TileStep<N> next() {
+        TileStep<N> step;
+        uint32_t u = any();
+        if (u == 0) {
+            refill();
+            u = any();
+        }
+        if (u == 0) {  // every list done
+            step.tile = INT_MAX;
+#pragma unroll
+            for (int i = 0; i < N; i++) step.cls[i] = TileClass::Empty;
+            return step;
+        }
+        const int b = __ffs(u) - 1;
+        step.tile = base + b;
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            step.cls[i] = full[i] >> b & 1 ? TileClass::Full : partial[i] >> b & 1 ? TileClass::Partial : TileClass::Empty;
+            full[i] &= ~(1u << b);
+            partial[i] &= ~(1u << b);
         }
         return step;
     }

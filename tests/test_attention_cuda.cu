@@ -17,9 +17,9 @@
 
 namespace {
 
-enum MaskKind { CAUSAL, DOCS, SHARED_PREFIX, STRIP_THINKING, DUPLICATE, RANDOM_INTERVALS };
+enum MaskKind { CAUSAL, DOCS, SHARED_PREFIX, STRIP_THINKING, DUPLICATE, RANDOM_INTERVALS, SINK_LOCAL };
 const char *const MASK_NAMES[] = {"causal", "docs", "shared_prefix", "strip_thinking",
-                                  "duplicate", "random_intervals"};
+                                  "duplicate", "random_intervals", "sink_local"};
 
 // Sets hi for keys [k0, k1) (clipped to the document end), lo = own slot (causal).
 void causal_span(int32_t *lo, int32_t *hi, int k0, int k1, int doc_end, int visible_until) {
@@ -64,8 +64,20 @@ void fill_doc(MaskKind kind, int d0, int d1, TestRng *rng, int32_t *lo, int32_t 
     }
 }
 
+// SINK_LOCAL: keys [0, SINK_KEYS) visible to every later query, key k to queries
+// [k, k + LOCAL_KEYS): a query tile's line lists the first tiles, then after a gap of
+// many tiles its own (the walks' windows of 32 tiles far from tile 0).
+constexpr int SINK_KEYS = 100, LOCAL_KEYS = 300;
+
 // One row's lo/hi [S]: documents packed back to back, then padding (lo = hi).
 void fill_row(MaskKind kind, int S, TestRng *rng, int32_t *lo, int32_t *hi) {
+    if (kind == SINK_LOCAL) {  // every query sees the first keys and its last ones
+        for (int k = 0; k < S; k++) {
+            lo[k] = k;
+            hi[k] = k < SINK_KEYS ? S : (k + LOCAL_KEYS < S ? k + LOCAL_KEYS : S);
+        }
+        return;
+    }
     if (kind == RANDOM_INTERVALS) {  // arbitrary intervals; queries 0..3 see nothing
         for (int k = 0; k < S; k++) {
             lo[k] = test_rng_int(rng, 4, S);
@@ -461,6 +473,10 @@ int main(void) {
         // ends over 2^7 above the first step's (exponentials against it would overflow).
         {1, 520, 2, 1, 128, {CAUSAL}, 0.08f},
         {2, 300, 4, 2, 64, {STRIP_THINKING, DOCS}, 0.02f},
+        // Lines of more than 32 tiles, in windows away from tile 0, and gaps wider than a
+        // window: the producers' walks (WarpWalk) past their first window.
+        {1, 2200, 2, 1, 128, {CAUSAL}},
+        {2, 4500, 2, 2, 64, {SINK_LOCAL, RANDOM_INTERVALS}},
     };
     const int n_cases = quick ? 2 : (int)(sizeof(cases) / sizeof(cases[0]));
     for (int i = 0; i < n_cases; i++) run_case(cases[i], &rng, quick ? 2 : 10);

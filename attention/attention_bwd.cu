@@ -594,33 +594,30 @@ __device__ __forceinline__ void release_dq_chunk(DqStaging<D> &st) {
 
 // ---------------------------------------------------------------- dK/dV: epilogue
 
-// This thread's two key rows below seq_len: dK (times the softmax scale) and dV as bf16,
-// or with GQA the head's fp32 partial sums at dkv_part[head % group].
+// This thread's two key rows below seq_len: dK (times the softmax scale) and dV as bf16
+// (store_row_bf16), or with GQA the head's fp32 partial sums at dkv_part[head % group]
+// (8-byte stores: 16-byte ones after swaps between lane pairs measured slower at D = 64 and
+// made ptxas spill in the deterministic kernel's loop at D = 128; docs/KERNEL_NOTES.md).
 template <int D>
 __device__ __forceinline__ void store_dk_dv(const BwdParams &p, const DkdvBlock &blk, int key_row,
                                             const float (&dk_acc)[D / 8][4], const float (&dv_acc)[D / 8][4]) {
     const AttnDims &d = p.dims;
-    const int l = lane_id();
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int key = key_row + 8 * r;
-        if (key >= d.seq_len) continue;
-        const int64_t off = ((int64_t)(blk.batch * d.seq_len + key) * d.n_kv_heads + blk.kv_head) * D + 2 * (l % 4);
-        if (d.group > 1) {
+        const bool live = key < d.seq_len;
+        const int64_t off = ((int64_t)(blk.batch * d.seq_len + (live ? key : 0)) * d.n_kv_heads + blk.kv_head) * D;
+        if (d.group == 1) {
+            store_row_bf16<D>(p.dk + off, dk_acc, r, d.scale, live);
+            store_row_bf16<D>(p.dv + off, dv_acc, r, 1.0f, live);
+        } else if (live) {
             float *part_k = p.ws.dkv_part + 2 * (blk.head % d.group) * d.n_kv + off, *part_v = part_k + d.n_kv;
 #pragma unroll
             for (int n = 0; n < D / 8; n++) {
-                *reinterpret_cast<float2 *>(part_k + 8 * n) = make_float2(dk_acc[n][2 * r], dk_acc[n][2 * r + 1]);
-                *reinterpret_cast<float2 *>(part_v + 8 * n) = make_float2(dv_acc[n][2 * r], dv_acc[n][2 * r + 1]);
+                const int col = 8 * n + 2 * (lane_id() % 4);
+                *reinterpret_cast<float2 *>(part_k + col) = make_float2(dk_acc[n][2 * r], dk_acc[n][2 * r + 1]);
+                *reinterpret_cast<float2 *>(part_v + col) = make_float2(dv_acc[n][2 * r], dv_acc[n][2 * r + 1]);
             }
-            continue;
-        }
-#pragma unroll
-        for (int n = 0; n < D / 8; n++) {
-            *reinterpret_cast<__nv_bfloat162 *>(p.dk + off + 8 * n) =
-                __floats2bfloat162_rn(dk_acc[n][2 * r] * d.scale, dk_acc[n][2 * r + 1] * d.scale);
-            *reinterpret_cast<__nv_bfloat162 *>(p.dv + off + 8 * n) =
-                __floats2bfloat162_rn(dv_acc[n][2 * r], dv_acc[n][2 * r + 1]);
         }
     }
 }
@@ -772,7 +769,7 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
         } else if constexpr (dq_wide(D)) {
             if (n >= 2) release_dq_chunk<D>(smem.dq);  // dQ(n - 2), for the other warpgroup's dQ(n - 1)
         }
-        bulk_wait_all();  // shared memory must outlive the reductions reading it
+        bulk_wait_read_all();  // shared memory must outlive the reductions reading it
     }
     store_dk_dv<D>(p, blk, key_row, dk_acc, dv_acc);
 }
@@ -975,22 +972,17 @@ __device__ __forceinline__ void issue_ds_k(float (&dq_acc)[D / 8][4], const uint
     wgmma::commit();
 }
 
-// dQ = dQ_acc * scale as bf16, for this thread's rows below seq_len.
+// dQ = dQ_acc * scale as bf16 (store_row_bf16), for this thread's rows below seq_len.
 template <int D>
 __device__ __forceinline__ void store_dq(const BwdParams &p, const DqBlock &blk, int q_row,
                                          const float (&dq_acc)[D / 8][4]) {
     const AttnDims &d = p.dims;
-    const int l = lane_id();
     bf16 *dq_head = p.dq + blk.batch * d.q_batch_stride + blk.head * D;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int qi = q_row + 8 * r;
-        if (qi >= d.seq_len) continue;
-        bf16 *dst = dq_head + (int64_t)qi * d.q_row_stride + 2 * (l % 4);
-#pragma unroll
-        for (int n = 0; n < D / 8; n++)
-            *reinterpret_cast<__nv_bfloat162 *>(dst + 8 * n) =
-                __floats2bfloat162_rn(dq_acc[n][2 * r] * d.scale, dq_acc[n][2 * r + 1] * d.scale);
+        const bool live = qi < d.seq_len;
+        store_row_bf16<D>(dq_head + (int64_t)(live ? qi : 0) * d.q_row_stride, dq_acc, r, d.scale, live);
     }
 }
 

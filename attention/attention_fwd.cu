@@ -301,25 +301,19 @@ struct OnlineSoftmax {
 
 // ---------------------------------------------------------------- epilogue
 
-// O = o / row sum as bf16, and the LSE, for this thread's rows below seq_len.
+// O = o / row sum as bf16 (store_row_bf16), and the LSE, for this thread's rows below seq_len.
 template <int D>
 __device__ __forceinline__ void store_out_lse(const FwdParams &p, const FwdBlock &blk, int q_row,
                                               const float (&o)[D / 8][4], const OnlineSoftmax &softmax) {
     const AttnDims &d = p.dims;
-    const int l = lane_id();
     bf16 *out_head = p.out + blk.batch * d.q_batch_stride + blk.head * D;
     float *lse_row = p.lse + ((int64_t)blk.batch * d.n_heads + blk.head) * d.seq_len;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int qi = q_row + 8 * r;
-        if (qi >= d.seq_len) continue;
-        const float inv = softmax.inv_sum(r);
-        bf16 *dst = out_head + (int64_t)qi * d.q_row_stride + 2 * (l % 4);
-#pragma unroll
-        for (int n = 0; n < D / 8; n++)
-            *reinterpret_cast<__nv_bfloat162 *>(dst + 8 * n) =
-                __floats2bfloat162_rn(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
-        if (l % 4 == 0) lse_row[qi] = softmax.lse(r);
+        const bool live = qi < d.seq_len;
+        store_row_bf16<D>(out_head + (int64_t)(live ? qi : 0) * d.q_row_stride, o, r, softmax.inv_sum(r), live);
+        if (live && lane_id() % 4 == 0) lse_row[qi] = softmax.lse(r);
     }
 }
 

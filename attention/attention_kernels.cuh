@@ -212,6 +212,46 @@ __device__ __forceinline__ void copy(float (&dst)[N][4], const float (&src)[N][4
         for (int e = 0; e < 4; e++) dst[i][e] = src[i][e];
 }
 
+// ---------------------------------------------------------------- accumulator rows to global memory
+
+// A 4 x 4 transpose of 32-bit words inside each quad of lanes (4q .. 4q + 3): lane t's a[j]
+// becomes lane j's a[t]. Two exchange stages (partners t ^ 1, then t ^ 2), each word
+// chosen by the lane's bit; every lane of the warp must take part.
+__device__ __forceinline__ void quad_transpose(uint32_t (&a)[4]) {
+    const int t = lane_id() % 4;
+#pragma unroll
+    for (int stage = 1; stage <= 2; stage *= 2) {
+        const bool upper = t & stage;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            if (j & stage) continue;
+            const uint32_t got = __shfl_xor_sync(0xffffffff, upper ? a[j] : a[j + stage], stage);
+            if (upper) a[j] = got;
+            else a[j + stage] = got;
+        }
+    }
+}
+
+// Row r (0: the thread's accumulator row lane / 4, 1: that row + 8) of a warp's [16 x D]
+// accumulator (acc_to_a's layout), times scale, to dst[0 .. D) as bf16 where store holds.
+// A quad holds a row's columns as 4-byte pairs, 8-column block n spread over its lanes; after
+// quad_transpose lane t holds blocks 4k + t whole and writes each with one 16-byte store, a
+// quarter of the pairs' store instructions (and half the sectors each touches). Every
+// lane of the warp must call it.
+template <int D>
+__device__ __forceinline__ void store_row_bf16(bf16 *dst, const float (&acc)[D / 8][4], int r, float scale,
+                                               bool store) {
+    const int t = lane_id() % 4;
+#pragma unroll
+    for (int k = 0; k < D / 32; k++) {
+        uint32_t a[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) a[j] = pack_bf16(acc[4 * k + j][2 * r] * scale, acc[4 * k + j][2 * r + 1] * scale);
+        quad_transpose(a);
+        if (store) *reinterpret_cast<uint4 *>(dst + 8 * (4 * k + t)) = make_uint4(a[0], a[1], a[2], a[3]);
+    }
+}
+
 // ---------------------------------------------------------------- the mask, device side
 
 // How a tile line sees a tile (mask.h's TileKind): not at all, partly, or whole.

@@ -235,9 +235,9 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&a)[4]) {
 // Row r (0: the thread's accumulator row lane / 4, 1: that row + 8) of a warp's [16 x D]
 // accumulator (acc_to_a's layout), times scale, to dst[0 .. D) as bf16 where store holds.
 // A quad holds a row's columns as 4-byte pairs, 8-column block n spread over its lanes; after
-// quad_transpose lane t holds blocks 4k + t whole and writes each with one 16-byte store, a
-// quarter of the pairs' store instructions (and half the sectors each touches). Every
-// lane of the warp must call it.
+// quad_transpose lane t holds blocks 4k + t whole and writes each with one 16-byte store: a
+// quarter of the 4-byte stores' instructions, each writing whole 32-byte sectors (a warp's
+// 4-byte store wrote half of 8). Every lane of the warp must call it.
 template <int D>
 __device__ __forceinline__ void store_row_bf16(bf16 *dst, const float (&acc)[D / 8][4], int r, float scale,
                                                bool store) {

@@ -72,7 +72,8 @@ __device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid
 
 // dst[0 .. bytes/4) += src[...] in fp32, done by the copy engine from shared memory
 // (asynchronous; 16-byte aligned, bytes a multiple of 16). Groups as cp.async's: commit,
-// then wait until the source may be overwritten (read) or the adds are done.
+// then wait until the source may be overwritten (the reads; the adds complete with the
+// grid, which is all the kernels after need).
 __device__ __forceinline__ void bulk_reduce_add_f32(float *dst, const float *src, int bytes) {
     asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
                  "r"(smem_addr(src)), "r"(bytes)
@@ -82,7 +83,6 @@ __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.comm
 __device__ __forceinline__ void bulk_wait_read_all() {
     asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
-__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 // mbarrier in shared memory: a phase completes when `count` arrivals and the expected
 // transaction bytes (of TMA copies) have come. Phase k of a barrier completes with its

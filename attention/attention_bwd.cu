@@ -650,10 +650,11 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
     uint32_t k_frag[K_RES > 0 ? K_RES : 1][4], v_frag[V_RES > 0 ? V_RES : 1][4];  // this warp's 16 rows of K, V
     if constexpr (K_RES > 0 || V_RES > 0) {
         // Step 0's stage brought the key pair. A second wait for phase 0 of full[0] (the
-        // loop's first, in fast mode the first issue's, is the other): its phase 1 needs the producer's refill for step
-        // STAGES, which waits for every consumer thread's release of step 0. An empty walk
-        // brings no key pair and uses no fragment. Before the loop, so that ptxas need not
-        // keep the ldmatrix addresses (at D = 128 inside the loop: 8 bytes spilled).
+        // other is the loop's first, in fast mode the first issue's): its phase 1 needs the
+        // producer's refill for step STAGES, which waits for every consumer thread's
+        // release of step 0. An empty walk brings no key pair and uses no fragment. Before
+        // the loop, so that ptxas need not keep the ldmatrix addresses (at D = 128 inside
+        // the loop: 8 bytes spilled).
         mbar_wait(&smem.full[0], 0);
         if constexpr (K_RES > 0) tile_to_a(k_frag, smem.k[wg]);
         if constexpr (V_RES > 0) tile_to_a(v_frag, smem.v[wg]);

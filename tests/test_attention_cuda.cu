@@ -5,7 +5,9 @@
 // H=32/KV=8/D=128 among them), head_dim 64 and 128.
 // Also: the GPU tile-mask builder equals the CPU one; kernels follow the tile lists
 // (empty lists give zeros although lo/hi see keys); deterministic backward is bitwise
-// reproducible. ATTN_TEST_QUICK=1 runs two small cases (for compute-sanitizer).
+// reproducible; a NaN reaches exactly its query's dq row, and gradients of 2^70 stay exact
+// (run_nan_case). ATTN_TEST_QUICK=1 runs two small cases and the NaN cases (for
+// compute-sanitizer).
 #include "attention/attention_cuda.h"
 
 #include <math.h>
@@ -452,6 +454,103 @@ void run_sections_case(const Case &c, TestRng *rng) {
     free(hi);
 }
 
+// The backward of one problem whose forward ran on clean inputs: dq of both modes, with
+// dO scaled by dout_scale and optionally one element of Q or dO replaced by NaN.
+struct NanProblem {
+    AttnShape shape;
+    AttnMask mask;
+    std::vector<attn_bf16> q, k, v, dout;
+};
+
+std::vector<float> backward_dq(const NanProblem &pr, bool det, const std::vector<attn_bf16> &q,
+                               const std::vector<attn_bf16> &dout) {
+    const AttnShape &s = pr.shape;
+    const size_t n_q = q.size(), n_kv = pr.k.size(), n_lse = (size_t)s.batch * s.n_heads * s.seq_len;
+    attn_bf16 *d_q = upload(pr.q), *d_k = upload(pr.k), *d_v = upload(pr.v);
+    attn_bf16 *d_out = device_alloc<attn_bf16>(n_q);
+    float *d_lse = device_alloc<float>(n_lse);
+    attention_forward_cuda(&s, &pr.mask, d_q, d_k, d_v, d_out, d_lse, 0);
+    cudaCheck(cudaMemcpy(d_q, q.data(), n_q * sizeof(attn_bf16), cudaMemcpyHostToDevice));
+    attn_bf16 *d_dout = upload(dout), *d_dq = device_alloc<attn_bf16>(n_q);
+    attn_bf16 *d_dk = device_alloc<attn_bf16>(n_kv), *d_dv = device_alloc<attn_bf16>(n_kv);
+    const size_t ws_bytes = attention_backward_workspace_bytes(&s, det);
+    void *ws = device_alloc<char>(ws_bytes);
+    cudaCheck(cudaMemset(ws, 0xff, ws_bytes));
+    attention_backward_cuda(&s, &pr.mask, d_q, d_k, d_v, d_out, d_lse, d_dout, d_dq, d_dk, d_dv, det, ws, 0);
+    cudaCheck(cudaDeviceSynchronize());
+    std::vector<float> dq = download_bf16(d_dq, n_q);
+    for (void *p : {(void *)d_q, (void *)d_k, (void *)d_v, (void *)d_out, (void *)d_lse, (void *)d_dout,
+                    (void *)d_dq, (void *)d_dk, (void *)d_dv, ws})
+        cudaCheck(cudaFree(p));
+    return dq;
+}
+
+// A NaN in one query's dO or Q makes that query's dq row NaN in both modes (every key's dS
+// is NaN) and, in deterministic mode, leaves every other dq element bitwise as with clean
+// inputs (nothing else reads that row); dO scaled by 2^70 (gradients far from 1, exact in
+// fp32) scales deterministic dq by 2^70 exactly.
+void run_nan_case(int D, TestRng *rng) {
+    const int B = 1, S = 200, H = 4, KVH = 2, POISON_ROW = 150;
+    NanProblem pr;
+    pr.shape = {B, S, H, KVH, D, 1.0f / sqrtf((float)D)};
+    printf("NaN and range case B=%d S=%d H=%d KV=%d D=%d causal\n", B, S, H, KVH, D);
+    int32_t *lo = host_alloc<int32_t>(S), *hi = host_alloc<int32_t>(S);
+    fill_row(CAUSAL, S, rng, lo, hi);
+    AttnMask host_mask;
+    attn_mask_build(lo, hi, B, S, ATTN_TILE, ATTN_TILE, &host_mask);
+    int32_t *d_lo = device_alloc<int32_t>(S), *d_hi = device_alloc<int32_t>(S);
+    cudaCheck(cudaMemcpy(d_lo, lo, S * 4, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(d_hi, hi, S * 4, cudaMemcpyHostToDevice));
+    pr.mask = attn_mask_upload(&host_mask, d_lo, d_hi);
+    const size_t n_q = (size_t)B * S * H * D, n_kv = (size_t)B * S * KVH * D;
+    std::vector<float> unused;
+    pr.q = random_bf16(rng, n_q, 3.0f, &unused);
+    pr.k = random_bf16(rng, n_kv, 1.0f, &unused);
+    pr.v = random_bf16(rng, n_kv, 1.0f, &unused);
+    pr.dout = random_bf16(rng, n_q, 1.0f, &unused);
+    const std::vector<float> clean = backward_dq(pr, true, pr.q, pr.dout);
+    auto at = [&](int row, int head, int col) { return ((size_t)row * H + head) * D + col; };  // B = 1
+    const uint16_t NAN_BF16 = 0x7fc0;
+    for (int poison_q = 0; poison_q < 2; poison_q++) {
+        const int head = poison_q ? 2 : 1;
+        std::vector<attn_bf16> q = pr.q, dout = pr.dout;
+        reinterpret_cast<uint16_t *>(poison_q ? q.data() : dout.data())[at(POISON_ROW, head, 3)] = NAN_BF16;
+        const std::vector<float> det = backward_dq(pr, true, q, dout), fast = backward_dq(pr, false, q, dout);
+        int row_not_nan = 0, other_differ = 0, fast_row_not_nan = 0;
+        for (int r = 0; r < S; r++)
+            for (int h = 0; h < H; h++)
+                for (int c = 0; c < D; c++) {
+                    const float x = det[at(r, h, c)];
+                    if (h == head && r == POISON_ROW) {
+                        row_not_nan += !isnan(x);
+                        fast_row_not_nan += !isnan(fast[at(r, h, c)]);
+                    } else {
+                        other_differ += memcmp(&x, &clean[at(r, h, c)], sizeof x) != 0;
+                    }
+                }
+        const char *what = poison_q ? "Q" : "dO";
+        printf("  NaN in %s (row %d, head %d): dq row elements not NaN: deterministic %d, fast %d; other deterministic "
+               "dq elements changed: %d\n", what, POISON_ROW, head, row_not_nan, fast_row_not_nan, other_differ);
+        EXPECT(row_not_nan == 0 && fast_row_not_nan == 0, "NaN in %s: %d deterministic, %d fast dq row elements not NaN",
+               what, row_not_nan, fast_row_not_nan);
+        EXPECT(other_differ == 0, "NaN in %s: %d other deterministic dq elements changed", what, other_differ);
+    }
+    const float BIG = 0x1p70f;
+    std::vector<attn_bf16> big = pr.dout;
+    for (attn_bf16 &x : big) x = __float2bfloat16(__bfloat162float(x) * BIG);
+    const std::vector<float> scaled = backward_dq(pr, true, pr.q, big);
+    int not_scaled = 0;
+    for (size_t i = 0; i < n_q; i++) not_scaled += !(scaled[i] == clean[i] * BIG);
+    printf("  dO x 2^70: %d deterministic dq elements not exactly 2^70 x the clean ones\n", not_scaled);
+    EXPECT(not_scaled == 0, "dO x 2^70: %d deterministic dq elements not exactly scaled", not_scaled);
+    attn_mask_free_device(&pr.mask);
+    attn_mask_free(&host_mask);
+    cudaCheck(cudaFree(d_lo));
+    cudaCheck(cudaFree(d_hi));
+    free(lo);
+    free(hi);
+}
+
 }  // namespace
 
 int main(void) {
@@ -491,5 +590,6 @@ int main(void) {
     };
     if (!quick)
         for (const Case &c : sections) run_sections_case(c, &rng);
+    for (int d : {64, 128}) run_nan_case(d, &rng);
     return test_finish();
 }

@@ -454,8 +454,8 @@ void run_sections_case(const Case &c, TestRng *rng) {
     free(hi);
 }
 
-// The backward of one problem whose forward ran on clean inputs: dq of both modes, with
-// dO scaled by dout_scale and optionally one element of Q or dO replaced by NaN.
+// One problem for backward_dq: the forward runs on its clean Q, then the backward with the
+// Q and dO given (copies with a NaN, or scaled), and dq comes back as floats.
 struct NanProblem {
     AttnShape shape;
     AttnMask mask;
@@ -472,6 +472,7 @@ std::vector<float> backward_dq(const NanProblem &pr, bool det, const std::vector
     attention_forward_cuda(&s, &pr.mask, d_q, d_k, d_v, d_out, d_lse, 0);
     cudaCheck(cudaMemcpy(d_q, q.data(), n_q * sizeof(attn_bf16), cudaMemcpyHostToDevice));
     attn_bf16 *d_dout = upload(dout), *d_dq = device_alloc<attn_bf16>(n_q);
+    cudaCheck(cudaMemset(d_dq, 0, n_q * sizeof(attn_bf16)));  // not NaN: an unwritten row fails the NaN checks
     attn_bf16 *d_dk = device_alloc<attn_bf16>(n_kv), *d_dv = device_alloc<attn_bf16>(n_kv);
     const size_t ws_bytes = attention_backward_workspace_bytes(&s, det);
     void *ws = device_alloc<char>(ws_bytes);

@@ -194,6 +194,38 @@ bool same_tile_mask(const AttnMask *cpu, const AttnMask *gpu) {
            same_lists(cpu->by_key, gpu->by_key, cpu->n_rows);
 }
 
+// A case's interval mask: lo/hi [B, S] of the rows' layouts on the host and the device,
+// the tile lists attn_mask_build makes of them, and those lists uploaded over the device
+// intervals.
+struct TestMask {
+    int32_t *lo, *hi, *d_lo, *d_hi;
+    AttnMask host, device;
+};
+
+TestMask make_test_mask(const MaskKind *rows, int B, int S, TestRng *rng) {
+    const size_t n = (size_t)B * S;
+    TestMask m;
+    m.lo = host_alloc<int32_t>(n);
+    m.hi = host_alloc<int32_t>(n);
+    for (int b = 0; b < B; b++) fill_row(rows[b], S, rng, m.lo + (size_t)b * S, m.hi + (size_t)b * S);
+    attn_mask_build(m.lo, m.hi, B, S, ATTN_TILE, ATTN_TILE, &m.host);
+    m.d_lo = device_alloc<int32_t>(n);
+    m.d_hi = device_alloc<int32_t>(n);
+    cudaCheck(cudaMemcpy(m.d_lo, m.lo, n * 4, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(m.d_hi, m.hi, n * 4, cudaMemcpyHostToDevice));
+    m.device = attn_mask_upload(&m.host, m.d_lo, m.d_hi);
+    return m;
+}
+
+void free_test_mask(TestMask *m) {
+    attn_mask_free_device(&m->device);
+    attn_mask_free(&m->host);
+    cudaCheck(cudaFree(m->d_lo));
+    cudaCheck(cudaFree(m->d_hi));
+    free(m->lo);
+    free(m->hi);
+}
+
 void run_case(const Case &c, TestRng *rng, int deterministic_runs) {
     const int B = c.batch, S = c.seq_len, H = c.n_heads, KVH = c.n_kv_heads, D = c.head_dim;
     const AttnShape shape = {B, S, H, KVH, D, 1.0f / sqrtf((float)D)};
@@ -201,15 +233,10 @@ void run_case(const Case &c, TestRng *rng, int deterministic_runs) {
     printf("case B=%d S=%d H=%d KV=%d D=%d masks %s, %s key growth %g\n", B, S, H, KVH, D, MASK_NAMES[c.rows[0]],
            MASK_NAMES[c.rows[B > 1 ? 1 : 0]], c.key_growth);
 
-    int32_t *lo = host_alloc<int32_t>((size_t)B * S), *hi = host_alloc<int32_t>((size_t)B * S);
-    for (int b = 0; b < B; b++) fill_row(c.rows[b], S, rng, lo + (size_t)b * S, hi + (size_t)b * S);
-    AttnMask host_mask;
-    attn_mask_build(lo, hi, B, S, ATTN_TILE, ATTN_TILE, &host_mask);
-    int32_t *d_lo = device_alloc<int32_t>((size_t)B * S), *d_hi = device_alloc<int32_t>((size_t)B * S);
-    cudaCheck(cudaMemcpy(d_lo, lo, (size_t)B * S * 4, cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d_hi, hi, (size_t)B * S * 4, cudaMemcpyHostToDevice));
-    AttnMask mask = attn_mask_upload(&host_mask, d_lo, d_hi), gpu_built;
-    attn_mask_build_cuda(d_lo, d_hi, B, S, ATTN_TILE, ATTN_TILE, &gpu_built, 0);
+    TestMask tm = make_test_mask(c.rows, B, S, rng);
+    const AttnMask &host_mask = tm.host;
+    AttnMask &mask = tm.device, gpu_built;
+    attn_mask_build_cuda(tm.d_lo, tm.d_hi, B, S, ATTN_TILE, ATTN_TILE, &gpu_built, 0);
     cudaCheck(cudaDeviceSynchronize());
     EXPECT(same_tile_mask(&host_mask, &gpu_built), "GPU-built mask differs from attn_mask_build");
 
@@ -325,15 +352,12 @@ void run_case(const Case &c, TestRng *rng, int deterministic_runs) {
         for (float f : x) nonzero += f != 0.0f;
     EXPECT(nonzero == 0, "%d nonzero outputs with empty tile lists", nonzero);
 
-    attn_mask_free_device(&mask);
+    free_test_mask(&tm);
     attn_mask_free_device(&gpu_built);
-    attn_mask_free(&host_mask);
     for (void *p : {(void *)d_q, (void *)d_k, (void *)d_v, (void *)d_dout, (void *)d_out, (void *)d_dq,
-                    (void *)d_dk, (void *)d_dv, (void *)d_lse, (void *)d_lo, (void *)d_hi, d_ws[0], d_ws[1]})
+                    (void *)d_dk, (void *)d_dv, (void *)d_lse, d_ws[0], d_ws[1]})
         cudaCheck(cudaFree(p));
-    for (void *p : {(void *)lo, (void *)hi, (void *)out_ref, (void *)lse_ref, (void *)dq_ref,
-                    (void *)dk_ref, (void *)dv_ref})
-        free(p);
+    for (void *p : {(void *)out_ref, (void *)lse_ref, (void *)dq_ref, (void *)dk_ref, (void *)dv_ref}) free(p);
 }
 
 // Heads [h0, h0 + n) of x [rows, H, D] (device) as a new [rows, n, D] tensor.
@@ -403,14 +427,8 @@ void run_sections_case(const Case &c, TestRng *rng) {
     const size_t rows = (size_t)B * S;
     printf("sections case B=%d S=%d H=%d KV=%d D=%d masks %s, %s\n", B, S, H, KVH, D, MASK_NAMES[c.rows[0]],
            MASK_NAMES[c.rows[B > 1 ? 1 : 0]]);
-    int32_t *lo = host_alloc<int32_t>(rows), *hi = host_alloc<int32_t>(rows);
-    for (int b = 0; b < B; b++) fill_row(c.rows[b], S, rng, lo + (size_t)b * S, hi + (size_t)b * S);
-    AttnMask host_mask;
-    attn_mask_build(lo, hi, B, S, ATTN_TILE, ATTN_TILE, &host_mask);
-    int32_t *d_lo = device_alloc<int32_t>(rows), *d_hi = device_alloc<int32_t>(rows);
-    cudaCheck(cudaMemcpy(d_lo, lo, rows * 4, cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d_hi, hi, rows * 4, cudaMemcpyHostToDevice));
-    AttnMask mask = attn_mask_upload(&host_mask, d_lo, d_hi);
+    TestMask tm = make_test_mask(c.rows, B, S, rng);
+    const AttnMask &mask = tm.device;
     std::vector<float> unused;
     attn_bf16 *q = upload(random_bf16(rng, rows * H * D, 3.0f, &unused));
     attn_bf16 *k = upload(random_bf16(rng, rows * KVH * D, 1.0f, &unused));
@@ -447,42 +465,35 @@ void run_sections_case(const Case &c, TestRng *rng) {
     EXPECT(bad_dkv == 0, "sections: %d fast-mode dK/dV elements differ from one group alone", bad_dkv);
     EXPECT(!isnan(worst_dq) && worst_dq <= 5e-3, "sections: fast dQ rel diff %.3g from one group alone", worst_dq);
 
-    attn_mask_free_device(&mask);
-    attn_mask_free(&host_mask);
-    for (void *p : {(void *)q, (void *)k, (void *)v, (void *)dout, (void *)d_lo, (void *)d_hi}) cudaCheck(cudaFree(p));
-    free(lo);
-    free(hi);
+    free_test_mask(&tm);
+    for (void *p : {(void *)q, (void *)k, (void *)v, (void *)dout}) cudaCheck(cudaFree(p));
 }
 
-// One problem for backward_dq: the forward runs on its clean Q, then the backward with the
-// Q and dO given (copies with a NaN, or scaled), and dq comes back as floats.
+// A problem whose forward ran once on clean inputs (K, V, O and lse on the device), for
+// backward_dq: the backward with the Q and dO given (copies with a NaN, or scaled), dq
+// back as floats.
 struct NanProblem {
     AttnShape shape;
-    AttnMask mask;
-    std::vector<attn_bf16> q, k, v, dout;
+    const AttnMask *mask;
+    std::vector<attn_bf16> q, dout;  // clean
+    attn_bf16 *k, *v, *out;
+    float *lse;
 };
 
 std::vector<float> backward_dq(const NanProblem &pr, bool det, const std::vector<attn_bf16> &q,
                                const std::vector<attn_bf16> &dout) {
     const AttnShape &s = pr.shape;
-    const size_t n_q = q.size(), n_kv = pr.k.size(), n_lse = (size_t)s.batch * s.n_heads * s.seq_len;
-    attn_bf16 *d_q = upload(pr.q), *d_k = upload(pr.k), *d_v = upload(pr.v);
-    attn_bf16 *d_out = device_alloc<attn_bf16>(n_q);
-    float *d_lse = device_alloc<float>(n_lse);
-    attention_forward_cuda(&s, &pr.mask, d_q, d_k, d_v, d_out, d_lse, 0);
-    cudaCheck(cudaMemcpy(d_q, q.data(), n_q * sizeof(attn_bf16), cudaMemcpyHostToDevice));
-    attn_bf16 *d_dout = upload(dout), *d_dq = device_alloc<attn_bf16>(n_q);
+    const size_t n_q = q.size(), n_kv = (size_t)s.batch * s.seq_len * s.n_kv_heads * s.head_dim;
+    attn_bf16 *d_q = upload(q), *d_dout = upload(dout), *d_dq = device_alloc<attn_bf16>(n_q);
     cudaCheck(cudaMemset(d_dq, 0, n_q * sizeof(attn_bf16)));  // not NaN: an unwritten row fails the NaN checks
     attn_bf16 *d_dk = device_alloc<attn_bf16>(n_kv), *d_dv = device_alloc<attn_bf16>(n_kv);
     const size_t ws_bytes = attention_backward_workspace_bytes(&s, det);
     void *ws = device_alloc<char>(ws_bytes);
     cudaCheck(cudaMemset(ws, 0xff, ws_bytes));
-    attention_backward_cuda(&s, &pr.mask, d_q, d_k, d_v, d_out, d_lse, d_dout, d_dq, d_dk, d_dv, det, ws, 0);
+    attention_backward_cuda(&s, pr.mask, d_q, pr.k, pr.v, pr.out, pr.lse, d_dout, d_dq, d_dk, d_dv, det, ws, 0);
     cudaCheck(cudaDeviceSynchronize());
     std::vector<float> dq = download_bf16(d_dq, n_q);
-    for (void *p : {(void *)d_q, (void *)d_k, (void *)d_v, (void *)d_out, (void *)d_lse, (void *)d_dout,
-                    (void *)d_dq, (void *)d_dk, (void *)d_dv, ws})
-        cudaCheck(cudaFree(p));
+    for (void *p : {(void *)d_q, (void *)d_dout, (void *)d_dq, (void *)d_dk, (void *)d_dv, ws}) cudaCheck(cudaFree(p));
     return dq;
 }
 
@@ -495,20 +506,20 @@ void run_nan_case(int D, TestRng *rng) {
     NanProblem pr;
     pr.shape = {B, S, H, KVH, D, 1.0f / sqrtf((float)D)};
     printf("NaN and range case B=%d S=%d H=%d KV=%d D=%d causal\n", B, S, H, KVH, D);
-    int32_t *lo = host_alloc<int32_t>(S), *hi = host_alloc<int32_t>(S);
-    fill_row(CAUSAL, S, rng, lo, hi);
-    AttnMask host_mask;
-    attn_mask_build(lo, hi, B, S, ATTN_TILE, ATTN_TILE, &host_mask);
-    int32_t *d_lo = device_alloc<int32_t>(S), *d_hi = device_alloc<int32_t>(S);
-    cudaCheck(cudaMemcpy(d_lo, lo, S * 4, cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d_hi, hi, S * 4, cudaMemcpyHostToDevice));
-    pr.mask = attn_mask_upload(&host_mask, d_lo, d_hi);
+    const MaskKind causal = CAUSAL;
+    TestMask tm = make_test_mask(&causal, B, S, rng);
+    pr.mask = &tm.device;
     const size_t n_q = (size_t)B * S * H * D, n_kv = (size_t)B * S * KVH * D;
     std::vector<float> unused;
     pr.q = random_bf16(rng, n_q, 3.0f, &unused);
-    pr.k = random_bf16(rng, n_kv, 1.0f, &unused);
-    pr.v = random_bf16(rng, n_kv, 1.0f, &unused);
+    pr.k = upload(random_bf16(rng, n_kv, 1.0f, &unused));
+    pr.v = upload(random_bf16(rng, n_kv, 1.0f, &unused));
     pr.dout = random_bf16(rng, n_q, 1.0f, &unused);
+    attn_bf16 *clean_q = upload(pr.q);
+    pr.out = device_alloc<attn_bf16>(n_q);
+    pr.lse = device_alloc<float>((size_t)B * H * S);
+    attention_forward_cuda(&pr.shape, pr.mask, clean_q, pr.k, pr.v, pr.out, pr.lse, 0);
+    cudaCheck(cudaFree(clean_q));
     const std::vector<float> clean = backward_dq(pr, true, pr.q, pr.dout);
     auto at = [&](int row, int head, int col) { return ((size_t)row * H + head) * D + col; };  // B = 1
     const uint16_t NAN_BF16 = 0x7fc0;
@@ -544,12 +555,8 @@ void run_nan_case(int D, TestRng *rng) {
     for (size_t i = 0; i < n_q; i++) not_scaled += !(scaled[i] == clean[i] * BIG);
     printf("  dO x 2^70: %d deterministic dq elements not exactly 2^70 x the clean ones\n", not_scaled);
     EXPECT(not_scaled == 0, "dO x 2^70: %d deterministic dq elements not exactly scaled", not_scaled);
-    attn_mask_free_device(&pr.mask);
-    attn_mask_free(&host_mask);
-    cudaCheck(cudaFree(d_lo));
-    cudaCheck(cudaFree(d_hi));
-    free(lo);
-    free(hi);
+    free_test_mask(&tm);
+    for (void *p : {(void *)pr.k, (void *)pr.v, (void *)pr.out, (void *)pr.lse}) cudaCheck(cudaFree(p));
 }
 
 }  // namespace

@@ -21,8 +21,12 @@ namespace {
 // buffer 256-byte aligned); with base == nullptr only `bytes` is computed.
 struct BwdWorkspace {
     float *dsum, *lse2;  // [batch, n_heads, s_pad] each
-    float *dq_accum;     // [batch, n_heads, s_pad, head_dim], fast mode only
-    float *dkv_part;     // [group][dK | dV][batch, seq_len, n_kv_heads, head_dim], GQA only
+    // [batch, n_heads, s_pad, head_dim]: fp32 sums (fast mode), or 32-bit fixed point with
+    // 2^f = dq_scale of its row (deterministic mode: integer adds in any order, the same sum)
+    float *dq_accum;
+    float *dq_scale;                // [batch, n_heads, s_pad], deterministic mode; NaN: the row's dq is NaN
+    unsigned long long *kv_bound;  // [batch, n_kv_heads][max |K|, max_k ||V_k||] as doubles' bits, deterministic
+    float *dkv_part;                // [group][dK | dV][batch, seq_len, n_kv_heads, head_dim], GQA only
     size_t bytes;
 };
 
@@ -41,7 +45,11 @@ BwdWorkspace bwd_workspace(const AttnDims &d, bool deterministic, void *base) {
     w.bytes = 0;
     w.dsum = take_floats(base, &w.bytes, n_pad);
     w.lse2 = take_floats(base, &w.bytes, n_pad);
-    w.dq_accum = deterministic ? nullptr : take_floats(base, &w.bytes, n_pad * d.head_dim);
+    w.dq_accum = take_floats(base, &w.bytes, n_pad * d.head_dim);
+    w.dq_scale = deterministic ? take_floats(base, &w.bytes, n_pad) : nullptr;
+    w.kv_bound = deterministic ? reinterpret_cast<unsigned long long *>(
+                                     take_floats(base, &w.bytes, 4 * (int64_t)d.batch * d.n_kv_heads))
+                               : nullptr;
     w.dkv_part = d.group > 1 ? take_floats(base, &w.bytes, 2 * d.group * d.n_kv) : nullptr;
     return w;
 }
@@ -95,18 +103,89 @@ BwdParams bwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q
     // What a head's blocks read and add into: Q, dO and (fast mode) dq_accum in the dK/dV
     // kernel, its KV head's K and V in the dQ kernel.
     const int64_t head_elems = (int64_t)d.seq_len * d.head_dim;
-    const int64_t dq_bytes = deterministic ? 0 : (int64_t)sizeof(float);
-    p.dkdv_l2_heads = bwd_l2_heads(head_elems * (2 * (int64_t)sizeof(bf16) + dq_bytes), d.batch * d.n_heads, 1);
+    p.dkdv_l2_heads = bwd_l2_heads(head_elems * (2 * (int64_t)sizeof(bf16) + (int64_t)sizeof(float)),
+                                   d.batch * d.n_heads, 1);
     p.dq_l2_heads = bwd_l2_heads(head_elems * 2 * (int64_t)sizeof(bf16), d.batch * d.n_kv_heads, d.group);
     return p;
 }
 
 // ---------------------------------------------------------------- pre-pass
 
+// Deterministic mode's fixed point. Row q's dQ before the softmax scale, and each partial
+// sum of it over some keys, is at most max|K| (||dO_q|| max_k ||V_k|| + |dsum_q|) in
+// magnitude when the row's probabilities sum to 1 (|dP_qk| <= ||dO_q|| ||V_k||, and
+// |dsum_q| <= max_k |dP_qk| for the sum dS_qk = P_qk (dP_qk - dsum_q) weighs): scaled by
+// 2^f that puts it below 2^FIXED_DQ_BITS, so partials and sums fit 32-bit integers with
+// room for rounding, and a partial past FIXED_DQ_LIMIT (a NaN, an infinity: inputs that
+// are not finite) makes the row NaN.
+constexpr int FIXED_DQ_BITS = 29;
+constexpr float FIXED_DQ_LIMIT = 1073741824.0f;  // 2^30
+
+// Per (batch, KV head): the largest finite |K| element and the largest finite ||V_k||, as
+// atomicMax of non-negative doubles' bits into kv_bound (zeroed before). A key that is not
+// finite reaches only the rows that see it, whose partials then fail their limit.
+// Thread t of block x takes the 16-byte column chunk x * KV_BOUND_THREADS + t of
+// KV_BOUND_ROWS keys; D / 8 adjacent threads hold one KV head's row.
+constexpr int KV_BOUND_THREADS = 256, KV_BOUND_ROWS = 8;
+template <int D>
+__global__ void __launch_bounds__(KV_BOUND_THREADS) kv_bound_kernel(const __grid_constant__ BwdParams p) {
+    constexpr int LANES = D / 8;
+    const AttnDims &d = p.dims;
+    const int chunk = blockIdx.x * KV_BOUND_THREADS + threadIdx.x, b = blockIdx.z;
+    const bool live = chunk < d.kv_row_stride / 8;
+    uint4 kw[KV_BOUND_ROWS], vw[KV_BOUND_ROWS];
+#pragma unroll
+    for (int r = 0; r < KV_BOUND_ROWS; r++) {
+        const int s = blockIdx.y * KV_BOUND_ROWS + r;
+        const int64_t off = ((int64_t)b * d.seq_len + s) * d.kv_row_stride + chunk * 8;
+        kw[r] = vw[r] = make_uint4(0, 0, 0, 0);
+        if (live && s < d.seq_len) {
+            kw[r] = *reinterpret_cast<const uint4 *>(p.k + off);
+            vw[r] = *reinterpret_cast<const uint4 *>(p.v + off);
+        }
+    }
+    float k_max = 0.0f;
+    double v_sq_max = 0.0;
+#pragma unroll
+    for (int r = 0; r < KV_BOUND_ROWS; r++) {
+        const uint32_t kr[4] = {kw[r].x, kw[r].y, kw[r].z, kw[r].w}, vr[4] = {vw[r].x, vw[r].y, vw[r].z, vw[r].w};
+        double v_sq = 0.0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float2 kf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&kr[i]));
+            const float2 vf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&vr[i]));
+            if (fabsf(kf.x) < INFINITY) k_max = fmaxf(k_max, fabsf(kf.x));  // false for NaN too
+            if (fabsf(kf.y) < INFINITY) k_max = fmaxf(k_max, fabsf(kf.y));
+            v_sq += (double)vf.x * vf.x + (double)vf.y * vf.y;
+        }
+#pragma unroll
+        for (int off = LANES / 2; off > 0; off /= 2) v_sq += __shfl_xor_sync(0xffffffff, v_sq, off);
+        if (isfinite(v_sq)) v_sq_max = fmax(v_sq_max, v_sq);
+    }
+#pragma unroll
+    for (int off = LANES / 2; off > 0; off /= 2) k_max = fmaxf(k_max, __shfl_xor_sync(0xffffffff, k_max, off));
+    if (live && threadIdx.x % LANES == 0) {
+        unsigned long long *bound = p.ws.kv_bound + 2 * ((int64_t)b * d.n_kv_heads + chunk / LANES);
+        atomicMax(&bound[0], (unsigned long long)__double_as_longlong((double)k_max));
+        atomicMax(&bound[1], (unsigned long long)__double_as_longlong(sqrt(v_sq_max)));
+    }
+}
+
+// 2^f for row (b, h, .) with dsum and ||dO_q||^2 = dout_sq (FIXED_DQ_BITS); NaN where dO
+// or O is not finite (the row's dq is NaN, as in fast mode).
+__device__ __forceinline__ float fixed_dq_scale(const BwdParams &p, int b, int h, float dsum, double dout_sq) {
+    if (!isfinite(dsum) || !isfinite(dout_sq)) return NAN;
+    const unsigned long long *kv = p.ws.kv_bound + 2 * ((int64_t)b * p.dims.n_kv_heads + h / p.dims.group);
+    const double bound = __longlong_as_double((long long)kv[0]) *
+                         (sqrt(dout_sq) * __longlong_as_double((long long)kv[1]) + fabs((double)dsum));
+    if (!(bound > 0.0)) return 1.0f;  // a row of zeros
+    return ldexpf(1.0f, max(-126, min(126, FIXED_DQ_BITS - 1 - ilogb(bound))));
+}
+
 // Per (batch, head, query) padded to whole query tiles: dsum = rowsum(dO * O) and
 // lse2 = lse * log2(e), +inf for a query that sees nothing or lies past seq_len (its
-// probabilities come out exactly 0); in fast mode also the row's D floats of dq_accum
-// zeroed (the same padded rows, a separate memset pass saved). D / 8 adjacent threads per
+// probabilities come out exactly 0), the row's D words of dq_accum zeroed (the same padded
+// rows, a separate memset pass saved) and in deterministic mode its fixed-point scale. D / 8 adjacent threads per
 // query row, 16 bytes of O and of dO each (a warp per row with 4-byte loads kept too few
 // loads in flight).
 constexpr int PREP_THREADS = 256;
@@ -119,7 +198,9 @@ __global__ void __launch_bounds__(PREP_THREADS) attn_bwd_prep_kernel(const __gri
     const int col = threadIdx.x % LANES * 8;
     const bool live = row < (int64_t)d.batch * H * s_pad;
     const int qi = (int)(row % s_pad), h = (int)(row / s_pad % H), b = (int)(row / s_pad / H);
+    const bool fixed = p.ws.dq_scale != nullptr;
     float acc = 0.0f, l2 = INFINITY;
+    double dout_sq = 0.0;
     if (live && qi < S) {
         const int64_t off = ((int64_t)(b * S + qi) * H + h) * D + col;
         const uint4 o = *reinterpret_cast<const uint4 *>(p.out + off);
@@ -130,17 +211,22 @@ __global__ void __launch_bounds__(PREP_THREADS) attn_bwd_prep_kernel(const __gri
             const float2 of = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&ow[i]));
             const float2 gf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&gw[i]));
             acc += of.x * gf.x + of.y * gf.y;
+            if (fixed) dout_sq += (double)gf.x * gf.x + (double)gf.y * gf.y;
         }
         const float ls = p.lse[((int64_t)b * H + h) * S + qi];
         if (ls != -INFINITY) l2 = ls * LOG2E;
     }
 #pragma unroll
-    for (int off = LANES / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffff, acc, off);
+    for (int off = LANES / 2; off > 0; off /= 2) {
+        acc += __shfl_xor_sync(0xffffffff, acc, off);
+        if (fixed) dout_sq += __shfl_xor_sync(0xffffffff, dout_sq, off);
+    }
     if (live && col == 0) {
         p.ws.dsum[row] = acc;
         p.ws.lse2[row] = l2;
+        if (fixed) p.ws.dq_scale[row] = fixed_dq_scale(p, b, h, acc, dout_sq);
     }
-    if (live && p.ws.dq_accum) {
+    if (live) {
         float4 *z = reinterpret_cast<float4 *>(p.ws.dq_accum + row * D + col);
         z[0] = z[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
@@ -549,13 +635,30 @@ __device__ __forceinline__ void issue_dq(float (&dq_part)[D / 8][4], Smem &smem,
     wgmma::commit();
 }
 
+// Deterministic mode: this thread's two dQ rows' fixed-point scales (dq_scale) in query
+// tile q0, loaded before the product whose partials they scale.
+__device__ __forceinline__ void load_row_scales(float (&row_scale)[2], const BwdParams &p, const DkdvBlock &blk,
+                                                int q0) {
+    const float *rows = p.ws.dq_scale + ((int64_t)blk.batch * p.dims.n_heads + blk.head) * p.dims.s_pad + q0;
+    row_scale[0] = rows[warp_row()];
+    row_scale[1] = rows[warp_row() + 8];
+}
+
+__device__ __forceinline__ float max_nan(float a, float b) {  // NaN if either is
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;\n" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+
 // Once the warp's dQ product of step m (query tile q0) has completed: releases dS^T(m)
 // (ds_empty), stores its 16 rows in fragment order once the chunk is free and hands them
 // to the copy engine as one bulk asynchronous reduction (the warp goes on while the adds
-// run; rows past seq_len add zeros into the padding).
-template <int D, typename Smem>
+// run; rows past seq_len add zeros into the padding). FIXED (deterministic mode): as
+// integers, round(partial * row_scale); a row whose partial is not below FIXED_DQ_LIMIT
+// gets the scale NaN.
+template <int D, bool FIXED, typename Smem>
 __device__ __forceinline__ void reduce_dq(Smem &smem, const BwdParams &p, const DkdvBlock &blk, int wg, int m,
-                                          int q0, float (&dq_part)[D / 8][4]) {
+                                          int q0, float (&dq_part)[D / 8][4], const float (&row_scale)[2]) {
     DqStaging<D> &st = smem.dq;
     const int l = lane_id(), warp = (threadIdx.x / 32) % NUM_WARPS;
     float *chunk = st.dq[dq_wide(D) ? 0 : wg][warp];
@@ -567,17 +670,39 @@ __device__ __forceinline__ void reduce_dq(Smem &smem, const BwdParams &p, const 
         if (l == 0) bulk_wait_read_all();  // the warp's last reduction has left the chunk
         __syncwarp();
     }
+    const AttnDims &d = p.dims;
+    const int64_t tile_row = ((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad + q0;
+    if constexpr (FIXED) {
+        float worst[2] = {0.0f, 0.0f};  // per row: the largest |scaled partial|
 #pragma unroll
-    for (int j = 0; j < D / 8; j++)
-        *reinterpret_cast<float4 *>(chunk + (j * 32 + l) * 4) =
-            make_float4(dq_part[j][0], dq_part[j][1], dq_part[j][2], dq_part[j][3]);
+        for (int j = 0; j < D / 8; j++) {
+            int w[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float y = dq_part[j][e] * row_scale[e / 2];
+                w[e] = __float2int_rn(y);
+                worst[e / 2] = max_nan(worst[e / 2], fabsf(y));
+            }
+            *reinterpret_cast<int4 *>(chunk + (j * 32 + l) * 4) = make_int4(w[0], w[1], w[2], w[3]);
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+            if (!(worst[r] < FIXED_DQ_LIMIT)) p.ws.dq_scale[tile_row + warp_row() + 8 * r] = NAN;
+    } else {
+#pragma unroll
+        for (int j = 0; j < D / 8; j++)
+            *reinterpret_cast<float4 *>(chunk + (j * 32 + l) * 4) =
+                make_float4(dq_part[j][0], dq_part[j][1], dq_part[j][2], dq_part[j][3]);
+    }
     wgmma::fence_async_shared();
     __syncwarp();  // the warp's slice is in place
     if (l == 0) {
-        const AttnDims &d = p.dims;
-        float *dq_tile = p.ws.dq_accum + (((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad + q0) * D;
-        bulk_reduce_add_f32(dq_tile + dq_frag_offset(warp * WARP_ROWS, 0, D), chunk,
-                            WARP_ROWS * D * (int)sizeof(float));
+        float *dq_rows = p.ws.dq_accum + (tile_row + warp * WARP_ROWS) * D;  // fragment order from its first row
+        if constexpr (FIXED)
+            bulk_reduce_add_s32(reinterpret_cast<int *>(dq_rows), reinterpret_cast<const int *>(chunk),
+                                WARP_ROWS * D * (int)sizeof(int));
+        else
+            bulk_reduce_add_f32(dq_rows, chunk, WARP_ROWS * D * (int)sizeof(float));
         bulk_commit();
     }
 }
@@ -635,7 +760,7 @@ __device__ __forceinline__ void store_dk_dv(const BwdParams &p, const DkdvBlock 
 // release). Every thread arrives on the barriers it releases or fills (not lane 0 after
 // __syncwarp): racecheck orders a thread's shared-memory accesses only before its own
 // arrivals. No copies and no walk here: only products and element work.
-template <int D, bool ATOMIC_DQ, int STAGES>
+template <int D, bool ATOMIC_DQ, bool FIXED, int STAGES>
 __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES> &smem, const BwdParams &p,
                                              const DkdvBlock &blk, int wg) {
     const AttnDims &d = p.dims;
@@ -722,6 +847,8 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
             stage_ds<D>(smem.dq, wg, n, ds_frag);  // under dV
             if (n > 0 && dq_owner(n - 1, wg)) {
                 float dq_part[D / 8][4];  // [64 queries x D] of step n - 1
+                float row_scale[2] = {1.0f, 1.0f};
+                if constexpr (FIXED) load_row_scales(row_scale, p, blk, last_q0);  // under the products
                 if constexpr (dq_wide(D)) {
                     wgmma::wait<0>();  // dV: P^T's registers hold the dQ accumulator
                     dv_landed();
@@ -730,7 +857,7 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
                 issue_dkv<D>(dk_acc, ds_frag, t_q);
                 wgmma::wait<1>();  // dV and dQ; dK runs on
                 if constexpr (!dq_wide(D)) dv_landed();
-                reduce_dq<D>(smem, p, blk, wg, n - 1, last_q0, dq_part);
+                reduce_dq<D, FIXED>(smem, p, blk, wg, n - 1, last_q0, dq_part, row_scale);
             } else {
                 issue_dkv<D>(dk_acc, ds_frag, t_q);
                 if constexpr (dq_wide(D))
@@ -764,9 +891,11 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
     if constexpr (ATOMIC_DQ) {
         if (n > 0 && dq_owner(n - 1, wg)) {
             float dq_part[D / 8][4];
+            float row_scale[2] = {1.0f, 1.0f};
+            if constexpr (FIXED) load_row_scales(row_scale, p, blk, last_q0);
             issue_dq<D>(dq_part, smem, n - 1);
             wgmma::wait<0>();
-            reduce_dq<D>(smem, p, blk, wg, n - 1, last_q0, dq_part);
+            reduce_dq<D, FIXED>(smem, p, blk, wg, n - 1, last_q0, dq_part, row_scale);
         } else if constexpr (dq_wide(D)) {
             if (n >= 2) release_dq_chunk<D>(smem.dq);  // dQ(n - 2), for the other warpgroup's dQ(n - 1)
         }
@@ -780,7 +909,7 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
 // Thread 0 sets up the barriers (the block's only block-wide barrier follows); then the
 // producer's warpgroup gives its registers to the consumers and its thread 0 produces
 // while the others leave. One block per SM.
-template <int D, bool ATOMIC_DQ>
+template <int D, bool ATOMIC_DQ, bool FIXED = false>
 __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __grid_constant__ BwdParams p) {
     typedef DkdvSmem<D, ATOMIC_DQ> Smem;
     constexpr int STAGES = DKDV_STAGES<D, ATOMIC_DQ>;
@@ -817,7 +946,7 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
         return;
     }
     regs_inc<DKDV_CONSUMER_REGS>();
-    consume_dkdv(smem, p, blk, wg);
+    consume_dkdv<D, ATOMIC_DQ, FIXED>(smem, p, blk, wg);
     // Deterministic mode runs overlapped with the dQ kernel before it (backward): no block
     // ends before that kernel has, so what follows in the stream finds both complete.
     if constexpr (!ATOMIC_DQ) wait_prior_grids();
@@ -1118,15 +1247,25 @@ __global__ void __launch_bounds__(CONVERT_THREADS) dq_convert_kernel(const __gri
     const int D = d.head_dim, H = d.n_heads, S = d.seq_len, n_qtiles = d.s_pad / BM;
     const int bh = blockIdx.x / n_qtiles, q0 = blockIdx.x % n_qtiles * BM, h = bh % H, b = bh / H;
     const float *tile = p.ws.dq_accum + ((int64_t)bh * d.s_pad + q0) * D;
+    const float *row_scale = p.ws.dq_scale ? p.ws.dq_scale + (int64_t)bh * d.s_pad + q0 : nullptr;
     __nv_bfloat162 *dq = reinterpret_cast<__nv_bfloat162 *>(p.dq);
-    const float scale = d.scale;
     for (int item = threadIdx.x; item < BM / 2 * (D / 2); item += CONVERT_THREADS) {
         const int pair = item / (D / 2), c = item % (D / 2) * 2;  // the rows r and r + 8, columns c, c + 1
         const int r = pair / 8 * WARP_ROWS + pair % 8;
-        const float4 x = *reinterpret_cast<const float4 *>(tile + dq_frag_offset(r, c, D));
+        const float *at = tile + dq_frag_offset(r, c, D);
+        float4 x;
+        float s0 = d.scale, s8 = d.scale;
+        if (row_scale) {  // deterministic mode: fixed point at the row's 2^f
+            const int4 w = *reinterpret_cast<const int4 *>(at);
+            x = make_float4((float)w.x, (float)w.y, (float)w.z, (float)w.w);
+            s0 /= row_scale[r];
+            s8 /= row_scale[r + 8];
+        } else {
+            x = *reinterpret_cast<const float4 *>(at);
+        }
         const int64_t row0 = ((int64_t)b * S + q0 + r) * H + h, row8 = row0 + 8 * (int64_t)H;  // (b, s, h)
-        if (q0 + r < S) dq[(row0 * D + c) / 2] = __floats2bfloat162_rn(x.x * scale, x.y * scale);
-        if (q0 + r + 8 < S) dq[(row8 * D + c) / 2] = __floats2bfloat162_rn(x.z * scale, x.w * scale);
+        if (q0 + r < S) dq[(row0 * D + c) / 2] = __floats2bfloat162_rn(x.x * s0, x.y * s0);
+        if (q0 + r + 8 < S) dq[(row8 * D + c) / 2] = __floats2bfloat162_rn(x.z * s8, x.w * s8);
     }
 }
 
@@ -1161,18 +1300,22 @@ void backward(const BwdParams &p, bool deterministic, cudaStream_t stream) {
     const AttnDims &d = p.dims;
     const int64_t n_pad = (int64_t)d.batch * d.n_heads * d.s_pad;
     constexpr int prep_rows = PREP_THREADS / (D / 8);
+    if (deterministic) {
+        cudaCheck(cudaMemsetAsync(p.ws.kv_bound, 0, 2 * sizeof(unsigned long long) * d.batch * d.n_kv_heads, stream));
+        const dim3 grid((unsigned)n_tiles(d.kv_row_stride / 8, KV_BOUND_THREADS),
+                        (unsigned)n_tiles(d.seq_len, KV_BOUND_ROWS), (unsigned)d.batch);
+        kv_bound_kernel<D><<<grid, KV_BOUND_THREADS, 0, stream>>>(p);
+        cudaCheckLaunch();
+    }
     attn_bwd_prep_kernel<D><<<(unsigned)((n_pad + prep_rows - 1) / prep_rows), PREP_THREADS, 0, stream>>>(p);
     cudaCheckLaunch();
     if (deterministic) {
-        // Independent passes: the dK/dV blocks fill the SMs the dQ kernel's last wave frees.
-        launch(attn_bwd_dq_kernel<D>, dq_grid<D>(d), DqConfig<D>::THREADS, sizeof(DqSmem<D>), stream, p);
-        launch_overlapped(attn_bwd_dkdv_kernel<D, false>, dkdv_grid(d), DKDV_THREADS, sizeof(DkdvSmem<D, false>),
-                          stream, p);
+        launch(attn_bwd_dkdv_kernel<D, true, true>, dkdv_grid(d), DKDV_THREADS, sizeof(DkdvSmem<D, true>), stream, p);
     } else {
         launch(attn_bwd_dkdv_kernel<D, true>, dkdv_grid(d), DKDV_THREADS, sizeof(DkdvSmem<D, true>), stream, p);
-        dq_convert_kernel<<<(unsigned)(n_pad / BM), CONVERT_THREADS, 0, stream>>>(p);
-        cudaCheckLaunch();
     }
+    dq_convert_kernel<<<(unsigned)(n_pad / BM), CONVERT_THREADS, 0, stream>>>(p);
+    cudaCheckLaunch();
     if (d.group > 1) {
         dkv_reduce_kernel<<<1024, 256, 0, stream>>>(p);
         cudaCheckLaunch();

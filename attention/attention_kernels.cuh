@@ -79,6 +79,12 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float *dst, const float *src
                  "r"(smem_addr(src)), "r"(bytes)
                  : "memory");
 }
+// The same for 32-bit integers: adds that wrap modulo 2^32, so their order does not matter.
+__device__ __forceinline__ void bulk_reduce_add_s32(int *dst, const int *src, int bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.u32 [%0], [%1], %2;\n" ::"l"(dst),
+                 "r"(smem_addr(src)), "r"(bytes)
+                 : "memory");
+}
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_read_all() {
     asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");

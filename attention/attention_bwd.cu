@@ -1,17 +1,16 @@
 // Block-sparse flash-attention backward on Hopper wgmma (sm_90a): the pre-pass
-// D = rowsum(dO * O), dK/dV over the key-major tile lists with dQ added by bulk fp32
-// reductions (fast mode), or a query-major dQ pass for bitwise-reproducible gradients
-// (deterministic mode), then the small conversion passes. Both kernels are
-// warp-specialised as the forward: a producer warp brings the tiles (TMA) onto
-// mbarriers, two consumer warpgroups compute. Parts, in order: params and workspace
-// (BwdParams, bwd_params, BwdWorkspace), the pre-pass, the products both passes
-// recompute, the dK/dV kernel (shared memory, scheduler, producer, gradient element work,
-// the dQ staging and reduction, the dK/dV epilogue, the consumer, the kernel), the dQ
-// kernel (the same parts), the conversion kernels, and the host entry. Shared pieces:
+// D = rowsum(dO * O), dK/dV over the key-major tile lists with dQ added by bulk
+// reductions into one accumulator, fp32 (fast mode) or 32-bit fixed point whose integer
+// adds give the same sum in any order (deterministic mode: bitwise-reproducible
+// gradients), then the small conversion passes. The dK/dV kernel is warp-specialised as
+// the forward: a producer warp brings the tiles (TMA) onto mbarriers, two consumer
+// warpgroups compute. Parts, in order: params and workspace (BwdParams, bwd_params,
+// BwdWorkspace), the pre-passes (the fixed point's bounds and scales among them), the
+// products the pass recomputes, the dK/dV kernel (shared memory, scheduler, producer,
+// gradient element work, the dQ staging and reduction, the dK/dV epilogue, the consumer,
+// the kernel), the conversion kernels, and the host entry. Shared pieces:
 // attention_kernels.cuh.
 #include "attention/attention_kernels.cuh"
-
-#include <type_traits>
 
 namespace {
 
@@ -59,12 +58,12 @@ struct BwdParams : AttnInputs {
     const float *lse;
     bf16 *dq, *dk, *dv;
     BwdWorkspace ws;
-    CUtensorMap map_q, map_k, map_v, map_dout;  // TMA descriptors of the dK/dV and dQ kernels' tiles
+    CUtensorMap map_q, map_k, map_v, map_dout;  // TMA descriptors of the dK/dV kernel's tiles
     // The dK/dV kernel's fp32 copies by tensor map too (racecheck attributes raw-address bulk
     // copies to the issuing thread and reports hazards the mbarriers exclude): lse2 and dsum
     // rows of a query tile.
     CUtensorMap map_lse2, map_dsum;
-    int dkdv_l2_heads, dq_l2_heads;  // query heads per L2 section of each kernel's blocks (l2_item)
+    int dkdv_l2_heads;  // query heads per L2 section of the dK/dV kernel's blocks (l2_item)
 };
 
 // Heads per L2 section of a backward kernel's blocks (l2_section_heads), or one section of
@@ -100,12 +99,10 @@ BwdParams bwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q
     const int64_t n_pad = (int64_t)d.batch * d.n_heads * d.s_pad;
     p.map_lse2 = tensor_map_f32(p.ws.lse2, n_pad, BM, 1);
     p.map_dsum = tensor_map_f32(p.ws.dsum, n_pad, BM, 1);
-    // What a head's blocks read and add into: Q, dO and (fast mode) dq_accum in the dK/dV
-    // kernel, its KV head's K and V in the dQ kernel.
+    // What a head's blocks read and add into: Q, dO and dq_accum.
     const int64_t head_elems = (int64_t)d.seq_len * d.head_dim;
     p.dkdv_l2_heads = bwd_l2_heads(head_elems * (2 * (int64_t)sizeof(bf16) + (int64_t)sizeof(float)),
                                    d.batch * d.n_heads, 1);
-    p.dq_l2_heads = bwd_l2_heads(head_elems * 2 * (int64_t)sizeof(bf16), d.batch * d.n_kv_heads, d.group);
     return p;
 }
 
@@ -285,7 +282,7 @@ __device__ __forceinline__ void mma_s_slice(float (&s)[BN / 8][4], const Residen
 // Keeps resident fragments, which only wgmma reads, in their registers into the next step:
 // a store of them (to `at`) that ptxas must assume may run, predicated on `tile`, a tile
 // index, being negative, which it never is. Without such a read ptxas (CUDA 13.0) gave
-// their registers to the step's P^T and dS^T fragments in the deterministic dK/dV kernel,
+// their registers to the step's P^T and dS^T fragments in a dK/dV kernel without dQ,
 // so from the second step on S^T and dP^T read those (bwdy-d1's SASS; an empty asm or a
 // mov vanishes before register allocation and does not help: docs/KERNEL_NOTES.md).
 template <int N>
@@ -308,11 +305,9 @@ __device__ __forceinline__ auto a_operand(const uint32_t (&frags)[N][4], const b
 
 // Issues both recomputed products of a backward step as two wgmma groups, s first:
 // s = A_s B_s^T and dp = A_dp B_dp^T over head_dim, every operand a 64-row swizzled tile
-// read K-major (the dK/dV pass: S^T = K Q^T, dP^T = V dO^T; the dQ pass: S = Q K^T,
-// dP = dO V^T), each A from shared memory or resident in registers (mma_s_slice). The dQ
-// pass issues the next tile's copies while they run; both callers then wait for both
-// (landing s alone with wait<1>, so that its exponentials overlap dp, was slower in lock
-// step: docs/KERNEL_NOTES.md, v19).
+// read K-major (S^T = K Q^T, dP^T = V dO^T), each A from shared memory or resident in
+// registers (mma_s_slice); the caller then waits for both (landing s alone with wait<1>,
+// so that its exponentials overlap dp, was slower in lock step: docs/KERNEL_NOTES.md, v19).
 template <int D, typename AS, typename ADP>
 __device__ __forceinline__ void issue_s_dp(float (&s)[BN / 8][4], float (&dp)[BN / 8][4], const AS &a_s,
                                            const bf16 *b_s, const ADP &a_dp, const bf16 *b_dp) {
@@ -332,7 +327,7 @@ __device__ __forceinline__ void issue_s_dp(float (&s)[BN / 8][4], float (&dp)[BN
 // block's pair (128 keys), both reading the query tiles of the merged key-major lists of
 // the pair, and a producer warpgroup of which one thread walks those lists and has the
 // copy engine load the tiles (`setmaxnreg`: the producer's warpgroup 24 registers, the
-// consumers 240). Sharing the query tiles halves their loads per key. In fast mode the
+// consumers 240). Sharing the query tiles halves their loads per key. The
 // warpgroups take turns at the pair's dQ, warpgroup m % 2 adding step m's over both key
 // tiles and reading both warpgroups' dS^T a step late, so neither waits for the other's
 // dS^T of the step it is in (a dQ per warpgroup over its own keys, v24-v30, added twice
@@ -349,18 +344,14 @@ typedef TileStep<DKDV_KEY_TILES> DkdvStep;
 // S^T = K Q^T and dP^T = V dO^T, loaded once: those products then read only Q and dO from
 // shared memory, which bounds them (an SS m64n64k16 reads 4 KiB per 32 tensor clocks, the
 // 128 B per clock shared memory delivers; RS reads half). Counted in 16-wide column slices
-// of 4 registers: all D / 16 of both at D = 64 in both modes (fast mode with its 32-register
-// dQ accumulator: R0-R210 of 240, R0-R180 without the fragments). At D = 128 dK, dV, S^T
-// and dP^T take 192 of the 240 registers (the most two consumers can take beside the
-// producer's 24 within the launch's 168 per thread): deterministic mode, without dQ, spilled
-// 96 bytes and serialised the wgmma with all of V, 32 bytes with 6 slices, and fits half of
-// V, 4 slices; fast mode's 64-register dQ leaves no room.
-template <int D, bool ATOMIC_DQ>
-constexpr int DKDV_K_RESIDENT = D == 64 ? D / 16 : 0;
-template <int D, bool ATOMIC_DQ>
-constexpr int DKDV_V_RESIDENT = D == 64 ? D / 16 : ATOMIC_DQ ? 0 : D / 32;
+// of 4 registers: all D / 16 of both at D = 64 (with the 32-register dQ accumulator:
+// R0-R210 of 240, R0-R180 without the fragments). At D = 128 dK, dV, S^T and dP^T take 192
+// of the 240 registers (the most two consumers can take beside the producer's 24 within
+// the launch's 168 per thread), and the 64-register dQ leaves no room.
+template <int D>
+constexpr int DKDV_RESIDENT = D == 64 ? D / 16 : 0;
 
-// Fast mode's dQ accumulator keeps each 64-row query tile ([64 x head_dim] fp32, at the
+// The dQ accumulator keeps each 64-row query tile ([64 x head_dim] words, at the
 // tile's rows of dq_accum) in the order the dK/dV kernel's registers hold it, FA3's way:
 // warp w's 16 rows, then its accumulator column groups n of 8, each as 32 lanes' float4
 // (d[n][0..3] of wgmma.cuh's layout). A warp then stores its rows with conflict-free
@@ -382,11 +373,11 @@ __host__ __device__ constexpr int dq_frag_offset(int row, int col, int head_dim)
            row % WARP_ROWS / 8 * 2 + col % 2;
 }
 
-// Fast mode's staging: both warpgroups' dS^T (the MN-major A operand of dQ = dS K), two
+// The dQ staging: both warpgroups' dS^T (the MN-major A operand of dQ = dS K), two
 // buffers (step n in n % 2: the product of step n - 1 reads the other while step n is
 // written), with mbarriers (full: the writer warpgroup's threads have stored a step;
 // empty: warpgroup b's 128 threads, the readers of buffer b, are past their dQ product),
-// and each warp's fp32 dQ rows: per warpgroup at D = 64, shared at D = 128 (dq_free[w]:
+// and each warp's dQ rows (fp32, or fixed point): per warpgroup at D = 64, shared at D = 128 (dq_free[w]:
 // warp w's 32 threads, after the copy engine has read the chunk of their last reduction).
 template <int D>
 struct DqStaging {
@@ -396,35 +387,31 @@ struct DqStaging {
     uint64_t ds_full[2][DKDV_KEY_TILES], ds_empty[2];  // mbarriers: NUM_THREADS writers, NUM_THREADS readers
     uint64_t dq_free[NUM_WARPS];                       // mbarriers (D = 128): 32 threads
 };
-struct NoDqStaging {};
 
 // K and V of the key pair stay resident; Q, dO and the per-query rows go through STAGES
 // stages: step n (of the walk, the closing done step included) in stage n % STAGES, its
 // TileStep published there by the producer, with a full barrier (the producer's arrival
 // and the copies' bytes; step 0's also covers the key pair) and an empty one (every
 // consumer thread is done with the stage).
-template <int D, bool ATOMIC_DQ, int STAGES>
+template <int D, int STAGES>
 struct DkdvSmemStages {
     alignas(1024) bf16 k[DKDV_KEY_TILES][BN * D];  // swizzled
     alignas(1024) bf16 v[DKDV_KEY_TILES][BN * D];
     alignas(1024) bf16 q[STAGES][BM * D];
     alignas(1024) bf16 dout[STAGES][BM * D];
-    typename std::conditional<ATOMIC_DQ, DqStaging<D>, NoDqStaging>::type dq;
+    DqStaging<D> dq;
     alignas(128) float lse2[STAGES][BM];  // TMA destinations
     alignas(128) float dsum[STAGES][BM];
     DkdvStep step[STAGES];
     uint64_t full[STAGES], empty[STAGES];  // mbarriers: 1 producer arrival + bytes, every consumer thread
 };
 
-// Three stages where they fit (every configuration; 227 KiB is the bound), so the
-// producer can run two tiles ahead and a warpgroup up to about two steps ahead of the
-// other; four in deterministic mode (no dQ staging: 194 KiB at D = 128).
-template <int D, bool ATOMIC_DQ>
-constexpr int DKDV_STAGES = !ATOMIC_DQ && sizeof(DkdvSmemStages<D, ATOMIC_DQ, 4>) <= MAX_SMEM_PER_BLOCK   ? 4
-                            : sizeof(DkdvSmemStages<D, ATOMIC_DQ, 3>) <= MAX_SMEM_PER_BLOCK ? 3
-                                                                                            : 2;
-template <int D, bool ATOMIC_DQ>
-using DkdvSmem = DkdvSmemStages<D, ATOMIC_DQ, DKDV_STAGES<D, ATOMIC_DQ>>;
+// Three stages where they fit (both head dims; 227 KiB is the bound), so the producer can
+// run two tiles ahead and a warpgroup up to about two steps ahead of the other.
+template <int D>
+constexpr int DKDV_STAGES = sizeof(DkdvSmemStages<D, 3>) <= MAX_SMEM_PER_BLOCK ? 3 : 2;
+template <int D>
+using DkdvSmem = DkdvSmemStages<D, DKDV_STAGES<D>>;
 
 // ---------------------------------------------------------------- dK/dV: scheduler
 
@@ -454,8 +441,8 @@ dim3 dkdv_grid(const AttnDims &d) { return dim3(d.batch * d.n_heads * n_tiles(d.
 // too; padded, always in range) onto the stage's full barrier; step 0 also brings the
 // key pair (a missing second tile reads zeros past the end). The walk's end is published
 // as a done step; keys nobody sees load nothing.
-template <int D, bool ATOMIC_DQ, int STAGES>
-__device__ __forceinline__ void produce_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES> &smem, const BwdParams &p,
+template <int D, int STAGES>
+__device__ __forceinline__ void produce_dkdv(DkdvSmemStages<D, STAGES> &smem, const BwdParams &p,
                                              const DkdvBlock &blk) {
     constexpr int TILE_BYTES = BM * D * (int)sizeof(bf16), ROW_BYTES = BM * (int)sizeof(float);
     constexpr int QUERY_BYTES = 2 * TILE_BYTES + 2 * ROW_BYTES, PAIR_BYTES = 2 * DKDV_KEY_TILES * TILE_BYTES;
@@ -574,7 +561,7 @@ __device__ __forceinline__ void stmatrix_x4(bf16 *row_addr, const uint32_t (&r)[
                  : "memory");
 }
 
-// Fast mode: dQ [64 queries x D] = dS [64 x 128 keys] K [128 keys x D] over the block's
+// dQ [64 queries x D] = dS [64 x 128 keys] K [128 keys x D] over the block's
 // key pair, added into dq_accum [batch, n_heads, s_pad, head_dim] (each query tile in
 // fragment order, dq_frag_offset), by warpgroup m % 2 for step m. Step n stages the
 // warpgroup's dS^T (stage_ds) and, every other step, computes the dQ of step n - 1
@@ -722,7 +709,7 @@ __device__ __forceinline__ void release_dq_chunk(DqStaging<D> &st) {
 // This thread's two key rows below seq_len: dK (times the softmax scale) and dV as bf16
 // (store_row_bf16), or with GQA the head's fp32 partial sums at dkv_part[head % group]
 // (8-byte stores: 16-byte ones after swaps between lane pairs measured slower at D = 64 and
-// made ptxas spill in the deterministic kernel's loop at D = 128; docs/KERNEL_NOTES.md).
+// made ptxas spill in a dK/dV kernel's loop at D = 128; docs/KERNEL_NOTES.md).
 template <int D>
 __device__ __forceinline__ void store_dk_dv(const BwdParams &p, const DkdvBlock &blk, int key_row,
                                             const float (&dk_acc)[D / 8][4], const float (&dv_acc)[D / 8][4]) {
@@ -751,17 +738,17 @@ __device__ __forceinline__ void store_dk_dv(const BwdParams &p, const DkdvBlock 
 
 // Consumer warpgroup g (keys k0 + 64g..) walks the published steps: per query tile, once
 // its stage is full, S^T = K Q^T and dP^T = V dO^T (keys are the 64 accumulator rows),
-// (K and V as A fragments in registers where DKDV_K_RESIDENT / DKDV_V_RESIDENT say so),
-// then dV += P^T dO and dK += dS^T Q with P^T, dS^T as register A operands; ATOMIC_DQ
-// stages dS^T and every other step adds the last step's dQ while dK runs (at D = 128
-// issued once dV has completed; the last step's after the walk).
+// (K and V as A fragments in registers where DKDV_RESIDENT says so), then dV += P^T dO
+// and dK += dS^T Q with P^T, dS^T as register A operands; it stages dS^T and every other
+// step adds the last step's dQ while dK runs (at D = 128 issued once dV has completed;
+// the last step's after the walk), in fp32 or, FIXED, as fixed point.
 // Each thread releases the stage after its warp's last product reading it; the step
 // itself is read before (the producer refills the slot only after every thread's
 // release). Every thread arrives on the barriers it releases or fills (not lane 0 after
 // __syncwarp): racecheck orders a thread's shared-memory accesses only before its own
 // arrivals. No copies and no walk here: only products and element work.
-template <int D, bool ATOMIC_DQ, bool FIXED, int STAGES>
-__device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES> &smem, const BwdParams &p,
+template <int D, bool FIXED, int STAGES>
+__device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, STAGES> &smem, const BwdParams &p,
                                              const DkdvBlock &blk, int wg) {
     const AttnDims &d = p.dims;
     const int key_row = (blk.k_tile0 + wg) * BN + warp_row();
@@ -771,60 +758,47 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
     float dk_acc[D / 8][4], dv_acc[D / 8][4];  // [64 keys x D] over the warpgroup
     zero(dk_acc);
     zero(dv_acc);
-    constexpr int K_RES = DKDV_K_RESIDENT<D, ATOMIC_DQ>, V_RES = DKDV_V_RESIDENT<D, ATOMIC_DQ>;
-    uint32_t k_frag[K_RES > 0 ? K_RES : 1][4], v_frag[V_RES > 0 ? V_RES : 1][4];  // this warp's 16 rows of K, V
-    if constexpr (K_RES > 0 || V_RES > 0) {
+    constexpr int RES = DKDV_RESIDENT<D>;
+    uint32_t k_frag[RES > 0 ? RES : 1][4], v_frag[RES > 0 ? RES : 1][4];  // this warp's 16 rows of K, V
+    if constexpr (RES > 0) {
         // Step 0's stage brought the key pair. A second wait for phase 0 of full[0] (the
-        // other is the loop's first, in fast mode the first issue's): its phase 1 needs the
-        // producer's refill for step STAGES, which waits for every consumer thread's
-        // release of step 0. An empty walk brings no key pair and uses no fragment. Before
-        // the loop, so that ptxas need not keep the ldmatrix addresses (at D = 128 inside
-        // the loop: 8 bytes spilled).
+        // other is the first issue's): its phase 1 needs the producer's refill for step
+        // STAGES, which waits for every consumer thread's release of step 0. An empty walk
+        // brings no key pair and uses no fragment. Before the loop, so that ptxas need not
+        // keep the ldmatrix addresses.
         mbar_wait(&smem.full[0], 0);
-        if constexpr (K_RES > 0) tile_to_a(k_frag, smem.k[wg]);
-        if constexpr (V_RES > 0) tile_to_a(v_frag, smem.v[wg]);
+        tile_to_a(k_frag, smem.k[wg]);
+        tile_to_a(v_frag, smem.v[wg]);
     }
-    int n = 0, last_q0 = 0;  // last_q0: the last step's query tile (fast mode)
-    // Fast mode issues step n + 1's S^T and dP^T at the end of step n, right behind its dK,
-    // so that the warpgroup's products follow one another without a gap; step n then waits
+    int n = 0, last_q0 = 0;  // last_q0: the last step's query tile
+    // Step n + 1's S^T and dP^T are issued at the end of step n, right behind its dK, so
+    // that the warpgroup's products follow one another without a gap; step n then waits
     // for all of them (no wgmma group crosses the loop's back edge), and the walk's last
     // step issues its own again, which nobody reads: a branch around that issue makes
-    // ptxas serialise every wgmma of the kernel (C7512), as do deterministic mode's V
-    // fragments beside the products in flight. Deterministic mode issues a step's S^T and
-    // dP^T at its start.
-    constexpr bool ISSUE_AHEAD = ATOMIC_DQ;
+    // ptxas serialise every wgmma of the kernel (C7512).
     // Issues step `stage`'s S^T and dP^T into s, dp (each declared where it is issued: an
     // accumulator's older values count as inputs of its first product, and would stay live
     // through the step) and waits for every product in flight.
     auto s_dp = [&](float (&s)[BM / 8][4], float (&dp)[BM / 8][4], int stage) {
-        issue_s_dp<D>(s, dp, a_operand<K_RES>(k_frag, smem.k[wg]), smem.q[stage],
-                      a_operand<V_RES>(v_frag, smem.v[wg]), smem.dout[stage]);
+        issue_s_dp<D>(s, dp, a_operand<RES>(k_frag, smem.k[wg]), smem.q[stage], a_operand<RES>(v_frag, smem.v[wg]),
+                      smem.dout[stage]);
         wgmma::wait<0>();
         wgmma::pin(s);
         wgmma::pin(dp);
     };
-    float s_ahead[BM / 8][4], dp_ahead[BM / 8][4];  // fast mode: S^T and dP^T of the next step
-    DkdvStep step_ahead;                            // fast mode: the next step
-    if constexpr (ISSUE_AHEAD) {
-        mbar_wait(&smem.full[0], 0);  // step 0's tile and the key pair landed
-        step_ahead = smem.step[0];
-        if (!step_ahead.done()) s_dp(s_ahead, dp_ahead, 0);
-    }
+    float s_ahead[BM / 8][4], dp_ahead[BM / 8][4];  // S^T and dP^T of the next step
+    mbar_wait(&smem.full[0], 0);                     // step 0's tile and the key pair landed
+    DkdvStep step_ahead = smem.step[0];              // the next step
+    if (!step_ahead.done()) s_dp(s_ahead, dp_ahead, 0);
 
 #pragma unroll 1
     for (;; n++) {
         const int stage = n % STAGES;
-        if constexpr (!ISSUE_AHEAD)
-            mbar_wait(&smem.full[stage], n / STAGES % 2);  // step n's tile (and at n = 0 the key pair) landed
-        const DkdvStep step = ISSUE_AHEAD ? step_ahead : smem.step[stage];
+        const DkdvStep step = step_ahead;
         if (step.done()) break;
         float pt[BM / 8][4], dpt[BM / 8][4];  // S^T then P^T then dS^T; dP^T [64 keys x BM queries]
-        if constexpr (ISSUE_AHEAD) {
-            copy(pt, s_ahead);
-            copy(dpt, dp_ahead);
-        } else {
-            s_dp(pt, dpt, stage);
-        }
+        copy(pt, s_ahead);
+        copy(dpt, dp_ahead);
         const bf16 *t_q = smem.q[stage], *t_do = smem.dout[stage];
         const int q0 = step.tile * BM;
         probs_t(pt, smem.lse2[stage], d.scale_log2);
@@ -843,64 +817,55 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
             wgmma::pin(dv_acc);
             wgmma::pin(p_frag);
         };
-        if constexpr (ATOMIC_DQ) {
-            stage_ds<D>(smem.dq, wg, n, ds_frag);  // under dV
-            if (n > 0 && dq_owner(n - 1, wg)) {
-                float dq_part[D / 8][4];  // [64 queries x D] of step n - 1
-                float row_scale[2] = {1.0f, 1.0f};
-                if constexpr (FIXED) load_row_scales(row_scale, p, blk, last_q0);  // under the products
-                if constexpr (dq_wide(D)) {
-                    wgmma::wait<0>();  // dV: P^T's registers hold the dQ accumulator
-                    dv_landed();
-                }
-                issue_dq<D>(dq_part, smem, n - 1);
-                issue_dkv<D>(dk_acc, ds_frag, t_q);
-                wgmma::wait<1>();  // dV and dQ; dK runs on
-                if constexpr (!dq_wide(D)) dv_landed();
-                reduce_dq<D, FIXED>(smem, p, blk, wg, n - 1, last_q0, dq_part, row_scale);
-            } else {
-                issue_dkv<D>(dk_acc, ds_frag, t_q);
-                if constexpr (dq_wide(D))
-                    if (n >= 2) release_dq_chunk<D>(smem.dq);  // dQ(n - 2), reduced at step n - 1
-                wgmma::wait<1>();  // dV; dK runs on
+        stage_ds<D>(smem.dq, wg, n, ds_frag);  // under dV
+        if (n > 0 && dq_owner(n - 1, wg)) {
+            float dq_part[D / 8][4];  // [64 queries x D] of step n - 1
+            float row_scale[2] = {1.0f, 1.0f};
+            if constexpr (FIXED) load_row_scales(row_scale, p, blk, last_q0);  // under the products
+            if constexpr (dq_wide(D)) {
+                wgmma::wait<0>();  // dV: P^T's registers hold the dQ accumulator
                 dv_landed();
             }
-            last_q0 = q0;
+            issue_dq<D>(dq_part, smem, n - 1);
+            issue_dkv<D>(dk_acc, ds_frag, t_q);
+            wgmma::wait<1>();  // dV and dQ; dK runs on
+            if constexpr (!dq_wide(D)) dv_landed();
+            reduce_dq<D, FIXED>(smem, p, blk, wg, n - 1, last_q0, dq_part, row_scale);
         } else {
             issue_dkv<D>(dk_acc, ds_frag, t_q);
-        }
-        if constexpr (ISSUE_AHEAD) {
-            const int next = (n + 1) % STAGES;
-            mbar_wait(&smem.full[next], (n + 1) / STAGES % 2);  // step n + 1's tile landed
-            step_ahead = smem.step[next];
-            float s_next[BM / 8][4], dp_next[BM / 8][4];
-            s_dp(s_next, dp_next, step_ahead.done() ? stage : next);  // behind dK; at the walk's end this step's again
-            copy(s_ahead, s_next);
-            copy(dp_ahead, dp_next);
-        } else {
-            wgmma::wait<0>();  // dV and dK
+            if constexpr (dq_wide(D))
+                if (n >= 2) release_dq_chunk<D>(smem.dq);  // dQ(n - 2), reduced at step n - 1
+            wgmma::wait<1>();  // dV; dK runs on
             dv_landed();
         }
+        last_q0 = q0;
+        const int next = (n + 1) % STAGES;
+        mbar_wait(&smem.full[next], (n + 1) / STAGES % 2);  // step n + 1's tile landed
+        step_ahead = smem.step[next];
+        float s_next[BM / 8][4], dp_next[BM / 8][4];
+        s_dp(s_next, dp_next, step_ahead.done() ? stage : next);  // behind dK; at the walk's end this step's again
+        copy(s_ahead, s_next);
+        copy(dp_ahead, dp_next);
         wgmma::pin(dk_acc);
         wgmma::pin(ds_frag);
-        if constexpr (K_RES > 0) keep_frags(k_frag, smem.k[wg], step.tile);
-        if constexpr (V_RES > 0) keep_frags(v_frag, smem.v[wg], step.tile);
+        if constexpr (RES > 0) {
+            keep_frags(k_frag, smem.k[wg], step.tile);
+            keep_frags(v_frag, smem.v[wg], step.tile);
+        }
         mbar_arrive(&smem.empty[stage]);  // this thread is done with the stage (every thread: racecheck)
     }
 
-    if constexpr (ATOMIC_DQ) {
-        if (n > 0 && dq_owner(n - 1, wg)) {
-            float dq_part[D / 8][4];
-            float row_scale[2] = {1.0f, 1.0f};
-            if constexpr (FIXED) load_row_scales(row_scale, p, blk, last_q0);
-            issue_dq<D>(dq_part, smem, n - 1);
-            wgmma::wait<0>();
-            reduce_dq<D, FIXED>(smem, p, blk, wg, n - 1, last_q0, dq_part, row_scale);
-        } else if constexpr (dq_wide(D)) {
-            if (n >= 2) release_dq_chunk<D>(smem.dq);  // dQ(n - 2), for the other warpgroup's dQ(n - 1)
-        }
-        bulk_wait_read_all();  // shared memory must outlive the reductions reading it
+    if (n > 0 && dq_owner(n - 1, wg)) {
+        float dq_part[D / 8][4];
+        float row_scale[2] = {1.0f, 1.0f};
+        if constexpr (FIXED) load_row_scales(row_scale, p, blk, last_q0);
+        issue_dq<D>(dq_part, smem, n - 1);
+        wgmma::wait<0>();
+        reduce_dq<D, FIXED>(smem, p, blk, wg, n - 1, last_q0, dq_part, row_scale);
+    } else if constexpr (dq_wide(D)) {
+        if (n >= 2) release_dq_chunk<D>(smem.dq);  // dQ(n - 2), for the other warpgroup's dQ(n - 1)
     }
+    bulk_wait_read_all();  // shared memory must outlive the reductions reading it
     store_dk_dv<D>(p, blk, key_row, dk_acc, dv_acc);
 }
 
@@ -908,11 +873,11 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, ATOMIC_DQ, STAGES
 
 // Thread 0 sets up the barriers (the block's only block-wide barrier follows); then the
 // producer's warpgroup gives its registers to the consumers and its thread 0 produces
-// while the others leave. One block per SM.
-template <int D, bool ATOMIC_DQ, bool FIXED = false>
+// while the others leave. One block per SM. FIXED: deterministic mode's dQ.
+template <int D, bool FIXED>
 __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __grid_constant__ BwdParams p) {
-    typedef DkdvSmem<D, ATOMIC_DQ> Smem;
-    constexpr int STAGES = DKDV_STAGES<D, ATOMIC_DQ>;
+    typedef DkdvSmem<D> Smem;
+    constexpr int STAGES = DKDV_STAGES<D>;
     static_assert(sizeof(Smem) <= MAX_SMEM_PER_BLOCK, "shared memory of one block");
     extern __shared__ unsigned char smem_raw[];
     Smem &smem = *reinterpret_cast<Smem *>(smem_raw);
@@ -927,14 +892,13 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
             mbar_init(&smem.full[s], 1);                              // the producer's arrival (and bytes)
             mbar_init(&smem.empty[s], DKDV_KEY_TILES * NUM_THREADS);  // every consumer thread's release
         }
-        if constexpr (ATOMIC_DQ)
 #pragma unroll
-            for (int b = 0; b < 2; b++) {
+        for (int b = 0; b < 2; b++) {
 #pragma unroll
-                for (int t = 0; t < DKDV_KEY_TILES; t++) mbar_init(&smem.dq.ds_full[b][t], NUM_THREADS);
-                mbar_init(&smem.dq.ds_empty[b], NUM_THREADS);  // warpgroup b, its readers
-            }
-        if constexpr (ATOMIC_DQ && dq_wide(D))
+            for (int t = 0; t < DKDV_KEY_TILES; t++) mbar_init(&smem.dq.ds_full[b][t], NUM_THREADS);
+            mbar_init(&smem.dq.ds_empty[b], NUM_THREADS);  // warpgroup b, its readers
+        }
+        if constexpr (dq_wide(D))
 #pragma unroll
             for (int w = 0; w < NUM_WARPS; w++) mbar_init(&smem.dq.dq_free[w], 32);  // warp w of the owner
         mbar_fence_init();
@@ -946,293 +910,7 @@ __global__ void __launch_bounds__(DKDV_THREADS, 1) attn_bwd_dkdv_kernel(const __
         return;
     }
     regs_inc<DKDV_CONSUMER_REGS>();
-    consume_dkdv<D, ATOMIC_DQ, FIXED>(smem, p, blk, wg);
-    // Deterministic mode runs overlapped with the dQ kernel before it (backward): no block
-    // ends before that kernel has, so what follows in the stream finds both complete.
-    if constexpr (!ATOMIC_DQ) wait_prior_grids();
-}
-
-// ---------------------------------------------------------------- dQ kernel (deterministic mode)
-
-// The dQ block, warp-specialised as the dK/dV kernel: Q_TILES consumer warpgroups,
-// warpgroup g owning query tile q_tile0 + g of the block's adjacent tiles, all reading the
-// key tiles of the merged query-major lists of those tiles, so each K/V tile is loaded
-// once for all of them; a producer warpgroup of which one warp walks those lists and has
-// the copy engine load the tiles. With QDO_RESIDENT column slices of its Q and dO held as A fragments (as the
-// dK/dV kernel's K and V), S and dP read only K and V from shared memory. Three consumers
-// get 160 registers each (`setmaxnreg`; the producer's warpgroup 32), two 232 (40). Each
-// query tile's dQ is summed by one warpgroup over its key tiles in ascending order:
-// bitwise reproducible.
-template <int D>
-struct DqConfig {
-    static constexpr int Q_TILES = 3;
-    // At D = 64 all of Q and dO (32 registers); at D = 128 they do not fit in 160. (Issuing
-    // S and dP with the last step's dQ, r2d64's pipelining, no longer fits beside them: 48
-    // bytes spilled and the wgmma serialised, C7512; it measured within noise alone.)
-    static constexpr int QDO_RESIDENT = D == 64 ? D / 16 : 0;
-    static constexpr int PRODUCER_REGS = Q_TILES == 3 ? 32 : 40, CONSUMER_REGS = Q_TILES == 3 ? 160 : 232;
-    static constexpr int THREADS = (Q_TILES + 1) * NUM_THREADS;  // the consumers, then the producer's warpgroup
-    static_assert((Q_TILES * CONSUMER_REGS + PRODUCER_REGS) * NUM_THREADS <= THREADS * (65536 / THREADS / 8 * 8),
-                  "the reallocation keeps the block's registers at launch (65536 per SM, in eights per thread)");
-};
-template <int D>
-using DqStep = TileStep<DqConfig<D>::Q_TILES>;
-
-// Q and dO of the query tiles stay resident; K, V and the key intervals go through a ring
-// of STAGES slots: step n of the walk (the closing done step included) in slot
-// n % STAGES, its DqStep published there by the producer, with a full barrier (the
-// producer's lane 0 with the copies' bytes, and its 32 lanes' interval copies; step 0's
-// also covers the query tiles) and an empty one (every consumer warp is done with the slot).
-template <int D, int STAGES>
-struct DqSmemStages {
-    alignas(1024) bf16 q[DqConfig<D>::Q_TILES][BM * D];  // swizzled
-    alignas(1024) bf16 dout[DqConfig<D>::Q_TILES][BM * D];
-    KeyRing<D, STAGES> keys;
-    DqStep<D> step[STAGES];
-    uint64_t full[STAGES], empty[STAGES];  // mbarriers: 1 + 32 producer arrivals + bytes, every consumer thread
-};
-
-// Four slots (226 KiB at D = 128 with three consumers): the producer up to three key
-// tiles ahead, and a warpgroup up to about three steps ahead of another.
-constexpr int DQ_STAGES = 4;
-template <int D>
-using DqSmem = DqSmemStages<D, DQ_STAGES>;
-
-// One block per (batch, query head, group of Q_TILES adjacent query tiles) in L2 sections
-// of dq_l2_heads heads (l2_item), the groups in reverse so the longest (causal) start
-// first; query tiles q_tile0 + g for warpgroup g (the last group's may be past the last
-// tile: their lines are empty).
-struct DqBlock {
-    int head, kv_head, batch, q_tile0;
-};
-
-template <int D>
-__device__ __forceinline__ DqBlock dq_block(const BwdParams &p) {
-    const AttnDims &d = p.dims;
-    const int n_groups = n_tiles(d.n_q_tiles, DqConfig<D>::Q_TILES);
-    const L2Item it = l2_item(d, blockIdx.x, n_groups, p.dq_l2_heads);
-    return {it.head, it.kv_head, it.batch, (n_groups - 1 - it.tile) * DqConfig<D>::Q_TILES};
-}
-
-template <int D>
-dim3 dq_grid(const AttnDims &d) { return dim3(d.batch * d.n_heads * n_tiles(d.n_q_tiles, DqConfig<D>::Q_TILES)); }
-
-// Warp 0 of the producer's warpgroup (every lane the same walk, in registers): per step n
-// waits until slot n % STAGES is free (step n - STAGES released by every consumer warp),
-// publishes the step there, has the copy engine bring the key tile's K and V (TMA,
-// 128-byte swizzle, zeros past seq_len) and, where a consumer masks, the lanes copy its
-// intervals (lo = hi = 0 past seq_len); step 0 also brings the query tiles' Q and dO.
-// The walk's end is published as a done step.
-template <int D, int STAGES>
-__device__ __forceinline__ void produce_dq(DqSmemStages<D, STAGES> &smem, const BwdParams &p, const DqBlock &blk) {
-    constexpr int Q_TILES = DqConfig<D>::Q_TILES, TILE_BYTES = BM * D * (int)sizeof(bf16);
-    constexpr int KEY_BYTES = 2 * TILE_BYTES, QUERY_BYTES = 2 * Q_TILES * TILE_BYTES;
-    const AttnDims &d = p.dims;
-    const int l = lane_id();
-    const int32_t *lo = p.mask.lo + (int64_t)blk.batch * d.seq_len, *hi = p.mask.hi + (int64_t)blk.batch * d.seq_len;
-    WarpWalk<Q_TILES> walk;
-    walk.init(p.mask.by_query, blk.batch, blk.q_tile0);
-#pragma unroll 1
-    for (int n = 0;; n++) {
-        const DqStep<D> step = walk.next();
-        const int stage = n % STAGES;
-        uint64_t *full = &smem.full[stage];
-        if (n >= STAGES) mbar_wait(&smem.empty[stage], (n / STAGES + 1) % 2);  // step n - STAGES released it
-        const int k0 = step.tile * BN;
-        if (l == 0) {
-            smem.step[stage] = step;
-            mbar_arrive_expect_tx(full, step.done() ? 0 : KEY_BYTES + (n == 0 ? QUERY_BYTES : 0));
-            if (!step.done()) {
-                if (n == 0)
-#pragma unroll
-                    for (int t = 0; t < Q_TILES; t++) {
-                        const int q0 = (blk.q_tile0 + t) * BM;
-                        tma_load_tile<BM, D>(smem.q[t], &p.map_q, blk.head, q0, blk.batch, full);
-                        tma_load_tile<BM, D>(smem.dout[t], &p.map_dout, blk.head, q0, blk.batch, full);
-                    }
-                tma_load_tile<BN, D>(smem.keys.k[stage], &p.map_k, blk.kv_head, k0, blk.batch, full);
-                tma_load_tile<BN, D>(smem.keys.v[stage], &p.map_v, blk.kv_head, k0, blk.batch, full);
-            }
-        }
-        // Only a consumer that masks reads the intervals (ds_from_scores): of a tile that
-        // some query tile sees in part, or of the ragged last one.
-        bool masked = !step.done() && ragged_tile(step.tile, d.seq_len);
-#pragma unroll
-        for (int t = 0; t < Q_TILES; t++) masked |= step.cls[t] == TileClass::Partial;
-        if (masked)
-#pragma unroll
-            for (int i = l; i < BN; i += 32) {
-                const bool valid = k0 + i < d.seq_len;
-                cp_async4(smem.keys.lo[stage] + i, lo + (valid ? k0 + i : 0), valid);
-                cp_async4(smem.keys.hi[stage] + i, hi + (valid ? k0 + i : 0), valid);
-            }
-        mbar_arrive_cp_async(full);
-        if (step.done()) return;
-    }
-}
-
-// This thread's two query rows (accumulator rows q_row, q_row + 8): lse2 and dsum.
-struct DqRows {
-    int q_row;
-    float lse2[2], dsum[2];
-};
-
-// The scores S of a key tile that the warpgroup's lists show become dS = P * (dP - dsum),
-// P = 2^(S * scale_log2 - lse2), S masked to -inf first where `masked` (a partial or
-// ragged tile: a branch, not predication, so full tiles do not pay for the test).
-__device__ __forceinline__ void ds_from_scores(float (&s)[BN / 8][4], const float (&dp)[BN / 8][4], bool masked,
-                                               const int32_t *tile_lo, const int32_t *tile_hi, const DqRows &rows,
-                                               float scale_log2) {
-    if (masked) mask_scores(s, tile_lo, tile_hi, rows.q_row, 0);
-#pragma unroll
-    for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-        for (int c = 0; c < 4; c++)
-            s[j][c] = fast_exp2(fmaf(s[j][c], scale_log2, -rows.lse2[c / 2])) * (dp[j][c] - rows.dsum[c / 2]);
-}
-
-// Issues dQ += dS K as one wgmma group (dS from registers, k = keys; K MN-major); the
-// caller fences.
-template <int D>
-__device__ __forceinline__ void issue_ds_k(float (&dq_acc)[D / 8][4], const uint32_t (&ds_frag)[BN / 16][4],
-                                         const bf16 *t_k) {
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; kk++)
-        wgmma::mma_rs<D, 1>(dq_acc, ds_frag[kk], wgmma::desc_mn_major(t_k, BN, 16 * kk, 0), true);
-    wgmma::commit();
-}
-
-// dQ = dQ_acc * scale as bf16 (store_row_bf16), for this thread's rows below seq_len.
-template <int D>
-__device__ __forceinline__ void store_dq(const BwdParams &p, const DqBlock &blk, int q_row,
-                                         const float (&dq_acc)[D / 8][4]) {
-    const AttnDims &d = p.dims;
-    bf16 *dq_head = p.dq + blk.batch * d.q_batch_stride + blk.head * D;
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int qi = q_row + 8 * r;
-        const bool live = qi < d.seq_len;
-        store_row_bf16<D>(dq_head + (int64_t)(live ? qi : 0) * d.q_row_stride, dq_acc, r, d.scale, live);
-    }
-}
-
-// Consumer warpgroup g (query tile q_tile0 + g) walks the published steps: per key tile its
-// lists show, once the slot is full, S = Q K^T and dP = dO V^T from shared memory, then
-// dQ += dS K with dS as the register A operand (accumulator rows are queries); a key tile
-// only other query tiles see is released at once. Each thread releases a slot after its
-// last product reading it (dQ's). No copies and no walk here.
-template <int D, int STAGES>
-__device__ __forceinline__ void consume_dq(DqSmemStages<D, STAGES> &smem, const BwdParams &p, const DqBlock &blk,
-                                           int wg) {
-    const AttnDims &d = p.dims;
-    const int q_tile = blk.q_tile0 + wg;
-    DqRows rows = {q_tile * BM + warp_row(), {INFINITY, INFINITY}, {0.0f, 0.0f}};
-    if (q_tile < d.n_q_tiles)  // a tile past the last has no padded rows (and no steps)
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int64_t at = ((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad + rows.q_row + 8 * r;
-            rows.lse2[r] = p.ws.lse2[at];
-            rows.dsum[r] = p.ws.dsum[at];
-        }
-    const bf16 *t_q = smem.q[wg], *t_do = smem.dout[wg];
-    float dq_acc[D / 8][4];  // [64 queries x D] over the warpgroup
-    zero(dq_acc);
-    constexpr int QDO_RES = DqConfig<D>::QDO_RESIDENT;
-    uint32_t q_frag[QDO_RES > 0 ? QDO_RES : 1][4], do_frag[QDO_RES > 0 ? QDO_RES : 1][4];  // this warp's rows
-    if constexpr (QDO_RES > 0) {
-        // Step 0's slot brought the query tiles (an empty walk none, and no fragment is
-        // used). A second wait for phase 0 of full[0]: its phase 1 needs the refill for step
-        // STAGES, which waits for every consumer thread's release of step 0.
-        mbar_wait(&smem.full[0], 0);
-        tile_to_a(q_frag, t_q);
-        tile_to_a(do_frag, t_do);
-    }
-
-    // Step n's slot, once full (and at n = 0 the query tiles), and its published step.
-    auto wait_step = [&](int n) {
-        mbar_wait(&smem.full[n % STAGES], n / STAGES % 2);
-        return smem.step[n % STAGES];
-    };
-    // This thread is done with step n's slot: every thread arrives, each after its own last
-    // read (of the step, the intervals, and through its wgmma wait the tiles), as the
-    // forward's consumers, so racecheck sees each read ordered before the producer's refill.
-    auto release = [&](int n) { mbar_arrive(&smem.empty[n % STAGES]); };
-    auto own = [&](const DqStep<D> &step) { return !step.done() && step.of(wg) != TileClass::Empty; };
-    // Step n's S and dP (landed) become dS.
-    auto to_ds = [&](float (&s)[BN / 8][4], const float (&dp)[BN / 8][4], int n, const DqStep<D> &step) {
-        const int stage = n % STAGES;
-        ds_from_scores(s, dp, step.of(wg) != TileClass::Full || ragged_tile(step.tile, d.seq_len),
-                       smem.keys.lo[stage], smem.keys.hi[stage], rows, d.scale_log2);
-    };
-
-    float s[BN / 8][4], dp[BN / 8][4];  // S then dS; dP [64 queries x BN keys]
-    uint32_t ds_frag[BN / 16][4];       // the step's dS as A fragments (k = keys)
-    // One loop whose counter only its header advances: the compiler keeps n (and the
-    // slots' descriptors) in uniform registers.
-#pragma unroll 1
-    for (int n = 0;; n++) {
-        const DqStep<D> step = wait_step(n);
-        const bool mine = own(step);
-        if constexpr (QDO_RES > 0) {  // every step, whatever path the last one took
-            keep_frags(q_frag, t_q, step.tile);
-            keep_frags(do_frag, t_do, step.tile);
-        }
-        if (step.done()) break;
-        if (!mine) {
-            release(n);
-            continue;
-        }
-        issue_s_dp<D>(s, dp, a_operand<QDO_RES>(q_frag, t_q), smem.keys.k[n % STAGES], a_operand<QDO_RES>(do_frag, t_do),
-                      smem.keys.v[n % STAGES]);
-        wgmma::wait<0>();
-        wgmma::pin(s);
-        wgmma::pin(dp);
-        to_ds(s, dp, n, step);
-        acc_to_a<BN>(ds_frag, s);
-        wgmma::fence();
-        issue_ds_k<D>(dq_acc, ds_frag, smem.keys.k[n % STAGES]);
-        wgmma::wait<0>();
-        wgmma::pin(dq_acc);
-        wgmma::pin(ds_frag);
-        release(n);
-    }
-
-    store_dq<D>(p, blk, rows.q_row, dq_acc);
-}
-
-// Thread 0 sets up the barriers (the block's only block-wide barrier follows); then the
-// producer's warpgroup gives its registers to the consumers and its warp 0 produces while
-// the others leave. One block per SM.
-template <int D>
-__global__ void __launch_bounds__(DqConfig<D>::THREADS, 1) attn_bwd_dq_kernel(const __grid_constant__ BwdParams p) {
-    typedef DqConfig<D> C;
-    typedef DqSmem<D> Smem;
-    static_assert(sizeof(Smem) <= MAX_SMEM_PER_BLOCK, "shared memory of one block");
-    extern __shared__ unsigned char smem_raw[];
-    Smem &smem = *reinterpret_cast<Smem *>(smem_raw);
-    const DqBlock blk = dq_block<D>(p);
-    // Through a shuffle the compiler knows the warpgroup index warp-uniform, so the
-    // descriptors of the warpgroup's tiles live in uniform registers (no 64-bit adds and
-    // register moves per product; CUTLASS's canonical_warp_group_idx).
-    const int wg = __shfl_sync(0xffffffff, threadIdx.x / NUM_THREADS, 0);
-    allow_dependent_launch();  // the dK/dV kernel needs nothing of this one's
-
-    if (threadIdx.x == 0) {
-#pragma unroll
-        for (int s = 0; s < DQ_STAGES; s++) {
-            mbar_init(&smem.full[s], 1 + 32);                 // the producer's lane 0 and its lanes' interval copies
-            mbar_init(&smem.empty[s], C::Q_TILES * NUM_THREADS);  // every consumer thread's release
-        }
-        mbar_fence_init();
-    }
-    __syncthreads();
-    if (wg == C::Q_TILES) {
-        regs_dec<C::PRODUCER_REGS>();
-        if (threadIdx.x % NUM_THREADS < 32) produce_dq(smem, p, blk);
-        return;
-    }
-    regs_inc<C::CONSUMER_REGS>();
-    consume_dq(smem, p, blk, wg);
+    consume_dkdv<D, FIXED>(smem, p, blk, wg);
 }
 
 // ---------------------------------------------------------------- conversion kernels
@@ -1310,9 +988,9 @@ void backward(const BwdParams &p, bool deterministic, cudaStream_t stream) {
     attn_bwd_prep_kernel<D><<<(unsigned)((n_pad + prep_rows - 1) / prep_rows), PREP_THREADS, 0, stream>>>(p);
     cudaCheckLaunch();
     if (deterministic) {
-        launch(attn_bwd_dkdv_kernel<D, true, true>, dkdv_grid(d), DKDV_THREADS, sizeof(DkdvSmem<D, true>), stream, p);
+        launch(attn_bwd_dkdv_kernel<D, true>, dkdv_grid(d), DKDV_THREADS, sizeof(DkdvSmem<D>), stream, p);
     } else {
-        launch(attn_bwd_dkdv_kernel<D, true>, dkdv_grid(d), DKDV_THREADS, sizeof(DkdvSmem<D, true>), stream, p);
+        launch(attn_bwd_dkdv_kernel<D, false>, dkdv_grid(d), DKDV_THREADS, sizeof(DkdvSmem<D>), stream, p);
     }
     dq_convert_kernel<<<(unsigned)(n_pad / BM), CONVERT_THREADS, 0, stream>>>(p);
     cudaCheckLaunch();

@@ -36,9 +36,13 @@ void attention_forward_cuda(const AttnShape *shape, const AttnMask *mask, const 
 
 // Backward. Overwrites dq, dk, dv (not accumulated); GQA gradients summed over the query
 // heads sharing a KV head (per-head partials added in a fixed order, no atomics). dK/dV
-// iterate the key-major lists. dQ: deterministic == false accumulates it with fp32
-// reductions in L2 (fastest, not reproducible bit for bit); deterministic == true runs a
-// separate query-major dQ pass and every gradient is bitwise identical run to run.
+// iterate the key-major lists. dQ is summed over key blocks by reductions in L2:
+// deterministic == false adds fp32 (not reproducible bit for bit); deterministic == true
+// adds 32-bit fixed point, each query row scaled by a power of two from a bound on its dQ
+// (max|K| (||dO_q|| max_k ||V_k|| + |rowsum(dO_q O_q)|), which holds when lse is the
+// forward's; each key block's partial is rounded to within 2^-29 of that bound), so that
+// every gradient is bitwise identical run to run. A row whose inputs are not finite comes
+// out NaN in both modes.
 // workspace: device memory of at least attention_backward_workspace_bytes(shape,
 // deterministic) bytes, 256-byte aligned, which the call's kernels use as scratch until
 // they finish on `stream`; the backward allocates nothing.

@@ -18,7 +18,7 @@
 // Shared tiles use the 128-byte swizzle and are filled by TMA (the key intervals by 4-byte
 // cp.async); products are bf16 with fp32 accumulators; softmax runs in base 2; P and dS stay in registers as the A operand of the next product. Every
 // kernel works in warpgroups whose warp w holds rows 16w..16w+15 of each 64-row tile
-// (queries in the forward and the dQ pass, keys in the dK/dV pass), so row reductions
+// (queries in the forward, keys in the backward), so row reductions
 // need only a 4-lane shuffle. docs/KERNEL_NOTES.md has the design and the measurements
 // behind it.
 #pragma once
@@ -171,13 +171,6 @@ template <int N>
 __device__ __forceinline__ void regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
 template <int N>
 __device__ __forceinline__ void regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
-
-// This block lets the stream's next kernel, if launched with launch_overlapped, start
-// (once every block of this kernel has called it or exited).
-__device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
-// In a kernel launched with launch_overlapped: waits until the kernel before it has
-// completed and its writes are visible (at once otherwise).
-__device__ __forceinline__ void wait_prior_grids() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 
 // 2^x by the special-function unit (ex2.approx; 2^-inf = 0), one instruction.
 __device__ __forceinline__ float fast_exp2(float x) {
@@ -437,17 +430,6 @@ struct WarpWalk {
     }
 };
 
-// ---------------------------------------------------------------- the key ring
-
-// Shared memory for a ring of key tiles: K and V swizzled (1024-byte aligned, wgmma.cuh)
-// and the intervals of their keys.
-template <int D, int STAGES>
-struct KeyRing {
-    alignas(1024) bf16 k[STAGES][BN * D];
-    alignas(1024) bf16 v[STAGES][BN * D];
-    int32_t lo[STAGES][BN], hi[STAGES][BN];
-};
-
 // ---------------------------------------------------------------- score masking
 
 // Scores [16 x BN] of one warp (column groups [j0, j0 + BN / 8) of s, one key tile): -inf
@@ -633,28 +615,6 @@ void launch(void (*kernel)(Params), dim3 grid, int threads, size_t smem, cudaStr
     cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     kernel<<<grid, threads, smem, stream>>>(params);
     cudaCheckLaunch();
-}
-
-// launch() of a kernel that needs nothing the stream's previous kernel computes: it may
-// start (programmatic dependent launch) once every block of that kernel has called
-// allow_dependent_launch, so its blocks fill the SMs the previous kernel's last wave
-// leaves idle. What ran before the previous kernel has completed by then. Its blocks end
-// with wait_prior_grids, so that the stream's later work finds both kernels complete.
-template <typename Params>
-void launch_overlapped(void (*kernel)(Params), dim3 grid, int threads, size_t smem, cudaStream_t stream,
-                       const Params &params) {
-    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    cudaLaunchAttribute overlap;
-    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    overlap.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = grid;
-    config.blockDim = dim3(threads);
-    config.dynamicSmemBytes = smem;
-    config.stream = stream;
-    config.attrs = &overlap;
-    config.numAttrs = 1;
-    cudaCheck(cudaLaunchKernelEx(&config, kernel, params));
 }
 
 }  // namespace

@@ -5,9 +5,9 @@
 // H=32/KV=8/D=128 among them), head_dim 64 and 128.
 // Also: the GPU tile-mask builder equals the CPU one; kernels follow the tile lists
 // (empty lists give zeros although lo/hi see keys); deterministic backward is bitwise
-// reproducible; a NaN reaches exactly its query's dq row, and gradients of 2^70 stay exact
-// (run_nan_case). ATTN_TEST_QUICK=1 runs two small cases and the NaN cases (for
-// compute-sanitizer).
+// reproducible; a NaN reaches exactly its query's dq row (a NaN key the rows that see it),
+// and gradients of 2^70 stay exact (run_nan_case). ATTN_TEST_QUICK=1 runs two small cases
+// and the NaN cases (for compute-sanitizer).
 #include "attention/attention_cuda.h"
 
 #include <math.h>
@@ -480,8 +480,9 @@ struct NanProblem {
     float *lse;
 };
 
+// k: K for the backward (nullptr: the problem's clean K).
 std::vector<float> backward_dq(const NanProblem &pr, bool det, const std::vector<attn_bf16> &q,
-                               const std::vector<attn_bf16> &dout) {
+                               const std::vector<attn_bf16> &dout, const attn_bf16 *k = nullptr) {
     const AttnShape &s = pr.shape;
     const size_t n_q = q.size(), n_kv = (size_t)s.batch * s.seq_len * s.n_kv_heads * s.head_dim;
     attn_bf16 *d_q = upload(q), *d_dout = upload(dout), *d_dq = device_alloc<attn_bf16>(n_q);
@@ -490,7 +491,8 @@ std::vector<float> backward_dq(const NanProblem &pr, bool det, const std::vector
     const size_t ws_bytes = attention_backward_workspace_bytes(&s, det);
     void *ws = device_alloc<char>(ws_bytes);
     cudaCheck(cudaMemset(ws, 0xff, ws_bytes));
-    attention_backward_cuda(&s, pr.mask, d_q, pr.k, pr.v, pr.out, pr.lse, d_dout, d_dq, d_dk, d_dv, det, ws, 0);
+    attention_backward_cuda(&s, pr.mask, d_q, k ? k : pr.k, pr.v, pr.out, pr.lse, d_dout, d_dq, d_dk, d_dv, det, ws,
+                            0);
     cudaCheck(cudaDeviceSynchronize());
     std::vector<float> dq = download_bf16(d_dq, n_q);
     for (void *p : {(void *)d_q, (void *)d_dout, (void *)d_dq, (void *)d_dk, (void *)d_dv, ws}) cudaCheck(cudaFree(p));
@@ -499,8 +501,11 @@ std::vector<float> backward_dq(const NanProblem &pr, bool det, const std::vector
 
 // A NaN in one query's dO or Q makes that query's dq row NaN in both modes (every key's dS
 // is NaN) and, in deterministic mode, leaves every other dq element bitwise as with clean
-// inputs (nothing else reads that row); dO scaled by 2^70 (gradients far from 1, exact in
-// fp32) scales deterministic dq by 2^70 exactly.
+// inputs (nothing else reads that row); a NaN in one key's K makes the dq rows of the
+// queries that see it NaN, and leaves the deterministic dq of every query outside its
+// query tile bitwise as with clean inputs (the tile's other queries multiply the NaN by
+// their zero dS; the fixed-point bound takes finite keys only); dO scaled by 2^70 (gradients far from 1, exact in fp32) scales deterministic dq by
+// 2^70 exactly.
 void run_nan_case(int D, TestRng *rng) {
     const int B = 1, S = 200, H = 4, KVH = 2, POISON_ROW = 150;
     NanProblem pr;
@@ -512,7 +517,8 @@ void run_nan_case(int D, TestRng *rng) {
     const size_t n_q = (size_t)B * S * H * D, n_kv = (size_t)B * S * KVH * D;
     std::vector<float> unused;
     pr.q = random_bf16(rng, n_q, 3.0f, &unused);
-    pr.k = upload(random_bf16(rng, n_kv, 1.0f, &unused));
+    const std::vector<attn_bf16> k_clean = random_bf16(rng, n_kv, 1.0f, &unused);
+    pr.k = upload(k_clean);
     pr.v = upload(random_bf16(rng, n_kv, 1.0f, &unused));
     pr.dout = random_bf16(rng, n_q, 1.0f, &unused);
     attn_bf16 *clean_q = upload(pr.q);
@@ -523,27 +529,44 @@ void run_nan_case(int D, TestRng *rng) {
     const std::vector<float> clean = backward_dq(pr, true, pr.q, pr.dout);
     auto at = [&](int row, int head, int col) { return ((size_t)row * H + head) * D + col; };  // B = 1
     const uint16_t NAN_BF16 = 0x7fc0;
-    for (int poison_q = 0; poison_q < 2; poison_q++) {
-        const int head = poison_q ? 2 : 1;
-        std::vector<attn_bf16> q = pr.q, dout = pr.dout;
-        reinterpret_cast<uint16_t *>(poison_q ? q.data() : dout.data())[at(POISON_ROW, head, 3)] = NAN_BF16;
-        const std::vector<float> det = backward_dq(pr, true, q, dout), fast = backward_dq(pr, false, q, dout);
+    // what: 0 dO, 1 Q (row POISON_ROW of head 1 / 2), 2 K (key POISON_KEY of KV head 1, seen
+    // by query heads 2 and 3 from that row on).
+    const int POISON_KEY = 120;
+    for (int what_i = 0; what_i < 3; what_i++) {
+        const int head = what_i == 0 ? 1 : 2;
+        std::vector<attn_bf16> q = pr.q, dout = pr.dout, k = k_clean;
+        if (what_i < 2)
+            reinterpret_cast<uint16_t *>(what_i == 1 ? q.data() : dout.data())[at(POISON_ROW, head, 3)] = NAN_BF16;
+        else
+            reinterpret_cast<uint16_t *>(k.data())[((size_t)POISON_KEY * KVH + 1) * D + 3] = NAN_BF16;
+        attn_bf16 *d_k = upload(k);
+        const std::vector<float> det = backward_dq(pr, true, q, dout, d_k), fast = backward_dq(pr, false, q, dout, d_k);
+        cudaCheck(cudaFree(d_k));
+        // The dq rows that must be NaN: the poisoned query's, or every one that sees the key;
+        // and those left unchecked: the key's query tile's earlier rows.
+        auto poisoned = [&](int r, int h) {
+            return what_i < 2 ? h == head && r == POISON_ROW : h / (H / KVH) == 1 && r >= POISON_KEY;
+        };
+        auto unchecked = [&](int r, int h) {
+            return what_i == 2 && h / (H / KVH) == 1 && r >= POISON_KEY / ATTN_TILE * ATTN_TILE && r < POISON_KEY;
+        };
         int row_not_nan = 0, other_differ = 0, fast_row_not_nan = 0;
         for (int r = 0; r < S; r++)
             for (int h = 0; h < H; h++)
                 for (int c = 0; c < D; c++) {
                     const float x = det[at(r, h, c)];
-                    if (h == head && r == POISON_ROW) {
+                    if (unchecked(r, h)) continue;
+                    if (poisoned(r, h)) {
                         row_not_nan += !isnan(x);
                         fast_row_not_nan += !isnan(fast[at(r, h, c)]);
                     } else {
                         other_differ += memcmp(&x, &clean[at(r, h, c)], sizeof x) != 0;
                     }
                 }
-        const char *what = poison_q ? "Q" : "dO";
-        printf("  NaN in %s (row %d, head %d): dq row elements not NaN: deterministic %d, fast %d; other deterministic "
-               "dq elements changed: %d\n", what, POISON_ROW, head, row_not_nan, fast_row_not_nan, other_differ);
-        EXPECT(row_not_nan == 0 && fast_row_not_nan == 0, "NaN in %s: %d deterministic, %d fast dq row elements not NaN",
+        const char *what = what_i == 0 ? "dO" : what_i == 1 ? "Q" : "K";
+        printf("  NaN in %s: poisoned dq elements not NaN: deterministic %d, fast %d; other deterministic dq elements "
+               "changed: %d\n", what, row_not_nan, fast_row_not_nan, other_differ);
+        EXPECT(row_not_nan == 0 && fast_row_not_nan == 0, "NaN in %s: %d deterministic, %d fast dq elements not NaN",
                what, row_not_nan, fast_row_not_nan);
         EXPECT(other_differ == 0, "NaN in %s: %d other deterministic dq elements changed", what, other_differ);
     }
@@ -588,9 +611,8 @@ int main(void) {
     const int n_cases = quick ? 2 : (int)(sizeof(cases) / sizeof(cases[0]));
     for (int i = 0; i < n_cases; i++) run_case(cases[i], &rng, quick ? 2 : 10);
     // Several L2 sections per kernel (bytes per head and section: bwd_l2_heads,
-    // l2_section_heads): fast dK/dV 2 heads, deterministic 4 (a short last one), dQ 4 KV
-    // heads, the forward 4 KV heads (case 1); GQA groups whole in the dQ kernel's sections
-    // (case 2); D = 64 (case 3).
+    // l2_section_heads): dK/dV 2 heads (a short last one), the forward 4 KV heads (case 1);
+    // GQA (case 2); D = 64 (case 3).
     const Case sections[] = {
         {2, 16001, 9, 9, 128, {CAUSAL, STRIP_THINKING}},
         {1, 16384, 18, 9, 128, {SHARED_PREFIX}},

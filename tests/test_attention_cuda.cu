@@ -501,10 +501,12 @@ std::vector<float> backward_dq(const NanProblem &pr, bool det, const std::vector
 
 // A NaN in one query's dO or Q makes that query's dq row NaN in both modes (every key's dS
 // is NaN) and, in deterministic mode, leaves every other dq element bitwise as with clean
-// inputs (nothing else reads that row); a NaN in one key's K makes the dq rows of the
-// queries that see it NaN, and leaves the deterministic dq of every query outside its
-// query tile bitwise as with clean inputs (the tile's other queries multiply the NaN by
-// their zero dS; the fixed-point bound takes finite keys only); dO scaled by 2^70 (gradients far from 1, exact in fp32) scales deterministic dq by
+// inputs (nothing else reads that row). A NaN in one key's K makes the dq rows of the
+// queries that see it NaN and, in deterministic mode, leaves the other KV head's rows and
+// the rows before the key's 128-key block bitwise as they were (the fixed-point bound
+// takes finite keys only; the block's dQ product multiplies the NaN by the zero dS of the
+// queries that do not see it, so rows between the block's start and the key may come out
+// NaN). dO scaled by 2^70 (gradients far from 1, exact in fp32) scales deterministic dq by
 // 2^70 exactly.
 void run_nan_case(int D, TestRng *rng) {
     const int B = 1, S = 200, H = 4, KVH = 2, POISON_ROW = 150;
@@ -530,8 +532,8 @@ void run_nan_case(int D, TestRng *rng) {
     auto at = [&](int row, int head, int col) { return ((size_t)row * H + head) * D + col; };  // B = 1
     const uint16_t NAN_BF16 = 0x7fc0;
     // what: 0 dO, 1 Q (row POISON_ROW of head 1 / 2), 2 K (key POISON_KEY of KV head 1, seen
-    // by query heads 2 and 3 from that row on).
-    const int POISON_KEY = 120;
+    // by query heads 2 and 3 from that row on; its block of two key tiles starts at 128).
+    const int POISON_KEY = 150, KEY_BLOCK = 2 * ATTN_TILE;
     for (int what_i = 0; what_i < 3; what_i++) {
         const int head = what_i == 0 ? 1 : 2;
         std::vector<attn_bf16> q = pr.q, dout = pr.dout, k = k_clean;
@@ -543,12 +545,12 @@ void run_nan_case(int D, TestRng *rng) {
         const std::vector<float> det = backward_dq(pr, true, q, dout, d_k), fast = backward_dq(pr, false, q, dout, d_k);
         cudaCheck(cudaFree(d_k));
         // The dq rows that must be NaN: the poisoned query's, or every one that sees the key;
-        // and those left unchecked: the key's query tile's earlier rows.
+        // and those left unchecked: the key's block's rows before it.
         auto poisoned = [&](int r, int h) {
             return what_i < 2 ? h == head && r == POISON_ROW : h / (H / KVH) == 1 && r >= POISON_KEY;
         };
         auto unchecked = [&](int r, int h) {
-            return what_i == 2 && h / (H / KVH) == 1 && r >= POISON_KEY / ATTN_TILE * ATTN_TILE && r < POISON_KEY;
+            return what_i == 2 && h / (H / KVH) == 1 && r >= POISON_KEY / KEY_BLOCK * KEY_BLOCK && r < POISON_KEY;
         };
         int row_not_nan = 0, other_differ = 0, fast_row_not_nan = 0;
         for (int r = 0; r < S; r++)

@@ -121,22 +121,24 @@ constexpr float FIXED_DQ_LIMIT = 1073741824.0f;  // 2^30
 // Per (batch, KV head): the largest finite |K| element and the largest finite ||V_k||, as
 // atomicMax of non-negative doubles' bits into kv_bound (zeroed before). A key that is not
 // finite reaches only the rows that see it, whose partials then fail their limit.
-// Thread t of block x takes the 16-byte column chunk x * KV_BOUND_THREADS + t of
-// KV_BOUND_ROWS keys; D / 8 adjacent threads hold one KV head's row.
+// Block (KV head x, row group y, batch z): D / 8 adjacent threads hold a key's row of the
+// head (16 bytes each), KV_BOUND_THREADS / (D / 8) keys at a time, KV_BOUND_ROWS times;
+// one atomicMax pair per block (one per row group and head: per word a few dozen).
 constexpr int KV_BOUND_THREADS = 256, KV_BOUND_ROWS = 8;
 template <int D>
+constexpr int kv_bound_keys() { return KV_BOUND_THREADS / (D / 8) * KV_BOUND_ROWS; }  // per block
+template <int D>
 __global__ void __launch_bounds__(KV_BOUND_THREADS) kv_bound_kernel(const __grid_constant__ BwdParams p) {
-    constexpr int LANES = D / 8;
+    constexpr int LANES = D / 8, GROUPS = KV_BOUND_THREADS / LANES;
     const AttnDims &d = p.dims;
-    const int chunk = blockIdx.x * KV_BOUND_THREADS + threadIdx.x, b = blockIdx.z;
-    const bool live = chunk < d.kv_row_stride / 8;
+    const int b = blockIdx.z, kv_head = blockIdx.x, col = kv_head * D + threadIdx.x % LANES * 8;
     uint4 kw[KV_BOUND_ROWS], vw[KV_BOUND_ROWS];
 #pragma unroll
     for (int r = 0; r < KV_BOUND_ROWS; r++) {
-        const int s = blockIdx.y * KV_BOUND_ROWS + r;
-        const int64_t off = ((int64_t)b * d.seq_len + s) * d.kv_row_stride + chunk * 8;
+        const int s = blockIdx.y * kv_bound_keys<D>() + r * GROUPS + threadIdx.x / LANES;
+        const int64_t off = ((int64_t)b * d.seq_len + s) * d.kv_row_stride + col;
         kw[r] = vw[r] = make_uint4(0, 0, 0, 0);
-        if (live && s < d.seq_len) {
+        if (s < d.seq_len) {
             kw[r] = *reinterpret_cast<const uint4 *>(p.k + off);
             vw[r] = *reinterpret_cast<const uint4 *>(p.v + off);
         }
@@ -160,9 +162,23 @@ __global__ void __launch_bounds__(KV_BOUND_THREADS) kv_bound_kernel(const __grid
         if (isfinite(v_sq)) v_sq_max = fmax(v_sq_max, v_sq);
     }
 #pragma unroll
-    for (int off = LANES / 2; off > 0; off /= 2) k_max = fmaxf(k_max, __shfl_xor_sync(0xffffffff, k_max, off));
-    if (live && threadIdx.x % LANES == 0) {
-        unsigned long long *bound = p.ws.kv_bound + 2 * ((int64_t)b * d.n_kv_heads + chunk / LANES);
+    for (int off = 16; off > 0; off /= 2) {
+        k_max = fmaxf(k_max, __shfl_xor_sync(0xffffffff, k_max, off));
+        v_sq_max = fmax(v_sq_max, __shfl_xor_sync(0xffffffff, v_sq_max, off));
+    }
+    __shared__ float warp_k[KV_BOUND_THREADS / 32];
+    __shared__ double warp_v[KV_BOUND_THREADS / 32];
+    if (lane_id() == 0) {
+        warp_k[threadIdx.x / 32] = k_max;
+        warp_v[threadIdx.x / 32] = v_sq_max;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < KV_BOUND_THREADS / 32; w++) {
+            k_max = fmaxf(k_max, warp_k[w]);
+            v_sq_max = fmax(v_sq_max, warp_v[w]);
+        }
+        unsigned long long *bound = p.ws.kv_bound + 2 * ((int64_t)b * d.n_kv_heads + kv_head);
         atomicMax(&bound[0], (unsigned long long)__double_as_longlong((double)k_max));
         atomicMax(&bound[1], (unsigned long long)__double_as_longlong(sqrt(v_sq_max)));
     }
@@ -980,8 +996,7 @@ void backward(const BwdParams &p, bool deterministic, cudaStream_t stream) {
     constexpr int prep_rows = PREP_THREADS / (D / 8);
     if (deterministic) {
         cudaCheck(cudaMemsetAsync(p.ws.kv_bound, 0, 2 * sizeof(unsigned long long) * d.batch * d.n_kv_heads, stream));
-        const dim3 grid((unsigned)n_tiles(d.kv_row_stride / 8, KV_BOUND_THREADS),
-                        (unsigned)n_tiles(d.seq_len, KV_BOUND_ROWS), (unsigned)d.batch);
+        const dim3 grid((unsigned)d.n_kv_heads, (unsigned)n_tiles(d.seq_len, kv_bound_keys<D>()), (unsigned)d.batch);
         kv_bound_kernel<D><<<grid, KV_BOUND_THREADS, 0, stream>>>(p);
         cudaCheckLaunch();
     }

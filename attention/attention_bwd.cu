@@ -198,9 +198,9 @@ __device__ __forceinline__ float fixed_dq_scale(const BwdParams &p, int b, int h
 // Per (batch, head, query) padded to whole query tiles: dsum = rowsum(dO * O) and
 // lse2 = lse * log2(e), +inf for a query that sees nothing or lies past seq_len (its
 // probabilities come out exactly 0), the row's D words of dq_accum zeroed (the same padded
-// rows, a separate memset pass saved) and in deterministic mode its fixed-point scale. D / 8 adjacent threads per
-// query row, 16 bytes of O and of dO each (a warp per row with 4-byte loads kept too few
-// loads in flight).
+// rows, a separate memset pass saved) and in deterministic mode its fixed-point scale.
+// D / 8 adjacent threads per query row, 16 bytes of O and of dO each (a warp per row with
+// 4-byte loads kept too few loads in flight).
 constexpr int PREP_THREADS = 256;
 template <int D>
 __global__ void __launch_bounds__(PREP_THREADS) attn_bwd_prep_kernel(const __grid_constant__ BwdParams p) {
@@ -393,8 +393,9 @@ __host__ __device__ constexpr int dq_frag_offset(int row, int col, int head_dim)
 // buffers (step n in n % 2: the product of step n - 1 reads the other while step n is
 // written), with mbarriers (full: the writer warpgroup's threads have stored a step;
 // empty: warpgroup b's 128 threads, the readers of buffer b, are past their dQ product),
-// and each warp's dQ rows (fp32, or fixed point): per warpgroup at D = 64, shared at D = 128 (dq_free[w]:
-// warp w's 32 threads, after the copy engine has read the chunk of their last reduction).
+// and each warp's dQ rows (fp32, or fixed point): per warpgroup at D = 64, shared at
+// D = 128 (dq_free[w]: warp w's 32 threads, after the copy engine has read the chunk of
+// their last reduction).
 template <int D>
 struct DqStaging {
     static constexpr int CHUNK_SETS = dq_wide(D) ? 1 : DKDV_KEY_TILES;
@@ -448,6 +449,12 @@ __device__ __forceinline__ DkdvBlock dkdv_block(const BwdParams &p) {
 
 dim3 dkdv_grid(const AttnDims &d) { return dim3(d.batch * d.n_heads * n_tiles(d.n_k_tiles, DKDV_KEY_TILES)); }
 
+// The block's first row in the padded per-query buffers [batch, n_heads, s_pad] (lse2,
+// dsum, dq_scale; dq_accum's rows).
+__device__ __forceinline__ int64_t head_rows(const AttnDims &d, const DkdvBlock &blk) {
+    return ((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad;
+}
+
 // ---------------------------------------------------------------- dK/dV: producer
 
 // Thread 0 of the producer's warpgroup: walks the merged key-major lists of the pair and,
@@ -463,7 +470,7 @@ __device__ __forceinline__ void produce_dkdv(DkdvSmemStages<D, STAGES> &smem, co
     constexpr int TILE_BYTES = BM * D * (int)sizeof(bf16), ROW_BYTES = BM * (int)sizeof(float);
     constexpr int QUERY_BYTES = 2 * TILE_BYTES + 2 * ROW_BYTES, PAIR_BYTES = 2 * DKDV_KEY_TILES * TILE_BYTES;
     const AttnDims &d = p.dims;
-    const int64_t pad_off = ((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad;
+    const int64_t pad_off = head_rows(d, blk);
     MergedLines<DKDV_KEY_TILES> walk;
     walk.init(p.mask.by_key, blk.batch, blk.k_tile0);
 #pragma unroll 1
@@ -638,13 +645,17 @@ __device__ __forceinline__ void issue_dq(float (&dq_part)[D / 8][4], Smem &smem,
     wgmma::commit();
 }
 
-// Deterministic mode: this thread's two dQ rows' fixed-point scales (dq_scale) in query
-// tile q0, loaded before the product whose partials they scale.
+// This thread's two dQ rows' fixed-point scales (dq_scale) in query tile q0, loaded before
+// the product whose partials they scale (FIXED; fast mode: 1, unused).
+template <bool FIXED>
 __device__ __forceinline__ void load_row_scales(float (&row_scale)[2], const BwdParams &p, const DkdvBlock &blk,
                                                 int q0) {
-    const float *rows = p.ws.dq_scale + ((int64_t)blk.batch * p.dims.n_heads + blk.head) * p.dims.s_pad + q0;
-    row_scale[0] = rows[warp_row()];
-    row_scale[1] = rows[warp_row() + 8];
+    row_scale[0] = row_scale[1] = 1.0f;
+    if constexpr (FIXED) {
+        const float *rows = p.ws.dq_scale + head_rows(p.dims, blk) + q0;
+        row_scale[0] = rows[warp_row()];
+        row_scale[1] = rows[warp_row() + 8];
+    }
 }
 
 __device__ __forceinline__ float max_nan(float a, float b) {  // NaN if either is
@@ -674,7 +685,7 @@ __device__ __forceinline__ void reduce_dq(Smem &smem, const BwdParams &p, const 
         __syncwarp();
     }
     const AttnDims &d = p.dims;
-    const int64_t tile_row = ((int64_t)blk.batch * d.n_heads + blk.head) * d.s_pad + q0;
+    const int64_t tile_row = head_rows(d, blk) + q0;
     if constexpr (FIXED) {
         float worst[2] = {0.0f, 0.0f};  // per row: the largest |scaled partial|
 #pragma unroll
@@ -836,8 +847,8 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, STAGES> &smem, co
         stage_ds<D>(smem.dq, wg, n, ds_frag);  // under dV
         if (n > 0 && dq_owner(n - 1, wg)) {
             float dq_part[D / 8][4];  // [64 queries x D] of step n - 1
-            float row_scale[2] = {1.0f, 1.0f};
-            if constexpr (FIXED) load_row_scales(row_scale, p, blk, last_q0);  // under the products
+            float row_scale[2];
+            load_row_scales<FIXED>(row_scale, p, blk, last_q0);  // under the products
             if constexpr (dq_wide(D)) {
                 wgmma::wait<0>();  // dV: P^T's registers hold the dQ accumulator
                 dv_landed();
@@ -873,8 +884,8 @@ __device__ __forceinline__ void consume_dkdv(DkdvSmemStages<D, STAGES> &smem, co
 
     if (n > 0 && dq_owner(n - 1, wg)) {
         float dq_part[D / 8][4];
-        float row_scale[2] = {1.0f, 1.0f};
-        if constexpr (FIXED) load_row_scales(row_scale, p, blk, last_q0);
+        float row_scale[2];
+        load_row_scales<FIXED>(row_scale, p, blk, last_q0);
         issue_dq<D>(dq_part, smem, n - 1);
         wgmma::wait<0>();
         reduce_dq<D, FIXED>(smem, p, blk, wg, n - 1, last_q0, dq_part, row_scale);

@@ -536,14 +536,17 @@ void run_nan_case(int D, TestRng *rng) {
     const int POISON_KEY = 150, KEY_BLOCK = 2 * ATTN_TILE;
     for (int what_i = 0; what_i < 3; what_i++) {
         const int head = what_i == 0 ? 1 : 2;
-        std::vector<attn_bf16> q = pr.q, dout = pr.dout, k = k_clean;
-        if (what_i < 2)
+        std::vector<attn_bf16> q = pr.q, dout = pr.dout;
+        attn_bf16 *d_k = nullptr;  // the clean K unless K is poisoned
+        if (what_i < 2) {
             reinterpret_cast<uint16_t *>(what_i == 1 ? q.data() : dout.data())[at(POISON_ROW, head, 3)] = NAN_BF16;
-        else
+        } else {
+            std::vector<attn_bf16> k = k_clean;
             reinterpret_cast<uint16_t *>(k.data())[((size_t)POISON_KEY * KVH + 1) * D + 3] = NAN_BF16;
-        attn_bf16 *d_k = upload(k);
+            d_k = upload(k);
+        }
         const std::vector<float> det = backward_dq(pr, true, q, dout, d_k), fast = backward_dq(pr, false, q, dout, d_k);
-        cudaCheck(cudaFree(d_k));
+        if (d_k) cudaCheck(cudaFree(d_k));
         // The dq rows that must be NaN: the poisoned query's, or every one that sees the key;
         // and those left unchecked: the key's block's rows before it.
         auto poisoned = [&](int r, int h) {

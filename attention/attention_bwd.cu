@@ -108,6 +108,12 @@ BwdParams bwd_params(const AttnShape *shape, const AttnMask *mask, const bf16 *q
 
 // ---------------------------------------------------------------- pre-pass
 
+// Pair i (bf16 elements 2i, 2i + 1) of a 16-byte load of 8 bf16, as floats.
+__device__ __forceinline__ float2 bf16_pair(const uint4 &w, int i) {
+    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u[i]));
+}
+
 // Deterministic mode's fixed point. Row q's dQ before the softmax scale, and each partial
 // sum of it over some keys, is at most max|K| (||dO_q|| max_k ||V_k|| + |dsum_q|) in
 // magnitude when the row's probabilities sum to 1 (|dP_qk| <= ||dO_q|| ||V_k||, and
@@ -147,12 +153,10 @@ __global__ void __launch_bounds__(KV_BOUND_THREADS) kv_bound_kernel(const __grid
     double v_sq_max = 0.0;
 #pragma unroll
     for (int r = 0; r < KV_BOUND_ROWS; r++) {
-        const uint32_t kr[4] = {kw[r].x, kw[r].y, kw[r].z, kw[r].w}, vr[4] = {vw[r].x, vw[r].y, vw[r].z, vw[r].w};
         double v_sq = 0.0;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const float2 kf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&kr[i]));
-            const float2 vf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&vr[i]));
+            const float2 kf = bf16_pair(kw[r], i), vf = bf16_pair(vw[r], i);
             if (fabsf(kf.x) < INFINITY) k_max = fmaxf(k_max, fabsf(kf.x));  // false for NaN too
             if (fabsf(kf.y) < INFINITY) k_max = fmaxf(k_max, fabsf(kf.y));
             v_sq += (double)vf.x * vf.x + (double)vf.y * vf.y;
@@ -218,11 +222,9 @@ __global__ void __launch_bounds__(PREP_THREADS) attn_bwd_prep_kernel(const __gri
         const int64_t off = ((int64_t)(b * S + qi) * H + h) * D + col;
         const uint4 o = *reinterpret_cast<const uint4 *>(p.out + off);
         const uint4 g = *reinterpret_cast<const uint4 *>(p.dout + off);
-        const uint32_t ow[4] = {o.x, o.y, o.z, o.w}, gw[4] = {g.x, g.y, g.z, g.w};
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const float2 of = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&ow[i]));
-            const float2 gf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&gw[i]));
+            const float2 of = bf16_pair(o, i), gf = bf16_pair(g, i);
             acc += of.x * gf.x + of.y * gf.y;
             if (fixed) dout_sq += (double)gf.x * gf.x + (double)gf.y * gf.y;
         }

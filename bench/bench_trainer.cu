@@ -79,7 +79,7 @@ int main(int argc, char **argv) {
         fatal("usage: bench_trainer --config FILE [--set key=value]... [steps]");
     const int steps = rest == 1 ? atoi(argv[1]) : DEFAULT_STEPS;
     if (steps < 1) fatal("bench_trainer: steps must be positive, got '%s'", argv[1]);
-    Config *config = config_load(config_path, n_overrides, overrides);
+    RunConfig *config = config_load(config_path, n_overrides, overrides);
     free(overrides);
 
     int n_devices = 0;
@@ -88,19 +88,19 @@ int main(int argc, char **argv) {
         return EXIT_SKIP;
     }
     const ModelConfig cfg = model_config_from(config);
-    const long long seq_len_key = config_int(config, "data.seq_len");
+    const long long seq_len_key = config->data.seq_len;
     if (seq_len_key <= 0 || seq_len_key > (1 << 24))
         fatal("config key 'data.seq_len': %lld is out of range", seq_len_key);
     const int S = (int)seq_len_key;
-    const float lr = (float)config_num(config, "train.lr");
-    const float beta1 = (float)config_num(config, "train.beta1");
-    const float beta2 = (float)config_num(config, "train.beta2");
-    const float eps = (float)config_num(config, "train.eps");
-    const float weight_decay = (float)config_num(config, "train.weight_decay");
-    const float grad_clip = (float)config_num(config, "train.grad_clip");
-    const bool deterministic = config_bool(config, "train.deterministic");
-    const bool keep_mlp = config_bool(config, "train.keep_mlp_activations");
-    double peak_tflops = config_num(config, "train.peak_tflops");
+    const float lr = (float)config->train.lr;
+    const float beta1 = (float)config->train.beta1;
+    const float beta2 = (float)config->train.beta2;
+    const float eps = (float)config->train.eps;
+    const float weight_decay = (float)config->train.weight_decay;
+    const float grad_clip = (float)config->train.grad_clip;
+    const bool deterministic = config->train.deterministic;
+    const bool keep_mlp = config->train.keep_mlp_activations;
+    double peak_tflops = config->train.peak_tflops;
     if (peak_tflops <= 0.0) peak_tflops = 790.0;  // H200 dense bf16
 
     // Everything from here on counts as the step's memory (the context is not ours).

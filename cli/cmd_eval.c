@@ -18,10 +18,10 @@
 
 // The eval loss and answer loss of data.eval_path's conversations on the training
 // backend, the weights set with zero moments.
-static void eval_losses(const Config *c, const InferenceModel *m, DataOptions opt,
+static void eval_losses(const RunConfig *c, const InferenceModel *m, DataOptions opt,
                         const char *path, double *loss, double *answer_loss) {
     const TrainBackendOps *ops = backend_ops(m->backend);
-    const int micro_rows = (int)config_int(c, "train.micro_rows");
+    const int micro_rows = (int)c->train.micro_rows;
     EvalSet eval;
     eval_set_load(&eval, m->tok, path, opt, micro_rows);
     const BackendSetup setup = {.mc = &m->mc, .table = &m->table, .micro_rows = micro_rows,
@@ -53,11 +53,11 @@ static void print_report(const AccuracyReport *r, double loss, double answer_los
 
 int cmd_eval(int argc, char **argv) {
     const char *json_path = NULL;
-    Config *c = config_from_args(argc, argv, "eval", "--json", &json_path);
+    RunConfig *c = config_from_args(argc, argv, "eval", "--json", &json_path);
     InferenceModel model;
     inference_model_load(c, "eval", &model);
     printf("%s\n", model.backend_why);
-    const char *path = config_str(c, "data.eval_path");
+    const char *path = c->data.eval_path;
     if (!path) fatal("train eval: config key 'data.eval_path': a JSONL file is required");
     DataOptions opt = data_options_from_config(c);
     opt.max_samples = 0;  // every conversation, as the accuracy
@@ -80,7 +80,7 @@ int cmd_eval(int argc, char **argv) {
         json_object_set_new(j, "eval_loss", isfinite(loss) ? json_real(loss) : json_null());
         json_object_set_new(j, "eval_answer_loss",
                             isfinite(answer_loss) ? json_real(answer_loss) : json_null());
-        json_object_set_new(j, "model", json_string(config_str(c, "model.init_from")));
+        json_object_set_new(j, "model", json_string(c->model.init_from));
         json_object_set_new(j, "eval_path", json_string(path));
         char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         char err[1024];

@@ -59,7 +59,7 @@ int cmd_generate(int argc, char **argv) {
         *slot = argv[++i];
     }
     if (!prompts_path || !out_path) fatal("train generate: --prompts and --out are required (%s)", USAGE);
-    Config *c = config_load(path, n_overrides, overrides);
+    RunConfig *c = config_load(path, n_overrides, overrides);
     free(overrides);
 
     InferenceModel model;

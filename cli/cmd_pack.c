@@ -55,7 +55,7 @@ int cmd_pack(int argc, char **argv) {
     char **overrides;
     int n_overrides;
     argc = config_take_args(argc, argv, &config_path, &overrides, &n_overrides);
-    Config *config = config_load(config_path, n_overrides, overrides);
+    RunConfig *config = config_load(config_path, n_overrides, overrides);
     free(overrides);
 
     const char *out_path = NULL;
@@ -70,11 +70,11 @@ int cmd_pack(int argc, char **argv) {
 
     DataOptions opt = data_options_from_config(config);
     opt.skip_bad |= skip_bad_flag;
-    long long tile = config_int(config, "data.stats_block");
+    long long tile = config->data.stats_block;
     if (tile <= 0 || tile > 4096)
         fatal("config key 'data.stats_block': must be in 1..4096, got %lld", tile);
-    const char *tokenizer_path = config_str(config, "data.tokenizer");
-    const char *data_path = config_str(config, "data.train_path");
+    const char *tokenizer_path = config->data.tokenizer;
+    const char *data_path = config->data.train_path;
     if (!tokenizer_path) fatal("config key 'data.tokenizer' is required");
     if (!data_path) fatal("config key 'data.train_path' is required");
 

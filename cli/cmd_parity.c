@@ -13,7 +13,7 @@
 
 int cmd_parity(int argc, char **argv) {
     const char *json_path = NULL;
-    Config *c = config_from_args(argc, argv, "parity", "--json", &json_path);
+    RunConfig *c = config_from_args(argc, argv, "parity", "--json", &json_path);
     json_t *report = parity_report(c);
     parity_print(report, stdout);
     if (json_path) {

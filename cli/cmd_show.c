@@ -143,14 +143,14 @@ int cmd_show(int argc, char **argv) {
     char **overrides;
     int n_overrides;
     int n_rest = config_take_args(argc, argv, &config_path, &overrides, &n_overrides);
-    Config *config = config_load(config_path, n_overrides, overrides);
+    RunConfig *config = config_load(config_path, n_overrides, overrides);
     free(overrides);
     ShowArgs args = parse_args(n_rest, argv);
     if (mkdir(args.out_dir, 0777) != 0 && errno != EEXIST)
         fatal("show: cannot create %s: %s", args.out_dir, strerror(errno));
 
     DataOptions opt = data_options_from_config(config);
-    const char *data_path = config_str(config, "data.train_path");
+    const char *data_path = config->data.train_path;
     if (!data_path) fatal("config key 'data.train_path' is required");
     Tokenizer *tok = tokenizer_with_added(config);
     model_config_with(config, tok);  // fatal when the tokenizer does not fit the model

@@ -56,12 +56,12 @@ static void install_stop_handlers(void) {
 
 // out_dir, refused (before anything is loaded) when it holds a run that this one is not
 // a resume of, unless train.overwrite (trainer/run_dir.h).
-static const char *checked_out_dir(const Config *config) {
-    const char *out_dir = config_str(config, "out_dir");
+static const char *checked_out_dir(const RunConfig *config) {
+    const char *out_dir = config->out_dir;
     if (!out_dir) fatal("config key 'out_dir': a directory is required");
     char err[1024];
-    if (run_dir_check(out_dir, config_str(config, "train.resume"),
-                      config_bool(config, "train.overwrite"), err, sizeof err) != 0)
+    if (run_dir_check(out_dir, config->train.resume,
+                      config->train.overwrite, err, sizeof err) != 0)
         fatal("config key 'out_dir': %s", err);
     return out_dir;
 }
@@ -87,21 +87,21 @@ static void print_mfu_basis(const RunSettings *s) {
                    ? " (H200 dense bf16 datasheet; set train.peak_tflops for another GPU)" : "");
 }
 
-static void load_train_data(const Config *config, const Tokenizer *tok, DataOptions opt,
+static void load_train_data(const RunConfig *config, const Tokenizer *tok, DataOptions opt,
                             PackedDataset *train) {
-    const char *path = config_str(config, "data.train_path");
+    const char *path = config->data.train_path;
     if (!path) fatal("config key 'data.train_path': a JSONL file is required");
     packed_dataset_load(tok, path, opt, train);
     printf("train data: %s: %d samples, layout %s, seq_len %d\n", path, train->n_samples,
            layout_name(opt.layout), opt.seq_len);
 }
 
-// data.eval_path when eval is on (train.eval_every > 0). Returns whether it is.
-static bool load_eval_data(const Config *config, const Tokenizer *tok, DataOptions opt,
+// data.eval_path when eval is on (eval.every > 0). Returns whether it is.
+static bool load_eval_data(const RunConfig *config, const Tokenizer *tok, DataOptions opt,
                            const RunSettings *s, EvalSet *eval) {
-    const char *path = config_str(config, "data.eval_path");
+    const char *path = config->data.eval_path;
     if (!path || s->eval_every <= 0) return false;
-    opt.max_samples = (int)config_int(config, "train.eval_max_conversations");
+    opt.max_samples = (int)config->eval.max_conversations;
     eval_set_load(eval, tok, path, opt, s->micro_rows);
     printf("eval data: %s: %d samples in the inference view (npass), %d rows\n", path,
            eval->data.n_samples, eval->data.rows.n_rows);
@@ -109,8 +109,8 @@ static bool load_eval_data(const Config *config, const Tokenizer *tok, DataOptio
 }
 
 // train.resume: the checkpoint's weights, moments, progress and data position.
-static void resume_if_asked(const Config *config, TrainState *state, StepLoader *loader) {
-    const char *resume = config_str(config, "train.resume");
+static void resume_if_asked(const RunConfig *config, TrainState *state, StepLoader *loader) {
+    const char *resume = config->train.resume;
     if (!resume) return;
     char err[1024];
     if (train_state_resume(state, resume, err, sizeof err) != 0)
@@ -170,7 +170,7 @@ static int nccl_connect(Ranks *out, const char *rendezvous_file, double timeout_
 // ONEPASS_DIST_FAIL_RANK=r makes rank r fail before connecting, so the others wait;
 // ONEPASS_DIST_COMM_AT_ONE=1 takes one rank through the communicator too (NCCL's path
 // on one GPU: tests/cli_nccl_cuda.sh).
-static void ranks_connect(const Config *config, const ModelConfig *mc, Backend backend,
+static void ranks_connect(const RunConfig *config, const ModelConfig *mc, Backend backend,
                           Ranks *out) {
     *out = (Ranks){.env = dist_env_from_environment(), .comm = dist_comm_single()};
     const DistEnv *env = &out->env;
@@ -180,10 +180,10 @@ static void ranks_connect(const Config *config, const ModelConfig *mc, Backend b
         fprintf(stderr, "rank %d: failing on purpose (ONEPASS_DIST_FAIL_RANK)\n", env->rank);
         exit(3);
     }
-    const char *file = config_str(config, "train.rendezvous_file");
-    const double timeout_s = config_num(config, "train.dist_timeout_s");
+    const char *file = config->dist.rendezvous_file;
+    const double timeout_s = config->dist.timeout_s;
     param_table_build(mc, &out->table);
-    bucket_plan_build(&out->table, (size_t)config_int(config, "train.bucket_mb") << 20, &out->plan);
+    bucket_plan_build(&out->table, (size_t)config->dist.bucket_mb << 20, &out->plan);
     char err[1024];
     const int rc = backend == BACKEND_CPU
                        ? dist_comm_tcp_create(env, file, timeout_s, &out->comm, err, sizeof err)
@@ -192,9 +192,9 @@ static void ranks_connect(const Config *config, const ModelConfig *mc, Backend b
         fatal("rank %d of %d (%s): %s", env->rank, env->world_size, launcher_name(env->launcher),
               err);
     printf("rank %d of %d (%s, local rank %d): rendezvous done (%s), %d gradient buckets of "
-           "train.bucket_mb %lld\n", env->rank, env->world_size, launcher_name(env->launcher),
+           "dist.bucket_mb %lld\n", env->rank, env->world_size, launcher_name(env->launcher),
            env->local_rank, out->nccl ? "NCCL" : "TCP communicator", out->plan.n_buckets,
-           config_int(config, "train.bucket_mb"));
+           config->dist.bucket_mb);
     if (getenv("ONEPASS_DIST_SETUP_ONLY")) exit(0);
 }
 
@@ -246,7 +246,7 @@ static StepMetrics step_metrics(const StepLoop *loop, const PreparedStep *batch,
     };
 }
 
-// The device memory in use, and on eval steps (every train.eval_every and the last) the
+// The device memory in use, and on eval steps (every eval.every and the last) the
 // eval losses and the multi-turn accuracy (generated on the CPU from the state's host
 // weights, downloaded from the backend).
 static void add_memory_and_eval(const StepLoop *loop, TrainState *state, StepMetrics *m) {
@@ -376,10 +376,10 @@ int cmd_train(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);  // progress lines interleave with errors in order
     const int gpus = take_gpus_arg(&argc, argv);
     if (gpus > 1) return launch_local_ranks(gpus, argc, argv);
-    Config *config = config_from_args(argc, argv, "run", NULL, NULL);
+    RunConfig *config = config_from_args(argc, argv, "run", NULL, NULL);
     if (argc == 0)
         printf("train: no --config given: training the built-in defaults into out_dir '%s' "
-               "(train --help lists the commands)\n", config_str(config, "out_dir"));
+               "(train --help lists the commands)\n", config->out_dir);
     const char *out_dir = checked_out_dir(config);
     char *resolved = config_dump(config);
     const bool rank0 = dist_env_from_environment().rank == 0;
@@ -387,7 +387,7 @@ int cmd_train(int argc, char **argv) {
     Tokenizer *tok = tokenizer_with_added(config);
     const ModelConfig mc = model_config_with(config, tok);
     char why[512];
-    const Backend backend = backend_choose(config_str(config, "backend"), &mc, why, sizeof why);
+    const Backend backend = backend_choose(config->backend, &mc, why, sizeof why);
     printf("%s\n", why);
     // Before the backend: NCCL picks this rank's GPU.
     Ranks ranks;
@@ -395,7 +395,7 @@ int cmd_train(int argc, char **argv) {
     const TrainBackendOps *ops = backend_ops(backend);
     const RunSettings settings = run_settings_from(config, backend);
     print_mfu_basis(&settings);
-    run_memory_check(&mc, &settings, (int)config_int(config, "data.seq_len"), backend);
+    run_memory_check(&mc, &settings, (int)config->data.seq_len, backend);
 
     const DataOptions data_opt = data_options_from_config(config);
     PackedDataset train;
@@ -403,10 +403,10 @@ int cmd_train(int argc, char **argv) {
     EvalSet eval = {0};
     const bool do_eval = rank0 && load_eval_data(config, tok, data_opt, &settings, &eval);
     AccuracySet accuracy = {0};
-    const int accuracy_conversations = (int)config_int(config, "eval.generate_conversations");
+    const int accuracy_conversations = (int)config->eval.generate_conversations;
     const bool do_accuracy = do_eval && accuracy_conversations > 0;
     if (do_accuracy) {
-        accuracy_set_load(&accuracy, tok, data_opt.chat_template, config_str(config, "data.eval_path"),
+        accuracy_set_load(&accuracy, tok, data_opt.chat_template, config->data.eval_path,
                           data_opt.special_in_text, accuracy_conversations);
         printf("eval accuracy: %d turns of %d conversations generated at each eval\n",
                accuracy.n_items, accuracy.n_conversations);
@@ -414,7 +414,7 @@ int cmd_train(int argc, char **argv) {
 
     TrainState state;
     train_state_init(&state, &mc, settings.seed);
-    const char *init_from = config_str(config, "model.init_from");
+    const char *init_from = config->model.init_from;
     if (init_from) {
         params_load_or_init(&mc, &state.table, init_from, settings.seed, state.params);
         printf("weights: %s\n", init_from);
@@ -422,7 +422,7 @@ int cmd_train(int argc, char **argv) {
     }
     hf_export_from(config, &mc, tok, &state.export);
     state.tokenizer_dir = init_from;
-    state.tokenizer_model = config_str(config, "data.tokenizer");
+    state.tokenizer_model = config->data.tokenizer;
     state.tokenizer = tok;
     state.progress.run_record = run_record_from(config);
     printf("model: %zu parameters (%d layers, hidden %d, vocab %d)\n", state.table.total,

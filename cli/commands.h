@@ -11,3 +11,4 @@ int cmd_tokenizer(int argc, char **argv); // cli/cmd_tokenizer.c: train a Senten
 int cmd_export(int argc, char **argv);    // cli/cmd_export.c: a checkpoint as a HF folder
 int cmd_generate(int argc, char **argv);  // cli/cmd_generate.c: continue conversations
 int cmd_eval(int argc, char **argv);      // cli/cmd_eval.c: multi-turn accuracy
+int cmd_config(int argc, char **argv);    // cli/cmd_config.c: the config keys, or a resolved config

@@ -14,7 +14,8 @@ static const char USAGE[] =
     "       train tokenizer --corpus-from FILE.jsonl --out PREFIX [--vocab-size N]\n"
     "       train export --from CHECKPOINT --out DIR [--dtype bf16|f16|f32]\n"
     "       train generate --config FILE [--set k=v]... --prompts F.jsonl --out G.jsonl\n"
-    "       train eval --config FILE [--set k=v]... [--json out.json]\n";
+    "       train eval --config FILE [--set k=v]... [--json out.json]\n"
+    "       train config [--markdown] | train config --config FILE [--set k=v]...\n";
 
 static void usage(FILE *f) { fputs(USAGE, f); }
 
@@ -60,6 +61,7 @@ int main(int argc, char **argv) {
     if (strcmp(sub, "export") == 0) return cmd_export(sub_argc, sub_argv);
     if (strcmp(sub, "generate") == 0) return cmd_generate(sub_argc, sub_argv);
     if (strcmp(sub, "eval") == 0) return cmd_eval(sub_argc, sub_argv);
+    if (strcmp(sub, "config") == 0) return cmd_config(sub_argc, sub_argv);
     fprintf(stderr, "train: unknown command '%s'\n", sub);
     usage(stderr);
     return 2;

@@ -202,7 +202,7 @@ int template_of_folder(const char *dir, const ChatTemplate **out, char *err, siz
         *out = json_is_string(ct) ? template_recognise(json_string_value(ct)) : NULL;
         if (!*out)
             rc = fail(err, err_len, "%s: the chat_template of this model folder is not one onepass "
-                      "knows; set data.template (%s)", dir, template_names());
+                      "knows; set data.chat_template (%s)", dir, template_names());
     }
     json_decref(root);
     return rc;

@@ -46,7 +46,7 @@ typedef struct {
 } ToolFormat;
 
 typedef struct ChatTemplate {
-    const char *name;            // data.template
+    const char *name;            // data.chat_template
     const char *bos;             // once, at the start of every view ("": none)
     const char *default_system;  // rendered when the first message is not a system one (NULL: none)
     const char *system_open, *system_close;

@@ -30,7 +30,7 @@ int template_check_tokenizer(const Tokenizer *tok, const ChatTemplate *t, char *
         int n = tokenizer_encode_flags(tok, t->controls[i], TOKENIZER_CONTINUE, ids, 64);
         if (n != 1)
             return fail(err, err_len, "the tokenizer has no id for the template token '%s' (it "
-                        "encodes as %d ids; data.template is %s)", t->controls[i], n, t->name);
+                        "encodes as %d ids; data.chat_template is %s)", t->controls[i], n, t->name);
     }
     return 0;
 }

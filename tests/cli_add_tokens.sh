@@ -13,16 +13,16 @@ head -n 4 "$data/eval.jsonl" > "$tmp/eval.jsonl"
 common=(--set data.train_path="$tmp/train.jsonl" --set data.eval_path="$tmp/eval.jsonl" --set data.seq_len=4096)
 tiny=(--set model.hidden_size=32 --set model.intermediate_size=64 --set model.num_hidden_layers=2
       --set train.tokens_per_step=4096 --set train.micro_rows=1 --set train.warmup_steps=1
-      --set train.eval_every=0 --set eval.generate_conversations=0 --set train.checkpoint_every=1)
+      --set eval.every=0 --set eval.generate_conversations=0 --set train.checkpoint_every=1)
 chatml=tests/data/templates/chatml
 add='["<|im_start|>","<think>","</think>","<tool_call>","</tool_call>","<tool_response>","</tool_response>"]'
-qwen3=(--set data.template=qwen3 --set data.tokenizer=$chatml)
+qwen3=(--set data.chat_template=qwen3 --set data.tokenizer=$chatml)
 
 # Without model.add_tokens: refused, naming the token and the value that adds them all.
 expect_error "qwen3 over chatml" "token '<think>'.*model.add_tokens='\[\"<think>\",\"</think>\",\"<tool_call>\",\"</tool_call>\",\"<tool_response>\",\"</tool_response>\"\]'" \
     "$train" pack "${common[@]}" "${qwen3[@]}" --out "$tmp/x.jsonl"
 # With it: the reference tokenizer's rows; <|im_start|> is one id already, said in one line.
-"$train" pack "${common[@]}" --set data.template=qwen3 --set data.tokenizer=tests/data/add_tokens/tokenizer.json \
+"$train" pack "${common[@]}" --set data.chat_template=qwen3 --set data.tokenizer=tests/data/add_tokens/tokenizer.json \
     --out "$tmp/ref.jsonl" > "$tmp/ref.log" 2>&1 || bad "pack with the reference: $(tail -2 "$tmp/ref.log")"
 if out=$("$train" pack "${common[@]}" "${qwen3[@]}" --set model.add_tokens="$add" --out "$tmp/added.jsonl" 2>&1) &&
    cmp -s "$tmp/ref.jsonl" "$tmp/added.jsonl"; then ok; else bad "pack with model.add_tokens: $(tail -2 <<<"$out")"; fi
@@ -31,7 +31,7 @@ if grep -q "'<think>' 3, '</think>' 4, '<tool_call>' 1504" <<<"$out"; then ok; e
 
 # A model folder of the chatml tokenizer's 1504 rows, untied (random init, one step).
 "$train" "${common[@]}" "${tiny[@]}" --set train.steps=1 --set model.vocab_size=1504 \
-    --set model.tie_word_embeddings=false --set data.template=chatml --set data.tokenizer=$chatml \
+    --set model.tie_word_embeddings=false --set data.chat_template=chatml --set data.tokenizer=$chatml \
     --set out_dir="$tmp/src" > "$tmp/src.log" 2>&1 || bad "source model: $(tail -2 "$tmp/src.log")"
 src="$tmp/src/checkpoint-000001"
 from=("${common[@]}" "${tiny[@]}" "${qwen3[@]}" --set model.init_from="$src" --set model.add_tokens="$add"
@@ -43,7 +43,7 @@ ck="$tmp/run/checkpoint-000002"
 if grep -q '"vocab_size": 1508' "$ck/config.json"; then ok; else bad "config.json vocab_size: $(grep vocab "$ck/config.json")"; fi
 if grep -q '"content": "</tool_response>"' "$ck/tokenizer.json"; then ok; else bad "tokenizer.json lacks the added tokens"; fi
 # The checkpoint's tokenizer has the tokens: the same rows without model.add_tokens.
-if "$train" pack "${common[@]}" --set data.template=qwen3 --set data.tokenizer="$ck" --out "$tmp/ck.jsonl" >/dev/null 2>&1 &&
+if "$train" pack "${common[@]}" --set data.chat_template=qwen3 --set data.tokenizer="$ck" --out "$tmp/ck.jsonl" >/dev/null 2>&1 &&
    cmp -s "$tmp/ref.jsonl" "$tmp/ck.jsonl"; then ok; else bad "packing with the checkpoint's tokenizer differs"; fi
 # Resume from step 1: the same step-2 weights (the added rows included).
 tensor_bytes() { tail -c +$((9 + $(od -An -tu8 -N8 "$1" | tr -d ' '))) "$1"; }
@@ -70,6 +70,6 @@ expect_error "empty token" "config key 'model.add_tokens': \[1\] must be a non-e
     "$train" pack "${common[@]}" "${qwen3[@]}" --set model.add_tokens='["<think>",""]' --out "$tmp/x.jsonl"
 expect_error "repeated token" "config key 'model.add_tokens': \[1\] '<think>' repeats \[0\]" \
     "$train" pack "${common[@]}" "${qwen3[@]}" --set model.add_tokens='["<think>","<think>"]' --out "$tmp/x.jsonl"
-expect_error "not a list" "config key 'model.add_tokens' must be an array, got a string" \
+expect_error "not a list" "config key 'model.add_tokens' must be a list of strings, got a string" \
     "$train" pack "${common[@]}" "${qwen3[@]}" --set model.add_tokens='<think>' --out "$tmp/x.jsonl"
 finish

@@ -13,6 +13,15 @@ expect_error "unknown key in file" "unknown.json: unknown config key 'data.bogus
 echo '{"data": {"seq_len": "long"}}' > "$tmp/type.json"
 expect_error "wrong type" "type.json: config key 'data.seq_len' must be an integer" "$train" pack --config "$tmp/type.json" --out "$tmp/o"
 expect_error "unknown --set key" "unknown config key 'train.nope'" "$train" pack --set train.nope=1 --out "$tmp/o"
+expect_error "close key suggested" "unknown config key 'train.lrr' (did you mean 'train.lr'?)" "$train" pack --set train.lrr=1 --out "$tmp/o"
+echo '{"eval": {"seq_len": 64}}' > "$tmp/section.json"
+expect_error "key in the wrong section" "section.json: unknown config key 'eval.seq_len' (did you mean 'data.seq_len'?)" "$train" pack --config "$tmp/section.json" --out "$tmp/o"
+echo '{"train": {"eval_every": 5}}' > "$tmp/renamed.json"
+expect_error "renamed key in a file" "renamed.json: config key 'train.eval_every' is now 'eval.every'" "$train" pack --config "$tmp/renamed.json" --out "$tmp/o"
+expect_error "renamed key in --set" "config key 'train.bucket_mb' is now 'dist.bucket_mb'" "$train" pack --set train.bucket_mb=4 --out "$tmp/o"
+expect_error "renamed template key" "config key 'data.template' is now 'data.chat_template'" "$train" pack --set data.template=qwen3 --out "$tmp/o"
+expect_error "section set as a key" "'eval' is a section" "$train" pack --set eval=1 --out "$tmp/o"
+expect_error "list of non-strings" "config key 'model.add_tokens': \[1\] must be a non-empty string" "$train" pack --set 'model.add_tokens=["a", 3]' --out "$tmp/o"
 echo '{"data": ' > "$tmp/bad.json"
 expect_error "invalid JSON" "bad.json:.*invalid JSON" "$train" pack --config "$tmp/bad.json" --out "$tmp/o"
 # Every key's range (issue 14 item 6): a value outside it is refused with the key named.
@@ -26,7 +35,7 @@ train.eps=-1|config key 'train.eps': must be in (0,
 train.weight_decay=-0.1|config key 'train.weight_decay'
 train.grad_clip=-1|config key 'train.grad_clip'
 train.warmup_steps=-1|config key 'train.warmup_steps'
-train.eval_every=-5|config key 'train.eval_every'
+eval.every=-5|config key 'eval.every'
 train.checkpoint_every=-5|config key 'train.checkpoint_every'
 train.min_lr_ratio=1.5|config key 'train.min_lr_ratio': must be in \[0, 1\]
 train.tokens_per_step=1000000000000000|config key 'train.tokens_per_step'
@@ -37,7 +46,7 @@ model.num_hidden_layers=100000|config key 'model.num_hidden_layers'
 model.rope_theta=-1|config key 'model.rope_theta'
 model.rms_norm_eps=0|config key 'model.rms_norm_eps'
 seed=-1|config key 'seed'
-train.eval_max_conversations=-1|config key 'train.eval_max_conversations'
+eval.max_conversations=-1|config key 'eval.max_conversations'
 parity.conversations=0|config key 'parity.conversations'
 EOF2
 echo '{"train": {"beta1": 1.5}}' > "$tmp/range.json"

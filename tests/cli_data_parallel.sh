@@ -19,8 +19,8 @@ export OMP_NUM_THREADS=1
 # rows (checked below: a 3-row step splits 1 + 2, and the 2 rows' gradients are then
 # added before, not after, the first row's; a 1-row step leaves rank 1 without rows).
 tiny=(--set model.hidden_size=32 --set model.intermediate_size=64 --set model.num_hidden_layers=2
-      --set train.tokens_per_step=512 --set train.micro_rows=1 --set train.eval_every=3
-      --set train.eval_max_conversations=2
+      --set train.tokens_per_step=512 --set train.micro_rows=1 --set eval.every=3
+      --set eval.max_conversations=2
       --set data.seq_len=1024 --set data.unpacked=true --set backend=cpu --set train.steps=6
       --set train.warmup_steps=1 --set train.checkpoint_every=3 --set seed=13
       --set data.train_path=datasets/synthetic/eval.jsonl)

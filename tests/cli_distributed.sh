@@ -8,7 +8,7 @@ source "$(dirname "$0")/lib_cli.sh"
 need_data
 export OMP_NUM_THREADS=1
 tiny=(--set model.hidden_size=32 --set model.intermediate_size=64 --set model.num_hidden_layers=2
-      --set train.tokens_per_step=512 --set train.micro_rows=2 --set train.eval_every=0
+      --set train.tokens_per_step=512 --set train.micro_rows=2 --set eval.every=0
       --set data.seq_len=1024 --set backend=cpu)
 launch_env=(env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u MASTER_ADDR
             -u MASTER_PORT -u SLURM_PROCID -u SLURM_NTASKS -u SLURM_LOCALID
@@ -21,9 +21,9 @@ for r in 0 1; do
         bad "rank $r ran its setup: $(tail -3 <<<"$out")"
 done
 if out=$("${launch_env[@]}" ONEPASS_DIST_SETUP_ONLY=1 "$train" --gpus 3 --set out_dir="$tmp/a" \
-         --set train.rendezvous_file="$tmp/rv" "${tiny[@]}" 2>&1) &&
+         --set dist.rendezvous_file="$tmp/rv" "${tiny[@]}" 2>&1) &&
    [ "$(grep -c 'rendezvous done' <<<"$out")" -eq 3 ] && [ ! -e "$tmp/rv" ]; then ok
-else bad "--gpus 3 through train.rendezvous_file: $(tail -3 <<<"$out")"; fi
+else bad "--gpus 3 through dist.rendezvous_file: $(tail -3 <<<"$out")"; fi
 
 start=$SECONDS
 "${launch_env[@]}" ONEPASS_DIST_SETUP_ONLY=1 ONEPASS_DIST_FAIL_RANK=1 "$train" --gpus 2 \

@@ -11,12 +11,12 @@ export OMP_NUM_THREADS=2
 check() { if eval "$2"; then ok; else bad "$1"; fi; }
 tiny=(--set model.hidden_size=32 --set model.intermediate_size=64 --set model.num_hidden_layers=2
       --set train.tokens_per_step=1024 --set train.micro_rows=2 --set train.warmup_steps=2
-      --set train.eval_max_conversations=2 --set data.seq_len=1024)
+      --set eval.max_conversations=2 --set data.seq_len=1024)
 
 # Two conversations for eval: 2 + 1 assistant turns (the first with history thinking).
 head -2 "$data/eval.jsonl" > "$tmp/eval2.jsonl"
 want_turns=$(grep -o '"role":"assistant"\|"from":"gpt"' "$tmp/eval2.jsonl" | wc -l)
-if "$train" --set out_dir="$tmp/run" --set train.steps=4 --set train.eval_every=2 \
+if "$train" --set out_dir="$tmp/run" --set train.steps=4 --set eval.every=2 \
     --set data.eval_path="$tmp/eval2.jsonl" --set eval.generate_conversations=1 \
     --set generate.max_new_tokens=8 "${tiny[@]}" > "$tmp/log" 2>&1; then ok; else bad "training: $(tail -3 "$tmp/log")"; fi
 check "eval_accuracy on eval steps" "[ \$(grep -c '\"eval_accuracy\":' '$tmp/run/metrics.jsonl') -eq 2 ] && [ \$(grep -c '\"eval_later_turn_accuracy\":' '$tmp/run/metrics.jsonl') -eq 2 ]"

@@ -3,7 +3,7 @@
 # one rank through the communicator (NCCL's id and ncclCommInitRank, the gradient
 # all-reduce by the bucket plan in every step, the step's sums through NCCL), which at
 # world size 1 must change nothing: the metrics but the timings, the final weights and the
-# AdamW moments equal the plain run's bit for bit. Small buckets (train.bucket_mb 1):
+# AdamW moments equal the plain run's bit for bit. Small buckets (dist.bucket_mb 1):
 # several all-reduces per step. SKIP without a GPU, without CUDA or without NCCL.
 train="$1"; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then echo "SKIP: no CUDA device"; exit 77; fi
@@ -12,7 +12,7 @@ ok() { pass=$((pass+1)); }
 bad() { echo "FAIL $*"; fail=$((fail+1)); }
 gpu=(--set backend=cuda --set model.hidden_size=128 --set model.num_attention_heads=2
      --set model.num_key_value_heads=1 --set model.intermediate_size=384 --set train.steps=4
-     --set train.eval_every=2 --set train.eval_max_conversations=4 --set train.bucket_mb=1)
+     --set eval.every=2 --set eval.max_conversations=4 --set dist.bucket_mb=1)
 untimed() { sed -E 's/"tokens_per_s":[^,]*,//; s/"elapsed_s":[^,]*,//; s/"mfu":[^,}]*//; s/,"gpu_memory_gib":[^,}]*//' "$@"; }
 tensor_bytes() { tail -c +$((9 + $(od -An -tu8 -N8 "$1" | tr -d ' '))) "$1"; }
 launch_env=(env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u SLURM_PROCID -u OMPI_COMM_WORLD_RANK

@@ -10,7 +10,7 @@ bad() { echo "FAIL $*"; fail=$((fail+1)); }
 check() { if eval "$2"; then ok; else bad "$1"; fi; }
 tiny=(--set model.hidden_size=32 --set model.intermediate_size=64 --set model.num_hidden_layers=2
       --set train.tokens_per_step=1024 --set train.micro_rows=2 --set train.warmup_steps=2
-      --set train.eval_max_conversations=4 --set data.seq_len=1024 --set train.eval_every=2
+      --set eval.max_conversations=4 --set data.seq_len=1024 --set eval.every=2
       --set train.steps=6 --set seed=99)
 export OMP_NUM_THREADS=2
 # Metrics without the timing fields, which legitimately differ between runs.

@@ -9,7 +9,7 @@ export OMP_NUM_THREADS=2
 head -n 200 "$data/train.jsonl" > "$tmp/train.jsonl"
 tiny=(--set model.hidden_size=32 --set model.intermediate_size=64 --set model.num_hidden_layers=4
       --set train.tokens_per_step=1024 --set train.micro_rows=2 --set train.warmup_steps=1
-      --set train.eval_every=0 --set data.seq_len=1024 --set train.steps=2 --set seed=5
+      --set eval.every=0 --set data.seq_len=1024 --set train.steps=2 --set seed=5
       --set data.train_path="$tmp/train.jsonl")
 run="$tmp/run"; ck="$run/checkpoint-000002"
 "$train" --set out_dir="$run" "${tiny[@]}" > "$tmp/a.log" 2>&1 && ok || bad "first run: $(tail -3 "$tmp/a.log")"

@@ -9,11 +9,11 @@ bad() { echo "FAIL $*"; fail=$((fail+1)); }
 check() { if eval "$2"; then ok; else bad "$1"; fi; }  # check <what> <shell condition>
 tiny=(--set model.hidden_size=32 --set model.intermediate_size=64 --set model.num_hidden_layers=2
       --set train.tokens_per_step=1024 --set train.micro_rows=2 --set train.warmup_steps=2
-      --set train.eval_max_conversations=4 --set data.seq_len=1024)
+      --set eval.max_conversations=4 --set data.seq_len=1024)
 export OMP_NUM_THREADS=2
 
 out="$tmp/run"
-if "$train" --set out_dir="$out" --set train.steps=4 --set train.eval_every=2 "${tiny[@]}" \
+if "$train" --set out_dir="$out" --set train.steps=4 --set eval.every=2 "${tiny[@]}" \
     > "$tmp/log" 2>&1; then ok; else bad "tiny run exits 0: $(tail -3 "$tmp/log")"; fi
 check "backend line" "grep -q '^backend: cpu (' '$tmp/log'"
 check "resolved config printed" "grep -q '\"tokens_per_step\": 1024' '$tmp/log'"
@@ -47,7 +47,7 @@ if out_text=$("$train" --set backend=tpu --set out_dir="$tmp/tpu" 2>&1); then
 # loss, names the step, and writes no checkpoint for it.
 nan="$tmp/nan"
 if "$train" --set out_dir="$nan" --set train.steps=6 --set train.lr=1e30 --set train.warmup_steps=0 \
-    --set train.checkpoint_every=1 --set train.eval_every=0 "${tiny[@]}" > "$tmp/nanlog" 2>&1; then
+    --set train.checkpoint_every=1 --set eval.every=0 "${tiny[@]}" > "$tmp/nanlog" 2>&1; then
     bad "NaN run should fail"
 else
     stop_step=$(grep -o 'error: step [0-9]*' "$tmp/nanlog" | grep -o '[0-9]*$')
@@ -67,7 +67,7 @@ fi
 
 # data.tokenizer as a model folder (a tokenizer.json); one without the template's tokens
 # is refused naming the folder and the token.
-if "$train" --set out_dir="$tmp/bpe" --set train.steps=2 --set train.eval_every=2 "${tiny[@]}" \
+if "$train" --set out_dir="$tmp/bpe" --set train.steps=2 --set eval.every=2 "${tiny[@]}" \
     --set data.tokenizer=tests/data/tokenizers/qwen2 --set model.vocab_size=1501 > "$tmp/blog" 2>&1 &&
    grep -q '^done: 2 steps' "$tmp/blog"; then ok; else bad "run with a tokenizer.json folder: $(tail -3 "$tmp/blog")"; fi
 # Its checkpoints carry the folder's tokenizer files.
@@ -79,7 +79,7 @@ if ! "$train" --set out_dir="$tmp/gpt2" "${tiny[@]}" --set data.tokenizer=tests/
 then ok; else bad "gpt2 tokenizer (no template tokens) not refused: $(tail -2 "$tmp/glog")"; fi
 
 # Tool-use conversations (datasets/tool_use) train under the exact layout, answers only.
-if "$train" --set out_dir="$tmp/tools" "${tiny[@]}" --set train.steps=2 --set train.eval_every=2 \
+if "$train" --set out_dir="$tmp/tools" "${tiny[@]}" --set train.steps=2 --set eval.every=2 \
        --set data.seq_len=2048 --set data.train_path=datasets/tool_use/train.jsonl \
        --set data.eval_path=datasets/tool_use/eval.jsonl --set data.train_on=answer > "$tmp/tlog" 2>&1 &&
    [ "$(wc -l < "$tmp/tools/metrics.jsonl")" -eq 2 ]; then ok

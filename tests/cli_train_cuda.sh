@@ -98,7 +98,7 @@ else
 fi
 
 # Deterministic resume: 3 + 3 steps equal 6 straight.
-short=(--set train.steps=6 --set train.eval_every=2 --set train.warmup_steps=2 --set seed=99 "${gpu[@]}")
+short=(--set train.steps=6 --set eval.every=2 --set train.warmup_steps=2 --set seed=99 "${gpu[@]}")
 "$train" --set backend=cuda --set out_dir="$tmp/straight" --set train.checkpoint_every=3 "${short[@]}" \
     > "$tmp/s.log" 2>&1 && ok || bad "straight run: $(tail -3 "$tmp/s.log")"
 "$train" --set backend=cuda --set out_dir="$tmp/resumed" --set train.resume="$tmp/straight/checkpoint-000003" \
@@ -112,7 +112,7 @@ check "resume: identical optimizer tensors (m, v)" "cmp <(tensor_bytes '$tmp/str
 
 # CPU vs GPU: the same first steps; checkpoints cross backends.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
-five=(--set train.steps=5 --set train.eval_every=0 --set train.checkpoint_every=0 --set seed=5 "${gpu[@]}")
+five=(--set train.steps=5 --set eval.every=0 --set train.checkpoint_every=0 --set seed=5 "${gpu[@]}")
 "$train" --set backend=cpu --set out_dir="$tmp/cpu5" "${five[@]}" > "$tmp/c5.log" 2>&1 && ok || bad "cpu run: $(tail -3 "$tmp/c5.log")"
 "$train" --set backend=cuda --set out_dir="$tmp/gpu5" "${five[@]}" > "$tmp/g5.log" 2>&1 && ok || bad "gpu run: $(tail -3 "$tmp/g5.log")"
 echo "GPU vs CPU, steps 1-5:"

@@ -50,10 +50,10 @@ static void check_source(int source_vocab, const char *root, TestRng *rng) {
 
     char init_from[600];
     snprintf(init_from, sizeof init_from, "model.init_from=%s", src);
-    char *sets[] = {init_from, "data.tokenizer=" CHATML, "data.template=qwen3",
+    char *sets[] = {init_from, "data.tokenizer=" CHATML, "data.chat_template=qwen3",
                     "model.add_tokens=[\"<think>\",\"</think>\",\"<tool_call>\",\"</tool_call>\","
                     "\"<tool_response>\",\"</tool_response>\"]"};
-    Config *c = config_load(NULL, 4, sets);
+    RunConfig *c = config_load(NULL, 4, sets);
     Tokenizer *tok = tokenizer_with_added(c);
     const ModelConfig mc = model_config_with(c, tok);
     const int vocab = source_vocab > GROWN ? source_vocab : GROWN;

@@ -214,7 +214,7 @@ static void test_rendezvous(TestRng *rng, const char *dir) {
     char err[512];
     unsigned char got[DIST_ID_BYTES];
     EXPECT(dist_rendezvous(&no_port, NULL, got, sizeof got, 1, err, sizeof err) == -1 &&
-               strstr(err, "MASTER_PORT") && strstr(err, "train.rendezvous_file"),
+               strstr(err, "MASTER_PORT") && strstr(err, "dist.rendezvous_file"),
            "no port and no file: refused naming both (%s)", err);
 }
 
@@ -343,7 +343,7 @@ static void test_comm(TestRng *rng, const char *dir) {
     EXPECT(monotonic_seconds() - start < 10, "... at once, not after the 20 s timeout");
     const RankPart sleeps[2] = {RANK_REDUCES, RANK_SLEEPS};
     run_comm_ranks(2, NULL, 0.5, 1, sleeps, log, &status0);
-    EXPECT(status0 == 1 && file_has(log, "rank 1 did not answer within train.dist_timeout_s 0.5 s"),
+    EXPECT(status0 == 1 && file_has(log, "rank 1 did not answer within dist.timeout_s 0.5 s"),
            "a silent peer: rank 0 times out naming it (status %d)", status0);
     unlink(log);
 }
@@ -561,7 +561,7 @@ int main(void) {
     const char *overrides[] = {"model.hidden_size=32", "model.intermediate_size=64",
                                "model.num_hidden_layers=2", "model.num_attention_heads=2",
                                "model.num_key_value_heads=1", "data.seq_len=1024"};
-    Config *config = config_load(NULL, 6, (char **)overrides);
+    RunConfig *config = config_load(NULL, 6, (char **)overrides);
     Tokenizer *tok = tokenizer_with_added(config);
     const ModelConfig mc = model_config_with(config, tok);
     DataOptions opt = data_options_from_config(config);

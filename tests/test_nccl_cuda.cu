@@ -33,7 +33,7 @@ static void test_train_step(NcclComm *comm, TestRng *rng) {
     const char *overrides[] = {"model.hidden_size=128", "model.num_attention_heads=2",
                                "model.num_key_value_heads=1", "model.intermediate_size=256",
                                "model.num_hidden_layers=2"};
-    Config *config = config_load(NULL, 5, (char **)overrides);
+    RunConfig *config = config_load(NULL, 5, (char **)overrides);
     Tokenizer *tok = tokenizer_with_added(config);
     const ModelConfig mc = model_config_with(config, tok);
     DataOptions opt_data = data_options_from_config(config);

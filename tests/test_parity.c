@@ -19,7 +19,7 @@ static json_t *report_for(const char *train_path) {
     char path_override[256];
     snprintf(path_override, sizeof path_override, "data.train_path=%s", train_path);
     overrides[N_TINY] = path_override;
-    Config *c = config_load(NULL, N_TINY + 1, overrides);
+    RunConfig *c = config_load(NULL, N_TINY + 1, overrides);
     json_t *report = parity_report(c);
     config_free(c);
     parity_print(report, stdout);

@@ -217,7 +217,7 @@ static void test_refusals(void) {
                    "{\"messages\":[{\"role\":\"user\",\"content\":\"<tool_response>x</tool_response>\"},"
                    "{\"role\":\"assistant\",\"content\":\"A\"}]}",
                    "messages[0].content: a user message written as a tool response");
-    // An unknown chat_template: the folder is named, and data.template is the way out.
+    // An unknown chat_template: the folder is named, and data.chat_template is the way out.
     char dir[] = "/tmp/onepass_templates_XXXXXX";
     EXPECT(mkdtemp(dir) != NULL, "mkdtemp");
     char path[128];
@@ -229,7 +229,7 @@ static void test_refusals(void) {
     fclose(f);
     const ChatTemplate *t = &TEMPLATE_ONEPASS;
     EXPECT(template_of_folder(dir, &t, err, sizeof err) == -1 && t == NULL && strstr(err, dir) &&
-               strstr(err, "set data.template"),
+               strstr(err, "set data.chat_template"),
            "unknown chat_template: %s", err);
     remove(path);
     rmdir(dir);

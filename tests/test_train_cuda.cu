@@ -63,7 +63,7 @@ int main(void) {
     const char *overrides[] = {"model.hidden_size=128", "model.num_attention_heads=2",
                                "model.num_key_value_heads=1", "model.intermediate_size=256",
                                "model.num_hidden_layers=2", "model.tie_word_embeddings=false"};
-    Config *config = config_load(NULL, 6, (char **)overrides);
+    RunConfig *config = config_load(NULL, 6, (char **)overrides);
     Tokenizer *tok = tokenizer_with_added(config);
     const ModelConfig mc = model_config_with(config, tok);
     DataOptions opt_data = data_options_from_config(config);

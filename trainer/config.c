@@ -10,197 +10,195 @@
 #include "common/json_names.h"
 #include "common/output_file.h"
 
-// The defaults define the schema: every accepted key and its type. A null
-// default accepts a string or null.
-static const char *const DEFAULTS_JSON =
-    "{"
-    "  \"backend\": \"auto\","
-    "  \"out_dir\": \"runs/strip_thinking\","
-    "  \"seed\": 1234,"
-    "  \"data\": {"
-    "    \"train_path\": \"datasets/synthetic/train.jsonl\","
-    "    \"eval_path\": \"datasets/synthetic/eval.jsonl\","
-    "    \"tokenizer\": \"datasets/synthetic/tokenizer.model\","
-    "    \"layout\": \"duplicate\","
-    "    \"seq_len\": 1024,"
-    "    \"unpacked\": false,"
-    "    \"skip_bad\": false,"
-    "    \"skip_too_long\": false,"
-    "    \"stats_block\": 64,"
-    "    \"special_in_text\": \"plain\","
-    "    \"ignore_unknown_keys\": false,"
-    "    \"max_line_bytes\": 0,"
-    "    \"train_on\": \"think_answer\","
-    "    \"skip_empty_think_turns\": false,"
-    "    \"template\": null"
-    "  },"
-    "  \"model\": {"
-    "    \"vocab_size\": 512,"
-    "    \"hidden_size\": 128,"
-    "    \"intermediate_size\": 384,"
-    "    \"num_hidden_layers\": 4,"
-    "    \"num_attention_heads\": 2,"
-    "    \"num_key_value_heads\": 1,"
-    "    \"rms_norm_eps\": 1e-5,"
-    "    \"rope_theta\": 10000.0,"
-    "    \"tie_word_embeddings\": true,"
-    "    \"init_from\": null,"
-    "    \"add_tokens\": []"
-    "  },"
-    "  \"train\": {"
-    "    \"steps\": 300,"
-    "    \"tokens_per_step\": 2048,"
-    "    \"lr\": 0.003,"
-    "    \"min_lr_ratio\": 0.1,"
-    "    \"warmup_steps\": 20,"
-    "    \"weight_decay\": 0.1,"
-    "    \"beta1\": 0.9,"
-    "    \"beta2\": 0.95,"
-    "    \"eps\": 1e-8,"
-    "    \"grad_clip\": 1.0,"
-    "    \"decay_norms\": false,"
-    "    \"decay_embeddings\": false,"
-    "    \"eval_every\": 50,"
-    "    \"eval_max_conversations\": 32,"
-    "    \"checkpoint_every\": 100,"
-    "    \"save_dtype\": null,"
-    "    \"resume\": null,"
-    "    \"deterministic\": true,"
-    "    \"keep_mlp_activations\": false,"
-    "    \"micro_rows\": 4,"
-    "    \"shuffle\": true,"
-    "    \"peak_tflops\": 0.0,"
-    "    \"overwrite\": false,"
-    "    \"rendezvous_file\": null,"
-    "    \"bucket_mb\": 25,"
-    "    \"dist_timeout_s\": 1800"
-    "  },"
-    "  \"generate\": {"
-    "    \"max_new_tokens\": 384,"
-    "    \"temperature\": 0.0,"
-    "    \"top_p\": 1.0,"
-    "    \"seed\": 0,"
-    "    \"batch\": 32"
-    "  },"
-    "  \"eval\": {"
-    "    \"generate_conversations\": 0"
-    "  },"
-    "  \"parity\": {"
-    "    \"conversations\": 16,"
-    "    \"weights\": null"
-    "  }"
-    "}";
+#define CFG_DEF_STR(d) .def_str = d
+#define CFG_DEF_INT(d) .def_num = d
+#define CFG_DEF_NUM(d) .def_num = d
+#define CFG_DEF_BOOL(d) .def_bool = d
+#define CFG_DEF_LIST(d) .def_str = NULL
+// name: key_text after "section." (the whole key at the top level).
+#define CFG_ROW_AT(sec, key_text, member, ty, def, lo, hi, fl, text)                             \
+    {.section = sec, .name = key_text + sizeof sec - 1 + (sizeof sec > 1), .key = key_text, .type = CFG_##ty, CFG_DEF_##ty(def),       \
+     .min = lo, .max = hi, .flags = fl, .doc = text, .offset = offsetof(RunConfig, member)},
+#define CFG_ROW(section, name, ty, def, lo, hi, fl, text)                                       \
+    CFG_ROW_AT(#section, #section "." #name, section.name, ty, def, lo, hi, fl, text)
+#define CFG_TOP_ROW(section, name, ty, def, lo, hi, fl, text)                                   \
+    CFG_ROW_AT("", #name, name, ty, def, lo, hi, fl, text)
 
-// The valid range of every numeric key, checked once the config is resolved (the
-// file and every --set merged), so a value outside it is refused before anything runs.
-// The upper bounds of the sizes keep memory that the input decides bounded (issue 14).
-typedef struct {
-    const char *key;
-    double min, max;
-    bool min_open, max_open;  // the bound itself excluded
-} KeyRange;
-
-#define ONE_G (1 << 30)
-static const KeyRange RANGES[] = {
-    {"seed", 0, 9007199254740992.0, false, false},
-    {"data.seq_len", 1, 1 << 20, false, false},
-    {"data.stats_block", 1, 4096, false, false},
-    {"data.max_line_bytes", 0, 1LL << 40, false, false},
-    {"model.vocab_size", 1, 1 << 24, false, false},
-    {"model.hidden_size", 1, 1 << 16, false, false},
-    {"model.intermediate_size", 1, 1 << 18, false, false},
-    {"model.num_hidden_layers", 1, 1024, false, false},
-    {"model.num_attention_heads", 1, 1024, false, false},
-    {"model.num_key_value_heads", 1, 1024, false, false},
-    {"model.rms_norm_eps", 0, 1, true, false},
-    {"model.rope_theta", 0, 1e12, true, false},
-    {"train.steps", 1, ONE_G, false, false},
-    {"train.tokens_per_step", 1, 1 << 24, false, false},
-    {"train.lr", 0, INFINITY, false, true},
-    {"train.min_lr_ratio", 0, 1, false, false},
-    {"train.warmup_steps", 0, ONE_G, false, false},
-    {"train.weight_decay", 0, 100, false, false},
-    {"train.beta1", 0, 1, false, true},
-    {"train.beta2", 0, 1, false, true},
-    {"train.eps", 0, 1, true, false},
-    {"train.grad_clip", 0, INFINITY, false, true},
-    {"train.eval_every", 0, ONE_G, false, false},
-    {"train.eval_max_conversations", 0, ONE_G, false, false},
-    {"train.checkpoint_every", 0, ONE_G, false, false},
-    {"train.micro_rows", 1, 1 << 16, false, false},
-    {"train.bucket_mb", 1, 4096, false, false},
-    {"train.dist_timeout_s", 0, 1e6, true, false},
-    {"train.peak_tflops", 0, 1e7, false, false},
-    {"generate.max_new_tokens", 1, 1 << 20, false, false},
-    {"generate.temperature", 0, 100, false, false},
-    {"generate.top_p", 0, 1, true, false},
-    {"generate.seed", 0, 9007199254740992.0, false, false},
-    {"generate.batch", 1, 1 << 16, false, false},
-    {"eval.generate_conversations", 0, ONE_G, false, false},
-    {"parity.conversations", 1, 1 << 20, false, false},
+const ConfigKey CONFIG_TABLE[] = {
+    CONFIG_KEYS_TOP(CFG_TOP_ROW)
+    CONFIG_KEYS_DATA(CFG_ROW)
+    CONFIG_KEYS_MODEL(CFG_ROW)
+    CONFIG_KEYS_TRAIN(CFG_ROW)
+    CONFIG_KEYS_EVAL(CFG_ROW)
+    CONFIG_KEYS_DIST(CFG_ROW)
+    CONFIG_KEYS_GENERATE(CFG_ROW)
+    CONFIG_KEYS_PARITY(CFG_ROW)
 };
+const int CONFIG_N_KEYS = (int)(sizeof CONFIG_TABLE / sizeof CONFIG_TABLE[0]);
 
-struct Config {
-    json_t *root;
+#define CFG_RENAMED_ROW(old, now) {old, now},
+static const struct {
+    const char *old, *now;
+} RENAMED[] = {CONFIG_RENAMED(CFG_RENAMED_ROW)};
+
+struct ConfigSource {
+    json_t *root;      // the resolved tree: every key, sections as objects
     json_t *set_keys;  // {dotted key: true} for every key the file or a --set gave
 };
 
-// Whether `value` may replace `def` (the default fixes the type).
-static bool type_compatible(const json_t *def, const json_t *value) {
-    if (json_is_null(def)) return json_is_null(value) || json_is_string(value);
-    if (json_is_real(def)) return json_is_number(value);
-    if (json_is_boolean(def)) return json_is_boolean(value);
-    return json_typeof(def) == json_typeof(value);
+const ConfigKey *config_key_find(const char *dotted) {
+    for (int i = 0; i < CONFIG_N_KEYS; i++)
+        if (strcmp(CONFIG_TABLE[i].key, dotted) == 0) return &CONFIG_TABLE[i];
+    return NULL;
 }
 
-// Merges `src` into `dst` (both objects) recursively; errors name `where` and the dotted key.
-// Each leaf set is recorded in set_keys.
-static void merge_checked(json_t *dst, json_t *src, const char *where, const char *prefix,
+const ConfigKey *config_key_of(const RunConfig *c, const void *field) {
+    const size_t offset = (size_t)((const char *)field - (const char *)c);
+    for (int i = 0; i < CONFIG_N_KEYS; i++)
+        if (CONFIG_TABLE[i].offset == offset) return &CONFIG_TABLE[i];
+    CHECK(false, "config_key_of: offset %zu is no key's field", offset);
+    return NULL;
+}
+
+static bool is_section(const char *name) {
+    for (int i = 0; i < CONFIG_N_KEYS; i++)
+        if (strcmp(CONFIG_TABLE[i].section, name) == 0) return true;
+    return false;
+}
+
+// Edit distance (insertions, deletions, substitutions), for suggestions.
+static int edit_distance(const char *a, const char *b) {
+    const size_t n = strlen(a), m = strlen(b);
+    if (n > 64 || m > 64) return 1 << 20;
+    int row[65];
+    for (size_t j = 0; j <= m; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= n; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= m; j++) {
+            const int up = row[j];
+            const int sub = diag + (a[i - 1] != b[j - 1]);
+            row[j] = sub < up + 1 ? sub : up + 1;
+            if (row[j - 1] + 1 < row[j]) row[j] = row[j - 1] + 1;
+            diag = up;
+        }
+    }
+    return row[m];
+}
+
+// Fatal for a key that is not in the table: its new spelling when it was renamed, else
+// the closest key (by edit distance over the dotted key, or the same name in another
+// section) when one is close.
+static _Noreturn void fail_unknown_key(const char *where, const char *dotted) {
+    for (size_t i = 0; i < sizeof RENAMED / sizeof RENAMED[0]; i++)
+        if (strcmp(RENAMED[i].old, dotted) == 0)
+            fatal("%s: config key '%s' is now '%s'", where, dotted, RENAMED[i].now);
+    const char *leaf = strrchr(dotted, '.');
+    leaf = leaf ? leaf + 1 : dotted;
+    const ConfigKey *best = NULL;
+    int best_d = 1 << 20;
+    for (int i = 0; i < CONFIG_N_KEYS; i++) {
+        const ConfigKey *k = &CONFIG_TABLE[i];
+        int d = edit_distance(dotted, k->key);
+        if (strcmp(k->name, leaf) == 0 && d > 1) d = 1;  // right name, wrong section
+        if (d < best_d) best_d = d, best = k;
+    }
+    const int limit = strlen(dotted) < 9 ? 2 : 3;
+    if (best && best_d <= limit)
+        fatal("%s: unknown config key '%s' (did you mean '%s'?); `train config` lists them", where,
+              dotted, best->key);
+    fatal("%s: unknown config key '%s'; `train config` lists them", where, dotted);
+}
+
+static const char *type_name(const ConfigKey *k) {
+    switch (k->type) {
+    case CFG_STR: return k->def_str ? "a string" : "a string or null";
+    case CFG_INT: return "an integer";
+    case CFG_NUM: return "a number";
+    case CFG_BOOL: return "a boolean";
+    case CFG_LIST: return "a list of strings";
+    }
+    return "?";
+}
+
+static bool type_accepts(const ConfigKey *k, const json_t *v) {
+    switch (k->type) {
+    case CFG_STR: return json_is_string(v) || (!k->def_str && json_is_null(v));
+    case CFG_INT: return json_is_integer(v);
+    case CFG_NUM: return json_is_number(v);
+    case CFG_BOOL: return json_is_boolean(v);
+    case CFG_LIST: return json_is_array(v);
+    }
+    return false;
+}
+
+static json_t *default_value(const ConfigKey *k) {
+    switch (k->type) {
+    case CFG_STR: return k->def_str ? json_string(k->def_str) : json_null();
+    case CFG_INT: return json_integer((json_int_t)k->def_num);
+    case CFG_NUM: return json_real(k->def_num);
+    case CFG_BOOL: return json_boolean(k->def_bool);
+    case CFG_LIST: return json_array();
+    }
+    return NULL;
+}
+
+// The tree of defaults: top-level keys, then one object per section, in table order.
+static json_t *defaults_tree(void) {
+    json_t *root = json_object();
+    for (int i = 0; i < CONFIG_N_KEYS; i++) {
+        const ConfigKey *k = &CONFIG_TABLE[i];
+        json_t *parent = root;
+        if (*k->section) {
+            parent = json_object_get(root, k->section);
+            if (!parent) {
+                parent = json_object();
+                json_object_set_new(root, k->section, parent);
+            }
+        }
+        json_object_set_new(parent, k->name, default_value(k));
+    }
+    return root;
+}
+
+// Sets `value` (stolen) as the key's value in root, type-checked; errors name `where`.
+static void set_checked(json_t *root, const ConfigKey *k, json_t *value, const char *where,
+                        json_t *set_keys) {
+    if (!type_accepts(k, value)) {
+        const char *got = json_type_name(value);
+        json_decref(value);
+        fatal("%s: config key '%s' must be %s, got %s", where, k->key, type_name(k), got);
+    }
+    // Keep reals real so the tree holds one JSON type per key.
+    if (k->type == CFG_NUM && json_is_integer(value)) {
+        json_t *real = json_real((double)json_integer_value(value));
+        json_decref(value);
+        value = real;
+    }
+    json_t *parent = *k->section ? json_object_get(root, k->section) : root;
+    json_object_set_new(parent, k->name, value);
+    json_object_set_new(set_keys, k->key, json_true());
+}
+
+// Merges the user's object `src` (prefix "" at the top, else a section name) into root.
+static void merge_checked(json_t *root, json_t *src, const char *where, const char *prefix,
                           json_t *set_keys) {
     const char *key;
     json_t *value;
     json_object_foreach(src, key, value) {
         char dotted[256];
         snprintf(dotted, sizeof dotted, "%s%s%s", prefix, *prefix ? "." : "", key);
-        json_t *def = json_object_get(dst, key);
-        if (!def) fatal("%s: unknown config key '%s'", where, dotted);
-        if (json_is_object(def)) {
+        if (!*prefix && is_section(key)) {
             if (!json_is_object(value))
-                fatal("%s: config key '%s' must be an object, got %s", where, dotted, json_type_name(value));
-            merge_checked(def, value, where, dotted, set_keys);
+                fatal("%s: config key '%s' must be an object, got %s", where, dotted,
+                      json_type_name(value));
+            merge_checked(root, value, where, key, set_keys);
             continue;
         }
-        if (!type_compatible(def, value))
-            fatal("%s: config key '%s' must be %s, got %s", where, dotted, json_type_name(def),
-                  json_type_name(value));
-        // Keep reals real so later getters see one type per key.
-        json_t *stored = json_is_real(def) && json_is_integer(value)
-                             ? json_real((double)json_integer_value(value))
-                             : json_incref(value);
-        json_object_set_new(dst, key, stored);
-        json_object_set_new(set_keys, dotted, json_true());
+        const ConfigKey *k = config_key_find(dotted);
+        if (!k) fail_unknown_key(where, dotted);
+        set_checked(root, k, json_incref(value), where, set_keys);
     }
-}
-
-static json_t *lookup(const json_t *root, const char *dotted, json_t **parent, const char **leaf) {
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", dotted);
-    json_t *node = (json_t *)root;
-    char *save = NULL;
-    char *part = strtok_r(buf, ".", &save);
-    json_t *up = NULL;
-    const char *last = dotted;
-    while (part) {
-        if (!json_is_object(node)) return NULL;
-        up = node;
-        last = dotted + (part - buf);
-        node = json_object_get(node, part);
-        if (!node) return NULL;
-        part = strtok_r(NULL, ".", &save);
-    }
-    if (parent) *parent = up;
-    if (leaf) *leaf = last;
-    return node;
 }
 
 // A dotted key has no empty part ("data..seq_len", ".seed", "seed.").
@@ -221,50 +219,79 @@ static void apply_override(json_t *root, const char *assignment, json_t *set_key
     const char *eq = strchr(assignment, '=');
     if (!eq || eq == assignment) fatal("--set %s: expected key=value", assignment);
     char key[256];
-    size_t key_len = (size_t)(eq - assignment);
+    const size_t key_len = (size_t)(eq - assignment);
     if (key_len >= sizeof key) fatal("--set %s: key too long", assignment);
     memcpy(key, assignment, key_len);
     key[key_len] = '\0';
     if (!well_formed_key(key)) fatal("--set %s: malformed key '%s' (an empty part)", assignment, key);
-    json_t *parent = NULL;
-    const char *leaf = NULL;
-    json_t *def = lookup(root, key, &parent, &leaf);
-    if (!def) fatal("--set %s: unknown config key '%s'", assignment, key);
-    if (json_is_object(def)) fatal("--set %s: '%s' is a section, set one of its keys", assignment, key);
+    char where[300];
+    snprintf(where, sizeof where, "--set %s", assignment);
+    if (is_section(key)) fatal("--set %s: '%s' is a section, set one of its keys", assignment, key);
+    const ConfigKey *k = config_key_find(key);
+    if (!k) fail_unknown_key(where, key);
     json_t *value = json_loads(eq + 1, JSON_DECODE_ANY, NULL);
-    if (!value && json_is_number(def) && is_out_of_range_number(eq + 1))
+    const bool numeric = k->type == CFG_INT || k->type == CFG_NUM;
+    if (!value && numeric && is_out_of_range_number(eq + 1))
         fatal("--set %s: config key '%s' must be a finite number, got '%s'", assignment, key, eq + 1);
-    if (!value || (json_is_string(value) == false && !type_compatible(def, value) &&
-                   (json_is_string(def) || json_is_null(def)))) {
-        // Not JSON, or JSON of another type where a string is expected: take it literally.
+    // Not JSON, or JSON of another type where a string is expected: take it literally.
+    if (!value || (k->type == CFG_STR && !type_accepts(k, value))) {
         json_decref(value);
         value = json_string(eq + 1);
     }
-    json_t *wrapper = json_object();
-    json_object_set_new(wrapper, leaf, value);
-    char where[300];
-    snprintf(where, sizeof where, "--set %s", assignment);
-    char prefix[256];
-    snprintf(prefix, sizeof prefix, "%.*s", (int)(leaf - key > 0 ? leaf - key - 1 : 0), key);
-    merge_checked(parent, wrapper, where, prefix, set_keys);
-    json_decref(wrapper);
+    set_checked(root, k, value, where, set_keys);
+}
+
+static const json_t *value_of(const json_t *root, const ConfigKey *k) {
+    const json_t *parent = *k->section ? json_object_get(root, k->section) : root;
+    return json_object_get(parent, k->name);
 }
 
 // Fatal, naming the key and where its value came from, for a value out of its range.
-static void check_ranges(const json_t *root, const char *where) {
-    for (size_t i = 0; i < sizeof RANGES / sizeof RANGES[0]; i++) {
-        const KeyRange *r = &RANGES[i];
-        const json_t *v = lookup(root, r->key, NULL, NULL);
-        CHECK(v && json_is_number(v), "range for '%s', which is not a numeric default", r->key);
-        const double x = json_number_value(v);
-        const bool below = r->min_open ? !(x > r->min) : !(x >= r->min);
-        const bool above = r->max_open ? !(x < r->max) : !(x <= r->max);
-        if (below || above) {
-            char got[64];
-            if (json_is_integer(v)) snprintf(got, sizeof got, "%lld", (long long)json_integer_value(v));
-            else snprintf(got, sizeof got, "%g", x);
-            fatal("%sconfig key '%s': must be in %c%.17g, %.17g%c, got %s", where, r->key,
-                  r->min_open ? '(' : '[', r->min, r->max, r->max_open ? ')' : ']', got);
+static void check_range(const ConfigKey *k, const json_t *v, const char *where) {
+    const double x = json_number_value(v);
+    const bool min_open = k->flags & CFG_MIN_OPEN, max_open = k->flags & CFG_MAX_OPEN;
+    const bool below = min_open ? !(x > k->min) : !(x >= k->min);
+    const bool above = max_open ? !(x < k->max) : !(x <= k->max);
+    if (!below && !above) return;
+    char got[64];
+    if (json_is_integer(v)) snprintf(got, sizeof got, "%lld", (long long)json_integer_value(v));
+    else snprintf(got, sizeof got, "%g", x);
+    fatal("%sconfig key '%s': must be in %c%.17g, %.17g%c, got %s", where, k->key,
+          min_open ? '(' : '[', k->min, k->max, max_open ? ')' : ']', got);
+}
+
+// A LIST value: distinct non-empty strings, into a malloc'd array borrowed from v.
+static ConfigList list_from(const ConfigKey *k, const json_t *v) {
+    const int n = (int)json_array_size(v);
+    const char **items = xcalloc((size_t)n + 1, sizeof(char *));
+    for (int i = 0; i < n; i++) {
+        const char *s = json_string_value(json_array_get(v, (size_t)i));
+        if (!s || !*s) fatal("config key '%s': [%d] must be a non-empty string", k->key, i);
+        for (int j = 0; j < i; j++)
+            if (strcmp(items[j], s) == 0) fatal("config key '%s': [%d] '%s' repeats [%d]", k->key, i, s, j);
+        items[i] = s;
+    }
+    return (ConfigList){.n = n, .items = items};
+}
+
+// Every key's value from the resolved tree into its field, range-checked.
+static void fill_fields(RunConfig *c, const json_t *root, const char *where) {
+    for (int i = 0; i < CONFIG_N_KEYS; i++) {
+        const ConfigKey *k = &CONFIG_TABLE[i];
+        const json_t *v = value_of(root, k);
+        void *field = (char *)c + k->offset;
+        switch (k->type) {
+        case CFG_STR: *(const char **)field = json_string_value(v); break;
+        case CFG_INT:
+            check_range(k, v, where);
+            *(long long *)field = json_integer_value(v);
+            break;
+        case CFG_NUM:
+            check_range(k, v, where);
+            *(double *)field = json_number_value(v);
+            break;
+        case CFG_BOOL: *(bool *)field = json_is_true(v); break;
+        case CFG_LIST: *(ConfigList *)field = list_from(k, v); break;
         }
     }
 }
@@ -288,10 +315,8 @@ static json_t *load_user_file(const char *path) {
     return user;
 }
 
-Config *config_load(const char *path, int n_overrides, char *const *overrides) {
-    json_error_t error;
-    json_t *root = json_loads(DEFAULTS_JSON, 0, &error);
-    if (!root) fatal("built-in config defaults: %s (line %d)", error.text, error.line);
+RunConfig *config_load(const char *path, int n_overrides, char *const *overrides) {
+    json_t *root = defaults_tree();
     json_t *set_keys = json_object();
     if (path) {
         json_t *user = load_user_file(path);
@@ -302,73 +327,117 @@ Config *config_load(const char *path, int n_overrides, char *const *overrides) {
     // A value out of range names the file when nothing was set over it.
     char where[4200] = "";
     if (path && n_overrides == 0) snprintf(where, sizeof where, "%s: ", path);
-    check_ranges(root, where);
-    Config *c = xmalloc(sizeof *c);
-    c->root = root;
-    c->set_keys = set_keys;
+    RunConfig *c = xcalloc(1, sizeof *c);
+    c->source = xmalloc(sizeof *c->source);
+    c->source->root = root;
+    c->source->set_keys = set_keys;
+    fill_fields(c, root, where);
     return c;
 }
 
-void config_free(Config *c) {
+void config_free(RunConfig *c) {
     if (!c) return;
-    json_decref(c->root);
-    json_decref(c->set_keys);
+    for (int i = 0; i < CONFIG_N_KEYS; i++)
+        if (CONFIG_TABLE[i].type == CFG_LIST)
+            free((void *)((ConfigList *)((char *)c + CONFIG_TABLE[i].offset))->items);
+    json_decref(c->source->root);
+    json_decref(c->source->set_keys);
+    free(c->source);
     free(c);
 }
 
-static json_t *get(const Config *c, const char *key) {
-    json_t *v = lookup(c->root, key, NULL, NULL);
-    CHECK(v, "config key '%s' is not in the defaults", key);
-    return v;
+bool config_was_set(const RunConfig *c, const void *field) {
+    return json_object_get(c->source->set_keys, config_key_of(c, field)->key) != NULL;
 }
 
-const char *config_str(const Config *c, const char *key) {
-    json_t *v = get(c, key);
-    if (json_is_null(v)) return NULL;
-    if (!json_is_string(v)) fatal("config key '%s' is not a string", key);
-    return json_string_value(v);
+char *config_dump(const RunConfig *c) {
+    return json_dumps(c->source->root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 }
 
-long long config_int(const Config *c, const char *key) {
-    json_t *v = get(c, key);
-    if (!json_is_integer(v)) fatal("config key '%s' is not an integer", key);
-    return json_integer_value(v);
+// The default as JSON text ("null", "\"auto\"", "[]", "0.003").
+static char *default_text(const ConfigKey *k) {
+    json_t *v = default_value(k);
+    char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_REAL_PRECISION(10));
+    json_decref(v);
+    return text;
 }
 
-double config_num(const Config *c, const char *key) {
-    json_t *v = get(c, key);
-    if (!json_is_number(v)) fatal("config key '%s' is not a number", key);
-    return json_number_value(v);
+// A bound as people write it: 9007199254740992 rather than 9.007199255e+15.
+static void number_text(double x, char *buf, size_t len) {
+    if (isinf(x)) snprintf(buf, len, "inf");
+    else if (x == floor(x) && fabs(x) < 1e17) snprintf(buf, len, "%.0f", x);
+    else snprintf(buf, len, "%g", x);
 }
 
-bool config_bool(const Config *c, const char *key) {
-    json_t *v = get(c, key);
-    if (!json_is_boolean(v)) fatal("config key '%s' is not a boolean", key);
-    return json_is_true(v);
-}
-
-int config_str_list(const Config *c, const char *key, const char ***out) {
-    json_t *v = get(c, key);
-    if (!json_is_array(v)) fatal("config key '%s' is not a list", key);
-    const int n = (int)json_array_size(v);
-    *out = xcalloc((size_t)n + 1, sizeof(char *));
-    for (int i = 0; i < n; i++) {
-        const char *s = json_string_value(json_array_get(v, (size_t)i));
-        if (!s || !*s) fatal("config key '%s': [%d] must be a non-empty string", key, i);
-        for (int j = 0; j < i; j++)
-            if (strcmp((*out)[j], s) == 0) fatal("config key '%s': [%d] '%s' repeats [%d]", key, i, s, j);
-        (*out)[i] = s;
+// "[0, 1)" for a numeric key, "" otherwise.
+static void range_text(const ConfigKey *k, char *buf, size_t len) {
+    if (k->type != CFG_INT && k->type != CFG_NUM) {
+        buf[0] = '\0';
+        return;
     }
-    return n;
+    char lo[32], hi[32];
+    number_text(k->min, lo, sizeof lo);
+    number_text(k->max, hi, sizeof hi);
+    snprintf(buf, len, "%c%s, %s%c", k->flags & CFG_MIN_OPEN ? '(' : '[', lo, hi,
+             k->flags & CFG_MAX_OPEN ? ')' : ']');
 }
 
-bool config_was_set(const Config *c, const char *key) {
-    get(c, key);  // a key outside the defaults is a programming error
-    return json_object_get(c->set_keys, key) != NULL;
+static const char *short_type(ConfigType t) {
+    static const char *const names[] = {"string", "int", "number", "bool", "list"};
+    return names[t];
 }
 
-char *config_dump(const Config *c) {
-    return json_dumps(c->root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+static const char *resume_text(const ConfigKey *k) {
+    if (k->flags & CFG_FIXED) return "fixed";
+    if (k->flags & CFG_LOCAL) return "this run";
+    return "may change";
+}
+
+void config_describe(FILE *f, bool markdown) {
+    if (markdown) {
+        fputs("# Configuration keys\n\n"
+              "Generated by `train config --markdown` from `trainer/config_keys.h`, the one table of\n"
+              "keys; `cli_config_doc` fails when this file differs from it.\n\n"
+              "A run reads a JSON file (`--config FILE`) of these keys, merged over the defaults,\n"
+              "then each `--set key=value` (a value that is not JSON is taken as a string). Paths\n"
+              "resolve from the working directory. An unknown key is refused naming the file and\n"
+              "the closest key. Resume: `fixed` keys decide the model, the data's tokens or their\n"
+              "order, and a resume that changes one is refused; `may change` keys are printed\n"
+              "when they differ from the checkpoint's; `this run` keys say where the run goes.\n",
+              f);
+    }
+    const char *section = NULL;
+    for (int i = 0; i < CONFIG_N_KEYS; i++) {
+        const ConfigKey *k = &CONFIG_TABLE[i];
+        char *def = default_text(k);
+        char range[96];
+        range_text(k, range, sizeof range);
+        if (markdown) {
+            if (!section || strcmp(section, k->section) != 0) {
+                section = k->section;
+                fprintf(f, "\n## %s\n\n| key | type | default | range | resume | description |\n"
+                           "|---|---|---|---|---|---|\n",
+                        *section ? section : "top level");
+            }
+            fprintf(f, "| `%s` | %s | `%s` | %s | %s | ", k->key, short_type(k->type), def, range,
+                    resume_text(k));
+            for (const char *p = k->doc; *p; p++) {  // a '|' would end the table cell
+                if (*p == '|') fputc('\\', f);
+                fputc(*p, f);
+            }
+            fputs(" |\n", f);
+        } else {
+            fprintf(f, "%-30s %-6s %-34s %-22s %-10s %s\n", k->key, short_type(k->type), def, range,
+                    resume_text(k), k->doc);
+        }
+        free(def);
+    }
+    if (markdown && sizeof RENAMED > 0) {
+        fputs("\n## Renamed keys\n\nThe old spelling is refused naming the new one.\n\n"
+              "| old | new |\n|---|---|\n", f);
+        for (size_t i = 0; i < sizeof RENAMED / sizeof RENAMED[0]; i++)
+            fprintf(f, "| `%s` | `%s` |\n", RENAMED[i].old, RENAMED[i].now);
+    }
 }
 
 int config_take_args(int argc, char **argv, const char **path, char ***overrides,

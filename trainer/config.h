@@ -1,32 +1,95 @@
-// Run configuration: JSON (jansson) merged over the built-in defaults, then
-// `--set key=value` overrides. Every key must exist in the defaults: an unknown
-// key or a value of the wrong type is an error naming the file and the key.
+// The run configuration: a JSON file merged over the defaults of trainer/config_keys.h,
+// then `--set key=value` overrides, type- and range-checked into one typed RunConfig.
+// An unknown key is an error naming the file and the key, with the closest key as a
+// suggestion; a renamed key names its new spelling. The rest of the program reads the
+// struct's fields, never a key string.
 #pragma once
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 
-typedef struct Config Config;
+#include "trainer/config_keys.h"
 
-// Loads `path` (NULL: defaults only) and applies overrides "dotted.key=value";
-// a value is parsed as JSON when it is valid JSON, else taken as a string.
-// Exits with a message on any error.
-Config *config_load(const char *path, int n_overrides, char *const *overrides);
-void config_free(Config *c);
+enum { CFG_FIXED = 1, CFG_LOCAL = 2, CFG_MIN_OPEN = 4, CFG_MAX_OPEN = 8 };
 
-// Typed getters by dotted key ("data.seq_len"). A missing key is a programming error (fatal).
-const char *config_str(const Config *c, const char *key);
-long long config_int(const Config *c, const char *key);
-double config_num(const Config *c, const char *key);  // accepts integers too
-bool config_bool(const Config *c, const char *key);
-// A list of non-empty, distinct strings (fatal otherwise, naming the key and the index):
-// returns its length, the strings (borrowed from c) in *out, malloc'd.
-int config_str_list(const Config *c, const char *key, const char ***out);
+typedef enum { CFG_STR, CFG_INT, CFG_NUM, CFG_BOOL, CFG_LIST } ConfigType;
 
-// Whether the config file or a --set gave this key (false: it holds the default).
-bool config_was_set(const Config *c, const char *key);
+// A LIST key's value: n distinct non-empty strings (borrowed from the RunConfig).
+typedef struct {
+    int n;
+    const char *const *items;
+} ConfigList;
+
+#define CFG_CTYPE_STR const char *
+#define CFG_CTYPE_INT long long
+#define CFG_CTYPE_NUM double
+#define CFG_CTYPE_BOOL bool
+#define CFG_CTYPE_LIST ConfigList
+#define CFG_FIELD(section, name, type, def, min, max, flags, doc) CFG_CTYPE_##type name;
+
+typedef struct { CONFIG_KEYS_DATA(CFG_FIELD) } DataKeys;
+typedef struct { CONFIG_KEYS_MODEL(CFG_FIELD) } ModelKeys;
+typedef struct { CONFIG_KEYS_TRAIN(CFG_FIELD) } TrainKeys;
+typedef struct { CONFIG_KEYS_EVAL(CFG_FIELD) } EvalKeys;
+typedef struct { CONFIG_KEYS_DIST(CFG_FIELD) } DistKeys;
+typedef struct { CONFIG_KEYS_GENERATE(CFG_FIELD) } GenerateKeys;
+typedef struct { CONFIG_KEYS_PARITY(CFG_FIELD) } ParityKeys;
+
+typedef struct ConfigSource ConfigSource;
+
+// Every key's resolved value; strings are NULL where the key holds null.
+typedef struct RunConfig {
+    CONFIG_KEYS_TOP(CFG_FIELD)
+    DataKeys data;
+    ModelKeys model;
+    TrainKeys train;
+    EvalKeys eval;
+    DistKeys dist;
+    GenerateKeys generate;
+    ParityKeys parity;
+    ConfigSource *source;  // the JSON the strings live in and the keys that were set
+} RunConfig;
+
+// One row of the key table.
+typedef struct {
+    const char *section;  // "" for the top level
+    const char *name;
+    const char *key;      // "section.name", or name at the top level
+    ConfigType type;
+    const char *def_str;  // STR default (NULL: null)
+    double def_num;       // INT / NUM default
+    bool def_bool;
+    double min, max;
+    int flags;
+    const char *doc;
+    size_t offset;        // of the field in RunConfig
+} ConfigKey;
+
+// The table, in listing order, and its length.
+extern const ConfigKey CONFIG_TABLE[];
+extern const int CONFIG_N_KEYS;
+
+// The table row of a dotted key, or NULL.
+const ConfigKey *config_key_find(const char *dotted);
+// The table row of a field of c (&c->train.lr); a pointer to no field is a programming error.
+const ConfigKey *config_key_of(const RunConfig *c, const void *field);
+
+// Loads `path` (NULL: defaults only) and applies overrides "dotted.key=value"; a value
+// is parsed as JSON when it is valid JSON, else taken as a string. Exits with a message
+// on any error.
+RunConfig *config_load(const char *path, int n_overrides, char *const *overrides);
+void config_free(RunConfig *c);
+
+// Whether the config file or a --set gave the key of this field (&c->model.vocab_size);
+// false: it holds the default.
+bool config_was_set(const RunConfig *c, const void *field);
 
 // The resolved configuration as indented JSON (malloc'd), for printing and saving.
-char *config_dump(const Config *c);
+char *config_dump(const RunConfig *c);
+
+// The key table for people: one line per key (type, default, range, resume rule,
+// description), or with markdown the text of docs/CONFIG.md.
+void config_describe(FILE *f, bool markdown);
 
 // Command-line helper: removes "--config FILE" and every "--set key=value" from
 // argv (compacting it) and returns the new argc. *path stays NULL if absent;

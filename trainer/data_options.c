@@ -2,56 +2,56 @@
 
 #include "common/check.h"
 
-DataOptions data_options_from_config(const Config *c) {
+DataOptions data_options_from_config(const RunConfig *c) {
     DataOptions opt = {0};
-    const char *layout = config_str(c, "data.layout");
+    const char *layout = c->data.layout;
     int kind = layout_from_name(layout);
     if (kind < 0)
         fatal("config key 'data.layout': unknown layout '%s' (npass, mask_only, duplicate, "
               "shared_prefix)", layout ? layout : "null");
     opt.layout = (LayoutKind)kind;
-    long long seq_len = config_int(c, "data.seq_len");
+    long long seq_len = c->data.seq_len;
     if (seq_len <= 0 || seq_len > (1 << 24))
         fatal("config key 'data.seq_len': must be in 1..%d, got %lld", 1 << 24, seq_len);
     opt.seq_len = (int)seq_len;
-    opt.skip_bad = config_bool(c, "data.skip_bad");
-    opt.pack.unpacked = config_bool(c, "data.unpacked");
-    opt.pack.skip_too_long = config_bool(c, "data.skip_too_long");
-    const char *special = config_str(c, "data.special_in_text");
+    opt.skip_bad = c->data.skip_bad;
+    opt.pack.unpacked = c->data.unpacked;
+    opt.pack.skip_too_long = c->data.skip_too_long;
+    const char *special = c->data.special_in_text;
     int policy = special_in_text_from_name(special);
     if (policy < 0)
         fatal("config key 'data.special_in_text': unknown value '%s' (plain, error)",
               special ? special : "null");
     opt.special_in_text = (SpecialInText)policy;
     opt.chat_template = template_from_config(c);
-    opt.ignore_unknown_keys = config_bool(c, "data.ignore_unknown_keys");
+    opt.ignore_unknown_keys = c->data.ignore_unknown_keys;
     // 0: the default limit, 64 bytes per token of seq_len and at least 1 MiB (README).
-    long long max_line = config_int(c, "data.max_line_bytes");
+    long long max_line = c->data.max_line_bytes;
     long long auto_line = 64 * seq_len > (1 << 20) ? 64 * seq_len : (1 << 20);
     opt.max_line_bytes = (size_t)(max_line > 0 ? max_line : auto_line);
-    const char *train_on = config_str(c, "data.train_on");
+    const char *train_on = c->data.train_on;
     int on = train_on_from_name(train_on);
     if (on < 0)
         fatal("config key 'data.train_on': unknown value '%s' (think_answer, answer)",
               train_on ? train_on : "null");
     opt.loss.train_on = (TrainOn)on;
-    opt.loss.skip_empty_think = config_bool(c, "data.skip_empty_think_turns");
+    opt.loss.skip_empty_think = c->data.skip_empty_think_turns;
     return opt;
 }
 
-const ChatTemplate *template_from_config(const Config *c) {
-    const char *name = config_str(c, "data.template");
+const ChatTemplate *template_from_config(const RunConfig *c) {
+    const char *name = c->data.chat_template;
     if (name) {
         const ChatTemplate *t = template_by_name(name);
-        if (!t) fatal("config key 'data.template': unknown template '%s' (%s)", name, template_names());
+        if (!t) fatal("config key 'data.chat_template': unknown template '%s' (%s)", name, template_names());
         return t;
     }
-    static const char *const FOLDER_KEYS[] = {"data.tokenizer", "model.init_from"};
+    const char *const *folders[] = {&c->data.tokenizer, &c->model.init_from};
     for (int i = 0; i < 2; i++) {
         const ChatTemplate *t;
         char err[4600];
-        if (template_of_folder(config_str(c, FOLDER_KEYS[i]), &t, err, sizeof err) != 0)
-            fatal("config key '%s': %s", FOLDER_KEYS[i], err);
+        if (template_of_folder(*folders[i], &t, err, sizeof err) != 0)
+            fatal("config key '%s': %s", config_key_of(c, folders[i])->key, err);
         if (t) return t;
     }
     return &TEMPLATE_ONEPASS;

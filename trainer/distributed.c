@@ -373,7 +373,7 @@ static int file_rank0(const DistEnv *env, const char *path, const void *id, size
                       double timeout_s, char *err, size_t err_len) {
     struct stat st;
     if (stat(path, &st) == 0)
-        return fail(err, err_len, "train.rendezvous_file '%s' exists: remove it (a file left by "
+        return fail(err, err_len, "dist.rendezvous_file '%s' exists: remove it (a file left by "
                     "an earlier run would hand its id to this run's ranks)", path);
     const int32_t world = env->world_size;
     char *bytes = xmalloc(sizeof world + id_len);
@@ -391,7 +391,7 @@ static int file_rank0(const DistEnv *env, const char *path, const void *id, size
             if (monotonic_s() > deadline) {
                 unlink(path);
                 return fail(err, err_len, "rendezvous: rank 0 waited %.1f s for rank %d to read "
-                            "train.rendezvous_file '%s'", timeout_s, r, path);
+                            "dist.rendezvous_file '%s'", timeout_s, r, path);
             }
             sleep_ms(20);
         }
@@ -411,14 +411,14 @@ static int file_other_rank(const DistEnv *env, const char *path, void *id, size_
     while (!(f = fopen(path, "rb"))) {
         if (monotonic_s() > deadline)
             return fail(err, err_len, "rendezvous: rank %d waited %.1f s for rank 0 to write "
-                        "train.rendezvous_file '%s'", env->rank, timeout_s, path);
+                        "dist.rendezvous_file '%s'", env->rank, timeout_s, path);
         sleep_ms(20);
     }
     int32_t world = 0;
     const bool whole = fread(&world, sizeof world, 1, f) == 1 && fread(id, 1, id_len, f) == id_len;
     fclose(f);
     if (!whole || world != env->world_size)
-        return fail(err, err_len, "train.rendezvous_file '%s': %s", path,
+        return fail(err, err_len, "dist.rendezvous_file '%s': %s", path,
                     whole ? "written for another world size" : "truncated");
     char ack[4096];
     snprintf(ack, sizeof ack, "%s.%d", path, env->rank);
@@ -432,7 +432,7 @@ static bool has_address(const DistEnv *env) {
 
 static int refuse_no_address(const DistEnv *env, char *err, size_t err_len) {
     return fail(err, err_len, "%s launch of %d ranks: set %s (where rank 0 listens) or config "
-                "key train.rendezvous_file (a path every rank sees)", launcher_name(env->launcher),
+                "key dist.rendezvous_file (a path every rank sees)", launcher_name(env->launcher),
                 env->world_size, !env->master_addr && !env->master_port
                                      ? "MASTER_ADDR and MASTER_PORT"
                                  : env->master_port ? "MASTER_ADDR" : "MASTER_PORT");
@@ -520,7 +520,7 @@ static void tcp_comm_destroy(DistComm *comm) {
 static void transfer_failed(const DistComm *comm, int peer, int code, const char *what) {
     const TcpComm *t = comm->ctx;
     if (code == TRANSFER_TIMEOUT)
-        fatal("rank %d of %d: %s: rank %d did not answer within train.dist_timeout_s %.1f s",
+        fatal("rank %d of %d: %s: rank %d did not answer within dist.timeout_s %.1f s",
               comm->rank, comm->world_size, what, peer, t->timeout_s);
     fatal("rank %d of %d: %s: the connection to rank %d was closed (that rank stopped: see "
           "its message)", comm->rank, comm->world_size, what, peer);
@@ -595,7 +595,7 @@ static int address_through_file(const DistEnv *env, const char *rendezvous_file,
     char *space = strrchr(id, ' ');
     long p;
     if (!space || !parse_int(space + 1, 1, 65535, &p))
-        return fail(err, err_len, "train.rendezvous_file '%s': no address of rank 0 in it",
+        return fail(err, err_len, "dist.rendezvous_file '%s': no address of rank 0 in it",
                     rendezvous_file);
     *space = 0;
     snprintf(host, host_len, "%s", id);

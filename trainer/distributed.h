@@ -53,7 +53,7 @@ enum { DIST_ID_BYTES = 128 };  // sizeof(ncclUniqueId)
 
 // Rank 0 hands its id [id_len] to every other rank, which receives it into id; returns
 // once every rank has it (a barrier). Through a file when rendezvous_file is not NULL
-// (train.rendezvous_file, on a path every rank sees: rank 0 refuses one that exists,
+// (dist.rendezvous_file, on a path every rank sees: rank 0 refuses one that exists,
 // writes it atomically and removes it once all ranks have read it), else over TCP: rank
 // 0 listens on MASTER_PORT, the others connect to MASTER_ADDR:MASTER_PORT. A rank that
 // does not arrive within timeout_s, a second process claiming a rank or another world
@@ -103,7 +103,7 @@ DistComm dist_comm_single(void);
 // others connect to MASTER_ADDR, or (rendezvous_file set) rank 0 listens on a port of
 // the kernel's choosing and hands "host port" through the file (host: MASTER_ADDR, else
 // rank 0's host name). timeout_s bounds the wait for the connections and for each
-// reduction (train.dist_timeout_s). Returns 0, or -1 with a message.
+// reduction (dist.timeout_s). Returns 0, or -1 with a message.
 int dist_comm_tcp_create(const DistEnv *env, const char *rendezvous_file, double timeout_s,
                          DistComm *out, char *err, size_t err_len);
 // Closes a communicator's connections (nothing for dist_comm_single).

@@ -83,13 +83,13 @@ int generate_prompt(const Tokenizer *tok, const ChatTemplate *t, const Sample *s
                                   err_len);
 }
 
-GenerateOptions generate_options_from(const Config *c, const Tokenizer *tok) {
+GenerateOptions generate_options_from(const RunConfig *c, const Tokenizer *tok) {
     return (GenerateOptions){
-        .max_new_tokens = (int)config_int(c, "generate.max_new_tokens"),
-        .temperature = config_num(c, "generate.temperature"),
-        .top_p = config_num(c, "generate.top_p"),
-        .seed = (uint64_t)config_int(c, "generate.seed"),
-        .batch = (int)config_int(c, "generate.batch"),
+        .max_new_tokens = (int)c->generate.max_new_tokens,
+        .temperature = c->generate.temperature,
+        .top_p = c->generate.top_p,
+        .seed = (uint64_t)c->generate.seed,
+        .batch = (int)c->generate.batch,
         .vocab_limit = tokenizer_vocab_size(tok),
     };
 }
@@ -232,14 +232,14 @@ char *generation_text(const Tokenizer *tok, const Generation *g) {
     return text;
 }
 
-void inference_model_load(const Config *c, const char *command, InferenceModel *m) {
-    const char *dir = config_str(c, "model.init_from");
+void inference_model_load(const RunConfig *c, const char *command, InferenceModel *m) {
+    const char *dir = c->model.init_from;
     if (!dir)
         fatal("train %s: config key 'model.init_from': the model to run is required (a run's "
               "checkpoint folder or a model folder)", command);
     m->tok = tokenizer_with_added(c);
     m->mc = model_config_with(c, m->tok);
-    m->backend = backend_choose(config_str(c, "backend"), &m->mc, m->backend_why,
+    m->backend = backend_choose(c->backend, &m->mc, m->backend_why,
                                 sizeof m->backend_why);
     param_table_build(&m->mc, &m->table);
     m->params = xmalloc(m->table.total * sizeof(float));

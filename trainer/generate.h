@@ -53,7 +53,7 @@ typedef struct {
 } GenerateOptions;
 // generate.max_new_tokens, temperature, top_p, seed, batch (range-checked by config_load),
 // drawing from the tokenizer's pieces.
-GenerateOptions generate_options_from(const Config *c, const Tokenizer *tok);
+GenerateOptions generate_options_from(const RunConfig *c, const Tokenizer *tok);
 
 typedef struct {
     int32_t *tokens;  // generated ids, the end of turn included when it came
@@ -93,5 +93,5 @@ typedef struct {
     Backend backend;
     char backend_why[512];
 } InferenceModel;
-void inference_model_load(const Config *c, const char *command, InferenceModel *m);
+void inference_model_load(const RunConfig *c, const char *command, InferenceModel *m);
 void inference_model_free(InferenceModel *m);

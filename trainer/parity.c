@@ -29,14 +29,14 @@ typedef struct {
     void *trainer;
 } ParityModel;
 
-static void run_layout(const Config *c, const Tokenizer *tok, const ParamTable *table,
+static void run_layout(const RunConfig *c, const Tokenizer *tok, const ParamTable *table,
                        const ParityModel *model, LayoutKind layout, int *n_samples,
                        SampleKind *kind, LayoutRun *out) {
     DataOptions opt = data_options_from_config(c);
     opt.layout = layout;
-    opt.max_samples = (int)config_int(c, "parity.conversations");
+    opt.max_samples = (int)c->parity.conversations;
     if (opt.max_samples <= 0) fatal("config key 'parity.conversations': must be positive");
-    const char *path = config_str(c, "data.train_path");
+    const char *path = c->data.train_path;
     if (!path) fatal("config key 'data.train_path': a JSONL file is required");
     PackedDataset data;
     packed_dataset_load(tok, path, opt, &data);
@@ -55,7 +55,7 @@ static void run_layout(const Config *c, const Tokenizer *tok, const ParamTable *
     packed_rows_count(&data.rows, &out->tokens, &out->trained);
     if (out->trained == 0) fatal("parity: no trained token under layout %s", layout_name(layout));
     MicroBatches micro;
-    micro_batches_build(&data.rows, (int)config_int(c, "train.micro_rows"), &micro);
+    micro_batches_build(&data.rows, (int)c->train.micro_rows, &micro);
     const double sum = train_step_forward_backward(model->ops, model->trainer, &micro,
                                                    (float)(1.0 / (double)out->trained));
     out->loss = sum / (double)out->trained;
@@ -108,28 +108,28 @@ static json_t *layout_json(const LayoutRun *run, const LayoutRun *npass, const P
     return o;
 }
 
-json_t *parity_report(const Config *c) {
+json_t *parity_report(const RunConfig *c) {
     Tokenizer *tok = tokenizer_with_added(c);
     ModelConfig mc = model_config_with(c, tok);
     char why[512];
-    const Backend backend = backend_choose(config_str(c, "backend"), &mc, why, sizeof why);
+    const Backend backend = backend_choose(c->backend, &mc, why, sizeof why);
     printf("%s\n", why);
     ParamTable table;
     param_table_build(&mc, &table);
     float *params = xmalloc(table.total * sizeof(float));  // [table.total]
-    const char *weights = config_str(c, "parity.weights");
-    if (!weights) weights = config_str(c, "model.init_from");
-    params_load_or_init(&mc, &table, weights, (uint64_t)config_int(c, "seed"), params);
+    const char *weights = c->parity.weights;
+    if (!weights) weights = c->model.init_from;
+    params_load_or_init(&mc, &table, weights, (uint64_t)c->seed, params);
     AdamWState opt;  // unused by one forward+backward, but part of the backend's state
     adamw_init(&opt, table.total);
-    const long long micro_rows = config_int(c, "train.micro_rows");
+    const long long micro_rows = c->train.micro_rows;
     if (micro_rows <= 0 || micro_rows > (1 << 20)) fatal("config key 'train.micro_rows': must be positive");
     const DataOptions data_opt = data_options_from_config(c);
     const BackendSetup setup = {.mc = &mc, .table = &table, .micro_rows = (int)micro_rows,
                                 .seq_len = data_opt.seq_len,
-                                .deterministic = config_bool(c, "train.deterministic"),
+                                .deterministic = c->train.deterministic,
                                 .keep_mlp_activations =
-                                    config_bool(c, "train.keep_mlp_activations")};
+                                    c->train.keep_mlp_activations};
     ParityModel model = {.ops = backend_ops(backend)};
     model.trainer = model.ops->create(&setup);
     model.ops->set_state(model.trainer, params, &opt);

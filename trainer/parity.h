@@ -11,7 +11,7 @@
 // {"samples": n, "layouts": {"npass": {"loss", "tokens", "trained_tokens"},
 //   "<layout>": {..., "loss_rel_diff", "grad_rel_diff_max", "grad_rel_diff_max_tensor",
 //                "grad_rel_diff": {tensor: |g - g_npass| / |g_npass|}}}}
-json_t *parity_report(const Config *c);
+json_t *parity_report(const RunConfig *c);
 
 // The report as a table.
 void parity_print(const json_t *report, FILE *f);

@@ -13,55 +13,35 @@
 
 #define H200_DENSE_BF16_TFLOPS 989.5
 
-RunSettings run_settings_from(const Config *c, Backend backend) {
+RunSettings run_settings_from(const RunConfig *c, Backend backend) {
     // config_load has range-checked every numeric key (trainer/config.c RANGES).
-    const double tflops = config_num(c, "train.peak_tflops");
+    const double tflops = c->train.peak_tflops;
     const bool peak_from_datasheet = tflops == 0 && backend == BACKEND_CUDA;
     return (RunSettings){
-        .total_steps = (long)config_int(c, "train.steps"),
-        .micro_rows = (int)config_int(c, "train.micro_rows"),
-        .warmup_steps = (long)config_int(c, "train.warmup_steps"),
-        .eval_every = (long)config_int(c, "train.eval_every"),
-        .checkpoint_every = (long)config_int(c, "train.checkpoint_every"),
-        .tokens_per_step = config_int(c, "train.tokens_per_step"),
-        .shuffle = config_bool(c, "train.shuffle"),
-        .deterministic = config_bool(c, "train.deterministic"),
-        .keep_mlp_activations = config_bool(c, "train.keep_mlp_activations"),
-        .lr = config_num(c, "train.lr"),
-        .min_lr_ratio = config_num(c, "train.min_lr_ratio"),
-        .max_grad_norm = config_num(c, "train.grad_clip"),
+        .total_steps = (long)c->train.steps,
+        .micro_rows = (int)c->train.micro_rows,
+        .warmup_steps = (long)c->train.warmup_steps,
+        .eval_every = (long)c->eval.every,
+        .checkpoint_every = (long)c->train.checkpoint_every,
+        .tokens_per_step = c->train.tokens_per_step,
+        .shuffle = c->train.shuffle,
+        .deterministic = c->train.deterministic,
+        .keep_mlp_activations = c->train.keep_mlp_activations,
+        .lr = c->train.lr,
+        .min_lr_ratio = c->train.min_lr_ratio,
+        .max_grad_norm = c->train.grad_clip,
         .peak_flops = (peak_from_datasheet ? H200_DENSE_BF16_TFLOPS : tflops) * 1e12,
         .peak_from_datasheet = peak_from_datasheet,
-        .seed = (uint64_t)config_int(c, "seed"),
+        .seed = (uint64_t)c->seed,
         .adamw = {
-            .beta1 = (float)config_num(c, "train.beta1"),
-            .beta2 = (float)config_num(c, "train.beta2"),
-            .eps = (float)config_num(c, "train.eps"),
-            .weight_decay = (float)config_num(c, "train.weight_decay"),
-            .decay_norms = config_bool(c, "train.decay_norms"),
-            .decay_embeddings = config_bool(c, "train.decay_embeddings"),
+            .beta1 = (float)c->train.beta1,
+            .beta2 = (float)c->train.beta2,
+            .eps = (float)c->train.eps,
+            .weight_decay = (float)c->train.weight_decay,
+            .decay_norms = c->train.decay_norms,
+            .decay_embeddings = c->train.decay_embeddings,
         },
     };
-}
-
-// Keys a resume must not change: they decide the model, the data's tokens, and the
-// order the saved data cursor points into. A prefix ending in '.' covers a section.
-static const char *const FIXED_ON_RESUME[] = {
-    "model.", "data.layout", "data.seq_len",
-    "data.unpacked", "data.skip_bad", "data.skip_too_long", "data.max_line_bytes",
-    "data.ignore_unknown_keys", "train.tokens_per_step",
-    "train.shuffle", "seed",
-};
-// Keys that name where this run goes rather than what it trains: never reported.
-static const char *const RUN_LOCAL[] = {"out_dir", "train.resume", "train.overwrite"};
-
-static bool key_in(const char *key, const char *const *list, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        const size_t len = strlen(list[i]);
-        if (list[i][len - 1] == '.' ? strncmp(key, list[i], len) == 0 : strcmp(key, list[i]) == 0)
-            return true;
-    }
-    return false;
 }
 
 // "fnv:<checksum>" of a file's bytes; "absent" when it cannot be read.
@@ -83,14 +63,14 @@ static json_t *file_checksum(const char *path) {
     return json_string(text);
 }
 
-char *run_record_from(const Config *c) {
+char *run_record_from(const RunConfig *c) {
     char *dump = config_dump(c);
     json_t *config = json_loads(dump, 0, NULL);
     free(dump);
     CHECK(config, "the resolved config does not parse back");
     json_t *files = json_object();
-    json_object_set_new(files, "data.train_path", file_checksum(config_str(c, "data.train_path")));
-    json_object_set_new(files, "data.tokenizer", file_checksum(config_str(c, "data.tokenizer")));
+    json_object_set_new(files, "data.train_path", file_checksum(c->data.train_path));
+    json_object_set_new(files, "data.tokenizer", file_checksum(c->data.tokenizer));
     json_t *record = json_pack("{s:o, s:o}", "config", config, "files", files);
     char *text = json_dumps(record, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(record);
@@ -123,8 +103,11 @@ static void diff_configs(const json_t *saved, const json_t *now, const char *pre
             continue;
         }
         if (other && json_equal(value, (json_t *)other)) continue;
-        if (key_in(dotted, RUN_LOCAL, sizeof RUN_LOCAL / sizeof *RUN_LOCAL)) continue;
-        const bool fixed = key_in(dotted, FIXED_ON_RESUME, sizeof FIXED_ON_RESUME / sizeof *FIXED_ON_RESUME);
+        // Keys the table flags: fixed ones decide the model, the data's tokens and the order
+        // the saved data cursor points into; local ones say where this run goes.
+        const ConfigKey *k = config_key_find(dotted);
+        if (k && (k->flags & CFG_LOCAL)) continue;
+        const bool fixed = k && (k->flags & CFG_FIXED);
         append_change(fixed ? refused : changed, len, dotted, value, other);
     }
 }

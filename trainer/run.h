@@ -27,7 +27,7 @@ typedef struct {
 
 // Fatal, naming the key, for a value out of range. The MFU peak is train.peak_tflops,
 // or for the CUDA backend when that is 0 the H200's dense bf16 datasheet peak.
-RunSettings run_settings_from(const Config *c, Backend backend);
+RunSettings run_settings_from(const RunConfig *c, Backend backend);
 
 // Fatal, naming the keys, when the run's host memory estimate (weights, gradients and
 // AdamW moments for the model.* sizes; on the CPU backend activations for
@@ -51,7 +51,7 @@ typedef struct {
 
 // The run record saved with each checkpoint (TrainProgress.run_record): the resolved
 // config and checksums of the train data and tokenizer files. malloc'd JSON text.
-char *run_record_from(const Config *c);
+char *run_record_from(const RunConfig *c);
 
 // The seeded init at step 0.
 void train_state_init(TrainState *s, const ModelConfig *mc, uint64_t seed);

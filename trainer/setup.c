@@ -14,8 +14,8 @@
 #include "trainer/data_options.h"
 #include "data/template.h"
 
-bool model_source_from(const Config *c, HfModelConfig *out) {
-    const char *dir = config_str(c, "model.init_from");
+bool model_source_from(const RunConfig *c, HfModelConfig *out) {
+    const char *dir = c->model.init_from;
     if (!dir) return false;
     char err[1024];
     if (hf_config_read(dir, out, err, sizeof err) != 0) fatal("config key 'model.init_from': %s", err);
@@ -23,29 +23,29 @@ bool model_source_from(const Config *c, HfModelConfig *out) {
 }
 
 // model.* keys the user gave must agree with the checkpoint's config.json.
-static void check_against_checkpoint(const Config *c, const ModelConfig *hf, const char *dir) {
-    const struct { const char *key; int value; } ints[] = {
-        {"model.vocab_size", hf->vocab_size},
-        {"model.hidden_size", hf->hidden_size},
-        {"model.intermediate_size", hf->intermediate_size},
-        {"model.num_hidden_layers", hf->num_hidden_layers},
-        {"model.num_attention_heads", hf->num_attention_heads},
-        {"model.num_key_value_heads", hf->num_key_value_heads},
+static void check_against_checkpoint(const RunConfig *c, const ModelConfig *hf, const char *dir) {
+    const struct { const long long *key; int value; } ints[] = {
+        {&c->model.vocab_size, hf->vocab_size},
+        {&c->model.hidden_size, hf->hidden_size},
+        {&c->model.intermediate_size, hf->intermediate_size},
+        {&c->model.num_hidden_layers, hf->num_hidden_layers},
+        {&c->model.num_attention_heads, hf->num_attention_heads},
+        {&c->model.num_key_value_heads, hf->num_key_value_heads},
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
-        if (config_was_set(c, ints[i].key) && config_int(c, ints[i].key) != ints[i].value)
-            fatal("config key '%s' is %lld but model.init_from %s/config.json says %d", ints[i].key,
-                  config_int(c, ints[i].key), dir, ints[i].value);
-    const struct { const char *key; float value; } nums[] = {
-        {"model.rms_norm_eps", hf->rms_norm_eps},
-        {"model.rope_theta", hf->rope_theta},
+        if (config_was_set(c, ints[i].key) && *ints[i].key != ints[i].value)
+            fatal("config key '%s' is %lld but model.init_from %s/config.json says %d",
+                  config_key_of(c, ints[i].key)->key, *ints[i].key, dir, ints[i].value);
+    const struct { const double *key; float value; } nums[] = {
+        {&c->model.rms_norm_eps, hf->rms_norm_eps},
+        {&c->model.rope_theta, hf->rope_theta},
     };
     for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
-        if (config_was_set(c, nums[i].key) && (float)config_num(c, nums[i].key) != nums[i].value)
-            fatal("config key '%s' is %g but model.init_from %s/config.json says %g", nums[i].key,
-                  config_num(c, nums[i].key), dir, (double)nums[i].value);
-    if (config_was_set(c, "model.tie_word_embeddings") &&
-        config_bool(c, "model.tie_word_embeddings") != hf->tie_word_embeddings)
+        if (config_was_set(c, nums[i].key) && (float)*nums[i].key != nums[i].value)
+            fatal("config key '%s' is %g but model.init_from %s/config.json says %g",
+                  config_key_of(c, nums[i].key)->key, *nums[i].key, dir, (double)nums[i].value);
+    if (config_was_set(c, &c->model.tie_word_embeddings) &&
+        c->model.tie_word_embeddings != hf->tie_word_embeddings)
         fatal("config key 'model.tie_word_embeddings' is %s but model.init_from %s/config.json "
               "says %s",
               hf->tie_word_embeddings ? "false" : "true", dir,
@@ -54,16 +54,16 @@ static void check_against_checkpoint(const Config *c, const ModelConfig *hf, con
 
 // data.tokenizer with model.add_tokens added; say: a line for each listed token the
 // tokenizer has as one id already (left as it is) and one for those added.
-static Tokenizer *tokenizer_load_added(const Config *c, bool say) {
-    const char *path = config_str(c, "data.tokenizer");
+static Tokenizer *tokenizer_load_added(const RunConfig *c, bool say) {
+    const char *path = c->data.tokenizer;
     if (!path)
         fatal("config key 'data.tokenizer': a SentencePiece .model, a tokenizer.json or a model "
               "folder is required");
     char err[1024];
     Tokenizer *tok = tokenizer_load(path, err, sizeof err);
     if (!tok) fatal("config key 'data.tokenizer': %s", err);
-    const char **tokens;
-    const int n = config_str_list(c, "model.add_tokens", &tokens);
+    const char *const *tokens = c->model.add_tokens.items;
+    const int n = c->model.add_tokens.n;
     const char **missing = xcalloc((size_t)n + 1, sizeof(char *));
     int n_missing = 0;
     for (int i = 0; i < n; i++) {
@@ -81,23 +81,17 @@ static Tokenizer *tokenizer_load_added(const Config *c, bool say) {
         printf("%s'%s' %d%s", i ? ", " : "model.add_tokens: added (token id): ", missing[i], ids[i],
                i + 1 == n_missing ? "\n" : "");
     free(missing);
-    free(tokens);
     return tok;
 }
 
-static bool adds_tokens(const Config *c) {
-    const char **tokens;
-    const int n = config_str_list(c, "model.add_tokens", &tokens);
-    free(tokens);
-    return n > 0;
-}
+static bool adds_tokens(const RunConfig *c) { return c->model.add_tokens.n > 0; }
 
 // The model's configuration for a tokenizer of `grown` pieces with model.add_tokens
 // added (0 when that list is empty).
-static ModelConfig model_config_grown(const Config *c, int grown) {
+static ModelConfig model_config_grown(const RunConfig *c, int grown) {
     // model.add_tokens grows the vocabulary to the tokenizer's new size, never shrinks it.
-    const bool vocab_set = config_was_set(c, "model.vocab_size");
-    const long long vocab_key = config_int(c, "model.vocab_size");
+    const bool vocab_set = config_was_set(c, &c->model.vocab_size);
+    const long long vocab_key = c->model.vocab_size;
     HfModelConfig hf;
     if (model_source_from(c, &hf)) {
         if (grown > hf.cfg.vocab_size) {
@@ -107,7 +101,7 @@ static ModelConfig model_config_grown(const Config *c, int grown) {
                       hf.cfg.vocab_size, grown);
             hf.cfg.vocab_size = grown;
         }
-        check_against_checkpoint(c, &hf.cfg, config_str(c, "model.init_from"));
+        check_against_checkpoint(c, &hf.cfg, c->model.init_from);
         model_dims(&hf.cfg);  // fatal, naming the key, for what the model cannot run
         return hf.cfg;
     }
@@ -117,31 +111,31 @@ static ModelConfig model_config_grown(const Config *c, int grown) {
     // config_load has range-checked every model.* size (trainer/config.c RANGES).
     ModelConfig mc = {
         .vocab_size = grown > vocab_key ? grown : (int)vocab_key,
-        .hidden_size = (int)config_int(c, "model.hidden_size"),
-        .intermediate_size = (int)config_int(c, "model.intermediate_size"),
-        .num_hidden_layers = (int)config_int(c, "model.num_hidden_layers"),
-        .num_attention_heads = (int)config_int(c, "model.num_attention_heads"),
-        .num_key_value_heads = (int)config_int(c, "model.num_key_value_heads"),
-        .rms_norm_eps = (float)config_num(c, "model.rms_norm_eps"),
-        .rope_theta = (float)config_num(c, "model.rope_theta"),
-        .tie_word_embeddings = config_bool(c, "model.tie_word_embeddings"),
+        .hidden_size = (int)c->model.hidden_size,
+        .intermediate_size = (int)c->model.intermediate_size,
+        .num_hidden_layers = (int)c->model.num_hidden_layers,
+        .num_attention_heads = (int)c->model.num_attention_heads,
+        .num_key_value_heads = (int)c->model.num_key_value_heads,
+        .rms_norm_eps = (float)c->model.rms_norm_eps,
+        .rope_theta = (float)c->model.rope_theta,
+        .tie_word_embeddings = c->model.tie_word_embeddings,
     };
     return mc;
 }
 
-static void check_vocab_fits(const Config *c, const ModelConfig *mc, const Tokenizer *tok) {
+static void check_vocab_fits(const RunConfig *c, const ModelConfig *mc, const Tokenizer *tok) {
     if (tokenizer_vocab_size(tok) > mc->vocab_size)
         fatal("config key 'model.vocab_size': %d is smaller than the tokenizer's %d pieces (%s)",
-              mc->vocab_size, tokenizer_vocab_size(tok), config_str(c, "data.tokenizer"));
+              mc->vocab_size, tokenizer_vocab_size(tok), c->data.tokenizer);
 }
 
-ModelConfig model_config_with(const Config *c, const Tokenizer *tok) {
+ModelConfig model_config_with(const RunConfig *c, const Tokenizer *tok) {
     const ModelConfig mc = model_config_grown(c, adds_tokens(c) ? tokenizer_vocab_size(tok) : 0);
     check_vocab_fits(c, &mc, tok);
     return mc;
 }
 
-ModelConfig model_config_from(const Config *c) {
+ModelConfig model_config_from(const RunConfig *c) {
     if (!adds_tokens(c)) return model_config_grown(c, 0);
     Tokenizer *tok = tokenizer_load_added(c, false);
     const ModelConfig mc = model_config_grown(c, tokenizer_vocab_size(tok));
@@ -161,14 +155,14 @@ static void missing_controls(const Tokenizer *tok, const ChatTemplate *t, char *
     if (used < len) snprintf(out + used, len - used, "]");
 }
 
-Tokenizer *tokenizer_with_added(const Config *c) {
+Tokenizer *tokenizer_with_added(const RunConfig *c) {
     Tokenizer *tok = tokenizer_load_added(c, true);
     const ChatTemplate *t = template_from_config(c);
     char err[1024], missing[512];
     if (template_check_tokenizer(tok, t, err, sizeof err) != 0) {
         missing_controls(tok, t, missing, sizeof missing);
         fatal("config key 'data.tokenizer': %s: %s; model.add_tokens adds what the tokenizer "
-              "lacks (--set model.add_tokens='%s')", config_str(c, "data.tokenizer"), err, missing);
+              "lacks (--set model.add_tokens='%s')", c->data.tokenizer, err, missing);
     }
     return tok;
 }
@@ -256,7 +250,7 @@ void params_load_or_init(const ModelConfig *mc, const ParamTable *table, const c
     safetensors_file_free(&f);
 }
 
-Config *config_from_args(int argc, char **argv, const char *command, const char *extra,
+RunConfig *config_from_args(int argc, char **argv, const char *command, const char *extra,
                          const char **extra_value) {
     const char *path = NULL;
     char **overrides = NULL;
@@ -270,7 +264,7 @@ Config *config_from_args(int argc, char **argv, const char *command, const char 
         fatal("train %s: unexpected argument '%s' (usage: train %s --config FILE [--set key=value]...%s%s)",
               command, argv[i], command, extra ? " " : "", extra ? extra : "");
     }
-    Config *c = config_load(path, n_overrides, overrides);
+    RunConfig *c = config_load(path, n_overrides, overrides);
     free(overrides);
     return c;
 }
@@ -281,11 +275,11 @@ double now_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-void hf_export_from(const Config *c, const ModelConfig *mc, const Tokenizer *tok, HfExport *out) {
+void hf_export_from(const RunConfig *c, const ModelConfig *mc, const Tokenizer *tok, HfExport *out) {
     HfModelConfig source;
     const bool from_hf = model_source_from(c, &source);
     *out = (HfExport){.dtype = from_hf ? SAVE_BF16 : SAVE_F32};
-    const char *dtype = config_str(c, "train.save_dtype");
+    const char *dtype = c->train.save_dtype;
     char err[256];
     if (dtype && save_dtype_parse(dtype, &out->dtype, err, sizeof err))
         fatal("config key 'train.save_dtype': %s", err);
@@ -296,7 +290,7 @@ void hf_export_from(const Config *c, const ModelConfig *mc, const Tokenizer *tok
     } else {
         out->hf.bos_token_id = out->hf.pad_token_id = -1;
         if (end_of_turn >= 0) out->hf.eos_token_ids[out->hf.n_eos++] = end_of_turn;
-        out->hf.max_position_embeddings = (int)config_int(c, "data.seq_len");
+        out->hf.max_position_embeddings = (int)c->data.seq_len;
     }
     out->hf.cfg = *mc;
 }

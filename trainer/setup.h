@@ -12,19 +12,19 @@
 // the size of tok (tokenizer_with_added(c): the run's one load of the tokenizer) when
 // model.add_tokens is set; values the model cannot use, and a tokenizer of more pieces
 // than the vocabulary, are fatal and name the key.
-ModelConfig model_config_with(const Config *c, const Tokenizer *tok);
+ModelConfig model_config_with(const RunConfig *c, const Tokenizer *tok);
 // model_config_with for a caller without a tokenizer of its own (bench_trainer): with
 // model.add_tokens it loads data.tokenizer only to size the vocabulary.
-ModelConfig model_config_from(const Config *c);
+ModelConfig model_config_from(const RunConfig *c);
 // model.init_from's config.json into *out; false when model.init_from is not set.
-bool model_source_from(const Config *c, HfModelConfig *out);
+bool model_source_from(const RunConfig *c, HfModelConfig *out);
 
 // data.tokenizer (a .model, a tokenizer.json or a model folder) with model.add_tokens
 // added (each listed token the tokenizer lacks as one id, as an added token after its
 // vocabulary; those it has are left alone, saying so); fatal when it cannot be loaded,
 // cannot take them (SentencePiece) or lacks a template token (naming them all and the
 // model.add_tokens value that adds them).
-Tokenizer *tokenizer_with_added(const Config *c);
+Tokenizer *tokenizer_with_added(const RunConfig *c);
 
 // params [table->total]: from `weights` when not NULL (a Hugging Face model folder,
 // i.e. one with config.json, single or sharded, any of F32/BF16/F16; else a
@@ -44,11 +44,11 @@ void params_init_added_rows(const ModelConfig *mc, const ParamTable *table, cons
 // model.init_from, else f32), the source's token ids and max_position_embeddings (else
 // the template's end of turn as eos and data.seq_len), the end of turn as the
 // generation eos. Fatal for a bad train.save_dtype.
-void hf_export_from(const Config *c, const ModelConfig *mc, const Tokenizer *tok, HfExport *out);
+void hf_export_from(const RunConfig *c, const ModelConfig *mc, const Tokenizer *tok, HfExport *out);
 
 // Parses argv for --config/--set, fails on anything else, loads the config.
 // `extra` names one more accepted "--flag VALUE" (NULL for none); its value goes to *extra_value.
-Config *config_from_args(int argc, char **argv, const char *command, const char *extra,
+RunConfig *config_from_args(int argc, char **argv, const char *command, const char *extra,
                          const char **extra_value);
 
 double now_seconds(void);  // monotonic clock

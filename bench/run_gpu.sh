@@ -137,13 +137,11 @@ step() {
     return $rc
 }
 
-# unpack DIR: the folder of DIR's binaries, its bundle unpacked into a scratch folder.
+# unpack DIR NAME: the folder of DIR's binaries: DIR, or its bundle unpacked into $scratch/NAME.
 unpack() {
-    local dir
     if [ -f "$1/bundle.tar.gz" ]; then
-        dir=$(mktemp -d /tmp/run_gpu_bin.XXXXXX)
-        tar -C "$dir" -xzf "$1/bundle.tar.gz" || exit 2
-        echo "$dir"
+        mkdir -p "$scratch/$2" && tar -C "$scratch/$2" -xzf "$1/bundle.tar.gz" || exit 2
+        echo "$scratch/$2"
     else
         echo "$1"
     fi
@@ -196,7 +194,7 @@ mode_attention() {
     pack
     # shellcheck disable=SC2086  # ATTN_SIZES: lengths, one argument each
     step bench_attention 300 "$bin/bench_attention" ${ATTN_SIZES:-}
-    show "$logs/bench_attention.log" '^ *[0-9]|^device'
+    show "$logs/bench_attention.log" '^ *[0-9]|^ +S |^device'
     pack
     if [ "${ANCHOR:-1}" = 1 ]; then
         while read -r h kv d lens; do
@@ -362,9 +360,12 @@ if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
     exit 77
 fi
 mkdir -p "$out" || exit 2
-bin=$(unpack "$bin")
-[ "$mode" = ab ] && dir_a=$(unpack "$dir_a")
-work=$(mktemp -d /tmp/run_gpu.XXXXXX)
+scratch=$(mktemp -d /tmp/run_gpu.XXXXXX)
+trap 'rm -rf "$scratch"' EXIT
+work=$scratch/logs  # what logs.tar.gz holds
+mkdir -p "$work"
+bin=$(unpack "$bin" bin) || exit 2
+if [ "$mode" = ab ]; then dir_a=$(unpack "$dir_a" bin_a) || exit 2; fi
 rm -f "$out/summary.txt"
 export PATH=$PATH:/usr/local/cuda/bin  # compute-sanitizer, ncu
 # RUNPATH $ORIGIN covers a binary's own libraries, not theirs (cairo's pixman): the bundle is on the path.

@@ -57,41 +57,44 @@ def attend(method, q, k, v, block_mask, dense):
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
 
 
+def measure(S, kind):
+    """One JSON row: every method of METHODS at sequence length S under mask kind."""
+    mm = mask_mod(kind, *tags(kind, S, dev))
+    block_mask = create_block_mask(mm, None, None, S, S, device=dev)
+    q = torch.randn(B, H, S, D, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    k, v = [torch.randn(B, KV, S, D, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(2)]
+    dout = torch.randn_like(q)
+    qi = torch.arange(S, device=dev)
+    dense = mm(0, 0, qi[:, None], qi[None, :])
+    density = dense.float().mean().item()
+    useful = 4 * S * S * D * H * B * density  # visible pairs only
+    r = dict(H=H, KV=KV, D=D, S=S, mask=kind, flex_sparsity_pct=round(block_mask.sparsity(), 2),
+             dense_sparsity=round(1 - density, 4))
+    for m in METHODS:
+        def fwd():
+            return attend(m, q, k, v, block_mask, dense)
+
+        def fwdbwd():
+            fwd().backward(dout)
+
+        for name, fn, flops in (("fwd", fwd, useful), ("fwdbwd", fwdbwd, 3.5 * useful)):
+            key = f"{m}_{name}"
+            try:
+                ms = do_bench(fn, warmup=50, rep=300, return_mode="median")
+            except Exception as e:  # one method failing at one shape is a result too
+                r[key] = "ERR " + type(e).__name__ + ": " + str(e)[:160]
+                continue
+            r[key] = round(ms, 4)
+            if m != "sdpa_causal":
+                r[key + "_tflops"] = round(flops / (ms * 1e-3) / 1e12, 1)
+    return r
+
+
 def main():
     torch.manual_seed(0)
     for S in [int(x) for x in sys.argv[1:]] or [4096, 16384]:
         for kind in MASKS:
-            mm = mask_mod(kind, *tags(kind, S, dev))
-            block_mask = create_block_mask(mm, None, None, S, S, device=dev)
-            q = torch.randn(B, H, S, D, device=dev, dtype=torch.bfloat16, requires_grad=True)
-            k, v = [torch.randn(B, KV, S, D, device=dev, dtype=torch.bfloat16, requires_grad=True)
-                    for _ in range(2)]
-            dout = torch.randn_like(q)
-            qi = torch.arange(S, device=dev)
-            dense = mm(0, 0, qi[:, None], qi[None, :])
-            density = dense.float().mean().item()
-            useful = 4 * S * S * D * H * B * density  # visible pairs only
-            r = dict(H=H, KV=KV, D=D, S=S, mask=kind, flex_sparsity_pct=round(block_mask.sparsity(), 2),
-                     dense_sparsity=round(1 - density, 4))
-            for m in METHODS:
-                def fwd(m=m):
-                    return attend(m, q, k, v, block_mask, dense)
-
-                def fwdbwd(m=m):
-                    attend(m, q, k, v, block_mask, dense).backward(dout)
-
-                for name, fn, flops in (("fwd", fwd, useful), ("fwdbwd", fwdbwd, 3.5 * useful)):
-                    key = f"{m}_{name}"
-                    try:
-                        ms = do_bench(fn, warmup=50, rep=300, return_mode="median")
-                    except Exception as e:  # one method failing at one shape is a result too
-                        r[key] = "ERR " + type(e).__name__ + ": " + str(e)[:160]
-                        continue
-                    r[key] = round(ms, 4)
-                    if m != "sdpa_causal":
-                        r[key + "_tflops"] = round(flops / (ms * 1e-3) / 1e12, 1)
-            print(json.dumps(r), flush=True)
-            del q, k, v, dout, dense, block_mask
+            print(json.dumps(measure(S, kind)), flush=True)
             torch.cuda.empty_cache()
 
 

@@ -83,7 +83,7 @@ for layout in "${layouts[@]}"; do
     echo "== train $layout ($steps steps of $tps trained tokens, backend $backend) -> $run"
     start=$(now)
     "$BIN" --set data.layout="$layout" --set out_dir="$run" --set seed="$seed" --set backend="$backend" \
-        --set train.steps="$steps" --set train.tokens_per_step="$tps" --set train.eval_every="$eval_every" \
+        --set train.steps="$steps" --set train.tokens_per_step="$tps" --set eval.every="$eval_every" \
         --set train.checkpoint_every=0 --set eval.generate_conversations=0 "${data[@]}" "${model[@]}" \
         "${overrides[@]}" > "$out/$layout.train.log" 2>&1 \
         || { echo "training $layout failed; see $out/$layout.train.log" >&2; tail -5 "$out/$layout.train.log" >&2; exit 1; }

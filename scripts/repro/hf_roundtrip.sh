@@ -12,8 +12,8 @@ common=(--set data.seq_len=1024 --set data.eval_path=datasets/synthetic/eval.jso
 for dir in "$fixtures"/*/; do
   f=$(basename "$dir"); d="$out/$f"; mkdir -p "$d"
   if ! "$train" --set model.init_from="$dir" --set backend="$backend" --set out_dir="$d/run" \
-      --set train.steps=1 --set train.lr=0 --set train.warmup_steps=0 --set train.eval_every=1 \
-      --set train.eval_max_conversations=200 --set train.micro_rows=2 \
+      --set train.steps=1 --set train.lr=0 --set train.warmup_steps=0 --set eval.every=1 \
+      --set eval.max_conversations=200 --set train.micro_rows=2 \
       --set train.tokens_per_step=2048 --set train.save_dtype=f32 "${common[@]}" > "$d/train.log" 2>&1; then
     echo "FAIL $f: train: $(tail -2 "$d/train.log")"; status=1; continue
   fi

@@ -4,7 +4,7 @@
 // embedding and of lm_head, read back from the exported model.safetensors, equal the
 // mean of the source rows computed here; every other row is the source's; the exported
 // tokenizer gives each token the id the reference `tokenizers` gave it
-// (tests/data/add_tokens, scripts/make_add_tokens_fixture.py), and a tokenizer_config.json's
+// (tests/data/add_tokens, scripts/fixtures/make_add_tokens_fixture.py), and a tokenizer_config.json's
 // added_tokens_decoder names it under that id.
 #define _POSIX_C_SOURCE 200809L
 #include <jansson.h>

@@ -1,5 +1,5 @@
 // Every chat template against the model's own Jinja template, offline (DESIGN.md §2, §8):
-// tests/data/templates/NAME/expected.json (scripts/make_template_fixtures.py, rendered by
+// tests/data/templates/NAME/expected.json (scripts/fixtures/make_template_fixtures.py, rendered by
 // transformers' apply_chat_template, ids by the `tokenizers` package on the whole text) holds
 // each turn's inference view of a set of conversations. For every conversation, turn and
 // template: the segments' text equals the view byte for byte, the trained segments start

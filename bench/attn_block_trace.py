@@ -7,12 +7,12 @@ landed (warpgroup 0), at the walk's end, and after each warpgroup's dK/dV stores
 bench_attention, when TRACE_DIR is set, runs one warm fast and one deterministic backward
 of each causal shape with the recording on and writes TRACE_DIR/trace_S<S>_H<H>_D<D>_<mode>.txt.
 `report` turns those files into the prologue / loop / epilogue / gap split per block and
-the share of each SM's time (docs/KERNEL_NOTES.md, the ninth session, has a table of it).
+the share of each SM's time (docs/KERNELS.md has a table of it).
 
-    python3 scripts/attn_block_trace.py apply TREE
-    (build bench_attention in TREE, bundle it: scripts/device_bundle.sh; on the GPU machine:
+    python3 bench/attn_block_trace.py apply TREE
+    (build bench_attention in TREE, bundle it: bench/device_bundle.sh; on the GPU machine:
      TRACE_DIR=$OUT/t bench_attention 16384 4096 causal)
-    python3 scripts/attn_block_trace.py report trace_*.txt
+    python3 bench/attn_block_trace.py report trace_*.txt
 
 `apply` stops, naming the piece of source it looks for, when the kernel has changed under it.
 """
@@ -74,7 +74,7 @@ BWD_EDITS = [
 ]
 
 BWD_TAIL = r'''
-// Diagnostic (scripts/attn_block_trace.py): on = 1 clears the record and turns it on; on = 0
+// Diagnostic (bench/attn_block_trace.py): on = 1 clears the record and turns it on; on = 0
 // turns it off and writes the blocks it holds to path, one line each.
 extern "C" void attn_bwd_trace(int on, const char *path) {
     static unsigned long long host[65536][8];

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Regenerates the figures of docs/METHOD.md with `train show` on the shipped data:
-#   scripts/method_figures.sh [path/to/train]     (default: build/train)
+#   scripts/repro/method_figures.sh [path/to/train]     (default: build/train)
 # Writes every figure into a scratch folder and copies the ones the guide shows into
 # docs/method/ (PNG; the SVGs stay in the scratch folder, printed at the end).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 train="${1:-build/train}"
 [ -x "$train" ] || { echo "no $train: build first (scripts/install.sh)" >&2; exit 1; }
 scratch="${METHOD_SCRATCH:-$(mktemp -d)}"

@@ -4,15 +4,16 @@
 # layout), then plots training and eval loss against step into one PNG with gnuplot and
 # writes a table of final numbers, tokens processed and wall time per layout.
 #
-# usage: scripts/loss_curves.sh [--config FILE] [--runs DIR] [--png FILE] [--md FILE]
+# usage: scripts/repro/loss_curves.sh [--config FILE] [--runs DIR] [--png FILE] [--md FILE]
 #                               [--plot-only] [--set key=value]...
 #   defaults: configs/strip_thinking.json, runs/loss_curves, docs/loss_curves.png,
 #   docs/LOSS_CURVES.md; relative paths are from the repository root. --set overrides go
 #   to every run (e.g. --set train.steps=100). --plot-only redraws from existing runs.
-# Needs the built trainer (./train, or the binary named by $TRAIN) and gnuplot
-# (Debian: gnuplot-nox).
+# Needs the built trainer (./train, or the binary named by $TRAIN); the plot needs gnuplot
+# (Debian: gnuplot-nox): without it (the GPU machine) the runs and the table are made and
+# --plot-only draws the plot later on a machine that has it.
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"  # the configs name data files relative to the repository root
 config="$root/configs/strip_thinking.json"
 runs="$root/runs/loss_curves"
@@ -32,7 +33,6 @@ while [ $# -gt 0 ]; do
         *) echo "loss_curves.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
-command -v gnuplot > /dev/null || { echo "loss_curves.sh: gnuplot not found (apt-get install gnuplot-nox)" >&2; exit 1; }
 layouts=(npass duplicate mask_only)
 mkdir -p "$runs" "$(dirname "$png")" "$(dirname "$md")"
 
@@ -60,7 +60,10 @@ for layout in "${layouts[@]}"; do
         "$out/metrics.jsonl" > "$out/eval.dat"
 done
 
-gnuplot <<EOF
+wrote="$md"
+if command -v gnuplot > /dev/null; then
+    wrote="$png and $md"
+    gnuplot <<EOF
 set terminal pngcairo size 1400,520 font ",11"
 set output "$png"
 set multiplot layout 1,2 title "npass vs duplicate (b) vs mask\\\\_only (a): same seed, same conversations per step"
@@ -85,6 +88,9 @@ plot "$runs/npass/eval.dat" using 1:2 with linespoints ls 1 title "npass", \\
      "$runs/mask_only/eval.dat" using 1:3 with linespoints ls 3 lw 1 notitle
 unset multiplot
 EOF
+else
+    echo "loss_curves.sh: no gnuplot here (apt-get install gnuplot-nox): table only; --plot-only plots later"
+fi
 
 table="| layout | steps | final train loss | final eval loss | final eval answer loss | tokens processed | trained tokens | wall time (s) |
 |---|---|---|---|---|---|---|---|"
@@ -101,7 +107,7 @@ echo "$table"
 cat > "$md" <<EOF
 # Loss curves: npass vs duplicate (b) vs mask_only (a)
 
-Produced by \`scripts/loss_curves.sh\` (config \`${config#"$root"/}\`${overrides[*]:+, overrides \`${overrides[*]}\`}).
+Produced by \`scripts/repro/loss_curves.sh\` (config \`${config#"$root"/}\`${overrides[*]:+, overrides \`${overrides[*]}\`}).
 All three runs start from the same seed and train on the same conversations at every
 step: the step budget counts trained tokens, which are the same under every layout.
 Eval loss is measured in the inference view (npass layout) on held-out conversations:
@@ -113,4 +119,4 @@ non-padding tokens each layout needs for the same trained tokens.
 
 $table
 EOF
-echo "wrote $png and $md"
+echo "wrote $wrote"

@@ -5,7 +5,7 @@ transformers.AutoModelForCausalLM.from_pretrained and computes its loss on packe
 the [lo, hi) mask as a 4-D additive mask (key k visible to query q iff lo[k] <= q < hi[k]),
 then compares it with onepass's eval loss (the last eval_loss of metrics.jsonl).
 
-    python3 scripts/hf_compare.py --export DIR --rows rows.jsonl --metrics metrics.jsonl [--tol 5e-3]
+    python3 bench/anchors/hf_compare.py --export DIR --rows rows.jsonl --metrics metrics.jsonl [--tol 5e-3]
 Prints "OK ..." or "FAIL ..." and exits 0 or 1. Runs on the GPU machine (no internet).
 """
 import argparse

@@ -7,14 +7,14 @@
 #              name ending in .c .h .cu .cuh .cc .sh .py .md .json .jinja) is a tracked
 #              file or folder or a path suffix of one, a path the tree ignores (build/,
 #              runs/), or a string of the code ("run_config.json", "dir/config.json");
-#            - an identifier (name(), snake_case with an underscore, CamelCase with two
+#            - an identifier (name(), lower case with an underscore, camel case with two
 #              humps, A::b, Type.member) is a word of the code of a tracked file,
 #              comments left out, or a tracked file's name (a test, a program).
 #            Not names: globs and placeholders (* ? { < ... N DIR FILE), text with spaces
 #            but for the repository paths in it, dotted keys (train.lr, model.layers.N),
 #            the subscripts of the maths (p_t, x_i), vendor names (__x, cudaX, cuX,
 #            ncclX, sm_90), names qualified by another project (torch.x, flash::X,
-#            hopper/x.hpp) and, in comments, CamelCase words the docs use as plain
+#            hopper/x.hpp) and, in comments, camel-case words the docs use as plain
 #            words (product names: the docs write code in backticks).
 #   history  No work-history vocabulary (the list below).
 # Usage: tests/check_docs.sh [names|history|all] [ROOT]. ROOT defaults to this
@@ -221,7 +221,7 @@ classify() {
     }'
 }
 
-# CamelCase with two humps: KeyRing, DqSmem (not KiB, SwiGLU, F2FP).
+# Camel case with two humps, each a capital and a small letter (so not KiB, SwiGLU, F2FP).
 camel='^[A-Z][a-z][A-Za-z0-9]*[A-Z][a-z][A-Za-z0-9]*$'
 
 check_names() {

@@ -15,7 +15,7 @@ expect_error "wrong type" "type.json: config key 'data.seq_len' must be an integ
 expect_error "unknown --set key" "unknown config key 'train.nope'" "$train" pack --set train.nope=1 --out "$tmp/o"
 echo '{"data": ' > "$tmp/bad.json"
 expect_error "invalid JSON" "bad.json:.*invalid JSON" "$train" pack --config "$tmp/bad.json" --out "$tmp/o"
-# Every key's range (issue 14 item 6): a value outside it is refused with the key named.
+# Every key's range: a value outside it is refused with the key named.
 while IFS='|' read -r set pattern; do
     expect_error "--set $set" "$pattern" "$train" pack --set "$set" --out "$tmp/o"
 done <<'EOF2'

@@ -103,7 +103,7 @@ expect history common/thing.c '// counted once (issue 14 item 2)' 'issue 14'
 expect history tests/run.sh '# as this session measured' 'this session'
 expect history CHANGELOG.md '- the thing of issue 9' 'issue 9'
 expect history CHANGELOG.md '## 2026-12-02, 09:00 UTC' -
-expect history docs/GUIDE.md 'The parts lead the count; issues are printed.' -
+expect history docs/GUIDE.md 'The parts lead the count; the producer issues 2 loads a step.' -
 
 [ $failures -eq 0 ] && echo "check_docs.sh: the clean tree passes, all $n planted cases go the right way"
 [ $failures -eq 0 ]

@@ -1,6 +1,6 @@
 // Benchmark (not a test) of the CUDA block-sparse attention: B=1 bf16, masks causal,
 // shared_prefix and strip_thinking defined exactly as tags()/mask_mod_for() in
-// shared/anchors/anchor_attention.py, translated to one visible interval per key and
+// bench/anchors/anchor_attention.py, translated to one visible interval per key and
 // checked pair by pair against the predicate. Shapes: H=16 D=128 at S in {4096, 16384}
 // (or the sizes given), then the GQA shapes H=12 KV=4 D=64 and H=32 KV=8 D=128 at
 // S=8192; `--heads N --kv-heads N --head-dim N` runs that one shape instead (S=8192 if no
@@ -92,7 +92,7 @@ double now_ms() {
 // triton.testing.do_bench's protocol, so that ours and the Flex anchor (do_bench(warmup=50,
 // rep=300)) are timed under the same load: the H200 holds its 700 W cap by lowering the
 // clocks within milliseconds, so a short burst of runs reads faster than a sustained one
-// (docs/KERNEL_NOTES.md). Estimate from 5 runs; WARMUP_MS worth of untimed runs; REP_MS
+// (docs/KERNELS.md). Estimate from 5 runs; WARMUP_MS worth of untimed runs; REP_MS
 // worth of runs back to back, each after an L2 flush (a 256 MiB memset, outside its own
 // events); median of the runs.
 template <typename F>

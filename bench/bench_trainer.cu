@@ -2,7 +2,7 @@
 // backend (trainer/backend_cuda.cu, the code `train` runs): forward + backward, global
 // gradient norm, clipped AdamW on the fp32 master weights (split: the bf16 weights and their
 // low halves, trainer/split_float.h). The workload is
-// shared/anchors/anchor_trainer.py's, so the numbers compare directly with the
+// bench/anchors/anchor_trainer.py's, so the numbers compare directly with the
 // PyTorch + FlexAttention anchor:
 //   - one packed row of seq_len tokens per step, random tokens and targets at every
 //     position, positions 0..S-1;
@@ -15,7 +15,7 @@
 //     weights either way (params_init); AdamW lr 1e-4, betas (0.9, 0.999), weight decay 0.01 on every
 //     tensor (torch.optim.AdamW defaults as the anchor uses them), plus clipping.
 // Usage: bench_trainer --config configs/bench_small.json [--set key=value]... [steps]
-// (scripts/gpu_hf_bench.sh runs the Qwen presets beside the extended anchor)
+// (bench/run_gpu.sh hf runs the Qwen presets beside the extended anchor)
 // Host clock around each step (every phase ends synchronised); warm-up, then the median
 // of >= 20 steps. MFU uses the
 // anchor's FLOP formula 6 (params - vocab d) S + 3.5 * 4 S^2 hd H L density, with

@@ -1,5 +1,5 @@
-// cuDNN SDPA forward through the backend API, the graph cudnn-frontend's
-// scaled_dot_product_flash_attention node expands to (cuDNN 9: matmul, scale, causal mask
+// cuDNN SDPA forward through the backend API, the graph that cudnn-frontend's SDPA
+// node expands to (cuDNN 9: matmul, scale, causal mask
 // from generated row/column indices, softmax with stats, matmul), which cuDNN's fused
 // flash-attention engine recognises. Every cuDNN entry point comes from dlopen.
 #include "bench/cudnn_sdpa.h"
@@ -16,7 +16,7 @@
 
 namespace {
 
-// The entry points the graph needs (declared in cudnn_graph.h, resolved at run time).
+// The entry points the graph needs (declared in <cudnn_graph.h>, resolved at run time).
 struct CudnnApi {
     decltype(&cudnnGetVersion) get_version;
     decltype(&cudnnCreate) create;

@@ -1,6 +1,6 @@
 // cuDNN's fused attention forward (SDPA, causal, bf16) as a baseline for bench_attention,
 // built through the cuDNN backend (graph) API. libcudnn is loaded at run time with dlopen,
-// so the benchmark links nothing of cuDNN and scripts/device_bundle.sh never bundles it
+// so the benchmark links nothing of cuDNN and bench/device_bundle.sh never bundles it
 // (hundreds of MB): the GPU machine has it system-wide. Benchmark code, not a library.
 #pragma once
 #include <stddef.h>

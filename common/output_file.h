@@ -1,4 +1,4 @@
-// The one way onepass writes a file, and the record of the files it has read (issue 14):
+// The one way onepass writes a file, and the record of the files it has read:
 //   - a regular file (or a new name) is written to a temporary file beside it, checked,
 //     fsync'd and renamed over it, so it is either the old or the whole new content;
 //   - anything else that is not a directory (/dev/null, a FIFO, a terminal) is written

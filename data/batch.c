@@ -52,7 +52,7 @@ static size_t min_document_bytes(const Sample *s, LayoutKind layout) {
 }
 
 // Whether a sample's text is too long for seq_len whatever it tokenizes to: checked on
-// the bytes, before tokenizing, so a huge line costs no more than its parse (issue 14).
+// the bytes, before tokenizing, so a huge line costs no more than its parse.
 static bool cannot_fit(const Sample *s, LayoutKind layout, int seq_len, size_t piece_bytes,
                        char *why, size_t why_len) {
     const size_t bytes = min_document_bytes(s, layout);

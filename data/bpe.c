@@ -129,7 +129,7 @@ static int utf8_put(uint32_t cp, char *out) {
     return 2;  // the map's code points are below 0x800
 }
 
-// GPT-2's bytes_to_unicode: printable bytes map to themselves, the others to 256+n.
+// GPT-2's encoder.bytes_to_unicode: printable bytes map to themselves, the others to 256+n.
 static void byte_map_init(Bpe *b) {
     int n = 0;
     for (int i = 0; i < 0x144; i++) b->char_byte[i] = -1;
@@ -418,7 +418,7 @@ void bpe_add_tokens(Bpe *b, const char *const *tokens, int n, int32_t *ids) {
         AddedToken *t = &b->added[b->n_added++];
         t->len = strlen(tokens[i]);
         CHECK(t->len > 0, "an empty added token");
-        // A piece of the vocabulary keeps its id (as the reference's AddedVocabulary does).
+        // A piece of the vocabulary keeps its id (as tokenizers::AddedVocabulary does).
         int id = strmap_get(&b->vocab, tokens[i], t->len);
         if (id < 0) {
             id = b->vocab_size++;

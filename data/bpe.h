@@ -12,7 +12,8 @@
 //                  "normalized": true ones are matched on the raw text too, which under
 //                  NFC differs only where the text's NFC spells the token and the text
 //                  itself does not, e.g. a decomposed accent inside a token)
-//   post_processor ignored: onepass never adds tokens around a text (the template does)
+// The post-processor is ignored: onepass never adds tokens around a text (the template
+// does).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>

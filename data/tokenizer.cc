@@ -125,7 +125,8 @@ static bool next_field(const unsigned char *&p, const unsigned char *end, uint64
     }
 }
 
-// The user-defined pieces of a serialized ModelProto (the public header has no accessor):
+// The user-defined pieces of a serialized sentencepiece::ModelProto (the public header has
+// no accessor):
 // field 1 is the repeated SentencePiece {1: piece, 3: type}, and type 4 is USER_DEFINED.
 static std::vector<std::string> user_defined_pieces(const std::string &proto) {
     std::vector<std::string> out;

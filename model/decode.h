@@ -1,4 +1,4 @@
-// KV-cache autoregressive decoding, CPU fp32 (issue 12): the inference-side twin of
+// KV-cache autoregressive decoding, CPU fp32: the inference-side twin of
 // cpu_model_logits. Each of up to max_seqs sequences ("slots") keeps the keys and
 // values of its tokens (after RoPE, so a position is whatever the caller gives);
 // a call feeds any mix of prompt tokens (prefill) and single next tokens of several

@@ -2,9 +2,9 @@
 # model.add_tokens: the qwen3 template over the chatml fixture tokenizer, which lacks
 # <think>, </think> and the tool tokens. Refused without the key; with it, pack gives the
 # rows of the same tokenizer with the tokens added by the reference `tokenizers` package
-# (tests/data/add_tokens, scripts/fixtures/make_add_tokens_fixture.py), training from a model
-# folder grows the vocabulary, the checkpoint's tokenizer carries the tokens (packing with
-# it gives the same rows) and a resume keeps them. The rows' values: test_add_tokens.
+# (tests/data/add_tokens, scripts/fixtures/make_add_tokens_fixture.py), training from a
+# model folder grows the vocabulary, the checkpoint's tokenizer carries the tokens (packing
+# with it gives the same rows) and a resume keeps them. The rows' values: test_add_tokens.
 source "$(dirname "$0")/lib_cli.sh"
 need_data
 export OMP_NUM_THREADS=2

@@ -111,7 +111,7 @@ expect_error "pack with gpt2 (no template tokens)" "no id for the template token
 expect_error "pack with an empty folder" "neither tokenizer.json nor tokenizer.model" \
     "$train" pack --set data.tokenizer="$tmp" --out "$tmp/rows.jsonl"
 
-# Non-regular inputs are refused by name; no C++ exception escapes (exit 134) (issue 14.8).
+# Non-regular inputs are refused by name; no C++ exception escapes (exit 134).
 expect_exit1() {  # expect_exit1 <description> <pattern> <command...>: exit status 1 and the message
     local what="$1" pattern="$2"; shift 2
     out=$("$@" 2>&1); local rc=$?

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Memory that the input decides is bounded (issue 14 item 5): huge sizes are refused
-# naming the key before anything is allocated, and a JSONL line whose text cannot fit
-# data.seq_len is refused before it is tokenized (today a 10 MB line costs GBs), and one
-# longer than data.max_line_bytes before its JSON is parsed.
+# Memory that the input decides is bounded: huge sizes are refused naming the key
+# before anything is allocated, a JSONL line whose text cannot fit data.seq_len is
+# refused before it is tokenized, and one longer than data.max_line_bytes before its
+# JSON is parsed.
 source "$(dirname "$0")/lib_cli.sh" "$1"
 need_data
 expect_error "tokens_per_step 1e15" "config key 'train.tokens_per_step': must be in" \

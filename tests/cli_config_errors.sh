@@ -24,7 +24,7 @@ expect_error "section set as a key" "'eval' is a section" "$train" pack --set ev
 expect_error "list of non-strings" "config key 'model.add_tokens': \[1\] must be a non-empty string" "$train" pack --set 'model.add_tokens=["a", 3]' --out "$tmp/o"
 echo '{"data": ' > "$tmp/bad.json"
 expect_error "invalid JSON" "bad.json:.*invalid JSON" "$train" pack --config "$tmp/bad.json" --out "$tmp/o"
-# Every key's range (issue 14 item 6): a value outside it is refused with the key named.
+# Every key's range: a value outside it is refused with the key named.
 while IFS='|' read -r set pattern; do
     expect_error "--set $set" "$pattern" "$train" pack --set "$set" --out "$tmp/o"
 done <<'EOF2'

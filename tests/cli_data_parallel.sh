@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Data parallel on the CPU backend (issue 16): `train --gpus 2 --set backend=cpu` trains
+# Data parallel on the CPU backend: `train --gpus 2 --set backend=cpu` trains
 # through the TCP communicator. Each step has its rows split over the ranks, one
 # micro-batch (one row) per rank where the step has two rows, against one rank of
 # twice the micro-batches: every logged number but the timings (loss, grad norm, counts,

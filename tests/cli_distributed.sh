@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Launching several ranks without NCCL (issue 16): `train --gpus 2` starts two ranks with
+# Launching several ranks without NCCL: `train --gpus 2` starts two ranks with
 # torchrun-style variables that connect over loopback TCP or through a rendezvous file
 # (ONEPASS_DIST_SETUP_ONLY=1: each rank connects and exits; tests/cli_data_parallel.sh
 # trains them); a failing rank stops the others and its status comes back; launcher variables that are malformed, missing or

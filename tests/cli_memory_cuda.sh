@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CUDA backend refuses a micro-batch too large for the GPU before allocating,
-# naming the estimate, the free memory and the keys (issue 14), instead of a CUDA
+# naming the estimate, the free memory and the keys, instead of a CUDA
 # "out of memory", and before out_dir is made. Exit 77 without a GPU or a CUDA build.
 source "$(dirname "$0")/lib_cli.sh"
 need_data

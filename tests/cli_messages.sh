@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Messages a user can act on (issue 14 item 9): `train SUB --help` prints that command's
+# Messages a user can act on: `train SUB --help` prints that command's
 # usage and exits 0; model-shape errors name the model.* keys, never a source file:line.
 source "$(dirname "$0")/lib_cli.sh" "$1"
 for sub in run pack parity gen-data tokenizer; do

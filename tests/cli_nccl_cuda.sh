@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `train` through NCCL on one GPU (issue 16): ONEPASS_DIST_COMM_AT_ONE=1 takes the world of
+# `train` through NCCL on one GPU: ONEPASS_DIST_COMM_AT_ONE=1 takes the world of
 # one rank through the communicator (NCCL's id and ncclCommInitRank, the gradient
 # all-reduce by the bucket plan in every step, the step's sums through NCCL), which at
 # world size 1 must change nothing: the metrics but the timings, the final weights and the

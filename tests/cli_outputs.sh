@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Output paths (issue 14 item 2): a regular file is replaced atomically, anything else
+# Output paths: a regular file is replaced atomically, anything else
 # is written in place (a FIFO stays a FIFO, /dev/null stays a device), a symbolic link
 # keeps being a link, and an output that is an input (by device and inode) is refused.
 source "$(dirname "$0")/lib_cli.sh" "$1"

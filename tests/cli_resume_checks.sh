@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Resume checks (issue 14 item 4): a resume with another model shape, rope_theta,
+# Resume checks: a resume with another model shape, rope_theta,
 # data.seq_len, data.layout, train.tokens_per_step or another data file (same path,
 # other bytes) is refused naming what changed; keys that may change (lr, steps) are
 # reported; a checkpoint whose files were mixed from two saves or corrupted is refused.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The run directory (issue 14 items 3 and 9): a run into a non-empty out_dir that is not
+# The run directory: a run into a non-empty out_dir that is not
 # a resume of it is refused unless train.overwrite=true; a refused run or resume leaves
 # the directory as it was (the config is written after validation); checkpoints appear
 # whole (checkpoint-N.tmp/ renamed); `train` with no arguments says what it does and

@@ -1,10 +1,10 @@
 // model.add_tokens from a model folder (cli_add_tokens.sh runs the commands): a random
 // untied model of the chatml fixture tokenizer's 1504 rows, or of 1536 (padding rows),
-// loaded with the qwen3 template's missing tokens added. The new ids' rows of the
-// embedding and of lm_head, read back from the exported model.safetensors, equal the
-// mean of the source rows computed here; every other row is the source's; the exported
-// tokenizer gives each token the id the reference `tokenizers` gave it
-// (tests/data/add_tokens, scripts/fixtures/make_add_tokens_fixture.py), and a tokenizer_config.json's
+// loaded with the qwen3 template's missing tokens added. The new ids' rows of the embedding
+// and of lm_head, read back from the exported model.safetensors, equal the mean of the
+// source rows computed here; every other row is the source's; the exported tokenizer gives
+// each token the id the reference `tokenizers` gave it (tests/data/add_tokens,
+// scripts/fixtures/make_add_tokens_fixture.py), and a tokenizer_config.json's
 // added_tokens_decoder names it under that id.
 #define _POSIX_C_SOURCE 200809L
 #include <jansson.h>

@@ -1,6 +1,6 @@
 // Checkpoint round trip (weights, both AdamW moments, progress bit-identical), the HF
-// config.json, and refusal of a checkpoint whose two files disagree on the step; issue 14:
-// the run record round trip, files from two saves, extra tensors and flipped bytes
+// config.json, and refusal of a checkpoint whose two files disagree on the step; the
+// run record round trip, files from two saves, extra tensors and flipped bytes
 // refused, the directory written as <dir>.tmp and renamed (also over an old one).
 #define _POSIX_C_SOURCE 200809L
 #include <jansson.h>

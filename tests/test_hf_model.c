@@ -1,6 +1,6 @@
 // Hugging Face model folders in: the committed fixtures of tests/data/hf/ (built by
-// scripts/fixtures/make_hf_fixtures.py with transformers) load and the CPU forward matches the
-// transformers fp32 logits (<= 1e-5 relative) and loss (<= 1e-6 relative); config.json
+// scripts/fixtures/make_hf_fixtures.py with transformers) load and the CPU forward matches
+// the transformers fp32 logits (<= 1e-5 relative) and loss (<= 1e-6 relative); config.json
 // in both spellings; every refusal (config key, missing/extra tensor, shape, dtype) with
 // its message.
 #define _POSIX_C_SOURCE 200809L

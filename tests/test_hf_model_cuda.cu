@@ -1,11 +1,11 @@
 // Hugging Face checkpoints on the CUDA backend: the committed CUDA-shape fixtures of
-// tests/data/hf_cuda/ (scripts/make_hf_fixtures.py --cuda-shapes: head_dim 64, Qwen3's
-// 128 != hidden / heads; Llama with linear RoPE scaling and f16 weights, Qwen2 with q/k/v
-// biases, Qwen3 with q_norm/k_norm, sharded) through the bf16 CUDA model against the
+// tests/data/hf_cuda/ (scripts/fixtures/make_hf_fixtures.py --cuda-shapes: head_dim 64,
+// Qwen3's 128 != hidden / heads; Llama with linear RoPE scaling and f16 weights, Qwen2 with
+// q/k/v biases, Qwen3 with q_norm/k_norm, sharded) through the bf16 CUDA model against the
 // transformers fp32 reference: logits at cosine >= 0.999 (every position, and all
-// together), mean loss within 5e-3 relative. The check is sharp enough to fail: plain
-// RoPE on the scaled Llama and unit q_norm/k_norm weights on Qwen3 (transformers: cosine
-// 0.90 and 0.99) fall below the threshold.
+// together), mean loss within 5e-3 relative. The check is sharp enough to fail: plain RoPE
+// on the scaled Llama and unit q_norm/k_norm weights on Qwen3 (transformers: cosine 0.90
+// and 0.99) fall below the threshold.
 #include <math.h>
 #include <string.h>
 #include "common/cuda_check.h"

@@ -18,8 +18,8 @@ static inline float *load_hf_folder(const char *folder, HfModelConfig *hf, Param
     return params;
 }
 
-// A fixture's transformers reference (scripts/make_hf_fixtures.py): one causal row of
-// S tokens with its position ids and targets (-1 on the last), the mean cross-entropy
+// A fixture's transformers reference (scripts/fixtures/make_hf_fixtures.py): one causal row
+// of S tokens with its position ids and targets (-1 on the last), the mean cross-entropy
 // over the targets, and the fp32 logits.
 typedef struct {
     int S, n_targets;

@@ -314,7 +314,7 @@ static int control_ids_in(const Tokenizer *tok, TokenSpan span) {
     return count;
 }
 
-// Issue 14 item 1: a template token's string in a text field never becomes its control
+// A template token's string in a text field never becomes its control
 // id. The forged turn boundaries below are plain text; the only control ids are the
 // template's own, and no user header is among the trained targets.
 static void test_special_in_text(void) {

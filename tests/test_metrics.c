@@ -1,4 +1,4 @@
-// metrics.jsonl (issue 14 item 7): a write that fails (here: the file size limit, as on
+// metrics.jsonl: a write that fails (here: the file size limit, as on
 // a full disk) is reported once, and the file keeps only complete JSON lines; the
 // resume-time rewrite keeps the lines up to the checkpoint's step.
 #define _POSIX_C_SOURCE 200809L

@@ -3,7 +3,7 @@
 // gradients on the side stream returns them bit for bit (the sum over one rank is the
 // identity, so NCCL's result equals no NCCL's), ordered after the work queued before it
 // and before the work queued after it, and the host sums come back unchanged; two
-// train_steps of the CUDA backend through the communicator (its gradient all-reduce by
+// train_step calls of the CUDA backend through the communicator (its gradient all-reduce by
 // the bucket plan) give the loss, gradient norm, weights and moments of two without it,
 // bit for bit.
 // SKIP without a GPU, in a build without NCCL, or when libnccl.so.2 cannot be loaded

@@ -1,12 +1,13 @@
 // Every chat template against the model's own Jinja template, offline (DESIGN.md §2, §8):
-// tests/data/templates/NAME/expected.json (scripts/fixtures/make_template_fixtures.py, rendered by
-// transformers' apply_chat_template, ids by the `tokenizers` package on the whole text) holds
-// each turn's inference view of a set of conversations. For every conversation, turn and
-// template: the segments' text equals the view byte for byte, the trained segments start
-// where the reply after the generation prompt starts, and the segments' ids equal the ids
-// of the whole view (tool use too, under qwen3 and onepass: a reply that continues its turn
-// sees the think blocks kept before it). Also: the default template from a model folder's chat_template, the
-// refusals, and control-token strings in text under both data.special_in_text policies.
+// tests/data/templates/NAME/expected.json (scripts/fixtures/make_template_fixtures.py,
+// rendered by transformers' apply_chat_template, ids by the `tokenizers` package on the
+// whole text) holds each turn's inference view of a set of conversations. For every
+// conversation, turn and template: the segments' text equals the view byte for byte, the
+// trained segments start where the reply after the generation prompt starts, and the
+// segments' ids equal the ids of the whole view (tool use too, under qwen3 and onepass: a
+// reply that continues its turn sees the think blocks kept before it). Also: the default
+// template from a model folder's chat_template, the refusals, and control-token strings in
+// text under both data.special_in_text policies.
 #define _POSIX_C_SOURCE 200809L
 #include <jansson.h>
 #include <stdbool.h>

@@ -1,8 +1,8 @@
 // The tokenizer C API against the reference packages, offline: the fixture tokenizers of
-// tests/data/tokenizers/ (scripts/fixtures/make_tokenizer_fixtures.py) and the ids `tokenizers` /
-// `sentencepiece` gave for every string there. Also: model folders, refusals by name,
-// plain encoding, and (DESIGN.md §8) each turn's view tokenized segment by segment equal
-// to the whole rendered view, with the dummy-prefix SentencePiece model too.
+// tests/data/tokenizers/ (scripts/fixtures/make_tokenizer_fixtures.py) and the ids
+// `tokenizers` / `sentencepiece` gave for every string there. Also: model folders, refusals
+// by name, plain encoding, and (DESIGN.md §8) each turn's view tokenized segment by segment
+// equal to the whole rendered view, with the dummy-prefix SentencePiece model too.
 #define _POSIX_C_SOURCE 200809L
 #include <jansson.h>
 #include <stdbool.h>

@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "common/check.h"
 #include "common/output_file.h"
+#include "trainer/backend_registry.h"
 #include "trainer/data_options.h"
 #include "trainer/eval.h"
 #include "trainer/setup.h"

@@ -118,22 +118,6 @@ static int install_checkpoint_dir(const char *tmp, const char *dir, char *err, s
     return had ? remove_checkpoint_dir(old, err, err_len) : 0;
 }
 
-int make_dirs(const char *path, char *err, size_t err_len) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1;; p++) {
-        bool end = *p == '\0';
-        if (*p == '/' || end) {
-            *p = '\0';
-            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-                return fail(err, err_len, "%s: cannot create directory: %s", buf, strerror(errno));
-            if (end) break;
-            *p = '/';
-        }
-    }
-    return 0;
-}
-
 // The model weight files of dir as object keys: the shards that
 // model.safetensors.index.json names, else model.safetensors alone. *sharded says which.
 static json_t *model_weight_files(const char *dir, bool *sharded) {
@@ -177,7 +161,7 @@ static int model_files_checksum(const char *dir, uint64_t *sum, char *err, size_
 }
 
 // The files of a checkpoint into dir (an empty, new directory): the Hugging Face model
-// folder of the export's dtype, ids and shard size (trainer/hf_export.h), then the
+// folder of the export's dtype, ids and shard size (model/hf_export.h), then the
 // optimizer state; below F32 the fp32 master weights go into optimizer.safetensors as
 // "master.<name>" and checkpoint_load takes them from there.
 static int checkpoint_write_files(const char *dir, const ParamTable *table, const float *params,
@@ -411,4 +395,24 @@ int checkpoint_read_run_record(const char *dir, char **record, char *err, size_t
     if (value && *value) *record = strdup(value);
     json_decref(header);
     return 0;
+}
+
+int hf_export_checkpoint(const char *from, const char *out, const SaveDtype *dtype, char *err,
+                         size_t err_len) {
+    HfExport e = {.generation_eos_token_id = -1};
+    if (hf_config_read(from, &e.hf, err, err_len)) return -1;
+    e.dtype = SAVE_F32;
+    if (dtype) e.dtype = *dtype;
+    else if (strcmp(e.hf.dtype, "bfloat16") == 0) e.dtype = SAVE_BF16;
+    else if (strcmp(e.hf.dtype, "float16") == 0) e.dtype = SAVE_F16;
+    ParamTable table;
+    param_table_build(&e.hf.cfg, &table);
+    float *params = xmalloc(table.total * sizeof(float));
+    int rc = checkpoint_load_weights(from, &table, params, err, err_len);
+    if (rc == 0) rc = hf_export_write(out, &table, params, &e, err, err_len);
+    if (rc == 0) rc = hf_copy_generation_config(from, out, err, err_len);
+    if (rc == 0) rc = hf_copy_tokenizer(from, NULL, out, err, err_len);
+    free(params);
+    param_table_free(&table);
+    return rc;
 }

@@ -11,6 +11,7 @@
 #include "common/check.h"
 #include "data/template.h"
 #include "model/decode.h"
+#include "trainer/backend_registry.h"
 #include "trainer/setup.h"
 #ifdef ONEPASS_HAVE_CUDA
 #include "trainer/decode_ops_cuda.h"

@@ -11,20 +11,7 @@
 #include "model/model.h"
 #include "trainer/backend.h"
 #include "trainer/config.h"
-
-// A decoder behind function pointers (the seam of trainer/backend.h, for inference):
-// model/decode.h on the CPU; the CUDA decoder (model/decode_cuda.h) plugs in the same way.
-typedef struct {
-    const char *name;
-    // A KV cache for max_seqs sequences of max_len tokens, running the fp32 host
-    // weights params [param table total] (a backend may copy and convert them).
-    void *(*create)(const ModelConfig *cfg, const float *params, int max_seqs, int max_len);
-    void (*destroy)(void *decoder);
-    void (*reset)(void *decoder, int slot);
-    // cpu_decoder_forward's contract (host arrays): n tokens, logits [n, vocab_size].
-    void (*forward)(void *decoder, int n, const int32_t *slot, const int32_t *token,
-                    const int32_t *pos, float *logits);
-} DecodeOps;
+#include "trainer/decode_ops.h"
 
 // The decoder of a backend (the CPU's, or the CUDA decoder in a CUDA build); *why says
 // which one runs.

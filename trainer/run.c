@@ -10,6 +10,7 @@
 
 #include "common/check.h"
 #include "common/checksum.h"
+#include "trainer/setup.h"
 
 #define H200_DENSE_BF16_TFLOPS 989.5
 

@@ -1,4 +1,4 @@
-#include "trainer/nccl_cuda.h"
+#include "dist/nccl_cuda.h"
 
 #include <dlfcn.h>
 #include <nccl.h>

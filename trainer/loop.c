@@ -356,7 +356,7 @@ TrainRun *train_run_start(const Config *config) {
         printf("weights: %s\n", init_from);
         params_init_added_rows(mc, &state->table, tok, init_from, state->params);
     }
-    hf_export_from(config, mc, tok, &state->export);
+    hf_export_from(config, mc, tok, &state->save_as);
     state->tokenizer_dir = init_from;
     state->tokenizer_model = config_str(config, "data.tokenizer");
     state->tokenizer = tok;

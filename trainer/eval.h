@@ -29,7 +29,7 @@ void eval_set_free(EvalSet *eval);
 void evaluate(const TrainBackendOps *ops, void *backend, EvalSet *eval, double *eval_loss,
               double *eval_answer_loss);
 
-// ---- Multi-turn accuracy (issue 12): every turn of every conversation generated from
+// ---- Multi-turn accuracy: every turn of every conversation generated from
 // its inference view with the gold history (earlier thinking stripped) up to the
 // assistant header, and its answer checked.
 

@@ -1,4 +1,4 @@
-// Batched autoregressive generation over a decoder backend (issue 12): many prompts of
+// Batched autoregressive generation over a decoder backend: many prompts of
 // different lengths share one KV cache of `batch` slots (a finished sequence's slot takes
 // the next prompt at once), greedy or temperature / top-p sampling with a seed, each
 // sequence stopping at the template's end of turn or a length limit. Positions follow

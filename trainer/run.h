@@ -1,5 +1,5 @@
-// `train run` below the command line (cli/cmd_train.c): the run's settings, and the
-// host copy of the training state that checkpoints hold and the backend exchanges.
+// What a training run (trainer/loop.h) works from: the run's settings, and the host
+// copy of the training state that checkpoints hold and the backend exchanges.
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>

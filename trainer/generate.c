@@ -84,6 +84,17 @@ int generate_prompt(const Tokenizer *tok, const ChatTemplate *t, const Sample *s
                                   err_len);
 }
 
+TokenSpan *generate_prompts(const Tokenizer *tok, const ChatTemplate *t, const Dataset *data,
+                            SpecialInText special_in_text, const char *path) {
+    TokenSpan *prompts = xcalloc((size_t)data->n_samples + 1, sizeof *prompts);
+    char err[1024];
+    for (int i = 0; i < data->n_samples; i++)
+        if (generate_prompt(tok, t, &data->samples[i], special_in_text, &prompts[i], err,
+                            sizeof err) != 0)
+            fatal("%s:%d: %s", path, data->samples[i].line, err);
+    return prompts;
+}
+
 GenerateOptions generate_options_from(const Config *c, const Tokenizer *tok) {
     return (GenerateOptions){
         .max_new_tokens = (int)config_int(c, "generate.max_new_tokens"),

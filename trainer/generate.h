@@ -28,6 +28,11 @@ GenerateTemplate generate_template(const Tokenizer *tok, const ChatTemplate *t);
 // The prompt of a conversation ending in a user message (sample_tokenize_prompt).
 int generate_prompt(const Tokenizer *tok, const ChatTemplate *t, const Sample *s,
                     SpecialInText special_in_text, TokenSpan *out, char *err, size_t err_len);
+// The prompts of every sample of data, read from `path` (prompts_load), in order:
+// [data->n_samples + 1], each malloc'd. Fatal, naming path:line, for one that does not
+// tokenize.
+TokenSpan *generate_prompts(const Tokenizer *tok, const ChatTemplate *t, const Dataset *data,
+                            SpecialInText special_in_text, const char *path);
 
 typedef struct {
     int max_new_tokens;  // generated tokens per prompt at most (the end of turn included)

@@ -118,45 +118,24 @@ static int install_checkpoint_dir(const char *tmp, const char *dir, char *err, s
     return had ? remove_checkpoint_dir(old, err, err_len) : 0;
 }
 
-// The model weight files of dir as object keys: the shards that
-// model.safetensors.index.json names, else model.safetensors alone. *sharded says which.
-static json_t *model_weight_files(const char *dir, bool *sharded) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    json_t *index = access(path, F_OK) == 0 ? json_load_file(path, 0, NULL) : NULL;
-    json_t *files = json_object();
-    const char *key;
-    json_t *file;
-    json_object_foreach(json_object_get(index, "weight_map"), key, file) {
-        if (json_is_string(file)) json_object_set_new(files, json_string_value(file), json_true());
-    }
-    json_decref(index);
-    *sharded = json_object_size(files) > 0;
-    if (!*sharded) json_object_set_new(files, "model.safetensors", json_true());
-    return files;
-}
-
 // The sum of tensor_checksum over every tensor of the model weight files in dir, as
 // stored.
 static int model_files_checksum(const char *dir, uint64_t *sum, char *err, size_t err_len) {
     char path[4200];
-    bool sharded;
-    json_t *files = model_weight_files(dir, &sharded);
+    HfWeightFiles files;
+    hf_weight_files(dir, &files);
     *sum = 0;
     int rc = 0;
-    const char *name;
-    json_t *unused;
-    json_object_foreach(files, name, unused) {
-        snprintf(path, sizeof path, "%s/%s", dir, name);
+    for (int k = 0; k < files.n && rc == 0; k++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files.names[k]);
         SafeTensorsFile f = {0};
         rc = safetensors_read(path, &f, err, err_len);
         for (int i = 0; rc == 0 && i < f.n_tensors; i++)
             *sum += tensor_checksum(f.tensors[i].name, f.data + f.tensors[i].begin,
                                     f.tensors[i].end - f.tensors[i].begin);
         safetensors_file_free(&f);
-        if (rc) break;
     }
-    json_decref(files);
+    hf_weight_files_free(&files);
     return rc;
 }
 
@@ -224,15 +203,14 @@ static int checkpoint_write_files(const char *dir, const ParamTable *table, cons
 // The model weight file holding the step metadata: model.safetensors, or the first
 // shard of model.safetensors.index.json. Returns whether the weights are sharded.
 static bool model_weights_path(const char *dir, char *path, size_t len) {
-    bool sharded;
-    json_t *files = model_weight_files(dir, &sharded);
-    const char *name, *first = NULL;
-    json_t *unused;
-    json_object_foreach(files, name, unused) {
-        if (!first || strcmp(name, first) < 0) first = name;
-    }
+    HfWeightFiles files;
+    hf_weight_files(dir, &files);
+    const char *first = files.names[0];
+    for (int k = 1; k < files.n; k++)
+        if (strcmp(files.names[k], first) < 0) first = files.names[k];
     snprintf(path, len, "%s/%s", dir, first);
-    json_decref(files);
+    const bool sharded = files.sharded;
+    hf_weight_files_free(&files);
     return sharded;
 }
 

@@ -20,10 +20,11 @@ TokenizedSample *samples_from_line(const Tokenizer *tok, const char *path, int l
         fatal("show: --conversation %d: %s has no sample on line %d", line, path, line);
     if (count > data.n_samples - first) count = data.n_samples - first;
     TokenizedSample *samples = xcalloc((size_t)count, sizeof(TokenizedSample));
+    const ChatTemplate *t = opt->chat_template ? opt->chat_template : &TEMPLATE_ONEPASS;
     char why[1024], message[1200];
     for (int i = 0; i < count; i++) {
-        if (sample_tokenize(tok, opt->chat_template ? opt->chat_template : &TEMPLATE_ONEPASS, &data.samples[first + i], opt->special_in_text, &samples[i], why,
-                            sizeof why) != 0) {
+        if (sample_tokenize(tok, t, &data.samples[first + i], opt->special_in_text, &samples[i],
+                            why, sizeof why) != 0) {
             fail_at(message, sizeof message, path, data.samples[first + i].line, "%s", why);
             fatal("%s", message);
         }

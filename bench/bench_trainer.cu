@@ -28,6 +28,7 @@
 extern "C" {  // plain C headers without guards of their own
 #include "trainer/config.h"
 #include "trainer/device_memory.h"
+#include "trainer/run.h"
 #include "trainer/setup.h"
 #include "trainer/step.h"
 }
@@ -41,6 +42,8 @@ extern "C" {  // plain C headers without guards of their own
 
 enum { WARMUP_STEPS = 3, DEFAULT_STEPS = 20, N_TURNS = 4 };
 static const double GIB = 1024.0 * 1024.0 * 1024.0;
+// The anchor's MFU denominator in TFLOP/s (the bf16 matrix rate measured on the H200).
+static const double ANCHOR_PEAK_TFLOPS = 790.0;
 
 // anchor_trainer.py's row: tags -> one visible interval per key.
 static void strip_thinking_row(int S, int vocab, std::vector<int32_t> &token,
@@ -92,16 +95,13 @@ int main(int argc, char **argv) {
     if (seq_len_key <= 0 || seq_len_key > (1 << 24))
         fatal("config key 'data.seq_len': %lld is out of range", seq_len_key);
     const int S = (int)seq_len_key;
-    const float lr = (float)config->train.lr;
-    const float beta1 = (float)config->train.beta1;
-    const float beta2 = (float)config->train.beta2;
-    const float eps = (float)config->train.eps;
-    const float weight_decay = (float)config->train.weight_decay;
-    const float grad_clip = (float)config->train.grad_clip;
-    const bool deterministic = config->train.deterministic;
-    const bool keep_mlp = config->train.keep_mlp_activations;
-    double peak_tflops = config->train.peak_tflops;
-    if (peak_tflops <= 0.0) peak_tflops = 790.0;  // H200 dense bf16
+    // The run's own settings, as `train run` reads them for the CUDA backend.
+    const RunSettings settings = run_settings_from(config, BACKEND_CUDA);
+    const bool deterministic = settings.deterministic;
+    const bool keep_mlp = settings.keep_mlp_activations;
+    // The anchor's MFU denominator (its mfu_vs_790) unless train.peak_tflops sets one.
+    const double peak_tflops =
+        settings.peak_from_datasheet ? ANCHOR_PEAK_TFLOPS : settings.peak_flops / 1e12;
 
     // Everything from here on counts as the step's memory (the context is not ours).
     cudaCheck(cudaFree(nullptr));
@@ -119,8 +119,11 @@ int main(int argc, char **argv) {
     const BackendSetup setup = {&cfg, &table, 1, S, deterministic, keep_mlp};
     void *trainer = gpu->create(&setup);
     gpu->set_state(trainer, host_params.data(), &opt);
-    // torch.optim.AdamW as the anchor uses it: weight decay on every tensor.
-    AdamWHyper hyper = {lr, beta1, beta2, eps, weight_decay, true, true};
+    // train.lr held constant; torch.optim.AdamW as the anchor uses it: weight decay on
+    // every tensor.
+    AdamWHyper hyper = settings.adamw;
+    hyper.lr = (float)settings.lr;
+    hyper.decay_norms = hyper.decay_embeddings = true;
 
     std::vector<int32_t> token(S), target(S), pos(S), lo(S), hi(S);
     strip_thinking_row(S, cfg.vocab_size, token, target, pos, lo, hi);
@@ -139,7 +142,7 @@ int main(int argc, char **argv) {
         const double start = now_seconds();
         const double loss = train_step_forward_backward(gpu, trainer, &micro, 1.0f / (float)S) / S;
         const double model_done = now_seconds();
-        gpu->optimizer_step(trainer, &hyper, gpu->grad_norm(trainer), grad_clip);
+        gpu->optimizer_step(trainer, &hyper, gpu->grad_norm(trainer), settings.max_grad_norm);
         cudaCheck(cudaDeviceSynchronize());
         const double end = now_seconds();
         if (!isfinite(loss)) fatal("bench_trainer: loss is %g at step %d", loss, step);

@@ -16,26 +16,6 @@
 #include "trainer/eval.h"
 #include "trainer/setup.h"
 
-// The eval loss and answer loss of data.eval_path's conversations on the training
-// backend, the weights set with zero moments.
-static void eval_losses(const RunConfig *c, const InferenceModel *m, DataOptions opt,
-                        const char *path, double *loss, double *answer_loss) {
-    const TrainBackendOps *ops = backend_ops(m->backend);
-    const int micro_rows = (int)c->train.micro_rows;
-    EvalSet eval;
-    eval_set_load(&eval, m->tok, path, opt, micro_rows);
-    const BackendSetup setup = {.mc = &m->mc, .table = &m->table, .micro_rows = micro_rows,
-                                .seq_len = opt.seq_len, .deterministic = true};
-    void *backend = ops->create(&setup);
-    AdamWState moments;
-    adamw_init(&moments, m->table.total);
-    ops->set_state(backend, m->params, &moments);
-    evaluate(ops, backend, &eval, loss, answer_loss);
-    ops->destroy(backend);
-    adamw_free(&moments);
-    eval_set_free(&eval);
-}
-
 static void print_report(const AccuracyReport *r, double loss, double answer_loss) {
     printf("accuracy %.4f (%d/%d turns of %d conversations) | first turn %.4f | later turns "
            "%.4f | eval_loss %.4f | eval_answer_loss %.4f\n",
@@ -62,7 +42,7 @@ int cmd_eval(int argc, char **argv) {
     DataOptions opt = data_options_from_config(c);
     opt.max_samples = 0;  // every conversation, as the accuracy
     double loss, answer_loss;
-    eval_losses(c, &model, opt, path, &loss, &answer_loss);
+    evaluate_model(&model, path, opt, (int)c->train.micro_rows, &loss, &answer_loss);
 
     AccuracySet set;
     accuracy_set_load(&set, model.tok, opt.chat_template, path, opt.special_in_text, 0);

@@ -1,11 +1,11 @@
 // `train export --from CHECKPOINT --out DIR [--dtype bf16|f16|f32]`: a Hugging Face model
-// folder without the optimizer state (trainer/hf_export.h).
+// folder without the optimizer state (trainer/checkpoint.h).
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/commands.h"
 #include "common/check.h"
-#include "trainer/hf_export.h"
+#include "trainer/checkpoint.h"
 
 static const char *USAGE = "usage: train export --from CHECKPOINT --out DIR [--dtype bf16|f16|f32]";
 

@@ -67,12 +67,9 @@ int cmd_generate(int argc, char **argv) {
     const DataOptions data_opt = data_options_from_config(c);
     Dataset data;
     prompts_load(prompts_path, &data);
-    TokenSpan *prompts = xcalloc((size_t)data.n_samples + 1, sizeof *prompts);
+    TokenSpan *prompts = generate_prompts(model.tok, data_opt.chat_template, &data,
+                                          data_opt.special_in_text, prompts_path);
     char err[1024];
-    for (int i = 0; i < data.n_samples; i++)
-        if (generate_prompt(model.tok, data_opt.chat_template, &data.samples[i],
-                            data_opt.special_in_text, &prompts[i], err, sizeof err) != 0)
-            fatal("%s:%d: %s", prompts_path, data.samples[i].line, err);
     OutputFile out;  // opened before the work, so a bad --out fails at once
     if (output_open(&out, out_path, err, sizeof err) != 0) fatal("--out %s", err);
 

@@ -9,11 +9,11 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "cli/stats.h"
 #include "common/check.h"
 #include "common/output_file.h"
 #include "trainer/config.h"
 #include "trainer/data_options.h"
+#include "trainer/data_stats.h"
 #include "trainer/setup.h"
 
 static void write_array(FILE *f, const char *name, const int32_t *values, int n, bool last) {

@@ -13,103 +13,39 @@
 #include "attention/mask.h"
 #include "cli/commands.h"
 #include "cli/show_draw.h"
-#include "cli/stats.h"
 #include "common/check.h"
 #include "trainer/config.h"
 #include "trainer/data_options.h"
+#include "trainer/data_stats.h"
+#include "trainer/layout_view.h"
 #include "trainer/setup.h"
 
 // --rows: the conversations from the one named on, this many at most.
 enum { ROWS_SAMPLES = 16 };
 
-// One layout's documents and rows of the selected samples, and the row drawn (row 0).
-typedef struct {
-    DocList docs;
-    PackedRows rows;
-    uint8_t *kinds;  // [n_tiles, n_tiles] of row 0
-    uint8_t *pairs;  // [seq_len, seq_len] of row 0, or NULL
-    ShowRow show;
-} LayoutView;
-
 static const char USAGE[] = "usage: train show --config FILE [--set key=value]... --conversation N "
                             "--out DIR [--rows]";
 
-// Tokenizes the samples from line `line` of `path` on, `count` at most.
-static TokenizedSample *load_samples(const Tokenizer *tok, const char *path, int line, int count,
-                                     const DataOptions *opt, int *n_out) {
-    Dataset data;
-    const LoadOptions load = data_load_options(opt);
-    dataset_load(path, &load, &data);
-    int first = 0;
-    while (first < data.n_samples && data.samples[first].line != line) first++;
-    if (first == data.n_samples)
-        fatal("show: --conversation %d: %s has no sample on line %d", line, path, line);
-    if (count > data.n_samples - first) count = data.n_samples - first;
-    TokenizedSample *samples = xcalloc((size_t)count, sizeof(TokenizedSample));
-    char why[1024], message[1200];
-    for (int i = 0; i < count; i++) {
-        if (sample_tokenize(tok, opt->chat_template ? opt->chat_template : &TEMPLATE_ONEPASS, &data.samples[first + i], opt->special_in_text, &samples[i], why,
-                            sizeof why) != 0) {
-            fail_at(message, sizeof message, path, data.samples[first + i].line, "%s", why);
-            fatal("%s", message);
-        }
-    }
-    dataset_free(&data);
-    *n_out = count;
-    return samples;
-}
-
-// Lays out and packs the samples under `layout`; false when the layout does not apply.
-static bool layout_view(LayoutKind layout, const TokenizedSample *samples, int n_samples,
-                        DataOptions opt, const char *caption, LayoutView *v) {
-    memset(v, 0, sizeof *v);
-    char err[1024];
-    for (int s = 0; s < n_samples; s++) {
-        if (layout_sample(layout, &opt.loss, &samples[s], s, &v->docs, err, sizeof err) != 0) {
-            printf("%-22s %s (%s: not drawn)\n\n", "layout", layout_name(layout), err);
-            doc_list_free(&v->docs);
-            return false;
-        }
-    }
-    int n_skipped;
-    if (pack_docs(&v->docs, opt.seq_len, opt.pack, &v->rows, &n_skipped, err, sizeof err) != 0)
-        fatal("show: %s: %s", layout_name(layout), err);
-    DatasetStats stats;
-    stats_compute(samples, n_samples, layout, &opt.loss, &v->docs, &v->rows, ATTN_TILE, &stats);
-    stats.n_skipped_too_long = n_skipped;
-    stats_print(&stats, stdout);
-
-    int seq_len = v->rows.seq_len, n_tiles = (seq_len + ATTN_TILE - 1) / ATTN_TILE;
-    ShowRow *r = &v->show;
-    *r = (ShowRow){.layout = layout, .caption = caption, .n_rows = v->rows.n_rows,
-                   .seq_len = seq_len, .tile = ATTN_TILE};
-#define ROW_COLUMN(field, ...) r->field = v->rows.field;
+// Prints what v holds (trainer/layout_view.h) and the figures' row of it.
+static ShowRow print_view(const LayoutView *v, const char *caption) {
+    stats_print(&v->stats, stdout);
+    const int seq_len = v->rows.seq_len;
+    ShowRow r = {.layout = v->layout, .caption = caption, .n_rows = v->rows.n_rows,
+                 .seq_len = seq_len, .tile = ATTN_TILE, .kinds = v->kinds, .pairs = v->pairs,
+                 .pair_counts = v->pair_counts};
+#define ROW_COLUMN(field, ...) r.field = v->rows.field;
     TOKEN_COLUMNS(ROW_COLUMN)
 #undef ROW_COLUMN
-    v->kinds = xmalloc((size_t)n_tiles * (size_t)n_tiles);
-    tile_classify(r->lo, r->hi, seq_len, ATTN_TILE, ATTN_TILE, v->kinds);
-    for (int i = 0; i < n_tiles * n_tiles; i++) r->tiles[v->kinds[i]]++;
-    r->kinds = v->kinds;
-    long long total = r->tiles[TILE_EMPTY] + r->tiles[TILE_PARTIAL] + r->tiles[TILE_FULL];
+    memcpy(r.tiles, v->tiles, sizeof r.tiles);
+    long long total = r.tiles[TILE_EMPTY] + r.tiles[TILE_PARTIAL] + r.tiles[TILE_FULL];
     printf("%-22s row 1 of %d: empty %lld  partial %lld  full %lld  (%lld tiles, %.1f%% skipped)\n",
-           "drawn", v->rows.n_rows, r->tiles[TILE_EMPTY], r->tiles[TILE_PARTIAL],
-           r->tiles[TILE_FULL], total, 100.0 * (double)r->tiles[TILE_EMPTY] / (double)total);
-    if (layout != LAYOUT_NPASS) {
-        v->pairs = xmalloc((size_t)seq_len * (size_t)seq_len);
-        pair_kinds_against_npass(samples, &v->docs, &v->rows, 0, v->pairs, &r->pair_counts);
-        r->pairs = v->pairs;
+           "drawn", v->rows.n_rows, r.tiles[TILE_EMPTY], r.tiles[TILE_PARTIAL],
+           r.tiles[TILE_FULL], total, 100.0 * (double)r.tiles[TILE_EMPTY] / (double)total);
+    if (v->pairs)
         printf("%-22s %lld of %lld visible pairs differ; %d of %d trained positions inexact\n",
-               "against npass", r->pair_counts.differ, r->pair_counts.visible,
-               r->pair_counts.trained_differ, r->pair_counts.trained);
-    }
-    return true;
-}
-
-static void layout_view_free(LayoutView *v) {
-    doc_list_free(&v->docs);
-    packed_rows_free(&v->rows);
-    free(v->kinds);
-    free(v->pairs);
+               "against npass", r.pair_counts.differ, r.pair_counts.visible,
+               r.pair_counts.trained_differ, r.pair_counts.trained);
+    return r;
 }
 
 typedef struct {
@@ -155,8 +91,8 @@ int cmd_show(int argc, char **argv) {
     Tokenizer *tok = tokenizer_with_added(config);
     model_config_with(config, tok);  // fatal when the tokenizer does not fit the model
     int line = args.line, n_samples;
-    TokenizedSample *samples = load_samples(tok, data_path, line, args.several ? ROWS_SAMPLES : 1,
-                                            &opt, &n_samples);
+    TokenizedSample *samples = samples_from_line(tok, data_path, line,
+                                                 args.several ? ROWS_SAMPLES : 1, &opt, &n_samples);
 
     char caption[256];
     const char *what = samples[0].kind == SAMPLE_SHARED_PREFIX ? "set" : "conversation";
@@ -173,11 +109,16 @@ int cmd_show(int argc, char **argv) {
     int n_shown = 0;
     for (int layout = LAYOUT_NPASS; layout <= LAYOUT_SHARED_PREFIX; layout++) {
         LayoutView *v = &views[n_shown];
-        if (!layout_view((LayoutKind)layout, samples, n_samples, opt, caption, v)) continue;
-        show_draw_row(args.out_dir, &v->show);
+        char err[1024];
+        if (layout_view_build((LayoutKind)layout, samples, n_samples, opt, v, err, sizeof err)) {
+            printf("%-22s %s (%s: not drawn)\n\n", "layout", layout_name((LayoutKind)layout), err);
+            continue;
+        }
+        shown[n_shown] = print_view(v, caption);
+        show_draw_row(args.out_dir, &shown[n_shown]);
         printf("%-22s %s/%s_{strip,mask,tiles%s}.{png,svg}\n\n", "figures", args.out_dir,
                layout_name((LayoutKind)layout), v->pairs ? ",diff" : "");
-        shown[n_shown++] = v->show;
+        n_shown++;
     }
     char title[512];
     snprintf(title, sizeof title, "onepass layouts: %s of %s (seq_len %d, tiles %dx%d)", caption,

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "common/check.h"
-#include "trainer/distributed.h"
+#include "dist/distributed.h"
 
 enum { MAX_LOCAL_RANKS = 64 };
 

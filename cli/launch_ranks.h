@@ -1,4 +1,4 @@
-// `train --gpus N`: the local launcher, torchrun-style (trainer/distributed.h reads what
+// `train --gpus N`: the local launcher, torchrun-style (dist/distributed.h reads what
 // it sets).
 #pragma once
 

@@ -3,8 +3,8 @@
 // overview of several layouts side by side. PNG and SVG.
 #pragma once
 #include <stdint.h>
-#include "cli/show_context.h"
 #include "data/layout.h"
+#include "trainer/slot_context.h"
 
 // One packed row and what was computed about it. The columns are the row's slots.
 typedef struct {

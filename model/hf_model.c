@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/check.h"
 #include "model/safetensors.h"
@@ -254,6 +255,31 @@ int hf_config_read(const char *dir, HfModelConfig *out, char *err, size_t err_le
 }
 
 // ---------------------------------------------------------------- weights
+
+void hf_weight_files(const char *dir, HfWeightFiles *out) {
+    *out = (HfWeightFiles){0};
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    json_t *index = access(path, F_OK) == 0 ? json_load_file(path, 0, NULL) : NULL;
+    const char *key;
+    json_t *file;
+    int cap = 0;
+    json_object_foreach(json_object_get(index, "weight_map"), key, file) {
+        const char *name = json_string_value(file);
+        bool listed = !name;
+        for (int i = 0; i < out->n && !listed; i++) listed = strcmp(out->names[i], name) == 0;
+        if (!listed) ARRAY_PUSH(out->names, out->n, cap, strdup(name));
+    }
+    json_decref(index);
+    out->sharded = out->n > 0;
+    if (!out->sharded) ARRAY_PUSH(out->names, out->n, cap, strdup("model.safetensors"));
+}
+
+void hf_weight_files_free(HfWeightFiles *f) {
+    for (int i = 0; i < f->n; i++) free(f->names[i]);
+    free(f->names);
+    *f = (HfWeightFiles){0};
+}
 
 typedef struct {
     SafeTensorsFile *files;

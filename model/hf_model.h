@@ -25,6 +25,17 @@ int hf_config_read(const char *dir, HfModelConfig *out, char *err, size_t err_le
 int hf_config_parse(const char *text, const char *path, HfModelConfig *out, char *err,
                     size_t err_len);
 
+// The weight files of the folder dir, by name: those model.safetensors.index.json's
+// weight_map names (each once), else model.safetensors alone, also when the index cannot
+// be read or names none; sharded says which.
+typedef struct {
+    char **names;  // [n], malloc'd
+    int n;
+    bool sharded;
+} HfWeightFiles;
+void hf_weight_files(const char *dir, HfWeightFiles *out);
+void hf_weight_files_free(HfWeightFiles *f);
+
 // Loads every tensor of the table from dir (model.safetensors, or the shards of
 // model.safetensors.index.json) into params at the table's offsets, converting to fp32.
 // A missing tensor, an extra tensor (besides a tied lm_head.weight equal to the

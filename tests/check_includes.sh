@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The stage order of #include "folder/..." lines, with no exceptions:
-#   common  <- data, attention  <- model  <- trainer  <- cli
-# A folder includes its own headers and those of the folders it may use; tests/ and
-# bench/ may include every library folder (never cli/). Prints each violation as
+#   common  <- data, attention  <- model  <- dist  <- trainer  <- cli
+# A folder includes its own headers and those of the folders it may use; dist/ (data
+# parallel: launcher environment, rendezvous, communicators) uses common/ alone; tests/
+# and bench/ may include every library folder (never cli/). Prints each violation as
 # file:line: and exits 1 when there is one.
 set -u
 cd "$(dirname "$0")/.."
@@ -11,10 +12,11 @@ declare -A allowed=(
   [data]="common data"
   [attention]="common attention"
   [model]="common attention model"
-  [trainer]="common data attention model trainer"
-  [cli]="common data attention model trainer cli"
-  [tests]="common data attention model trainer tests"
-  [bench]="common data attention model trainer tests bench"
+  [dist]="common dist"
+  [trainer]="common data attention model dist trainer"
+  [cli]="common data attention model dist trainer cli"
+  [tests]="common data attention model dist trainer tests"
+  [bench]="common data attention model dist trainer tests bench"
 )
 status=0
 for folder in "${!allowed[@]}"; do

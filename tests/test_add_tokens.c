@@ -14,12 +14,12 @@
 
 #include "common/check.h"
 #include "data/tokenizer.h"
+#include "model/hf_export.h"
 #include "model/hf_model.h"
 #include "model/safetensors.h"
 #include "tests/test_model_util.h"
 #include "tests/test_util.h"
 #include "trainer/config.h"
-#include "trainer/hf_export.h"
 #include "trainer/setup.h"
 
 #define CHATML "tests/data/templates/chatml"

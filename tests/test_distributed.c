@@ -1,4 +1,4 @@
-// Data parallel without NCCL (trainer/distributed.h), on the CPU:
+// Data parallel without NCCL (dist/distributed.h), on the CPU:
 //  - launcher environments: torchrun, mpirun, SLURM values read; missing, malformed and
 //    out-of-range variables refused by name; nested launchers accepted when consistent,
 //    stale or contradicting ones refused naming both; ONEPASS_LAUNCHER picks one; under
@@ -28,11 +28,13 @@
 #include <unistd.h>
 
 #include "common/check.h"
+#include "dist/distributed.h"
 #include "test_util.h"
 #include "trainer/backend.h"
+#include "trainer/backend_registry.h"
 #include "trainer/data_options.h"
-#include "trainer/distributed.h"
 #include "trainer/loader.h"
+#include "trainer/prefetch.h"
 #include "trainer/setup.h"
 #include "trainer/step.h"
 

@@ -9,12 +9,12 @@
 #include <string.h>
 
 #include "common/check.h"
+#include "model/hf_export.h"
 #include "model/hf_model.h"
 #include "model/safetensors.h"
 #include "tests/test_hf_util.h"
 #include "tests/test_util.h"
 #include "trainer/checkpoint.h"
-#include "trainer/hf_export.h"
 
 static char dir[] = "/tmp/test_hf_export_XXXXXX";
 

@@ -1,4 +1,4 @@
-// NCCL at world size 1 (trainer/nccl_cuda.h), on one GPU: the communicator is made
+// NCCL at world size 1 (dist/nccl_cuda.h), on one GPU: the communicator is made
 // (unique id, rendezvous, ncclCommInitRank), the bucketed all-reduce of random
 // gradients on the side stream returns them bit for bit (the sum over one rank is the
 // identity, so NCCL's result equals no NCCL's), ordered after the work queued before it
@@ -21,7 +21,7 @@ extern "C" {  // plain C headers without guards of their own
 #include "tests/test_util.h"
 #ifdef ONEPASS_HAVE_NCCL
 #include "common/cuda_check.h"
-#include "trainer/nccl_cuda.h"
+#include "dist/nccl_cuda.h"
 
 __global__ void scale_kernel(float *x, size_t n, float by) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)

@@ -10,8 +10,8 @@
 
 #include "common/check.h"
 #include "data/batch.h"
+#include "dist/distributed.h"
 #include "test_util.h"
-#include "trainer/distributed.h"
 #include "trainer/prefetch.h"
 
 enum { SEQ_LEN = 1024 };

@@ -17,6 +17,7 @@
 //  - backend "auto" picks cuda for this model and cpu (with the reason) for head_dim 16.
 #include "trainer/backend_cuda.h"
 extern "C" {  // plain C headers without guards of their own
+#include "trainer/backend_registry.h"
 #include "trainer/data_options.h"
 #include "trainer/setup.h"
 #include "trainer/step.h"

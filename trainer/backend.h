@@ -1,8 +1,8 @@
 // The training backends behind one interface: the CPU fp32 reference
 // (trainer/backend_cpu.c) and the CUDA bf16 one (trainer/backend_cuda.cu, present when
-// ONEPASS_HAVE_CUDA); the registry that picks one is trainer/backend.c. The trainer and
-// the parity command call a backend only through TrainBackendOps, so the core library
-// links without CUDA.
+// ONEPASS_HAVE_CUDA); the registry that picks one is trainer/backend_registry.h. The
+// trainer and the parity command call a backend only through TrainBackendOps, so the
+// core library links without CUDA.
 //
 // A backend works on ONE micro-batch at a time; the loop over a step's micro-batches
 // (zero the gradients, accumulate every micro-batch's) is trainer/step.h's, the same
@@ -18,16 +18,10 @@
 #include <stddef.h>
 #include "model/model.h"
 #include "trainer/adamw.h"
-#include "trainer/distributed.h"
+#include "dist/distributed.h"
 #include "trainer/prefetch.h"
 
 typedef enum { BACKEND_CPU = 0, BACKEND_CUDA = 1 } Backend;
-
-// "cpu" | "cuda" | "auto". Writes the one-line reason for the choice into `why`
-// (e.g. "backend: cpu (no CUDA device found)"). "auto" takes cuda when this binary has
-// CUDA, a device is visible and the model's head_dim suits the CUDA kernels. Fatal for an
-// unknown name, or for "cuda" in a binary built without CUDA or with no device.
-Backend backend_choose(const char *name, const ModelConfig *mc, char *why, size_t why_len);
 
 typedef struct {
     const ModelConfig *mc;
@@ -78,8 +72,6 @@ typedef struct {
     // Host buffers the backend reads batches from fastest (pinned memory on the GPU).
     HostAllocator host_allocator;
 } TrainBackendOps;
-
-const TrainBackendOps *backend_ops(Backend backend);
 
 // For the backends: the first tensor (table order) of values [table->total] (host) that
 // holds a non-finite value; NULL when all are finite.

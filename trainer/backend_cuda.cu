@@ -75,7 +75,7 @@ static float *read_scalar(CudaTrainer *t, const float *device_scalar) {
 }
 
 static void *cuda_create(const BackendSetup *setup) {
-    // Refused up front, naming the keys, rather than "out of memory" midway (issue 14).
+    // Refused up front, naming the keys, rather than "out of memory" midway.
     size_t free_bytes, total_bytes;
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
     const CudaMemoryEstimate need = cuda_memory_estimate(

@@ -118,66 +118,29 @@ static int install_checkpoint_dir(const char *tmp, const char *dir, char *err, s
     return had ? remove_checkpoint_dir(old, err, err_len) : 0;
 }
 
-int make_dirs(const char *path, char *err, size_t err_len) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1;; p++) {
-        bool end = *p == '\0';
-        if (*p == '/' || end) {
-            *p = '\0';
-            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-                return fail(err, err_len, "%s: cannot create directory: %s", buf, strerror(errno));
-            if (end) break;
-            *p = '/';
-        }
-    }
-    return 0;
-}
-
-// The model weight files of dir as object keys: the shards that
-// model.safetensors.index.json names, else model.safetensors alone. *sharded says which.
-static json_t *model_weight_files(const char *dir, bool *sharded) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    json_t *index = access(path, F_OK) == 0 ? json_load_file(path, 0, NULL) : NULL;
-    json_t *files = json_object();
-    const char *key;
-    json_t *file;
-    json_object_foreach(json_object_get(index, "weight_map"), key, file) {
-        if (json_is_string(file)) json_object_set_new(files, json_string_value(file), json_true());
-    }
-    json_decref(index);
-    *sharded = json_object_size(files) > 0;
-    if (!*sharded) json_object_set_new(files, "model.safetensors", json_true());
-    return files;
-}
-
 // The sum of tensor_checksum over every tensor of the model weight files in dir, as
 // stored.
 static int model_files_checksum(const char *dir, uint64_t *sum, char *err, size_t err_len) {
     char path[4200];
-    bool sharded;
-    json_t *files = model_weight_files(dir, &sharded);
+    HfWeightFiles files;
+    hf_weight_files(dir, &files);
     *sum = 0;
     int rc = 0;
-    const char *name;
-    json_t *unused;
-    json_object_foreach(files, name, unused) {
-        snprintf(path, sizeof path, "%s/%s", dir, name);
+    for (int k = 0; k < files.n && rc == 0; k++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files.names[k]);
         SafeTensorsFile f = {0};
         rc = safetensors_read(path, &f, err, err_len);
         for (int i = 0; rc == 0 && i < f.n_tensors; i++)
             *sum += tensor_checksum(f.tensors[i].name, f.data + f.tensors[i].begin,
                                     f.tensors[i].end - f.tensors[i].begin);
         safetensors_file_free(&f);
-        if (rc) break;
     }
-    json_decref(files);
+    hf_weight_files_free(&files);
     return rc;
 }
 
 // The files of a checkpoint into dir (an empty, new directory): the Hugging Face model
-// folder of the export's dtype, ids and shard size (trainer/hf_export.h), then the
+// folder of the export's dtype, ids and shard size (model/hf_export.h), then the
 // optimizer state; below F32 the fp32 master weights go into optimizer.safetensors as
 // "master.<name>" and checkpoint_load takes them from there.
 static int checkpoint_write_files(const char *dir, const ParamTable *table, const float *params,
@@ -240,15 +203,14 @@ static int checkpoint_write_files(const char *dir, const ParamTable *table, cons
 // The model weight file holding the step metadata: model.safetensors, or the first
 // shard of model.safetensors.index.json. Returns whether the weights are sharded.
 static bool model_weights_path(const char *dir, char *path, size_t len) {
-    bool sharded;
-    json_t *files = model_weight_files(dir, &sharded);
-    const char *name, *first = NULL;
-    json_t *unused;
-    json_object_foreach(files, name, unused) {
-        if (!first || strcmp(name, first) < 0) first = name;
-    }
+    HfWeightFiles files;
+    hf_weight_files(dir, &files);
+    const char *first = files.names[0];
+    for (int k = 1; k < files.n; k++)
+        if (strcmp(files.names[k], first) < 0) first = files.names[k];
     snprintf(path, len, "%s/%s", dir, first);
-    json_decref(files);
+    const bool sharded = files.sharded;
+    hf_weight_files_free(&files);
     return sharded;
 }
 
@@ -411,4 +373,24 @@ int checkpoint_read_run_record(const char *dir, char **record, char *err, size_t
     if (value && *value) *record = strdup(value);
     json_decref(header);
     return 0;
+}
+
+int hf_export_checkpoint(const char *from, const char *out, const SaveDtype *dtype, char *err,
+                         size_t err_len) {
+    HfExport e = {.generation_eos_token_id = -1};
+    if (hf_config_read(from, &e.hf, err, err_len)) return -1;
+    e.dtype = SAVE_F32;
+    if (dtype) e.dtype = *dtype;
+    else if (strcmp(e.hf.dtype, "bfloat16") == 0) e.dtype = SAVE_BF16;
+    else if (strcmp(e.hf.dtype, "float16") == 0) e.dtype = SAVE_F16;
+    ParamTable table;
+    param_table_build(&e.hf.cfg, &table);
+    float *params = xmalloc(table.total * sizeof(float));
+    int rc = checkpoint_load_weights(from, &table, params, err, err_len);
+    if (rc == 0) rc = hf_export_write(out, &table, params, &e, err, err_len);
+    if (rc == 0) rc = hf_copy_generation_config(from, out, err, err_len);
+    if (rc == 0) rc = hf_copy_tokenizer(from, NULL, out, err, err_len);
+    free(params);
+    param_table_free(&table);
+    return rc;
 }

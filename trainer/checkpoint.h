@@ -17,9 +17,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "common/output_file.h"  // write_file_atomic
+#include "model/hf_export.h"
 #include "model/model.h"
 #include "trainer/adamw.h"
-#include "trainer/hf_export.h"
 
 // Everything besides tensors that a resumed run needs to continue bit-identically.
 typedef struct {
@@ -47,7 +47,7 @@ int checkpoint_load(const char *dir, const ParamTable *table, float *params, Ada
                     TrainProgress *progress, char *err, size_t err_len);
 
 // The same as a Hugging Face model folder of the export's dtype, ids and shard size
-// (trainer/hf_export.h); below F32 the fp32 master weights go into
+// (model/hf_export.h); below F32 the fp32 master weights go into
 // optimizer.safetensors as "master.<name>" and checkpoint_load takes them from there.
 int checkpoint_save_hf(const char *dir, const ParamTable *table, const float *params,
                        const AdamWState *opt, const TrainProgress *progress, const HfExport *hf,
@@ -63,5 +63,9 @@ int checkpoint_load_weights(const char *dir, const ParamTable *table, float *par
 // when the checkpoint has none. Returns 0, or -1 with a message.
 int checkpoint_read_run_record(const char *dir, char **record, char *err, size_t err_len);
 
-// mkdir -p. Returns 0, or -1 with a message.
-int make_dirs(const char *path, char *err, size_t err_len);
+// `train export`: the checkpoint (or any Hugging Face folder) `from` as a folder `out`
+// without optimizer state: its config, its weights (the fp32 master weights when the
+// checkpoint has them) in *dtype (NULL: the config's dtype), its generation_config.json
+// and tokenizer files. Returns 0, or -1 with a message.
+int hf_export_checkpoint(const char *from, const char *out, const SaveDtype *dtype, char *err,
+                         size_t err_len);

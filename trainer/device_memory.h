@@ -1,4 +1,4 @@
-// The CUDA backend's device memory, estimated before anything is allocated (issue 14):
+// The CUDA backend's device memory, estimated before anything is allocated:
 // a micro-batch or a model too large for the GPU is refused naming the keys that decide
 // it, instead of a CUDA "out of memory" midway. Pure arithmetic (no CUDA), so the CPU
 // tests check it. The activation arena is the layout cuda_model_create carves

@@ -8,6 +8,7 @@
 #include "data/synthetic.h"
 
 #include "common/check.h"
+#include "trainer/backend_registry.h"
 #include "trainer/step.h"
 
 void eval_set_load(EvalSet *eval, const Tokenizer *tok, const char *path, DataOptions opt,
@@ -44,6 +45,23 @@ void evaluate(const TrainBackendOps *ops, void *backend, EvalSet *eval, double *
     }
     *eval_loss = n_all ? all / (double)n_all : NAN;
     *eval_answer_loss = n_answer ? answer / (double)n_answer : NAN;
+}
+
+void evaluate_model(const InferenceModel *m, const char *path, DataOptions opt, int micro_rows,
+                    double *eval_loss, double *eval_answer_loss) {
+    const TrainBackendOps *ops = backend_ops(m->backend);
+    EvalSet eval;
+    eval_set_load(&eval, m->tok, path, opt, micro_rows);
+    const BackendSetup setup = {.mc = &m->mc, .table = &m->table, .micro_rows = micro_rows,
+                                .seq_len = opt.seq_len, .deterministic = true};
+    void *backend = ops->create(&setup);
+    AdamWState moments;
+    adamw_init(&moments, m->table.total);
+    ops->set_state(backend, m->params, &moments);
+    evaluate(ops, backend, &eval, eval_loss, eval_answer_loss);
+    ops->destroy(backend);
+    adamw_free(&moments);
+    eval_set_free(&eval);
 }
 
 // ---- Multi-turn accuracy.

@@ -28,8 +28,13 @@ void eval_set_free(EvalSet *eval);
 // ROLE_ANSWER. NAN where there is no such target.
 void evaluate(const TrainBackendOps *ops, void *backend, EvalSet *eval, double *eval_loss,
               double *eval_answer_loss);
+// evaluate on the samples of `path` under opt (eval_set_load) for the weights of m, on a
+// backend of m's kind made for them (deterministic, micro-batches of micro_rows rows, the
+// AdamW moments zero) and destroyed after.
+void evaluate_model(const InferenceModel *m, const char *path, DataOptions opt, int micro_rows,
+                    double *eval_loss, double *eval_answer_loss);
 
-// ---- Multi-turn accuracy (issue 12): every turn of every conversation generated from
+// ---- Multi-turn accuracy: every turn of every conversation generated from
 // its inference view with the gold history (earlier thinking stripped) up to the
 // assistant header, and its answer checked.
 

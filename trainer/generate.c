@@ -11,6 +11,7 @@
 #include "common/check.h"
 #include "data/template.h"
 #include "model/decode.h"
+#include "trainer/backend_registry.h"
 #include "trainer/setup.h"
 #ifdef ONEPASS_HAVE_CUDA
 #include "trainer/decode_ops_cuda.h"
@@ -81,6 +82,17 @@ int generate_prompt(const Tokenizer *tok, const ChatTemplate *t, const Sample *s
                     SpecialInText special_in_text, TokenSpan *out, char *err, size_t err_len) {
     return sample_tokenize_prompt(tok, t ? t : &TEMPLATE_ONEPASS, s, special_in_text, out, err,
                                   err_len);
+}
+
+TokenSpan *generate_prompts(const Tokenizer *tok, const ChatTemplate *t, const Dataset *data,
+                            SpecialInText special_in_text, const char *path) {
+    TokenSpan *prompts = xcalloc((size_t)data->n_samples + 1, sizeof *prompts);
+    char err[1024];
+    for (int i = 0; i < data->n_samples; i++)
+        if (generate_prompt(tok, t, &data->samples[i], special_in_text, &prompts[i], err,
+                            sizeof err) != 0)
+            fatal("%s:%d: %s", path, data->samples[i].line, err);
+    return prompts;
 }
 
 GenerateOptions generate_options_from(const RunConfig *c, const Tokenizer *tok) {

@@ -1,4 +1,4 @@
-// Batched autoregressive generation over a decoder backend (issue 12): many prompts of
+// Batched autoregressive generation over a decoder backend: many prompts of
 // different lengths share one KV cache of `batch` slots (a finished sequence's slot takes
 // the next prompt at once), greedy or temperature / top-p sampling with a seed, each
 // sequence stopping at the template's end of turn or a length limit. Positions follow
@@ -11,20 +11,7 @@
 #include "model/model.h"
 #include "trainer/backend.h"
 #include "trainer/config.h"
-
-// A decoder behind function pointers (the seam of trainer/backend.h, for inference):
-// model/decode.h on the CPU; the CUDA decoder (model/decode_cuda.h) plugs in the same way.
-typedef struct {
-    const char *name;
-    // A KV cache for max_seqs sequences of max_len tokens, running the fp32 host
-    // weights params [param table total] (a backend may copy and convert them).
-    void *(*create)(const ModelConfig *cfg, const float *params, int max_seqs, int max_len);
-    void (*destroy)(void *decoder);
-    void (*reset)(void *decoder, int slot);
-    // cpu_decoder_forward's contract (host arrays): n tokens, logits [n, vocab_size].
-    void (*forward)(void *decoder, int n, const int32_t *slot, const int32_t *token,
-                    const int32_t *pos, float *logits);
-} DecodeOps;
+#include "trainer/decode_ops.h"
 
 // The decoder of a backend (the CPU's, or the CUDA decoder in a CUDA build); *why says
 // which one runs.
@@ -41,6 +28,11 @@ GenerateTemplate generate_template(const Tokenizer *tok, const ChatTemplate *t);
 // The prompt of a conversation ending in a user message (sample_tokenize_prompt).
 int generate_prompt(const Tokenizer *tok, const ChatTemplate *t, const Sample *s,
                     SpecialInText special_in_text, TokenSpan *out, char *err, size_t err_len);
+// The prompts of every sample of data, read from `path` (prompts_load), in order:
+// [data->n_samples + 1], each malloc'd. Fatal, naming path:line, for one that does not
+// tokenize.
+TokenSpan *generate_prompts(const Tokenizer *tok, const ChatTemplate *t, const Dataset *data,
+                            SpecialInText special_in_text, const char *path);
 
 typedef struct {
     int max_new_tokens;  // generated tokens per prompt at most (the end of turn included)

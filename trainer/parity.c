@@ -11,6 +11,7 @@
 #include "common/vec_math.h"
 #include "trainer/data_options.h"
 #include "trainer/backend.h"
+#include "trainer/backend_registry.h"
 #include "trainer/loader.h"
 #include "trainer/parity.h"
 #include "trainer/setup.h"

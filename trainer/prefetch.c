@@ -10,7 +10,18 @@
 #include <string.h>
 
 #include "common/check.h"
-#include "trainer/distributed.h"
+#include "dist/distributed.h"
+
+PackedRows dist_rank_rows(const PackedRows *step, int rank, int world_size) {
+    int first, count;
+    dist_shard_rows(step->n_rows, rank, world_size, &first, &count);
+    const size_t off = (size_t)first * (size_t)step->seq_len;
+    PackedRows view = {.n_rows = count, .seq_len = step->seq_len};
+#define VIEW_COLUMN(name, ...) view.name = step->name ? step->name + off : NULL;
+    TOKEN_COLUMNS(VIEW_COLUMN)
+#undef VIEW_COLUMN
+    return view;
+}
 
 static size_t mask_storage_count(const AttnMask *m) {
     return attn_mask_storage_count(m->n_rows, m->seq_len, m->block_m, m->block_n);

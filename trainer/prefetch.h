@@ -21,6 +21,10 @@ typedef struct {
     long long epoch, cursor;  // the loader's position after this step (for checkpoints)
 } PreparedStep;
 
+// This rank's rows of a step's packed rows (dist_shard_rows' blocks): a view into step
+// (nothing owned; a rank may get no row when the step has fewer rows than ranks).
+PackedRows dist_rank_rows(const PackedRows *step, int rank, int world_size);
+
 typedef struct Prefetcher Prefetcher;
 
 // Starts a thread that runs `loader` (now owned by the thread until prefetcher_stop)

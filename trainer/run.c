@@ -10,6 +10,7 @@
 
 #include "common/check.h"
 #include "common/checksum.h"
+#include "trainer/setup.h"
 
 #define H200_DENSE_BF16_TFLOPS 989.5
 
@@ -184,9 +185,9 @@ void train_state_init(TrainState *s, const ModelConfig *mc, uint64_t seed) {
     params_init(mc, &s->table, seed, s->params);
     adamw_init(&s->opt, s->table.total);
     s->progress = (TrainProgress){.seed = seed};
-    s->export = (HfExport){.dtype = SAVE_F32, .generation_eos_token_id = -1};
-    s->export.hf.cfg = *mc;
-    s->export.hf.bos_token_id = s->export.hf.pad_token_id = -1;
+    s->save_as = (HfExport){.dtype = SAVE_F32, .generation_eos_token_id = -1};
+    s->save_as.hf.cfg = *mc;
+    s->save_as.hf.bos_token_id = s->save_as.hf.pad_token_id = -1;
     s->tokenizer_dir = s->tokenizer_model = NULL;
     s->tokenizer = NULL;
 }
@@ -216,7 +217,7 @@ int train_state_save(TrainState *s, const TrainBackendOps *ops, void *backend,
     ops->get_state(backend, s->params, &s->opt);
     snprintf(dir, dir_len, "%s/checkpoint-%06ld", out_dir, s->progress.step);
     (void)mc;  // the export carries the model config
-    if (checkpoint_save_hf(dir, &s->table, s->params, &s->opt, &s->progress, &s->export, err,
+    if (checkpoint_save_hf(dir, &s->table, s->params, &s->opt, &s->progress, &s->save_as, err,
                            err_len))
         return -1;
     if (hf_copy_tokenizer(s->tokenizer_dir, s->tokenizer_model, dir, err, err_len)) return -1;

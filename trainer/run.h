@@ -1,5 +1,5 @@
-// `train run` below the command line (cli/cmd_train.c): the run's settings, and the
-// host copy of the training state that checkpoints hold and the backend exchanges.
+// What a training run (trainer/loop.h) works from: the run's settings, and the host
+// copy of the training state that checkpoints hold and the backend exchanges.
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -43,7 +43,7 @@ typedef struct {
     float *params;  // [table.total]
     AdamWState opt;
     TrainProgress progress;
-    HfExport export;              // how checkpoints are written (dtype, ids); f32 by default
+    HfExport save_as;             // how checkpoints are written (dtype, ids); f32 by default
     const char *tokenizer_dir;    // tokenizer files copied into each checkpoint, or NULL
     const char *tokenizer_model;  // the run's data.tokenizer (file or folder), copied too
     const Tokenizer *tokenizer;   // its model.add_tokens go into the copied files; may be NULL

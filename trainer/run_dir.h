@@ -1,4 +1,4 @@
-// The run directory (out_dir) is protected (issue 14): a run goes into an empty or new
+// The run directory (out_dir) is protected: a run goes into an empty or new
 // directory, into its own directory when it resumes a checkpoint there, or over
 // another run only when asked (train.overwrite=true).
 #pragma once

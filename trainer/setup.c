@@ -294,3 +294,13 @@ void hf_export_from(const RunConfig *c, const ModelConfig *mc, const Tokenizer *
     }
     out->hf.cfg = *mc;
 }
+
+int hf_write_added_tokens(const char *dir, const Tokenizer *tok, char *err, size_t err_len) {
+    const int32_t *ids;
+    const int n = tokenizer_added_ids(tok, &ids);
+    const char **pieces = xcalloc((size_t)n + 1, sizeof *pieces);
+    for (int i = 0; i < n; i++) pieces[i] = tokenizer_id_to_piece(tok, ids[i]);
+    const int rc = hf_add_tokens(dir, ids, pieces, n, err, err_len);
+    free(pieces);
+    return rc;
+}

@@ -1,11 +1,12 @@
 // From a resolved Config to what `train run` and `train parity` both need: the model
 // configuration, the tokenizer, and the initial weights.
 #pragma once
+#include <stddef.h>
 #include "data/tokenizer.h"
+#include "model/hf_export.h"
 #include "model/hf_model.h"
 #include "model/model.h"
 #include "trainer/config.h"
-#include "trainer/hf_export.h"
 
 // model.* keys, or with model.init_from the folder's config.json (a model.* key the
 // user set that contradicts it is fatal, naming both values), the vocabulary grown to
@@ -45,6 +46,10 @@ void params_init_added_rows(const ModelConfig *mc, const ParamTable *table, cons
 // the template's end of turn as eos and data.seq_len), the end of turn as the
 // generation eos. Fatal for a bad train.save_dtype.
 void hf_export_from(const RunConfig *c, const ModelConfig *mc, const Tokenizer *tok, HfExport *out);
+
+// The tokens tok added (model.add_tokens, tokenizer_added_ids) into dir's copied
+// tokenizer files (model/hf_export.h's hf_add_tokens). Returns 0, or -1 with a message.
+int hf_write_added_tokens(const char *dir, const Tokenizer *tok, char *err, size_t err_len);
 
 // Parses argv for --config/--set, fails on anything else, loads the config.
 // `extra` names one more accepted "--flag VALUE" (NULL for none); its value goes to *extra_value.

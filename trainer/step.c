@@ -2,6 +2,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 #include "common/check.h"
 
@@ -64,4 +65,17 @@ int train_step(const TrainBackendOps *ops, void *backend, const MicroBatches *mb
                     "without saving this state (the last checkpoint, if any, is intact)",
                     bad_weight);
     return 0;
+}
+
+void bucket_plan_build(const ParamTable *table, size_t bucket_bytes, BucketPlan *out) {
+    size_t *numel = xmalloc(((size_t)table->n_tensors + 1) * sizeof *numel), next = 0;
+    for (int t = 0; t < table->n_tensors; t++) {
+        CHECK(table->tensors[t].offset == next, "tensor %s does not follow the one before it",
+              table->tensors[t].name);
+        numel[t] = table->tensors[t].numel;
+        next += numel[t];
+    }
+    CHECK(next == table->total, "the tensors cover %zu of %zu elements", next, table->total);
+    bucket_plan_from_sizes(numel, table->n_tensors, bucket_bytes, out);
+    free(numel);
 }

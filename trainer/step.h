@@ -4,7 +4,8 @@
 #pragma once
 #include <stddef.h>
 #include "trainer/backend.h"
-#include "trainer/distributed.h"
+#include "dist/distributed.h"
+#include "model/model.h"
 #include "trainer/loader.h"
 
 // Zeroes the gradients, then forward+backward of every micro-batch of mb, accumulating
@@ -36,3 +37,8 @@ typedef struct {
 int train_step(const TrainBackendOps *ops, void *backend, const MicroBatches *mb,
                long long trained_tokens, const DistComm *comm, const AdamWHyper *h,
                double max_grad_norm, StepOutcome *out, char *err, size_t err_len);
+
+// The gradient all-reduce buckets of a model's parameters (dist/distributed.h's
+// bucket_plan_from_sizes over the table's tensors). Fatal (CHECK) when the table's
+// tensors do not tile [0, table->total) in order.
+void bucket_plan_build(const ParamTable *table, size_t bucket_bytes, BucketPlan *out);

@@ -1,11 +1,13 @@
-// Hugging Face model folders out: what AutoModelForCausalLM.from_pretrained loads as it
-// is. config.json (architectures, model_type, every architecture key, dtype, token ids,
-// max_position_embeddings), the weights in F32, BF16 or F16 (model.safetensors, or
-// model-0000i-of-0000n.safetensors with model.safetensors.index.json above a size
-// limit), generation_config.json; the tokenizer files are copied by hf_copy_tokenizer.
+// Hugging Face model folders out (model/hf_model.h reads them): what
+// AutoModelForCausalLM.from_pretrained loads as it is. config.json (architectures,
+// model_type, every architecture key, dtype, token ids, max_position_embeddings), the
+// weights in F32, BF16 or F16 (model.safetensors, or model-0000i-of-0000n.safetensors
+// with model.safetensors.index.json above a size limit), generation_config.json; the
+// tokenizer files are copied by hf_copy_tokenizer and take added tokens from
+// hf_add_tokens.
 #pragma once
 #include <stddef.h>
-#include "data/tokenizer.h"
+#include <stdint.h>
 #include "model/hf_model.h"
 #include "model/model.h"
 #include "model/safetensors.h"
@@ -39,15 +41,17 @@ int hf_export_write(const char *dir, const ParamTable *table, const float *param
 int hf_copy_tokenizer(const char *src_dir, const char *run_tokenizer, const char *dst_dir,
                       char *err, size_t err_len);
 
-// The tokens tok added (model.add_tokens, tokenizer_added_ids) into dir's
-// copied tokenizer files: tokenizer.json's added_tokens (special, not normalized, matched
-// as written) and, where tokenizer_config.json has one, its added_tokens_decoder.
-// Returns 0, or -1 with a message.
-int hf_write_added_tokens(const char *dir, const Tokenizer *tok, char *err, size_t err_len);
+// Copies src_dir/generation_config.json into dst_dir when src_dir has one. Returns 0, or
+// -1 with a message.
+int hf_copy_generation_config(const char *src_dir, const char *dst_dir, char *err,
+                              size_t err_len);
 
-// `train export`: the checkpoint (or any Hugging Face folder) `from` as a folder `out`
-// without optimizer state: its config, its weights (the fp32 master weights when the
-// checkpoint has them) in *dtype (NULL: the config's dtype), its generation_config.json
-// and tokenizer files. Returns 0, or -1 with a message.
-int hf_export_checkpoint(const char *from, const char *out, const SaveDtype *dtype, char *err,
-                         size_t err_len);
+// Added tokens ids[n] with their pieces[n] into dir's copied tokenizer files:
+// tokenizer.json's added_tokens (special, not normalized, matched as written) and, where
+// tokenizer_config.json has one, its added_tokens_decoder. Returns 0, or -1 with a
+// message.
+int hf_add_tokens(const char *dir, const int32_t *ids, const char *const *pieces, int n,
+                  char *err, size_t err_len);
+
+// mkdir -p. Returns 0, or -1 with a message.
+int make_dirs(const char *path, char *err, size_t err_len);

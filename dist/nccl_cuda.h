@@ -1,4 +1,4 @@
-// NCCL for data parallel (issue 16), only in builds with NCCL (ONEPASS_HAVE_NCCL: CMake
+// NCCL for data parallel, only in builds with NCCL (ONEPASS_HAVE_NCCL: CMake
 // finds nccl.h in the CUDA toolkit; option ONEPASS_NCCL). libnccl.so.2 is loaded when
 // the first communicator is made (ONEPASS_NCCL_LIBRARY: its path), so nothing links it.
 // One communicator per process, its all-reduces on a side stream of their own.
@@ -16,7 +16,7 @@
 #ifdef __cplusplus
 extern "C" {  // plain C headers without guards of their own
 #endif
-#include "trainer/distributed.h"
+#include "dist/distributed.h"
 
 typedef struct NcclComm NcclComm;
 

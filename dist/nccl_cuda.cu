@@ -1,4 +1,4 @@
-#include "trainer/nccl_cuda.h"
+#include "dist/nccl_cuda.h"
 
 #include <dlfcn.h>
 #include <nccl.h>
@@ -81,7 +81,7 @@ NcclComm *nccl_comm_create(const DistEnv *env, const char *rendezvous_file, doub
         return NULL;
     }
     if (nccl_load(err, err_len) != 0) return NULL;
-    setenv("NCCL_NVLS_ENABLE", "0", 0);  // NVLink multicast stays off (issue 16)
+    setenv("NCCL_NVLS_ENABLE", "0", 0);  // NVLink multicast stays off
     cudaCheck(cudaSetDevice(env->local_rank));
     ncclUniqueId id;
     static_assert(sizeof id == DIST_ID_BYTES, "ncclUniqueId is DIST_ID_BYTES");

@@ -1,6 +1,6 @@
-// Hugging Face model folders out (trainer/hf_export.h).
+// Hugging Face model folders out (model/hf_export.h).
 #define _POSIX_C_SOURCE 200809L
-#include "trainer/hf_export.h"
+#include "model/hf_export.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "common/check.h"
-#include "trainer/checkpoint.h"
+#include "common/output_file.h"
 
 #define DEFAULT_SHARD_BYTES ((size_t)5 << 30)  // save_pretrained's "5GB"
 
@@ -214,6 +214,22 @@ static int write_weights(const char *dir, const ParamTable *table, const SafeTen
     return write_json(path, index, err, err_len);
 }
 
+int make_dirs(const char *path, char *err, size_t err_len) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1;; p++) {
+        bool end = *p == '\0';
+        if (*p == '/' || end) {
+            *p = '\0';
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+                return fail(err, err_len, "%s: cannot create directory: %s", buf, strerror(errno));
+            if (end) break;
+            *p = '/';
+        }
+    }
+    return 0;
+}
+
 int hf_export_write(const char *dir, const ParamTable *table, const float *params,
                     const HfExport *e, char *err, size_t err_len) {
     if (make_dirs(dir, err, err_len)) return -1;
@@ -304,9 +320,16 @@ static json_t *added_token_json(int id, const char *content) {
     return j;
 }
 
-int hf_write_added_tokens(const char *dir, const Tokenizer *tok, char *err, size_t err_len) {
-    const int32_t *ids;
-    const int n = tokenizer_added_ids(tok, &ids);
+int hf_copy_generation_config(const char *src_dir, const char *dst_dir, char *err,
+                              size_t err_len) {
+    char src[4096], dst[4096];
+    snprintf(src, sizeof src, "%s/generation_config.json", src_dir);
+    snprintf(dst, sizeof dst, "%s/generation_config.json", dst_dir);
+    return access(src, R_OK) == 0 ? copy_file(src, dst, err, err_len) : 0;
+}
+
+int hf_add_tokens(const char *dir, const int32_t *ids, const char *const *pieces, int n,
+                  char *err, size_t err_len) {
     if (n == 0) return 0;
     static const char *const FILES[] = {"tokenizer.json", "tokenizer_config.json"};
     for (int f = 0; f < 2; f++) {
@@ -323,7 +346,7 @@ int hf_write_added_tokens(const char *dir, const Tokenizer *tok, char *err, size
             continue;
         }
         for (int i = 0; i < n; i++) {
-            json_t *entry = added_token_json(f == 0 ? ids[i] : -1, tokenizer_id_to_piece(tok, ids[i]));
+            json_t *entry = added_token_json(f == 0 ? ids[i] : -1, pieces[i]);
             char key[16];
             snprintf(key, sizeof key, "%d", ids[i]);
             if (f == 0) json_array_append_new(list, entry);
@@ -337,27 +360,4 @@ int hf_write_added_tokens(const char *dir, const Tokenizer *tok, char *err, size
         if (rc) return -1;
     }
     return 0;
-}
-
-int hf_export_checkpoint(const char *from, const char *out, const SaveDtype *dtype, char *err,
-                         size_t err_len) {
-    HfExport e = {.generation_eos_token_id = -1};
-    if (hf_config_read(from, &e.hf, err, err_len)) return -1;
-    e.dtype = SAVE_F32;
-    if (dtype) e.dtype = *dtype;
-    else if (strcmp(e.hf.dtype, "bfloat16") == 0) e.dtype = SAVE_BF16;
-    else if (strcmp(e.hf.dtype, "float16") == 0) e.dtype = SAVE_F16;
-    ParamTable table;
-    param_table_build(&e.hf.cfg, &table);
-    float *params = xmalloc(table.total * sizeof(float));
-    int rc = checkpoint_load_weights(from, &table, params, err, err_len);
-    if (rc == 0) rc = hf_export_write(out, &table, params, &e, err, err_len);
-    char src[4096], dst[4096];
-    snprintf(src, sizeof src, "%s/generation_config.json", from);
-    snprintf(dst, sizeof dst, "%s/generation_config.json", out);
-    if (rc == 0 && access(src, R_OK) == 0) rc = copy_file(src, dst, err, err_len);
-    if (rc == 0) rc = hf_copy_tokenizer(from, NULL, out, err, err_len);
-    free(params);
-    param_table_free(&table);
-    return rc;
 }

@@ -1,4 +1,4 @@
-#include "cli/show_context.h"
+#include "trainer/slot_context.h"
 
 #include <stdbool.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 #define _POSIX_C_SOURCE 200809L
-#include "trainer/distributed.h"
+#include "dist/distributed.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -462,17 +462,6 @@ void dist_shard_rows(int n_rows, int rank, int world_size, int *first, int *coun
     *count = (int)(hi - lo);
 }
 
-PackedRows dist_rank_rows(const PackedRows *step, int rank, int world_size) {
-    int first, count;
-    dist_shard_rows(step->n_rows, rank, world_size, &first, &count);
-    const size_t off = (size_t)first * (size_t)step->seq_len;
-    PackedRows view = {.n_rows = count, .seq_len = step->seq_len};
-#define VIEW_COLUMN(name, ...) view.name = step->name ? step->name + off : NULL;
-    TOKEN_COLUMNS(VIEW_COLUMN)
-#undef VIEW_COLUMN
-    return view;
-}
-
 static void sum_single(const DistComm *comm, double *values, int n) {
     (void)comm;
     (void)values;
@@ -649,29 +638,27 @@ double dist_step_ce_sum(const DistComm *comm, double ce_sum) {
 
 // ------------------------------------------------------- gradient all-reduce buckets
 
-void bucket_plan_build(const ParamTable *table, size_t bucket_bytes, BucketPlan *out) {
-    CHECK(bucket_bytes > 0, "bucket_plan_build: bucket_bytes is 0");
-    size_t next = 0;
-    for (int t = 0; t < table->n_tensors; t++) {
-        CHECK(table->tensors[t].offset == next, "tensor %s does not follow the one before it",
-              table->tensors[t].name);
-        next += table->tensors[t].numel;
-    }
-    CHECK(next == table->total, "the tensors cover %zu of %zu elements", next, table->total);
+void bucket_plan_from_sizes(const size_t *numel, int n_tensors, size_t bucket_bytes,
+                           BucketPlan *out) {
+    CHECK(bucket_bytes > 0, "bucket_plan_from_sizes: bucket_bytes is 0");
+    size_t *offset = xmalloc(((size_t)n_tensors + 1) * sizeof *offset);
+    offset[0] = 0;
+    for (int t = 0; t < n_tensors; t++) offset[t + 1] = offset[t] + numel[t];
     *out = (BucketPlan){0};
     int cap = 0;
-    for (int t = table->n_tensors - 1; t >= 0;) {
-        GradBucket b = {.offset = table->tensors[t].offset, .first_tensor = t};
+    for (int t = n_tensors - 1; t >= 0;) {
+        GradBucket b = {.offset = offset[t], .first_tensor = t};
         // Take earlier tensors until the bucket holds bucket_bytes.
         while (t >= 0 && (b.count == 0 || b.count * sizeof(float) < bucket_bytes)) {
-            b.offset = table->tensors[t].offset;
-            b.count += table->tensors[t].numel;
+            b.offset = offset[t];
+            b.count += numel[t];
             b.first_tensor = t;
             b.n_tensors++;
             t--;
         }
         ARRAY_PUSH(out->buckets, out->n_buckets, cap, b);
     }
+    free(offset);
 }
 
 void bucket_plan_free(BucketPlan *plan) {

@@ -1,4 +1,4 @@
-#include "cli/stats.h"
+#include "trainer/data_stats.h"
 
 #include <stdlib.h>
 #include <string.h>

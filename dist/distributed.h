@@ -1,9 +1,11 @@
-// Data parallel over ranks (issue 16): one process per GPU. What does not need NCCL
-// lives here and is tested on the CPU: the launcher's environment, the exchange of the
-// NCCL unique id (TCP through MASTER_ADDR:MASTER_PORT, or a file on a shared path),
-// the rows of a step each rank trains, the step's reductions over ranks, the plan of
-// gradient all-reduce buckets, and a communicator over TCP for the CPU backend.
-// trainer/nccl_cuda.cu (ONEPASS_HAVE_NCCL) is the GPU one, running the buckets.
+// Data parallel over ranks: one process per GPU. What does not need NCCL lives here and
+// is tested on the CPU: the launcher's environment, the exchange of the NCCL unique id
+// (TCP through MASTER_ADDR:MASTER_PORT, or a file on a shared path), the rows of a step
+// each rank trains, the step's reductions over ranks, the plan of gradient all-reduce
+// buckets, and a communicator over TCP for the CPU backend. dist/nccl_cuda.cu
+// (ONEPASS_HAVE_NCCL) is the GPU one, running the buckets; dist/ranks.h connects a
+// run's ranks through one or the other. The dist/ stage knows no model and no data:
+// tensors are sizes, rows are counts.
 //
 // Status: several ranks train on the CPU backend through the TCP communicator (CI:
 // tests/cli_data_parallel.sh, 2 ranks against 1 rank of twice the micro-batches bit for
@@ -12,8 +14,6 @@
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
-#include "data/pack.h"
-#include "model/model.h"
 
 typedef enum { LAUNCHER_NONE, LAUNCHER_TORCHRUN, LAUNCHER_MPIRUN, LAUNCHER_SLURM } Launcher;
 
@@ -69,9 +69,6 @@ int dist_rendezvous(const DistEnv *env, const char *rendezvous_file, void *id, s
 // one-rank step with its micro-batches spread over the ranks) and the data cursor
 // stays in global samples (resume on another number of ranks continues the same order).
 void dist_shard_rows(int n_rows, int rank, int world_size, int *first, int *count);
-// This rank's rows of a step's packed rows: a view into step (nothing owned; a rank
-// may get no row when the step has fewer rows than ranks).
-PackedRows dist_rank_rows(const PackedRows *step, int rank, int world_size);
 
 // The reductions a step needs over ranks: every rank calls them in the same order.
 // Sums are added in rank order 0, 1, ... (the same bits on every run). A peer that died
@@ -133,6 +130,9 @@ typedef struct {
     int n_buckets;
 } BucketPlan;
 
-// Fatal (CHECK) when the table's tensors do not tile [0, table->total) in order.
-void bucket_plan_build(const ParamTable *table, size_t bucket_bytes, BucketPlan *out);
+// The plan of n_tensors tensors that tile the flat gradient buffer in order, tensor t
+// holding numel[t] elements (trainer/step.h's bucket_plan_build: a model's parameter
+// table). Fatal (CHECK) for bucket_bytes 0.
+void bucket_plan_from_sizes(const size_t *numel, int n_tensors, size_t bucket_bytes,
+                            BucketPlan *out);
 void bucket_plan_free(BucketPlan *plan);

@@ -9,8 +9,8 @@
 //   lse:              [batch, n_heads, seq_len]  fp32, natural-log sum-exp of the scaled
 //                      scores; -INFINITY for a query that sees no key (its output is 0)
 //   mask:             an AttnMask whose intervals and lists live on the device
-//                      (attn_mask_upload or attn_mask_build_cuda), with ATTN_TILE x
-//                      ATTN_TILE tiles; the struct itself is read on the host.
+//                      (mask_cuda.h: attn_mask_upload or attn_mask_build_cuda), with
+//                      ATTN_TILE x ATTN_TILE tiles; the struct itself is read on the host.
 // head_dim must be 64 or 128. Every call is asynchronous on `stream`. The kernels use
 // Hopper instructions (wgmma, bulk asynchronous copies): sm_90a only, like the build.
 #pragma once
@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cuda_runtime_api.h>
+#include "attention/mask_cuda.h"  // the device mask the kernels take
 
 #ifdef __cplusplus
 #include <cuda_bf16.h>
@@ -52,15 +53,6 @@ void attention_backward_cuda(const AttnShape *shape, const AttnMask *mask, const
                              const float *lse,
                              const attn_bf16 *dout, attn_bf16 *dq, attn_bf16 *dk, attn_bf16 *dv,
                              bool deterministic, void *workspace, cudaStream_t stream);
-
-// Device copy of a host mask's lists (synchronous) over device intervals lo_dev/hi_dev
-// ([n_rows, seq_len], the same values as host->lo/hi). Free with attn_mask_free_device.
-AttnMask attn_mask_upload(const AttnMask *host, const int32_t *lo_dev, const int32_t *hi_dev);
-// Builds the same mask as attn_mask_build, on the GPU, from device lo/hi ([n_rows,
-// seq_len], referenced by the result); its storage is device memory.
-void attn_mask_build_cuda(const int32_t *lo, const int32_t *hi, int n_rows, int seq_len,
-                          int block_m, int block_n, AttnMask *out, cudaStream_t stream);
-void attn_mask_free_device(AttnMask *m);
 
 #ifdef __cplusplus
 }

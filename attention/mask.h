@@ -25,7 +25,7 @@ typedef struct {
 // Key k is visible to query q (slots of one row) iff lo[k] <= q < hi[k]. The lists of
 // both orientations live in one allocation, `storage`; lo and hi are the batch's
 // columns, referenced. All pointers are host memory, or all device memory (the CUDA
-// functions of attention_cuda.h).
+// functions of mask_cuda.h).
 typedef struct {
     int n_rows, seq_len, block_m, block_n;  // block_m queries x block_n keys per tile
     const int32_t *lo, *hi;                 // [n_rows, seq_len]

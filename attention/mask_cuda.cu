@@ -1,8 +1,8 @@
-// AttnMask on the GPU: a device copy of a host-built mask's lists, or the same lists
-// built on the device from lo/hi (same classification as tile_classify in mask.c: full iff
-// every key of the tile sees every query of it, empty iff no pair is visible; slots
-// past seq_len are ignored).
-#include "attention/attention_cuda.h"
+// AttnMask on the GPU (mask_cuda.h): a device copy of a host-built mask's lists, or the
+// same lists built on the device from lo/hi (same classification as tile_classify in
+// mask.c: full iff every key of the tile sees every query of it, empty iff no pair is
+// visible; slots past seq_len are ignored).
+#include "attention/mask_cuda.h"
 
 #include <string.h>
 #include "common/cuda_check.h"

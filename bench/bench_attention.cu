@@ -1,6 +1,6 @@
 // Benchmark (not a test) of the CUDA block-sparse attention: B=1 bf16, masks causal,
-// shared_prefix and strip_thinking defined exactly as tags()/mask_mod_for() in
-// bench/anchors/anchor_attention.py, translated to one visible interval per key and
+// shared_prefix and strip_thinking defined exactly as tags()/mask_mod() in
+// bench/anchors/masks.py, translated to one visible interval per key and
 // checked pair by pair against the predicate. Shapes: H=16 D=128 at S in {4096, 16384}
 // (or the sizes given), then the GQA shapes H=12 KV=4 D=64 and H=32 KV=8 D=128 at
 // S=8192; `--heads N --kv-heads N --head-dim N` runs that one shape instead (S=8192 if no
@@ -27,7 +27,7 @@ constexpr float WARMUP_MS = 50, REP_MS = 300;  // as the anchor calls do_bench
 constexpr size_t L2_FLUSH_BYTES = 256u << 20;     // do_bench's cache-clearing buffer
 const char *const MASKS[] = {"causal", "shared_prefix", "strip_thinking"};
 
-// anchor_attention.py's mask_mod_for(kind): is key k visible to query q?
+// bench/anchors/masks.py's mask_mod(kind): is key k visible to query q?
 struct Tags {
     std::vector<int32_t> seg, turn, role;  // [S]; role 0 user 1 think 2 answer
 };

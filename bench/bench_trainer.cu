@@ -2,7 +2,7 @@
 // backend (trainer/backend_cuda.cu, the code `train` runs): forward + backward, global
 // gradient norm, clipped AdamW on the fp32 master weights (split: the bf16 weights and their
 // low halves, trainer/split_float.h). The workload is
-// bench/anchors/anchor_trainer.py's, so the numbers compare directly with the
+// bench/anchors/trainer.py's, so the numbers compare directly with the
 // PyTorch + FlexAttention anchor:
 //   - one packed row of seq_len tokens per step, random tokens and targets at every
 //     position, positions 0..S-1;
@@ -45,7 +45,7 @@ static const double GIB = 1024.0 * 1024.0 * 1024.0;
 // The anchor's MFU denominator in TFLOP/s (the bf16 matrix rate measured on the H200).
 static const double ANCHOR_PEAK_TFLOPS = 790.0;
 
-// anchor_trainer.py's row: tags -> one visible interval per key.
+// bench/anchors/trainer.py's row: tags -> one visible interval per key.
 static void strip_thinking_row(int S, int vocab, std::vector<int32_t> &token,
                                std::vector<int32_t> &target, std::vector<int32_t> &pos,
                                std::vector<int32_t> &lo, std::vector<int32_t> &hi) {

@@ -49,7 +49,7 @@
 #   curves     the three layouts' runs of scripts/repro/loss_curves.sh on the GPU (the GPU
 #              machine has no gnuplot); plot here afterwards: tar xzf logs.tar.gz -C DIR;
 #              scripts/repro/loss_curves.sh --runs DIR/curves/runs --plot-only
-#              --png docs/loss_curves_gpu.png --md docs/LOSS_CURVES_GPU.md
+#              --png docs/loss_curves_gpu.png --md DIR/curves.md (then into docs/RESULTS.md)
 #   all        tests, attention, trainer, decode and hf in turn.
 #   ab         test_attention_cuda of both bundles and racecheck (quick cases) of B, in
 #              parallel, then bench_attention and, where both bundles hold it, bench_trainer
@@ -65,7 +65,7 @@
 # come from the package registry here and travel in two calls of their own, right before
 # the benchmark call on the same warm machine (it is given back ~30 s after a call; if it
 # was, start again at call 1):
-#   here, once:  echo /.fa4/ >> .git/info/exclude; bash ../shared/anchors/fa4_wheels.sh .fa4
+#   here, once:  bash <the shared anchors folder>/fa4_wheels.sh .fa4   (.fa4/ is git-ignored)
 #   call 1, carry [".fa4/a"]:  mkdir -p /root/fa4 && cp .fa4/a/part_aa /root/fa4/
 #   call 2, carry [".fa4/b"]:  bash .fa4/b/fa4_install.sh      (installs into /tmp/fa4site)
 #   call 3: the attention mode as above; it finds /tmp/fa4site.
@@ -370,7 +370,7 @@ rm -f "$out/summary.txt"
 export PATH=$PATH:/usr/local/cuda/bin  # compute-sanitizer, ncu
 # RUNPATH $ORIGIN covers a binary's own libraries, not theirs (cairo's pixman): the bundle is on the path.
 export LD_LIBRARY_PATH=$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-if [ -z "${ONEPASS_NCCL_LIBRARY:-}" ]; then  # opened at run time (trainer/nccl_cuda.cu); PyTorch ships one
+if [ -z "${ONEPASS_NCCL_LIBRARY:-}" ]; then  # opened at run time (dist/nccl_cuda.cu); PyTorch ships one
     ONEPASS_NCCL_LIBRARY=$(find /usr /opt -name libnccl.so.2 2>/dev/null | head -n 1)
     export ONEPASS_NCCL_LIBRARY
 fi

@@ -1,4 +1,4 @@
-// Loss/gradient parity of the layouts against npass (trainer/cmd_parity.c).
+// Loss/gradient parity of the layouts against npass (cli/cmd_parity.c).
 #pragma once
 #include <jansson.h>
 #include <stdio.h>

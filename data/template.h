@@ -13,15 +13,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "data/conversation.h"
+#include "data/message.h"
 
-// The onepass template's tokens; "<think>" / "</think>" are also the inline think tags of
-// the data formats (data/conversation.c).
+// The onepass template's tokens (its think tags, TEMPLATE_THINK_OPEN and
+// TEMPLATE_THINK_CLOSE, are the data formats' inline ones: data/message.h).
 #define TEMPLATE_SYSTEM_HEADER "<|system|>"
 #define TEMPLATE_USER_HEADER "<|user|>"
 #define TEMPLATE_ASSISTANT_HEADER "<|assistant|>"
-#define TEMPLATE_THINK_OPEN "<think>"
-#define TEMPLATE_THINK_CLOSE "</think>"
 #define TEMPLATE_END_OF_TURN "<|end|>"
 
 enum { TEMPLATE_MAX_CONTROLS = 8 };

@@ -59,6 +59,11 @@ const char *layout_name(LayoutKind kind);
 // shared-prefix set); the caller names the sample's line.
 int layout_sample(LayoutKind kind, const LossOptions *loss, const TokenizedSample *s,
                   int sample_index, DocList *out, char *err, size_t err_len);
+// The number of tokens of the longest document layout_sample would append for s, counted
+// from the spans without building anything (O(turns)); 0 when it would append none. Callers
+// check it against seq_len before laying out, so no layout builds a document that cannot
+// fit: npass's work is then at most one seq_len per user turn.
+long long layout_longest_doc(LayoutKind kind, const LossOptions *loss, const TokenizedSample *s);
 // (Re)allocates every column of d for cap tokens, keeping the first d->n.
 void doc_reserve(Doc *d, int cap);
 void doc_list_free(DocList *list);

@@ -252,6 +252,23 @@ static const char *next_control(const ChatTemplate *t, const char *p, size_t *le
     return best;
 }
 
+static int count_controls(const ChatTemplate *t, const char *text) {
+    int n = 0;
+    size_t len = 0;
+    for (const char *at; text && (at = next_control(t, text, &len)) != NULL; text = at + len) n++;
+    return n;
+}
+
+int template_min_tokens(const ChatTemplate *t, MessageRole role) {
+    switch (role) {
+    case MSG_USER: return count_controls(t, t->user_open) + count_controls(t, t->user_close);
+    case MSG_ASSISTANT:
+        return count_controls(t, t->assistant_open) + count_controls(t, t->answer_open) +
+               count_controls(t, t->end_of_turn);
+    default: return 0;
+    }
+}
+
 // n bytes of template text: its control tokens become control pieces.
 static void literal_n(Renderer *r, RenderedSegment *s, const char *text, size_t n) {
     char *copy = xmalloc(n + 1);

@@ -78,6 +78,12 @@ const ChatTemplate *template_recognise(const char *chat_template);
 // -1 with a message naming the folder when the chat_template is not recognised.
 int template_of_folder(const char *dir, const ChatTemplate **out, char *err, size_t err_len);
 
+// The fewest template tokens a message of this role renders with, whatever its text: the
+// control tokens of the strings around every user message (user_open, user_close) or
+// every assistant message (assistant_open, answer_open, end_of_turn); 0 for the others.
+// A lower bound that needs no tokenizer (data/batch.c's length check before tokenizing).
+int template_min_tokens(const ChatTemplate *t, MessageRole role);
+
 // A segment's text as alternating pieces: a control token (one id) or a text run.
 typedef struct {
     char *text;

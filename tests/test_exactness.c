@@ -52,8 +52,9 @@ static int by_ctx_target(const void *a, const void *b) {
 }
 
 // Context hashes of every slot of the packed rows; entries for the trained slots,
-// sorted by (sample, turn, rank). An npass document's turn is its index among its
-// sample's documents (+1 for shared-prefix sets, whose completions are turns 1..n).
+// sorted by (sample, turn, rank). A trained slot's turn is its user turn (Doc.turn); for
+// npass over a shared-prefix set it is the document's index among its sample's documents
+// + 1 (the completions are turns 1..n, the trained last prompt token is tagged 0).
 static Entry *trained_entries(const PackedRows *rows, const DocList *docs,
                               const TokenizedSample *samples, bool npass, int *n_entries) {
     int *doc_in_sample = malloc((size_t)docs->n_docs * sizeof(int));
@@ -85,8 +86,8 @@ static Entry *trained_entries(const PackedRows *rows, const DocList *docs,
             if (rows->target[base + q] == -1) continue;
             int d = rows->doc[base + q];
             int sample = docs->docs[d].sample;
-            int turn = npass ? doc_in_sample[d] + (samples[sample].kind == SAMPLE_SHARED_PREFIX)
-                             : rows->turn[base + q];
+            int turn = npass && samples[sample].kind == SAMPLE_SHARED_PREFIX ? doc_in_sample[d] + 1
+                                                                             : rows->turn[base + q];
             Entry e = {sample, turn, 0, (long long)base + q, h, rows->target[base + q]};
             if (n == cap) entries = realloc(entries, (size_t)(cap = 2 * cap + 64) * sizeof(Entry));
             entries[n++] = e;
@@ -188,9 +189,18 @@ static EntrySet layout_entries(LayoutKind layout, const LossOptions *loss,
                                PackedRows *rows_out, DocList *docs_out) {
     DocList docs = {0};
     char err[256];
-    for (int s = 0; s < n_samples; s++)
+    for (int s = 0; s < n_samples; s++) {
+        const int first = docs.n_docs;
         EXPECT(layout_sample(layout, loss, &samples[s], s, &docs, err, sizeof err) == 0, "%s: %s",
               layout_name(layout), err);
+        // The length check before laying out counts what the layout builds.
+        long long longest = 0;
+        for (int d = first; d < docs.n_docs; d++)
+            if (docs.docs[d].n > longest) longest = docs.docs[d].n;
+        EXPECT(layout_longest_doc(layout, loss, &samples[s]) == longest,
+               "%s sample %d: layout_longest_doc %lld, built %lld", layout_name(layout), s,
+               layout_longest_doc(layout, loss, &samples[s]), longest);
+    }
     PackedRows rows;
     int skipped;
     EXPECT(pack_docs(&docs, SEQ_LEN, (PackOptions){false, false}, &rows, &skipped, err, sizeof err) == 0,
@@ -243,18 +253,27 @@ static void test_conversations(TestRng *rng, int round) {
     EntrySet mask_only = layout_entries(LAYOUT_MASK_ONLY, &loss, samples, N_SAMPLES, NULL, NULL);
     int n_inexact = 0, n_tools = 0;
     for (int s = 0; s < N_SAMPLES; s++) {
-        // With tool turns npass's document order is not the turn's message order, so
-        // only the multisets of (ctx, target) are compared: that is the exactness.
-        const bool tools = has_tool_turns(&samples[s]) || options;
-        n_tools += tools;
+        // npass trains a user turn's messages in one document, in order, as the other
+        // layouts do: the trained positions match one to one, tool turns or not.
+        n_tools += has_tool_turns(&samples[s]);
         EntrySet ref = sample_slice(npass, s);
         EntrySet dup = sample_slice(duplicate, s), mask = sample_slice(mask_only, s);
         int want_trained = 0;
         for (int t = 0; t < samples[s].n_turns; t++)
             want_trained += samples[s].turns[t].think.n + samples[s].turns[t].answer.n;
+        // Minimal: one npass document per user turn with a target.
+        int want_docs = 0, got_docs = 0;
+        for (int t = 0, turn_trained = 0; t < samples[s].n_turns; t++) {
+            if (!samples[s].turns[t].continues) want_docs += turn_trained, turn_trained = 0;
+            turn_trained |= !(loss.skip_empty_think && samples[s].turns[t].empty_think);
+            if (t + 1 == samples[s].n_turns) want_docs += turn_trained;
+        }
+        for (int d = 0; d < npass_docs.n_docs; d++) got_docs += npass_docs.docs[d].sample == s;
+        EXPECT(got_docs == want_docs, "round %d sample %d: npass has %d documents, want one per "
+               "trained user turn: %d", round, s, got_docs, want_docs);
         EXPECT(options || ref.n == want_trained, "round %d sample %d: npass trains %d, want |think|+|answer| = %d",
               round, s, ref.n, want_trained);
-        EXPECT(tools || positions_match(dup, ref), "round %d sample %d: duplicate differs from npass",
+        EXPECT(positions_match(dup, ref), "round %d sample %d: duplicate differs from npass",
                round, s);
         EXPECT(multisets_equal(dup, ref), "round %d sample %d: duplicate multiset", round, s);
         if (has_history_thinking(&samples[s]) && !options) {
@@ -263,7 +282,7 @@ static void test_conversations(TestRng *rng, int round) {
                   "round %d sample %d: mask_only matched npass although history answers "
                   "followed thinking", round, s);
         } else if (!has_history_thinking(&samples[s])) {
-            EXPECT(tools ? multisets_equal(mask, ref) : positions_match(mask, ref),
+            EXPECT(positions_match(mask, ref),
                    "round %d sample %d: without history thinking mask_only is npass", round, s);
         }
     }
@@ -329,7 +348,7 @@ static void test_synthetic_data(const char *tokenizer_path, const ChatTemplate *
     // The tool-use data under the templates that render tools (the others refuse it).
     const int n_cases = chat_template->tools ? 3 : 2;
     for (int c = 0; c < n_cases; c++) {
-        const bool tools = c == 2;  // npass's document order is not a turn's message order
+        const bool tools = c == 2;
         DataOptions opt = {.layout = LAYOUT_NPASS, .seq_len = 8192,
                            .max_samples = tools ? 40 : 6, .chat_template = chat_template};
         PackedDataset ref_data, data;
@@ -339,7 +358,7 @@ static void test_synthetic_data(const char *tokenizer_path, const ChatTemplate *
         EntrySet ref, got;
         ref.e = trained_entries(&ref_data.rows, &ref_data.docs, ref_data.samples, true, &ref.n);
         got.e = trained_entries(&data.rows, &data.docs, data.samples, false, &got.n);
-        EXPECT(ref.n > 0 && (tools ? multisets_equal(got, ref) : positions_match(got, ref)),
+        EXPECT(ref.n > 0 && positions_match(got, ref) && multisets_equal(got, ref),
                "%s, %s template: %s differs from npass (%d vs %d trained)", cases[c].path,
                chat_template->name, layout_name(cases[c].layout), got.n, ref.n);
         free(ref.e);

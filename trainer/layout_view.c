@@ -39,6 +39,12 @@ int layout_view_build(LayoutKind layout, const TokenizedSample *samples, int n_s
     memset(v, 0, sizeof *v);
     v->layout = layout;
     for (int s = 0; s < n_samples; s++) {
+        // Checked before laying out (the statistics lay out npass too, never longer than
+        // the one-document layouts, data/layout.h): no document is built that cannot fit.
+        const long long longest = layout_longest_doc(layout, &opt.loss, &samples[s]);
+        if (longest > opt.seq_len)
+            fatal("show: %s: line %d: a document of %lld tokens does not fit seq_len %d (raise "
+                  "data.seq_len)", layout_name(layout), samples[s].line, longest, opt.seq_len);
         if (layout_sample(layout, &opt.loss, &samples[s], s, &v->docs, err, err_len) != 0) {
             doc_list_free(&v->docs);
             return -1;

@@ -26,12 +26,14 @@ static int cmp_u64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-// The sorted contexts of each npass view of one sample; view v is turn v's (for a
-// shared-prefix set, completion v-1's: turn tags count the prefix as 0).
+// The sorted contexts of each npass view of one sample (one per user turn with a target;
+// for a shared-prefix set one per completion) and the turn tag of each view's last token
+// (its user turn; a completion's index + 1, turn tags counting the prefix as 0).
 typedef struct {
-    int first_turn, n_views;
+    int n_views;
     uint64_t **ctx;  // [n_views][n_ctx[v]], sorted
     int *n_ctx;      // [n_views]
+    int *turn;       // [n_views]
 } Views;
 
 static Views npass_views(const TokenizedSample *s, int sample_index) {
@@ -39,11 +41,13 @@ static Views npass_views(const TokenizedSample *s, int sample_index) {
     char err[256];
     if (layout_sample(LAYOUT_NPASS, NULL, s, sample_index, &docs, err, sizeof err) != 0)
         fatal("npass views: %s", err);
-    Views v = {.first_turn = s->kind == SAMPLE_SHARED_PREFIX, .n_views = docs.n_docs};
+    Views v = {.n_views = docs.n_docs};
     v.ctx = xmalloc((size_t)docs.n_docs * sizeof *v.ctx);
     v.n_ctx = xmalloc((size_t)docs.n_docs * sizeof *v.n_ctx);
+    v.turn = xmalloc((size_t)docs.n_docs * sizeof *v.turn);
     for (int d = 0; d < docs.n_docs; d++) {
         const Doc *doc = &docs.docs[d];
+        v.turn[d] = doc->turn[doc->n - 1];
         v.ctx[d] = xmalloc((size_t)doc->n * sizeof(uint64_t));
         v.n_ctx[d] = doc->n;
         context_hashes(doc->n, doc->token, doc->pos, doc->lo, doc->hi, v.ctx[d]);
@@ -57,6 +61,7 @@ static void views_free(Views *v) {
     for (int d = 0; d < v->n_views; d++) free(v->ctx[d]);
     free(v->ctx);
     free(v->n_ctx);
+    free(v->turn);
 }
 
 static bool view_has(const Views *v, int view, uint64_t ctx) {
@@ -65,9 +70,9 @@ static bool view_has(const Views *v, int view, uint64_t ctx) {
 
 // The view of a query of turn `turn` with context ctx (see the header).
 static int view_of(const Views *v, int turn, uint64_t ctx) {
-    int first = turn - v->first_turn;
-    if (first < 0) first = 0;
-    CHECK(first < v->n_views, "turn %d of a sample with %d views", turn, v->n_views);
+    int first = 0;
+    while (first < v->n_views && v->turn[first] < turn) first++;
+    if (first == v->n_views) first = v->n_views - 1;  // an untrained turn after the last view
     for (int view = first; view < v->n_views; view++)
         if (view_has(v, view, ctx)) return view;
     return first;

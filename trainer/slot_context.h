@@ -23,8 +23,9 @@ typedef struct {
 
 // Classifies every pair of row `row` of `rows`, laid out from `docs` (Doc.sample
 // indexes `samples`): pairs[q * seq_len + k] (PairKind). q's inference view is the first
-// npass view (of q's sample, from q's turn on) holding q's context, else the view of
-// q's turn; the pair differs when k's context is not in that view.
+// npass view (of q's sample, from q's turn on; one per user turn) holding q's context,
+// else the first view from q's turn on (the last view if none); the pair differs when
+// k's context is not in that view.
 void pair_kinds_against_npass(const TokenizedSample *samples, const DocList *docs,
                               const PackedRows *rows, int row, uint8_t *pairs,
                               PairCounts *counts);

@@ -60,11 +60,27 @@ typedef struct ChatTemplate {
     bool answer_no_leading_newline;  // an answer beginning with '\n' is refused (Qwen3 drops
                                      // it from the reply being generated, not from history)
     const ToolFormat *tools;     // NULL: tool use is refused by name
+    // Earlier turns keep their reasoning in every later view (data.history_thinking "keep"):
+    // every reply after the first continues the view of the one before.
+    bool keep_thinking;
+    // This family's keep variant (its official template renders earlier turns' reasoning on
+    // request, like onepass.jinja's preserve_thinking); NULL: it always strips it.
+    const struct ChatTemplate *keeping;
     const char *controls[TEMPLATE_MAX_CONTROLS];  // the control tokens, each one id
     int n_controls;
 } ChatTemplate;
 
 extern const ChatTemplate TEMPLATE_ONEPASS;
+
+// What earlier turns' reasoning becomes in later views, data.history_thinking: "strip"
+// (the default: every shipped template strips it by default) or "keep".
+typedef enum { HISTORY_THINKING_STRIP = 0, HISTORY_THINKING_KEEP = 1 } HistoryThinking;
+// The policy named "strip" or "keep"; -1 for any other name.
+int history_thinking_from_name(const char *name);
+// t under policy h: t itself for strip, its keep variant for keep; NULL with a message in err
+// when its official template cannot render earlier turns' reasoning.
+const ChatTemplate *template_with_history(const ChatTemplate *t, HistoryThinking h, char *err,
+                                          size_t err_len);
 
 // The template named name; NULL for an unknown name.
 const ChatTemplate *template_by_name(const char *name);
@@ -98,7 +114,8 @@ typedef struct {
 typedef struct {
     RenderedSegment prompt, think, answer;  // think.n == 0: no think block
     int message;                    // index of its message in messages (or completions)
-    bool continues;    // its view keeps the previous reply's think block (TurnTokens.continues)
+    bool continues;    // its view keeps the previous reply's think block (TurnTokens.continues;
+                       // every reply after the first under keep_thinking)
     bool empty_think;  // reasoning absent or ""
     bool context;      // a TRL prompt's assistant message: rendered, never trained
 } RenderedTurn;

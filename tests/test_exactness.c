@@ -235,6 +235,11 @@ static void test_conversations(TestRng *rng, int round) {
     TokenizedSample samples[N_SAMPLES];
     for (int s = 0; s < N_SAMPLES; s++)
         samples[s] = random_sample(rng, SAMPLE_CONVERSATION, s + 1, round % 2 == 1);
+    // Rounds 5 and 11 keep every turn's thinking (data.history_thinking "keep": every reply
+    // continues the one before): no view strips anything, so every layout is npass's one pass.
+    const bool keep = round % 6 == 5;
+    for (int s = 0; keep && s < N_SAMPLES; s++)
+        for (int t = 1; t < samples[s].n_turns; t++) samples[s].turns[t].continues = true;
 
     PackedRows npass_rows;
     DocList npass_docs;
@@ -286,7 +291,7 @@ static void test_conversations(TestRng *rng, int round) {
                    "round %d sample %d: without history thinking mask_only is npass", round, s);
         }
     }
-    EXPECT(n_inexact > 0 || options, "round %d: no sample with history thinking was drawn", round);
+    EXPECT(n_inexact > 0 || options || keep, "round %d: no sample with history thinking was drawn", round);
     EXPECT(n_tools > 0 || round % 2 == 0, "round %d: no sample with tool turns was drawn", round);
 
     // The hash can fail: change one token that some trained position sees.
@@ -361,6 +366,19 @@ static void test_synthetic_data(const char *tokenizer_path, const ChatTemplate *
         EXPECT(ref.n > 0 && positions_match(got, ref) && multisets_equal(got, ref),
                "%s, %s template: %s differs from npass (%d vs %d trained)", cases[c].path,
                chat_template->name, layout_name(cases[c].layout), got.n, ref.n);
+        if (chat_template->keep_thinking && cases[c].layout == LAYOUT_DUPLICATE) {
+            // Under keep npass is one pass per conversation, and mask_only is exact too.
+            EXPECT(ref_data.docs.n_docs == ref_data.n_samples, "%s, keep: npass has %d documents "
+                   "for %d conversations", cases[c].path, ref_data.docs.n_docs, ref_data.n_samples);
+            PackedDataset mask;
+            opt.layout = LAYOUT_MASK_ONLY;
+            packed_dataset_load(tok, cases[c].path, opt, &mask);
+            EntrySet m;
+            m.e = trained_entries(&mask.rows, &mask.docs, mask.samples, false, &m.n);
+            EXPECT(positions_match(m, ref), "%s, keep: mask_only differs from npass", cases[c].path);
+            free(m.e);
+            packed_dataset_free(&mask);
+        }
         free(ref.e);
         free(got.e);
         packed_dataset_free(&ref_data);
@@ -384,5 +402,8 @@ int main(void) {
         snprintf(dir, sizeof dir, "tests/data/templates/%s", TEMPLATES[i]);
         test_synthetic_data(dir, template_by_name(TEMPLATES[i]));
     }
+    char err[256];
+    test_synthetic_data("tests/data/templates/onepass",
+                        template_with_history(&TEMPLATE_ONEPASS, HISTORY_THINKING_KEEP, err, sizeof err));
     return test_finish();
 }

@@ -55,7 +55,10 @@
       "a turn with absent or empty reasoning has no targets (still visible as history)")          \
     X(data, chat_template, STR, NULL, 0, 0, 0,                                                         \
       "chat template: qwen3, deepseek_r1, chatml, qwen2.5, smollm2, llama3, zephyr, onepass; "    \
-      "null: detected from the model folder")
+      "null: detected from the model folder")                                                     \
+    X(data, history_thinking, STR, "strip", 0, 0, CFG_FIXED,                                      \
+      "earlier turns' reasoning in later views: strip (as every template renders by default) "    \
+      "or keep (onepass; every layout is then one causal pass)")
 
 #define CONFIG_KEYS_MODEL(X)                                                                      \
     X(model, vocab_size, INT, 512, 1, 1 << 24, CFG_FIXED,                                         \

@@ -39,7 +39,8 @@ DataOptions data_options_from_config(const RunConfig *c) {
     return opt;
 }
 
-const ChatTemplate *template_from_config(const RunConfig *c) {
+// data.chat_template, or the folders' template, or onepass (under strip).
+static const ChatTemplate *chosen_template(const RunConfig *c) {
     const char *name = c->data.chat_template;
     if (name) {
         const ChatTemplate *t = template_by_name(name);
@@ -55,4 +56,16 @@ const ChatTemplate *template_from_config(const RunConfig *c) {
         if (t) return t;
     }
     return &TEMPLATE_ONEPASS;
+}
+
+const ChatTemplate *template_from_config(const RunConfig *c) {
+    const char *history = c->data.history_thinking;
+    const int h = history_thinking_from_name(history);
+    if (h < 0)
+        fatal("config key 'data.history_thinking': unknown value '%s' (strip, keep)",
+              history ? history : "null");
+    char err[512];
+    const ChatTemplate *t = template_with_history(chosen_template(c), (HistoryThinking)h, err, sizeof err);
+    if (!t) fatal("config key 'data.history_thinking': %s", err);
+    return t;
 }

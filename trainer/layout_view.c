@@ -56,6 +56,7 @@ int layout_view_build(LayoutKind layout, const TokenizedSample *samples, int n_s
         fatal("show: %s: %s", layout_name(layout), why);
     stats_compute(samples, n_samples, layout, &opt.loss, &v->docs, &v->rows, ATTN_TILE, &v->stats);
     v->stats.n_skipped_too_long = n_skipped;
+    v->stats.keep_thinking = opt.chat_template && opt.chat_template->keep_thinking;
 
     const int seq_len = v->rows.seq_len, n_tiles = (seq_len + ATTN_TILE - 1) / ATTN_TILE;
     v->kinds = xmalloc((size_t)n_tiles * (size_t)n_tiles);

@@ -1,5 +1,5 @@
-// The four layouts (DESIGN.md §3): one tokenized sample becomes documents, one sequence
-// each with per-token records; layout_sample is the one place that picks the layout.
+// The layouts (DESIGN.md §3): one tokenized sample becomes documents, one sequence each
+// with per-token records; layout_sample is the one place that picks the layout.
 #include "data/layout.h"
 
 #include <stdlib.h>
@@ -7,7 +7,8 @@
 
 #include "common/check.h"
 
-static const char *const LAYOUT_NAMES[] = {"npass", "mask_only", "duplicate", "shared_prefix"};
+static const char *const LAYOUT_NAMES[] = {"npass",         "mask_only",   "duplicate",
+                                           "shared_prefix", "as_rendered", "preserve"};
 
 int layout_from_name(const char *name) {
     for (int i = 0; i < (int)(sizeof LAYOUT_NAMES / sizeof *LAYOUT_NAMES); i++)
@@ -198,6 +199,31 @@ static void layout_duplicate(const TokenizedSample *s, const LossOptions *loss, 
     finish_doc(&b, sample_index, s->line, out);
 }
 
+// The first message of the conversation's last user turn.
+static int last_turn_start(const TokenizedSample *s) {
+    int first = s->n_turns - 1;
+    while (first > 0 && s->turns[first].continues) first--;
+    return first;
+}
+
+// as_rendered, (i): the whole conversation as the template renders it (npass's view of the
+// last user turn), one causal pass, every trained message trained in it. An earlier turn's
+// answer is trained without its own reasoning in context, and its reasoning is not trained
+// at all: inexact wherever an earlier turn has reasoning.
+// preserve, (ii): one causal pass with every turn's reasoning visible and trained, which the
+// inference view never shows of an earlier turn: inexact wherever a later turn sees it.
+static void layout_one_pass(const TokenizedSample *s, const LossOptions *loss, int sample_index,
+                            bool keep_history_thinking, DocList *out) {
+    DocBuilder b = {0};
+    const int last = last_turn_start(s);
+    for (int t = 0, turn = -1; t < s->n_turns; t++) {
+        turn += !s->turns[t].continues;
+        push_message(&b, &s->turns[t], turn, b.doc.n, keep_history_thinking || t >= last,
+                     turn_trained(&s->turns[t], loss), loss);
+    }
+    finish_doc(&b, sample_index, s->line, out);
+}
+
 static void layout_npass_shared_prefix(const TokenizedSample *s, const LossOptions *loss,
                                        int sample_index, DocList *out) {
     for (int i = 0; i < s->n_turns; i++) {
@@ -267,6 +293,12 @@ long long layout_longest_doc(LayoutKind kind, const LossOptions *loss, const Tok
         }
         return kind == LAYOUT_SHARED_PREFIX ? n : longest;
     }
+    if (kind == LAYOUT_AS_RENDERED || kind == LAYOUT_PRESERVE) {
+        const int last = last_turn_start(s);
+        for (int t = 0; t < s->n_turns; t++)
+            n += span_sum(&s->turns[t], kind == LAYOUT_PRESERVE || t >= last);
+        return n;
+    }
     long long stripped = 0;  // the earlier user turns without reasoning
     for (int first = 0; first < s->n_turns;) {
         const int end = turn_end(s, first);
@@ -313,6 +345,8 @@ int layout_sample(LayoutKind kind, const LossOptions *loss, const TokenizedSampl
     case LAYOUT_MASK_ONLY: layout_mask_only(s, loss, sample_index, out); return 0;
     case LAYOUT_DUPLICATE: layout_duplicate(s, loss, sample_index, out); return 0;
     case LAYOUT_SHARED_PREFIX: layout_shared_prefix(s, loss, sample_index, out); return 0;
+    case LAYOUT_AS_RENDERED: layout_one_pass(s, loss, sample_index, false, out); return 0;
+    case LAYOUT_PRESERVE: layout_one_pass(s, loss, sample_index, true, out); return 0;
     }
     return fail(err, err_len, "unknown layout %d", (int)kind);
 }

@@ -1,5 +1,5 @@
-// The four layouts (DESIGN.md §3). Every layout turns a tokenized sample into
-// documents: one sequence each, with per-token records.
+// The layouts (DESIGN.md §3). Every layout turns a tokenized sample into documents: one
+// sequence each, with per-token records.
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -12,6 +12,8 @@ typedef enum {
     LAYOUT_MASK_ONLY = 1,
     LAYOUT_DUPLICATE = 2,
     LAYOUT_SHARED_PREFIX = 3,
+    LAYOUT_AS_RENDERED = 4,  // (i) the conversation as the template renders it, one pass
+    LAYOUT_PRESERVE = 5,     // (ii) one pass with every turn's thinking visible and trained
 } LayoutKind;
 
 // Per-token role tag (packed-row "role" field). Padding is -1.
@@ -47,7 +49,8 @@ typedef struct {
     int n_docs, cap;
 } DocList;
 
-// Parses "npass" | "mask_only" | "duplicate" | "shared_prefix"; -1 if unknown.
+// Parses "npass" | "mask_only" | "duplicate" | "shared_prefix" | "as_rendered" | "preserve";
+// -1 if unknown.
 int layout_from_name(const char *name);
 const char *layout_name(LayoutKind kind);
 

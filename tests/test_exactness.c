@@ -156,6 +156,48 @@ static bool multisets_equal(EntrySet a, EntrySet b) {
     return equal;
 }
 
+// The entries of one user turn: a slice of a sample's entries (sorted by turn).
+static EntrySet turn_slice(EntrySet sample, int turn) {
+    int i = 0;
+    while (i < sample.n && sample.e[i].turn < turn) i++;
+    int j = i;
+    while (j < sample.n && sample.e[j].turn == turn) j++;
+    return (EntrySet){sample.e + i, j - i};
+}
+
+static bool has_history_thinking(const TokenizedSample *s);
+
+// The trainers' one-pass layouts against npass, per user turn. as_rendered renders earlier
+// user turns without their reasoning: a turn is exact where it is the last or has no
+// reasoning, inexact elsewhere (its answer computed without its thinking). preserve shows
+// every turn's reasoning: exact when no later turn sees earlier thinking.
+static void check_one_pass_layouts(const TokenizedSample *s, EntrySet ref, EntrySet rendered,
+                                   EntrySet preserve, bool options, int round, int index) {
+    int n_user_turns = 0;
+    for (int t = 0; t < s->n_turns; t++) n_user_turns += !s->turns[t].continues;
+    for (int u = 0, t = 0; u < n_user_turns; u++) {
+        bool thinks = false;
+        do thinks |= s->turns[t].think.n > 0;
+        while (++t < s->n_turns && s->turns[t].continues);
+        EntrySet got = turn_slice(rendered, u), want = turn_slice(ref, u);
+        if (u == n_user_turns - 1 || !thinks)
+            EXPECT(positions_match(got, want), "round %d sample %d turn %d: as_rendered differs from "
+                   "npass in a turn it renders as inference does", round, index, u);
+        else if (!options && want.n > 0)
+            // Its thinking is not trained, and every answer position after the first sits at
+            // another position than in npass (the first's context is the prompt's in both).
+            EXPECT(got.n < want.n && (got.n < 2 || unmatched(got, want) > 0), "round %d sample %d turn %d: as_rendered "
+                   "matched npass on a turn whose thinking it strips (%d of %d trained)", round, index,
+                   u, got.n, want.n);
+    }
+    if (!has_history_thinking(s))
+        EXPECT(positions_match(preserve, ref), "round %d sample %d: preserve differs from npass "
+               "without history thinking", round, index);
+    else if (!options)
+        EXPECT(preserve.n == ref.n && unmatched(preserve, ref) > 0, "round %d sample %d: preserve "
+               "matched npass although a later turn sees earlier thinking", round, index);
+}
+
 static TokenSpan random_span(TestRng *rng, int n) {
     TokenSpan s = {malloc((size_t)(n ? n : 1) * sizeof(int32_t)), n};
     for (int i = 0; i < n; i++) s.ids[i] = test_rng_int(rng, 1, VOCAB);
@@ -256,6 +298,8 @@ static void test_conversations(TestRng *rng, int round) {
     EntrySet npass = layout_entries(LAYOUT_NPASS, &loss, samples, N_SAMPLES, &npass_rows, &npass_docs);
     EntrySet duplicate = layout_entries(LAYOUT_DUPLICATE, &loss, samples, N_SAMPLES, NULL, NULL);
     EntrySet mask_only = layout_entries(LAYOUT_MASK_ONLY, &loss, samples, N_SAMPLES, NULL, NULL);
+    EntrySet rendered = layout_entries(LAYOUT_AS_RENDERED, &loss, samples, N_SAMPLES, NULL, NULL);
+    EntrySet preserve = layout_entries(LAYOUT_PRESERVE, &loss, samples, N_SAMPLES, NULL, NULL);
     int n_inexact = 0, n_tools = 0;
     for (int s = 0; s < N_SAMPLES; s++) {
         // npass trains a user turn's messages in one document, in order, as the other
@@ -263,6 +307,8 @@ static void test_conversations(TestRng *rng, int round) {
         n_tools += has_tool_turns(&samples[s]);
         EntrySet ref = sample_slice(npass, s);
         EntrySet dup = sample_slice(duplicate, s), mask = sample_slice(mask_only, s);
+        check_one_pass_layouts(&samples[s], ref, sample_slice(rendered, s), sample_slice(preserve, s),
+                               options, round, s);
         int want_trained = 0;
         for (int t = 0; t < samples[s].n_turns; t++)
             want_trained += samples[s].turns[t].think.n + samples[s].turns[t].answer.n;
@@ -313,6 +359,8 @@ static void test_conversations(TestRng *rng, int round) {
     free(npass.e);
     free(duplicate.e);
     free(mask_only.e);
+    free(rendered.e);
+    free(preserve.e);
     packed_rows_free(&npass_rows);
     doc_list_free(&npass_docs);
     for (int s = 0; s < N_SAMPLES; s++) tokenized_sample_free(&samples[s]);

@@ -32,7 +32,8 @@
     X(data, tokenizer, STR, "datasets/synthetic/tokenizer.model", 0, 0, 0,                        \
       "a SentencePiece .model, a tokenizer.json or a model folder holding one")                   \
     X(data, layout, STR, "duplicate", 0, 0, CFG_FIXED,                                            \
-      "npass, mask_only (option a), duplicate (option b, exact) or shared_prefix")                \
+      "npass, mask_only (option a), duplicate (option b, exact), shared_prefix, as_rendered "      \
+      "(one pass as the template renders it) or preserve (one pass, all thinking kept)")           \
     X(data, seq_len, INT, 1024, 1, 1 << 20, CFG_FIXED,                                            \
       "tokens per packed row; a conversation never splits, so it must fit one row")               \
     X(data, unpacked, BOOL, false, 0, 0, CFG_FIXED,                                               \

@@ -8,7 +8,7 @@ DataOptions data_options_from_config(const RunConfig *c) {
     int kind = layout_from_name(layout);
     if (kind < 0)
         fatal("config key 'data.layout': unknown layout '%s' (npass, mask_only, duplicate, "
-              "shared_prefix)", layout ? layout : "null");
+              "shared_prefix, as_rendered, preserve)", layout ? layout : "null");
     opt.layout = (LayoutKind)kind;
     long long seq_len = c->data.seq_len;
     if (seq_len <= 0 || seq_len > (1 << 24))

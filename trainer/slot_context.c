@@ -98,7 +98,14 @@ void pair_kinds_against_npass(const TokenizedSample *samples, const DocList *doc
             views = npass_views(&samples[s], s);
             views_doc = doc[q];
         }
-        int view = view_of(&views, rows->turn[base + q], ctx[q]);
+        // A trained slot belongs to its own turn's view, the one npass trains it in (as_rendered
+        // trains an earlier turn's answer inside a later turn's view): its pairs and its
+        // exactness are judged there; every other slot in the first view holding it.
+        const bool trained = rows->target[base + q] != -1;
+        int own = 0;
+        while (own < views.n_views && views.turn[own] < rows->turn[base + q]) own++;
+        const bool has_own = own < views.n_views && views.turn[own] == rows->turn[base + q];
+        int view = trained && has_own ? own : view_of(&views, rows->turn[base + q], ctx[q]);
         for (int k = 0; k <= q; k++) {
             if (!(lo[k] <= q && q < hi[k])) continue;
             bool same = view_has(&views, view, ctx[k]);
@@ -106,9 +113,9 @@ void pair_kinds_against_npass(const TokenizedSample *samples, const DocList *doc
             counts->visible++;
             counts->differ += !same;
         }
-        if (rows->target[base + q] != -1) {
+        if (trained) {
             counts->trained++;
-            counts->trained_differ += !view_has(&views, view, ctx[q]);
+            counts->trained_differ += !(has_own && view_has(&views, own, ctx[q]));
         }
     }
     views_free(&views);

@@ -66,6 +66,17 @@ else
     bad "show conversation: $out"
 fi
 
+# data.history_thinking keep: nothing is stripped, so every layout is npass's one pass: no
+# pair and no trained position differs, in any layout.
+if out=$("$train" show "${common[@]}" --set data.history_thinking=keep --set data.train_path="$data/train.jsonl" \
+         --conversation $line --out "$tmp/keep" 2>&1); then
+    check_figures "$tmp/keep" overview mask_only_diff as_rendered_diff preserve_diff
+    n=$(grep -c "^against npass *0 of [0-9]* visible pairs differ; 0 of [1-9][0-9]* trained positions inexact" <<<"$out")
+    [ "$n" -eq 4 ] && ok || bad "keep: $n of 4 layouts exact against npass: $out"
+else
+    bad "show under keep: $out"
+fi
+
 # A shared-prefix set: npass (separate passes) and shared_prefix, which is exact.
 if out=$("$train" show "${common[@]}" --set data.train_path="$data/shared_prefix.jsonl" --conversation 1 --out "$tmp/sp" 2>&1); then
     check_figures "$tmp/sp" overview npass_mask shared_prefix_strip shared_prefix_mask shared_prefix_tiles shared_prefix_diff

@@ -25,6 +25,8 @@ static TokenizedSample random_sample(TestRng *rng, SampleKind kind, int line) {
     s.n_turns = kind == SAMPLE_CONVERSATION ? test_rng_int(rng, 1, 8) : test_rng_int(rng, 1, 5);
     s.turns = xcalloc((size_t)s.n_turns, sizeof(TurnTokens));
     int reasoning = test_rng_int(rng, 0, 3);  // 0: no turn has reasoning
+    // data.history_thinking "keep" one time in six: every reply continues the one before.
+    const bool keep = kind == SAMPLE_CONVERSATION && test_rng_int(rng, 0, 5) == 0;
     if (kind == SAMPLE_SHARED_PREFIX) s.prefix = random_span(rng, test_rng_int(rng, 1, 8));
     for (int t = 0; t < s.n_turns; t++) {
         TurnTokens *turn = &s.turns[t];
@@ -33,7 +35,7 @@ static TokenizedSample random_sample(TestRng *rng, SampleKind kind, int line) {
         turn->think = random_span(rng, thinks ? test_rng_int(rng, 1, 7) : 0);
         turn->answer = random_span(rng, test_rng_int(rng, 1, 5));
         // A reply after tool results continues its user turn (DESIGN.md §8).
-        turn->continues = kind == SAMPLE_CONVERSATION && t > 0 && test_rng_int(rng, 0, 3) == 0;
+        turn->continues = kind == SAMPLE_CONVERSATION && t > 0 && (keep || test_rng_int(rng, 0, 3) == 0);
     }
     return s;
 }

@@ -182,8 +182,8 @@ static void test_shipped_eval_set(void) {
 }
 
 static void test_prompts_under_templates(void) {
-    static const char *const NAMES[] = {"qwen3",  "deepseek_r1", "chatml", "qwen2.5",
-                                        "smollm2", "llama3",     "zephyr", "onepass"};
+    static const char *const NAMES[] = {"qwen3",  "deepseek_r1", "chatml",  "qwen2.5",     "smollm2",
+                                        "llama3", "zephyr",      "onepass", "onepass_keep"};
     static const char LINE[] =
         "{\"messages\":[{\"role\":\"system\",\"content\":\"Be exact.\"},"
         "{\"role\":\"user\",\"content\":\"Add 12 and 30.\"},"
@@ -196,7 +196,11 @@ static void test_prompts_under_templates(void) {
         char dir[256], err[1024];
         snprintf(dir, sizeof dir, "tests/data/templates/%s", NAMES[k]);
         Tokenizer *tok = tokenizer_load(dir, err, sizeof err);
-        const ChatTemplate *t = template_by_name(NAMES[k]);
+        // onepass_keep: onepass under data.history_thinking "keep", whose history keeps its
+        // thinking in the prompt too.
+        const bool keep = strcmp(NAMES[k], "onepass_keep") == 0;
+        const ChatTemplate *t = keep ? template_with_history(&TEMPLATE_ONEPASS, HISTORY_THINKING_KEEP, err, sizeof err)
+                                     : template_by_name(NAMES[k]);
         EXPECT(tok && t, "%s: %s", dir, err);
         if (!tok || !t) continue;
         Sample s;
@@ -209,8 +213,9 @@ static void test_prompts_under_templates(void) {
             int32_t want[1024];
             int n = 0;
             for (int i = 0; i <= turn; i++) {
-                const TokenSpan *parts[2] = {&ts.turns[i].prompt, &ts.turns[i].answer};
-                for (int j = 0; j < (i < turn ? 2 : 1); j++) {
+                const TokenSpan *parts[3] = {&ts.turns[i].prompt, keep ? &ts.turns[i].think : &ts.turns[i].answer,
+                                             &ts.turns[i].answer};
+                for (int j = 0; j < (i < turn ? (keep ? 3 : 2) : 1); j++) {
                     CHECK(n + parts[j]->n <= 1024, "view too long");
                     memcpy(want + n, parts[j]->ids, (size_t)parts[j]->n * sizeof(int32_t));
                     n += parts[j]->n;

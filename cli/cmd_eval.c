@@ -45,9 +45,12 @@ int cmd_eval(int argc, char **argv) {
     evaluate_model(&model, path, opt, (int)c->train.micro_rows, &loss, &answer_loss);
 
     AccuracySet set;
-    accuracy_set_load(&set, model.tok, opt.chat_template, path, opt.special_in_text, 0);
+    accuracy_set_load(&set, model.tok, opt.chat_template, path, opt.special_in_text, 0, opt.seq_len);
     if (set.n_shared_prefix)
         printf("%s: %d shared-prefix sets left out (no turns to score)\n", path, set.n_shared_prefix);
+    if (set.n_too_long)
+        printf("%s: %d turns left out (their prompt is longer than data.seq_len %d)\n", path,
+               set.n_too_long, opt.seq_len);
     char why[256];
     const DecodeOps *ops = decode_ops(model.backend, why, sizeof why);
     printf("%s\n", why);

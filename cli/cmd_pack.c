@@ -88,6 +88,7 @@ int cmd_pack(int argc, char **argv) {
                   &stats);
     stats.n_skipped_bad = data.n_skipped_bad;
     stats.n_skipped_too_long = data.n_skipped_too_long;
+    stats.keep_thinking = opt.chat_template && opt.chat_template->keep_thinking;
     printf("%s -> %s\n", data_path, out_path);
     stats_print(&stats, stdout);
 

@@ -104,10 +104,10 @@ int cmd_show(int argc, char **argv) {
     printf("%s line %d: %s; seq_len %d, tiles %dx%d\n\n", data_path, line, caption, opt.seq_len,
            ATTN_TILE, ATTN_TILE);
 
-    LayoutView views[4];
-    ShowRow shown[4];
+    LayoutView views[6];
+    ShowRow shown[6];
     int n_shown = 0;
-    for (int layout = LAYOUT_NPASS; layout <= LAYOUT_SHARED_PREFIX; layout++) {
+    for (int layout = LAYOUT_NPASS; layout <= LAYOUT_PRESERVE; layout++) {
         LayoutView *v = &views[n_shown];
         char err[1024];
         if (layout_view_build((LayoutKind)layout, samples, n_samples, opt, v, err, sizeof err)) {

@@ -40,6 +40,8 @@ static const char *layout_title(LayoutKind layout) {
     case LAYOUT_MASK_ONLY: return "mask_only (a)";
     case LAYOUT_DUPLICATE: return "duplicate (b)";
     case LAYOUT_SHARED_PREFIX: return "shared_prefix";
+    case LAYOUT_AS_RENDERED: return "as_rendered (i)";
+    case LAYOUT_PRESERVE: return "preserve (ii)";
     }
     return "unknown";
 }

@@ -28,39 +28,66 @@ static size_t max_piece_bytes(const Tokenizer *tok) {
     return longest;
 }
 
-static size_t text_bytes(const Message *m, bool with_reasoning) {
-    return strlen(m->content) + (with_reasoning && m->reasoning ? strlen(m->reasoning) : 0);
+// What the longest document of a sample holds at the least, known before tokenizing:
+// bytes of text (message contents and reasoning) and template tokens (the control tokens
+// around every message, template_min_tokens).
+typedef struct {
+    size_t bytes;
+    long long controls;
+} TextBound;
+
+static size_t content_bytes(const Message *m) { return m->content ? strlen(m->content) : 0; }
+static size_t reasoning_bytes(const Message *m) { return m->reasoning ? strlen(m->reasoning) : 0; }
+
+// The bound in tokens: each token stands for at most piece_bytes bytes of text.
+static size_t bound_tokens(TextBound b, size_t piece_bytes) {
+    return (b.bytes + piece_bytes - 1) / piece_bytes + (size_t)b.controls;
 }
 
-// Bytes of text that the sample's longest document holds at the least: every text of
-// the sample (one document in every layout but npass); for npass, the last view (all
-// prompts and answers) or one turn's reasoning, whichever is more.
-static size_t min_document_bytes(const Sample *s, LayoutKind layout) {
-    size_t all = 0, visible = 0, reasoning = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        const Message *ms = pass ? s->completions : s->messages;
-        const int n = pass ? s->n_completions : s->n_messages;
-        for (int i = 0; i < n; i++) {
-            all += text_bytes(&ms[i], true);
-            visible += text_bytes(&ms[i], false);
-            const size_t r = ms[i].reasoning ? strlen(ms[i].reasoning) : 0;
-            if (r > reasoning) reasoning = r;
-        }
+// Every layout's longest document holds the inference view of each trained reply (npass's
+// document of its user turn is that view or longer; the one-document layouts hold every
+// view): the messages before it without reasoning, then it with its reasoning. The
+// one-document layouts also hold every message up to the last reply. A shared-prefix set:
+// its prompt, then one completion (npass) or all of them.
+static TextBound min_document(const Sample *s, const ChatTemplate *t, LayoutKind layout,
+                              size_t piece_bytes) {
+    TextBound best = {0}, before = {0}, all = {0};
+    for (int i = 0; i < s->n_messages; i++) {
+        const Message *m = &s->messages[i];
+        before.bytes += content_bytes(m);
+        before.controls += template_min_tokens(t, m->role);
+        if (m->role != MSG_ASSISTANT) continue;
+        all = before;  // messages after the last reply are not rendered
+        const TextBound view = {before.bytes + reasoning_bytes(m), before.controls};
+        if (!m->context && bound_tokens(view, piece_bytes) > bound_tokens(best, piece_bytes))
+            best = view;
     }
-    if (layout != LAYOUT_NPASS) return all;
-    return visible > reasoning ? visible : reasoning;
+    if (s->kind == SAMPLE_SHARED_PREFIX) {
+        all = best = before;
+        size_t longest = 0;
+        for (int i = 0; i < s->n_completions; i++) {
+            const size_t n = content_bytes(&s->completions[i]) + reasoning_bytes(&s->completions[i]);
+            all.bytes += n;
+            if (n > longest) longest = n;
+        }
+        best.bytes += longest;
+    }
+    if (layout == LAYOUT_NPASS || bound_tokens(best, piece_bytes) > bound_tokens(all, piece_bytes))
+        return best;
+    return all;
 }
 
-// Whether a sample's text is too long for seq_len whatever it tokenizes to: checked on
-// the bytes, before tokenizing, so a huge line costs no more than its parse.
-static bool cannot_fit(const Sample *s, LayoutKind layout, int seq_len, size_t piece_bytes,
-                       char *why, size_t why_len) {
-    const size_t bytes = min_document_bytes(s, layout);
-    const size_t min_tokens = (bytes + piece_bytes - 1) / piece_bytes;
+// Whether a sample is too long for seq_len whatever its text tokenizes to: checked on the
+// bytes and the template's tokens, before tokenizing, so a huge line costs no more than
+// its parse.
+static bool cannot_fit(const Sample *s, const ChatTemplate *t, LayoutKind layout, int seq_len,
+                       size_t piece_bytes, char *why, size_t why_len) {
+    const TextBound bound = min_document(s, t, layout, piece_bytes);
+    const size_t min_tokens = bound_tokens(bound, piece_bytes);
     if (min_tokens <= (size_t)seq_len) return false;
     snprintf(why, why_len, "a document of at least %zu tokens (%zu bytes of text) does not fit "
              "seq_len %d (raise data.seq_len, or set data.skip_too_long to skip it)",
-             min_tokens, bytes, seq_len);
+             min_tokens, bound.bytes, seq_len);
     return true;
 }
 
@@ -82,22 +109,35 @@ void packed_dataset_load(const Tokenizer *tok, const char *path, DataOptions opt
     out->n_skipped_bad = data.n_skipped;
     out->samples = xcalloc((size_t)data.n_samples, sizeof(TokenizedSample));
     const size_t piece_bytes = max_piece_bytes(tok);
-    int skipped_before_tokenizing = data.n_too_long;
+    int skipped_before_layout = data.n_too_long;  // samples
     for (int i = 0; i < data.n_samples; i++) {
         if (opt.max_samples > 0 && out->n_samples == opt.max_samples) break;
         const Sample *sample = &data.samples[i];
         TokenizedSample *ts = &out->samples[out->n_samples];
-        if (cannot_fit(sample, opt.layout, opt.seq_len, piece_bytes, why, sizeof why)) {
+        if (cannot_fit(sample, tmpl, opt.layout, opt.seq_len, piece_bytes, why, sizeof why)) {
             if (!opt.pack.skip_too_long) {
                 char message[1200];
                 fail_at(message, sizeof message, path, sample->line, "%s", why);
                 fatal("%s", message);
             }
-            skipped_before_tokenizing++;
+            skipped_before_layout++;
             continue;
         }
         if (sample_tokenize(tok, tmpl, sample, opt.special_in_text, ts, why, sizeof why) != 0) {
             bad_sample(&opt, out, path, sample->line, why);
+            continue;
+        }
+        // No layout builds a document that cannot fit (npass's views of a line of many
+        // short turns would grow quadratically before pack_docs saw one).
+        const long long longest = layout_longest_doc(opt.layout, &opt.loss, ts);
+        if (longest > opt.seq_len) {
+            char message[1200];
+            fail_at(message, sizeof message, path, sample->line,
+                    "a document of %lld tokens does not fit seq_len %d (raise data.seq_len, or "
+                    "set data.skip_too_long to skip it)", longest, opt.seq_len);
+            if (!opt.pack.skip_too_long) fatal("%s", message);
+            tokenized_sample_free(ts);
+            skipped_before_layout++;
             continue;
         }
         if (layout_sample(opt.layout, &opt.loss, ts, out->n_samples, &out->docs, why, sizeof why) != 0) {
@@ -117,7 +157,7 @@ void packed_dataset_load(const Tokenizer *tok, const char *path, DataOptions opt
         fail_at(message, sizeof message, path, too_long->line, "%s", why);
         fatal("%s", message);
     }
-    out->n_skipped_too_long += skipped_before_tokenizing;
+    out->n_skipped_too_long += skipped_before_layout;
 }
 
 void packed_dataset_free(PackedDataset *d) {

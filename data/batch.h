@@ -25,7 +25,8 @@ typedef struct {
     DocList docs;              // the layout's documents; Doc.sample indexes samples[]
     PackedRows rows;
     int n_skipped_bad;         // lines / samples skipped under skip_bad
-    int n_skipped_too_long;    // documents skipped under pack.skip_too_long
+    int n_skipped_too_long;    // samples skipped under pack.skip_too_long: a line over
+                               // data.max_line_bytes, or a document longer than seq_len
 } PackedDataset;
 
 // How dataset_load reads the file under opt (skip_bad, ignore_unknown_keys,

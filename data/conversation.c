@@ -13,7 +13,6 @@
 #include "common/check.h"
 #include "common/output_file.h"
 #include "common/json_names.h"
-#include "data/template.h"
 
 // The two message spellings: OpenAI-style "messages" and ShareGPT "conversations".
 typedef struct {

@@ -1,5 +1,5 @@
-// The four layouts (DESIGN.md §3): one tokenized sample becomes documents, one sequence
-// each with per-token records; layout_sample is the one place that picks the layout.
+// The layouts (DESIGN.md §3): one tokenized sample becomes documents, one sequence each
+// with per-token records; layout_sample is the one place that picks the layout.
 #include "data/layout.h"
 
 #include <stdlib.h>
@@ -7,7 +7,8 @@
 
 #include "common/check.h"
 
-static const char *const LAYOUT_NAMES[] = {"npass", "mask_only", "duplicate", "shared_prefix"};
+static const char *const LAYOUT_NAMES[] = {"npass",         "mask_only",   "duplicate",
+                                           "shared_prefix", "as_rendered", "preserve"};
 
 int layout_from_name(const char *name) {
     for (int i = 0; i < (int)(sizeof LAYOUT_NAMES / sizeof *LAYOUT_NAMES); i++)
@@ -108,21 +109,28 @@ static int push_message(DocBuilder *b, const TurnTokens *m, int turn, int pos0, 
     return pos0 + m->answer.n;
 }
 
-// npass: one document per trained message, its inference view: earlier user turns
-// without their reasoning, its own turn as it is, up to the message.
+// npass: one document per user turn (a run of continuing messages) with a target: the
+// inference view of its last trained message (earlier user turns without their
+// reasoning, the turn as it is, up to that message), every message of the turn in it
+// trained. The view of each earlier message of the turn is a prefix of it, so one causal
+// pass trains them all in their own views (DESIGN.md §3, §8).
 static void layout_npass_conversation(const TokenizedSample *s, const LossOptions *loss,
                                       int sample_index, DocList *out) {
-    int turn = -1, first = 0;  // the message's user turn and that turn's first message
-    for (int t = 0; t < s->n_turns; t++) {
-        if (!s->turns[t].continues) turn++, first = t;
-        if (!turn_trained(&s->turns[t], loss)) continue;
-        DocBuilder b = {0};  // positions = indices
-        for (int h = 0, ht = -1; h < t; h++) {
-            ht += !s->turns[h].continues;
-            push_message(&b, &s->turns[h], ht, b.doc.n, h >= first, false, loss);
+    for (int first = 0, turn = 0; first < s->n_turns; turn++) {
+        const int end = turn_end(s, first);
+        int last = -1;  // the turn's last trained message
+        for (int t = first; t < end; t++)
+            if (turn_trained(&s->turns[t], loss)) last = t;
+        if (last >= 0) {
+            DocBuilder b = {0};  // positions = indices
+            for (int h = 0, ht = -1; h <= last; h++) {
+                ht += !s->turns[h].continues;
+                push_message(&b, &s->turns[h], ht, b.doc.n, h >= first,
+                             h >= first && turn_trained(&s->turns[h], loss), loss);
+            }
+            finish_doc(&b, sample_index, s->line, out);
         }
-        push_message(&b, &s->turns[t], turn, b.doc.n, true, true, loss);
-        finish_doc(&b, sample_index, s->line, out);
+        first = end;
     }
 }
 
@@ -191,6 +199,31 @@ static void layout_duplicate(const TokenizedSample *s, const LossOptions *loss, 
     finish_doc(&b, sample_index, s->line, out);
 }
 
+// The first message of the conversation's last user turn.
+static int last_turn_start(const TokenizedSample *s) {
+    int first = s->n_turns - 1;
+    while (first > 0 && s->turns[first].continues) first--;
+    return first;
+}
+
+// as_rendered, (i): the whole conversation as the template renders it (npass's view of the
+// last user turn), one causal pass, every trained message trained in it. An earlier turn's
+// answer is trained without its own reasoning in context, and its reasoning is not trained
+// at all: inexact wherever an earlier turn has reasoning.
+// preserve, (ii): one causal pass with every turn's reasoning visible and trained, which the
+// inference view never shows of an earlier turn: inexact wherever a later turn sees it.
+static void layout_one_pass(const TokenizedSample *s, const LossOptions *loss, int sample_index,
+                            bool keep_history_thinking, DocList *out) {
+    DocBuilder b = {0};
+    const int last = last_turn_start(s);
+    for (int t = 0, turn = -1; t < s->n_turns; t++) {
+        turn += !s->turns[t].continues;
+        push_message(&b, &s->turns[t], turn, b.doc.n, keep_history_thinking || t >= last,
+                     turn_trained(&s->turns[t], loss), loss);
+    }
+    finish_doc(&b, sample_index, s->line, out);
+}
+
 static void layout_npass_shared_prefix(const TokenizedSample *s, const LossOptions *loss,
                                        int sample_index, DocList *out) {
     for (int i = 0; i < s->n_turns; i++) {
@@ -238,6 +271,59 @@ static int check_spans(const TokenizedSample *s, char *err, size_t err_len) {
     return 0;
 }
 
+static int span_sum(const TurnTokens *m, bool with_think) {
+    return m->prompt.n + (with_think ? m->think.n : 0) + m->answer.n;
+}
+
+// Mirrors the layouts above, counting instead of building.
+long long layout_longest_doc(LayoutKind kind, const LossOptions *loss, const TokenizedSample *s) {
+    static const LossOptions defaults = {0};
+    if (!loss) loss = &defaults;
+    bool any_trained = false;
+    for (int t = 0; t < s->n_turns; t++) any_trained |= turn_trained(&s->turns[t], loss);
+    if (!any_trained) return 0;
+    long long longest = 0, n = 0;
+    if (s->kind == SAMPLE_SHARED_PREFIX) {
+        if (kind == LAYOUT_SHARED_PREFIX) n = s->prefix.n - 1;
+        for (int i = 0; i < s->n_turns; i++) {
+            if (!turn_trained(&s->turns[i], loss)) continue;
+            const long long completion = s->turns[i].think.n + s->turns[i].answer.n;
+            if (kind == LAYOUT_SHARED_PREFIX) n += 1 + completion;
+            else if (s->prefix.n + completion > longest) longest = s->prefix.n + completion;
+        }
+        return kind == LAYOUT_SHARED_PREFIX ? n : longest;
+    }
+    if (kind == LAYOUT_AS_RENDERED || kind == LAYOUT_PRESERVE) {
+        const int last = last_turn_start(s);
+        for (int t = 0; t < s->n_turns; t++)
+            n += span_sum(&s->turns[t], kind == LAYOUT_PRESERVE || t >= last);
+        return n;
+    }
+    long long stripped = 0;  // the earlier user turns without reasoning
+    for (int first = 0; first < s->n_turns;) {
+        const int end = turn_end(s, first);
+        int last = -1;
+        bool thinks = false;
+        for (int t = first; t < end; t++) {
+            if (turn_trained(&s->turns[t], loss)) last = t;
+            thinks |= s->turns[t].think.n > 0;
+        }
+        long long whole = 0, history = 0;  // the turn with its reasoning; its history copy
+        for (int t = first; t < end; t++) {
+            if (kind == LAYOUT_NPASS && t == last + 1) break;
+            whole += span_sum(&s->turns[t], kind == LAYOUT_MASK_ONLY || last >= 0);
+            history += span_sum(&s->turns[t], false);
+        }
+        if (kind == LAYOUT_NPASS && last >= 0 && stripped + whole > longest) longest = stripped + whole;
+        if (kind == LAYOUT_DUPLICATE && last >= 0 && thinks && end < s->n_turns)
+            n += history - s->turns[first].prompt.n;  // the history copy
+        n += whole;
+        for (int t = first; t < end; t++) stripped += span_sum(&s->turns[t], false);
+        first = end;
+    }
+    return kind == LAYOUT_NPASS ? longest : n;
+}
+
 int layout_sample(LayoutKind kind, const LossOptions *loss, const TokenizedSample *s,
                   int sample_index, DocList *out, char *err, size_t err_len) {
     static const LossOptions defaults = {0};
@@ -259,6 +345,8 @@ int layout_sample(LayoutKind kind, const LossOptions *loss, const TokenizedSampl
     case LAYOUT_MASK_ONLY: layout_mask_only(s, loss, sample_index, out); return 0;
     case LAYOUT_DUPLICATE: layout_duplicate(s, loss, sample_index, out); return 0;
     case LAYOUT_SHARED_PREFIX: layout_shared_prefix(s, loss, sample_index, out); return 0;
+    case LAYOUT_AS_RENDERED: layout_one_pass(s, loss, sample_index, false, out); return 0;
+    case LAYOUT_PRESERVE: layout_one_pass(s, loss, sample_index, true, out); return 0;
     }
     return fail(err, err_len, "unknown layout %d", (int)kind);
 }

@@ -1,5 +1,5 @@
-// The four layouts (DESIGN.md §3). Every layout turns a tokenized sample into
-// documents: one sequence each, with per-token records.
+// The layouts (DESIGN.md §3). Every layout turns a tokenized sample into documents: one
+// sequence each, with per-token records.
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -12,6 +12,8 @@ typedef enum {
     LAYOUT_MASK_ONLY = 1,
     LAYOUT_DUPLICATE = 2,
     LAYOUT_SHARED_PREFIX = 3,
+    LAYOUT_AS_RENDERED = 4,  // (i) the conversation as the template renders it, one pass
+    LAYOUT_PRESERVE = 5,     // (ii) one pass with every turn's thinking visible and trained
 } LayoutKind;
 
 // Per-token role tag (packed-row "role" field). Padding is -1.
@@ -47,7 +49,8 @@ typedef struct {
     int n_docs, cap;
 } DocList;
 
-// Parses "npass" | "mask_only" | "duplicate" | "shared_prefix"; -1 if unknown.
+// Parses "npass" | "mask_only" | "duplicate" | "shared_prefix" | "as_rendered" | "preserve";
+// -1 if unknown.
 int layout_from_name(const char *name);
 const char *layout_name(LayoutKind kind);
 
@@ -59,6 +62,11 @@ const char *layout_name(LayoutKind kind);
 // shared-prefix set); the caller names the sample's line.
 int layout_sample(LayoutKind kind, const LossOptions *loss, const TokenizedSample *s,
                   int sample_index, DocList *out, char *err, size_t err_len);
+// The number of tokens of the longest document layout_sample would append for s, counted
+// from the spans without building anything (O(turns)); 0 when it would append none. Callers
+// check it against seq_len before laying out, so no layout builds a document that cannot
+// fit: npass's work is then at most one seq_len per user turn.
+long long layout_longest_doc(LayoutKind kind, const LossOptions *loss, const TokenizedSample *s);
 // (Re)allocates every column of d for cap tokens, keeping the first d->n.
 void doc_reserve(Doc *d, int cap);
 void doc_list_free(DocList *list);

@@ -19,17 +19,22 @@ static const ToolFormat ONEPASS_TOOLS = {
 };
 
 // Order fixes the ids of a tokenizer trained here (data/tokenizer.cc): 1..6.
-const ChatTemplate TEMPLATE_ONEPASS = {
-    .name = "onepass", .bos = "",
-    .system_open = TEMPLATE_SYSTEM_HEADER, .system_close = "",
-    .user_open = TEMPLATE_USER_HEADER, .user_close = "",
-    .assistant_open = TEMPLATE_ASSISTANT_HEADER,
-    .think_open = TEMPLATE_THINK_OPEN, .think_close = TEMPLATE_THINK_CLOSE,
-    .end_of_turn = TEMPLATE_END_OF_TURN, .after_turn = "", .tools = &ONEPASS_TOOLS,
-    .controls = {TEMPLATE_SYSTEM_HEADER, TEMPLATE_USER_HEADER, TEMPLATE_ASSISTANT_HEADER,
-                 TEMPLATE_THINK_OPEN, TEMPLATE_THINK_CLOSE, TEMPLATE_END_OF_TURN},
-    .n_controls = 6,
-};
+#define ONEPASS_FIELDS                                                                        \
+    .name = "onepass", .bos = "",                                                             \
+    .system_open = TEMPLATE_SYSTEM_HEADER, .system_close = "",                                \
+    .user_open = TEMPLATE_USER_HEADER, .user_close = "",                                      \
+    .assistant_open = TEMPLATE_ASSISTANT_HEADER,                                              \
+    .think_open = TEMPLATE_THINK_OPEN, .think_close = TEMPLATE_THINK_CLOSE,                   \
+    .end_of_turn = TEMPLATE_END_OF_TURN, .after_turn = "", .tools = &ONEPASS_TOOLS,           \
+    .controls = {TEMPLATE_SYSTEM_HEADER, TEMPLATE_USER_HEADER, TEMPLATE_ASSISTANT_HEADER,      \
+                 TEMPLATE_THINK_OPEN, TEMPLATE_THINK_CLOSE, TEMPLATE_END_OF_TURN},            \
+    .n_controls = 6
+
+// onepass under data.history_thinking "keep": every reply keeps its reasoning in later views
+// (onepass.jinja with preserve_thinking).
+static const ChatTemplate ONEPASS_KEEP = {ONEPASS_FIELDS, .keep_thinking = true};
+
+const ChatTemplate TEMPLATE_ONEPASS = {ONEPASS_FIELDS, .keeping = &ONEPASS_KEEP};
 
 // Qwen3's tool use: the definitions as its system block (the first system message inside),
 // a run of tool results in one user block; <tool_call>, <tool_response> and their closes
@@ -137,6 +142,22 @@ const ChatTemplate *template_by_name(const char *name) {
 
 const char *template_names(void) {
     return "qwen3, deepseek_r1, chatml, qwen2.5, smollm2, llama3, zephyr, onepass";
+}
+
+int history_thinking_from_name(const char *name) {
+    if (name && strcmp(name, "strip") == 0) return HISTORY_THINKING_STRIP;
+    if (name && strcmp(name, "keep") == 0) return HISTORY_THINKING_KEEP;
+    return -1;
+}
+
+const ChatTemplate *template_with_history(const ChatTemplate *t, HistoryThinking h, char *err,
+                                          size_t err_len) {
+    if (h == HISTORY_THINKING_STRIP) return t;
+    if (t->keep_thinking) return t;
+    if (t->keeping) return t->keeping;
+    fail(err, err_len, "keep: the %s template renders earlier turns without their reasoning, as "
+         "its official chat template does (keep applies to: onepass)", t->name);
+    return NULL;
 }
 
 // Fingerprints of the official templates (tests/data/templates/*/tokenizer_config.json
@@ -250,6 +271,23 @@ static const char *next_control(const ChatTemplate *t, const char *p, size_t *le
         if (at && (!best || at < best)) best = at, *len = strlen(t->controls[i]);
     }
     return best;
+}
+
+static int count_controls(const ChatTemplate *t, const char *text) {
+    int n = 0;
+    size_t len = 0;
+    for (const char *at; text && (at = next_control(t, text, &len)) != NULL; text = at + len) n++;
+    return n;
+}
+
+int template_min_tokens(const ChatTemplate *t, MessageRole role) {
+    switch (role) {
+    case MSG_USER: return count_controls(t, t->user_open) + count_controls(t, t->user_close);
+    case MSG_ASSISTANT:
+        return count_controls(t, t->assistant_open) + count_controls(t, t->answer_open) +
+               count_controls(t, t->end_of_turn);
+    default: return 0;
+    }
 }
 
 // n bytes of template text: its control tokens become control pieces.
@@ -480,7 +518,7 @@ static void render_turns(Renderer *r, const Sample *s, const char *array, Render
             user_since_reply |= !system;
             continue;
         }
-        RenderedTurn turn = {.message = i, .continues = !user_since_reply};
+        RenderedTurn turn = {.message = i, .continues = *n_turns > 0 && (t->keep_thinking || !user_since_reply)};
         user_since_reply = false;
         const RenderedTurn *prev = *n_turns > 0 ? &(*turns)[*n_turns - 1] : NULL;
         if (turn.continues && t->always_think && prev->empty_think) {
@@ -517,9 +555,11 @@ int template_render(const ChatTemplate *t, const Sample *s, SpecialInText specia
         segment_free(&trailing);
         if (r.rc == 0 && out->n_turns == 0) r.rc = fail(err, err_len, "conversation has no assistant message");
     } else {
-        // The prefix is the inference view of the prompt messages: p_0 a_0 … p_k.
+        // The prefix is the inference view of the prompt messages: p_0 a_0 … p_k (p_0 th_0 a_0
+        // … under keep_thinking).
         for (int i = 0; i < out->n_turns; i++) {
             segment_concat(&out->prefix, &out->turns[i].prompt);
+            if (t->keep_thinking) segment_concat(&out->prefix, &out->turns[i].think);
             segment_concat(&out->prefix, &out->turns[i].answer);
             turn_free(&out->turns[i]);
         }

@@ -13,15 +13,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "data/conversation.h"
+#include "data/message.h"
 
-// The onepass template's tokens; "<think>" / "</think>" are also the inline think tags of
-// the data formats (data/conversation.c).
+// The onepass template's tokens (its think tags, TEMPLATE_THINK_OPEN and
+// TEMPLATE_THINK_CLOSE, are the data formats' inline ones: data/message.h).
 #define TEMPLATE_SYSTEM_HEADER "<|system|>"
 #define TEMPLATE_USER_HEADER "<|user|>"
 #define TEMPLATE_ASSISTANT_HEADER "<|assistant|>"
-#define TEMPLATE_THINK_OPEN "<think>"
-#define TEMPLATE_THINK_CLOSE "</think>"
 #define TEMPLATE_END_OF_TURN "<|end|>"
 
 enum { TEMPLATE_MAX_CONTROLS = 8 };
@@ -62,11 +60,27 @@ typedef struct ChatTemplate {
     bool answer_no_leading_newline;  // an answer beginning with '\n' is refused (Qwen3 drops
                                      // it from the reply being generated, not from history)
     const ToolFormat *tools;     // NULL: tool use is refused by name
+    // Earlier turns keep their reasoning in every later view (data.history_thinking "keep"):
+    // every reply after the first continues the view of the one before.
+    bool keep_thinking;
+    // This family's keep variant (its official template renders earlier turns' reasoning on
+    // request, like onepass.jinja's preserve_thinking); NULL: it always strips it.
+    const struct ChatTemplate *keeping;
     const char *controls[TEMPLATE_MAX_CONTROLS];  // the control tokens, each one id
     int n_controls;
 } ChatTemplate;
 
 extern const ChatTemplate TEMPLATE_ONEPASS;
+
+// What earlier turns' reasoning becomes in later views, data.history_thinking: "strip"
+// (the default: every shipped template strips it by default) or "keep".
+typedef enum { HISTORY_THINKING_STRIP = 0, HISTORY_THINKING_KEEP = 1 } HistoryThinking;
+// The policy named "strip" or "keep"; -1 for any other name.
+int history_thinking_from_name(const char *name);
+// t under policy h: t itself for strip, its keep variant for keep; NULL with a message in err
+// when its official template cannot render earlier turns' reasoning.
+const ChatTemplate *template_with_history(const ChatTemplate *t, HistoryThinking h, char *err,
+                                          size_t err_len);
 
 // The template named name; NULL for an unknown name.
 const ChatTemplate *template_by_name(const char *name);
@@ -79,6 +93,12 @@ const ChatTemplate *template_recognise(const char *chat_template);
 // with *out = the template, or *out = NULL when dir is no folder or has no chat_template;
 // -1 with a message naming the folder when the chat_template is not recognised.
 int template_of_folder(const char *dir, const ChatTemplate **out, char *err, size_t err_len);
+
+// The fewest template tokens a message of this role renders with, whatever its text: the
+// control tokens of the strings around every user message (user_open, user_close) or
+// every assistant message (assistant_open, answer_open, end_of_turn); 0 for the others.
+// A lower bound that needs no tokenizer (data/batch.c's length check before tokenizing).
+int template_min_tokens(const ChatTemplate *t, MessageRole role);
 
 // A segment's text as alternating pieces: a control token (one id) or a text run.
 typedef struct {
@@ -94,7 +114,8 @@ typedef struct {
 typedef struct {
     RenderedSegment prompt, think, answer;  // think.n == 0: no think block
     int message;                    // index of its message in messages (or completions)
-    bool continues;    // its view keeps the previous reply's think block (TurnTokens.continues)
+    bool continues;    // its view keeps the previous reply's think block (TurnTokens.continues;
+                       // every reply after the first under keep_thinking)
     bool empty_think;  // reasoning absent or ""
     bool context;      // a TRL prompt's assistant message: rendered, never trained
 } RenderedTurn;

@@ -42,7 +42,9 @@ void layout_visibility_from_tags(LayoutKind layout, const int32_t *doc, const in
             bool visible = doc[k] != -1 && doc[k] == doc[q] && k <= q;
             if (visible) {
                 switch (layout) {
-                case LAYOUT_NPASS: break;
+                case LAYOUT_NPASS:
+                case LAYOUT_AS_RENDERED:
+                case LAYOUT_PRESERVE: break;  // causal within the document
                 case LAYOUT_SHARED_PREFIX: visible = turn[k] == 0 || turn[k] == turn[q]; break;
                 case LAYOUT_MASK_ONLY:
                 case LAYOUT_DUPLICATE:

@@ -57,4 +57,40 @@ fi
 if out=$(pack --set data.seq_len=1024 --set data.skip_too_long=true --out "$tmp/rows.jsonl" 2>&1) &&
    grep -q "^skipped *0 bad, 1 too long" <<<"$out"; then ok; else bad "skip_too_long of the line: $out"; fi
 
+# A line under 1 MiB of 16,000 empty turns: no text, but 3 template tokens a turn (onepass:
+# <|user|>, <|assistant|>, <|end|>), so its last view is 48,000 tokens. The check before
+# tokenizing counts them; npass's 16,000 views (~3T^2/2 tokens) are never built.
+python3 -c 'import sys; t = "{\"role\":\"user\",\"content\":\"\"},{\"role\":\"assistant\",\"content\":\"\"}"
+sys.stdout.write("{\"messages\":[" + ",".join([t] * 16000) + "]}\n")' > "$tmp/empty_turns.jsonl"
+head -n 2 "$data/train.jsonl" >> "$tmp/empty_turns.jsonl"
+[ "$(head -n 1 "$tmp/empty_turns.jsonl" | wc -c)" -lt 1048576 ] && ok || bad "the empty-turns line is over 1 MiB"
+pack_empty=(pack --set data.tokenizer="$data/tokenizer.model" --set data.train_path="$tmp/empty_turns.jsonl"
+            --set data.layout=npass --out "$tmp/rows.jsonl")
+if out=$(timed "$train" "${pack_empty[@]}" --set data.seq_len=1024 2>&1); then
+    bad "16,000 empty turns: exit 0"
+else
+    grep -q "empty_turns.jsonl:1: a document of at least 48000 tokens (0 bytes of text) does not fit seq_len 1024" <<<"$out" \
+        && ok || bad "16,000 empty turns message: $(tail -2 <<<"$out")"
+    rss=$(maxrss "$out")
+    [ -n "$rss" ] && [ $((rss - base_rss)) -lt 100000 ] && ok || bad "16,000 empty turns took ${rss} KB, ${base_rss} KB at start-up"
+fi
+if out=$("$train" "${pack_empty[@]}" --set data.seq_len=1024 --set data.skip_too_long=true 2>&1) &&
+   grep -q "^skipped *0 bad, 1 too long" <<<"$out" && [ "$(wc -l < "$tmp/rows.jsonl")" -ge 1 ]; then ok
+else bad "skip_too_long of the empty turns: $out"; fi
+# 2,000 turns of a short question fit the bound before tokenizing at seq_len 16384 but not
+# once tokenized: refused by each layout's longest document, counted before any is built
+# (npass would build ~40 million tokens of views first: 20,000 tokens each).
+python3 -c 't = "{\"role\":\"user\",\"content\":\"1 2 3 4 5 6 7 8 9\"},{\"role\":\"assistant\",\"content\":\"\"}"
+print("{\"messages\":[" + ",".join([t] * 2000) + "]}")' > "$tmp/short_turns.jsonl"
+for layout in npass mask_only duplicate; do
+    if out=$(timed "$train" pack --set data.tokenizer="$data/tokenizer.model" --set data.train_path="$tmp/short_turns.jsonl" \
+             --set data.layout=$layout --set data.seq_len=16384 --out "$tmp/rows.jsonl" 2>&1); then
+        bad "2,000 short turns ($layout): exit 0"
+    else
+        grep -q "short_turns.jsonl:1: a document of [0-9]* tokens does not fit seq_len 16384" <<<"$out" \
+            && ok || bad "2,000 short turns ($layout) message: $(tail -2 <<<"$out")"
+        rss=$(maxrss "$out")
+        [ -n "$rss" ] && [ $((rss - base_rss)) -lt 100000 ] && ok || bad "2,000 short turns ($layout) took ${rss} KB, ${base_rss} KB at start-up"
+    fi
+done
 finish

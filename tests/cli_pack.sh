@@ -104,5 +104,25 @@ elif grep -q "sp.jsonl:1: layout duplicate does not apply" <<<"$out"; then ok; e
 if out=$(pack --set data.layout=bogus --out "$tmp/x.jsonl" 2>&1); then bad "bogus layout: exit 0"
 elif grep -q "data.layout.*bogus" <<<"$out"; then ok; else bad "bogus layout: $out"; fi
 
+# data.history_thinking keep: no view strips anything, so duplicate and mask_only lay out
+# exactly what npass does (one causal pass per conversation) and say so; the rows are
+# npass's rows. A template whose official text always strips refuses keep by name.
+for layout in npass duplicate mask_only; do
+    if out=$(pack --set data.train_path="$tmp/conv.jsonl" --set data.history_thinking=keep \
+             --set data.layout=$layout --out "$tmp/keep_$layout.jsonl" 2>&1) &&
+       grep -q "^history thinking *keep: every layout is one causal pass per conversation" <<<"$out" &&
+       grep -q "^documents *12 " <<<"$out" && grep -q "^tokens .*(1.000 x npass)" <<<"$out"; then ok
+    else bad "keep, $layout: $out"; fi
+done
+cmp -s "$tmp/keep_npass.jsonl" "$tmp/keep_duplicate.jsonl" && cmp -s "$tmp/keep_npass.jsonl" "$tmp/keep_mask_only.jsonl" \
+    && ok || bad "keep: the layouts' rows differ from npass's"
+if out=$(pack --set data.train_path="$tmp/conv.jsonl" --set data.layout=duplicate --out "$tmp/strip.jsonl" 2>&1) &&
+   grep -q "^history thinking *strip$" <<<"$out" && ! cmp -s "$tmp/strip.jsonl" "$tmp/keep_duplicate.jsonl"; then ok
+else bad "strip: $out"; fi
+if out=$(pack --set data.train_path="$tmp/conv.jsonl" --set data.chat_template=qwen3 --set data.history_thinking=keep \
+         --out "$tmp/x.jsonl" 2>&1); then bad "keep under qwen3: exit 0"
+elif grep -q "config key 'data.history_thinking': keep: the qwen3 template renders earlier turns without their reasoning" <<<"$out"; then ok
+else bad "keep under qwen3: $out"; fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

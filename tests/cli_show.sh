@@ -52,8 +52,29 @@ if out=$("$train" show "${common[@]}" --set data.train_path="$data/train.jsonl" 
     done
     if grep -q "^against npass *0 of [0-9]* visible pairs differ; 0 of" <<<"$(awk '/^layout/ {l=$2} l=="duplicate"' <<<"$out")"; then ok; else bad "duplicate is not exact against npass: $out"; fi
     if grep -q "^against npass *[1-9][0-9]* of" <<<"$(awk '/^layout/ {l=$2} l=="mask_only"' <<<"$out")"; then ok; else bad "mask_only shows no difference from npass: $out"; fi
+    # The trainers' one-pass layouts: as_rendered trains earlier answers without their
+    # thinking, fewer positions, some inexact; preserve trains all of them, later turns
+    # seeing earlier thinking.
+    check_figures "$tmp/conv" as_rendered_strip as_rendered_mask as_rendered_diff preserve_strip preserve_mask preserve_diff
+    rendered=$(awk '/^layout/ {l=$2} l=="as_rendered"' <<<"$out"); preserved=$(awk '/^layout/ {l=$2} l=="preserve"' <<<"$out")
+    npass_trained=$(awk '/^layout/ {l=$2} l=="npass" && /^trained tokens/ {print $3}' <<<"$out")
+    if grep -q "^against npass *[1-9][0-9]* of [0-9]* visible pairs differ; [1-9][0-9]* of [0-9]* trained positions inexact" <<<"$rendered" &&
+       [ "$(awk '/^trained tokens/ {print $3}' <<<"$rendered")" -lt "$npass_trained" ]; then ok; else bad "as_rendered against npass: $rendered"; fi
+    if grep -q "^against npass *[1-9][0-9]* of [0-9]* visible pairs differ; [1-9][0-9]* of $npass_trained trained positions inexact" <<<"$preserved"; then ok
+    else bad "preserve against npass: $preserved"; fi
 else
     bad "show conversation: $out"
+fi
+
+# data.history_thinking keep: nothing is stripped, so every layout is npass's one pass: no
+# pair and no trained position differs, in any layout.
+if out=$("$train" show "${common[@]}" --set data.history_thinking=keep --set data.train_path="$data/train.jsonl" \
+         --conversation $line --out "$tmp/keep" 2>&1); then
+    check_figures "$tmp/keep" overview mask_only_diff as_rendered_diff preserve_diff
+    n=$(grep -c "^against npass *0 of [0-9]* visible pairs differ; 0 of [1-9][0-9]* trained positions inexact" <<<"$out")
+    [ "$n" -eq 4 ] && ok || bad "keep: $n of 4 layouts exact against npass: $out"
+else
+    bad "show under keep: $out"
 fi
 
 # A shared-prefix set: npass (separate passes) and shared_prefix, which is exact.

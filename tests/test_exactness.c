@@ -52,8 +52,9 @@ static int by_ctx_target(const void *a, const void *b) {
 }
 
 // Context hashes of every slot of the packed rows; entries for the trained slots,
-// sorted by (sample, turn, rank). An npass document's turn is its index among its
-// sample's documents (+1 for shared-prefix sets, whose completions are turns 1..n).
+// sorted by (sample, turn, rank). A trained slot's turn is its user turn (Doc.turn); for
+// npass over a shared-prefix set it is the document's index among its sample's documents
+// + 1 (the completions are turns 1..n, the trained last prompt token is tagged 0).
 static Entry *trained_entries(const PackedRows *rows, const DocList *docs,
                               const TokenizedSample *samples, bool npass, int *n_entries) {
     int *doc_in_sample = malloc((size_t)docs->n_docs * sizeof(int));
@@ -85,8 +86,8 @@ static Entry *trained_entries(const PackedRows *rows, const DocList *docs,
             if (rows->target[base + q] == -1) continue;
             int d = rows->doc[base + q];
             int sample = docs->docs[d].sample;
-            int turn = npass ? doc_in_sample[d] + (samples[sample].kind == SAMPLE_SHARED_PREFIX)
-                             : rows->turn[base + q];
+            int turn = npass && samples[sample].kind == SAMPLE_SHARED_PREFIX ? doc_in_sample[d] + 1
+                                                                             : rows->turn[base + q];
             Entry e = {sample, turn, 0, (long long)base + q, h, rows->target[base + q]};
             if (n == cap) entries = realloc(entries, (size_t)(cap = 2 * cap + 64) * sizeof(Entry));
             entries[n++] = e;
@@ -155,6 +156,48 @@ static bool multisets_equal(EntrySet a, EntrySet b) {
     return equal;
 }
 
+// The entries of one user turn: a slice of a sample's entries (sorted by turn).
+static EntrySet turn_slice(EntrySet sample, int turn) {
+    int i = 0;
+    while (i < sample.n && sample.e[i].turn < turn) i++;
+    int j = i;
+    while (j < sample.n && sample.e[j].turn == turn) j++;
+    return (EntrySet){sample.e + i, j - i};
+}
+
+static bool has_history_thinking(const TokenizedSample *s);
+
+// The trainers' one-pass layouts against npass, per user turn. as_rendered renders earlier
+// user turns without their reasoning: a turn is exact where it is the last or has no
+// reasoning, inexact elsewhere (its answer computed without its thinking). preserve shows
+// every turn's reasoning: exact when no later turn sees earlier thinking.
+static void check_one_pass_layouts(const TokenizedSample *s, EntrySet ref, EntrySet rendered,
+                                   EntrySet preserve, bool options, int round, int index) {
+    int n_user_turns = 0;
+    for (int t = 0; t < s->n_turns; t++) n_user_turns += !s->turns[t].continues;
+    for (int u = 0, t = 0; u < n_user_turns; u++) {
+        bool thinks = false;
+        do thinks |= s->turns[t].think.n > 0;
+        while (++t < s->n_turns && s->turns[t].continues);
+        EntrySet got = turn_slice(rendered, u), want = turn_slice(ref, u);
+        if (u == n_user_turns - 1 || !thinks)
+            EXPECT(positions_match(got, want), "round %d sample %d turn %d: as_rendered differs from "
+                   "npass in a turn it renders as inference does", round, index, u);
+        else if (!options && want.n > 0)
+            // Its thinking is not trained, and every answer position after the first sits at
+            // another position than in npass (the first's context is the prompt's in both).
+            EXPECT(got.n < want.n && (got.n < 2 || unmatched(got, want) > 0), "round %d sample %d turn %d: as_rendered "
+                   "matched npass on a turn whose thinking it strips (%d of %d trained)", round, index,
+                   u, got.n, want.n);
+    }
+    if (!has_history_thinking(s))
+        EXPECT(positions_match(preserve, ref), "round %d sample %d: preserve differs from npass "
+               "without history thinking", round, index);
+    else if (!options)
+        EXPECT(preserve.n == ref.n && unmatched(preserve, ref) > 0, "round %d sample %d: preserve "
+               "matched npass although a later turn sees earlier thinking", round, index);
+}
+
 static TokenSpan random_span(TestRng *rng, int n) {
     TokenSpan s = {malloc((size_t)(n ? n : 1) * sizeof(int32_t)), n};
     for (int i = 0; i < n; i++) s.ids[i] = test_rng_int(rng, 1, VOCAB);
@@ -188,9 +231,18 @@ static EntrySet layout_entries(LayoutKind layout, const LossOptions *loss,
                                PackedRows *rows_out, DocList *docs_out) {
     DocList docs = {0};
     char err[256];
-    for (int s = 0; s < n_samples; s++)
+    for (int s = 0; s < n_samples; s++) {
+        const int first = docs.n_docs;
         EXPECT(layout_sample(layout, loss, &samples[s], s, &docs, err, sizeof err) == 0, "%s: %s",
               layout_name(layout), err);
+        // The length check before laying out counts what the layout builds.
+        long long longest = 0;
+        for (int d = first; d < docs.n_docs; d++)
+            if (docs.docs[d].n > longest) longest = docs.docs[d].n;
+        EXPECT(layout_longest_doc(layout, loss, &samples[s]) == longest,
+               "%s sample %d: layout_longest_doc %lld, built %lld", layout_name(layout), s,
+               layout_longest_doc(layout, loss, &samples[s]), longest);
+    }
     PackedRows rows;
     int skipped;
     EXPECT(pack_docs(&docs, SEQ_LEN, (PackOptions){false, false}, &rows, &skipped, err, sizeof err) == 0,
@@ -225,6 +277,11 @@ static void test_conversations(TestRng *rng, int round) {
     TokenizedSample samples[N_SAMPLES];
     for (int s = 0; s < N_SAMPLES; s++)
         samples[s] = random_sample(rng, SAMPLE_CONVERSATION, s + 1, round % 2 == 1);
+    // Rounds 5 and 11 keep every turn's thinking (data.history_thinking "keep": every reply
+    // continues the one before): no view strips anything, so every layout is npass's one pass.
+    const bool keep = round % 6 == 5;
+    for (int s = 0; keep && s < N_SAMPLES; s++)
+        for (int t = 1; t < samples[s].n_turns; t++) samples[s].turns[t].continues = true;
 
     PackedRows npass_rows;
     DocList npass_docs;
@@ -241,20 +298,33 @@ static void test_conversations(TestRng *rng, int round) {
     EntrySet npass = layout_entries(LAYOUT_NPASS, &loss, samples, N_SAMPLES, &npass_rows, &npass_docs);
     EntrySet duplicate = layout_entries(LAYOUT_DUPLICATE, &loss, samples, N_SAMPLES, NULL, NULL);
     EntrySet mask_only = layout_entries(LAYOUT_MASK_ONLY, &loss, samples, N_SAMPLES, NULL, NULL);
+    EntrySet rendered = layout_entries(LAYOUT_AS_RENDERED, &loss, samples, N_SAMPLES, NULL, NULL);
+    EntrySet preserve = layout_entries(LAYOUT_PRESERVE, &loss, samples, N_SAMPLES, NULL, NULL);
     int n_inexact = 0, n_tools = 0;
     for (int s = 0; s < N_SAMPLES; s++) {
-        // With tool turns npass's document order is not the turn's message order, so
-        // only the multisets of (ctx, target) are compared: that is the exactness.
-        const bool tools = has_tool_turns(&samples[s]) || options;
-        n_tools += tools;
+        // npass trains a user turn's messages in one document, in order, as the other
+        // layouts do: the trained positions match one to one, tool turns or not.
+        n_tools += has_tool_turns(&samples[s]);
         EntrySet ref = sample_slice(npass, s);
         EntrySet dup = sample_slice(duplicate, s), mask = sample_slice(mask_only, s);
+        check_one_pass_layouts(&samples[s], ref, sample_slice(rendered, s), sample_slice(preserve, s),
+                               options, round, s);
         int want_trained = 0;
         for (int t = 0; t < samples[s].n_turns; t++)
             want_trained += samples[s].turns[t].think.n + samples[s].turns[t].answer.n;
+        // Minimal: one npass document per user turn with a target.
+        int want_docs = 0, got_docs = 0;
+        for (int t = 0, turn_trained = 0; t < samples[s].n_turns; t++) {
+            if (!samples[s].turns[t].continues) want_docs += turn_trained, turn_trained = 0;
+            turn_trained |= !(loss.skip_empty_think && samples[s].turns[t].empty_think);
+            if (t + 1 == samples[s].n_turns) want_docs += turn_trained;
+        }
+        for (int d = 0; d < npass_docs.n_docs; d++) got_docs += npass_docs.docs[d].sample == s;
+        EXPECT(got_docs == want_docs, "round %d sample %d: npass has %d documents, want one per "
+               "trained user turn: %d", round, s, got_docs, want_docs);
         EXPECT(options || ref.n == want_trained, "round %d sample %d: npass trains %d, want |think|+|answer| = %d",
               round, s, ref.n, want_trained);
-        EXPECT(tools || positions_match(dup, ref), "round %d sample %d: duplicate differs from npass",
+        EXPECT(positions_match(dup, ref), "round %d sample %d: duplicate differs from npass",
                round, s);
         EXPECT(multisets_equal(dup, ref), "round %d sample %d: duplicate multiset", round, s);
         if (has_history_thinking(&samples[s]) && !options) {
@@ -263,11 +333,11 @@ static void test_conversations(TestRng *rng, int round) {
                   "round %d sample %d: mask_only matched npass although history answers "
                   "followed thinking", round, s);
         } else if (!has_history_thinking(&samples[s])) {
-            EXPECT(tools ? multisets_equal(mask, ref) : positions_match(mask, ref),
+            EXPECT(positions_match(mask, ref),
                    "round %d sample %d: without history thinking mask_only is npass", round, s);
         }
     }
-    EXPECT(n_inexact > 0 || options, "round %d: no sample with history thinking was drawn", round);
+    EXPECT(n_inexact > 0 || options || keep, "round %d: no sample with history thinking was drawn", round);
     EXPECT(n_tools > 0 || round % 2 == 0, "round %d: no sample with tool turns was drawn", round);
 
     // The hash can fail: change one token that some trained position sees.
@@ -289,6 +359,8 @@ static void test_conversations(TestRng *rng, int round) {
     free(npass.e);
     free(duplicate.e);
     free(mask_only.e);
+    free(rendered.e);
+    free(preserve.e);
     packed_rows_free(&npass_rows);
     doc_list_free(&npass_docs);
     for (int s = 0; s < N_SAMPLES; s++) tokenized_sample_free(&samples[s]);
@@ -329,7 +401,7 @@ static void test_synthetic_data(const char *tokenizer_path, const ChatTemplate *
     // The tool-use data under the templates that render tools (the others refuse it).
     const int n_cases = chat_template->tools ? 3 : 2;
     for (int c = 0; c < n_cases; c++) {
-        const bool tools = c == 2;  // npass's document order is not a turn's message order
+        const bool tools = c == 2;
         DataOptions opt = {.layout = LAYOUT_NPASS, .seq_len = 8192,
                            .max_samples = tools ? 40 : 6, .chat_template = chat_template};
         PackedDataset ref_data, data;
@@ -339,9 +411,22 @@ static void test_synthetic_data(const char *tokenizer_path, const ChatTemplate *
         EntrySet ref, got;
         ref.e = trained_entries(&ref_data.rows, &ref_data.docs, ref_data.samples, true, &ref.n);
         got.e = trained_entries(&data.rows, &data.docs, data.samples, false, &got.n);
-        EXPECT(ref.n > 0 && (tools ? multisets_equal(got, ref) : positions_match(got, ref)),
+        EXPECT(ref.n > 0 && positions_match(got, ref) && multisets_equal(got, ref),
                "%s, %s template: %s differs from npass (%d vs %d trained)", cases[c].path,
                chat_template->name, layout_name(cases[c].layout), got.n, ref.n);
+        if (chat_template->keep_thinking && cases[c].layout == LAYOUT_DUPLICATE) {
+            // Under keep npass is one pass per conversation, and mask_only is exact too.
+            EXPECT(ref_data.docs.n_docs == ref_data.n_samples, "%s, keep: npass has %d documents "
+                   "for %d conversations", cases[c].path, ref_data.docs.n_docs, ref_data.n_samples);
+            PackedDataset mask;
+            opt.layout = LAYOUT_MASK_ONLY;
+            packed_dataset_load(tok, cases[c].path, opt, &mask);
+            EntrySet m;
+            m.e = trained_entries(&mask.rows, &mask.docs, mask.samples, false, &m.n);
+            EXPECT(positions_match(m, ref), "%s, keep: mask_only differs from npass", cases[c].path);
+            free(m.e);
+            packed_dataset_free(&mask);
+        }
         free(ref.e);
         free(got.e);
         packed_dataset_free(&ref_data);
@@ -365,5 +450,8 @@ int main(void) {
         snprintf(dir, sizeof dir, "tests/data/templates/%s", TEMPLATES[i]);
         test_synthetic_data(dir, template_by_name(TEMPLATES[i]));
     }
+    char err[256];
+    test_synthetic_data("tests/data/templates/onepass",
+                        template_with_history(&TEMPLATE_ONEPASS, HISTORY_THINKING_KEEP, err, sizeof err));
     return test_finish();
 }

@@ -8,10 +8,14 @@
 // set, every turn's prompt ends with the assistant header and holds no thinking, and
 // its gold answer passes the synthetic check while the number next to it fails. Under
 // every chat template (the fixture tokenizers of tests/data/templates), the prompt of
-// turn t equals the ids training puts before turn t's think: its inference view.
+// turn t equals the ids training puts before turn t's think: its inference view. A line of
+// many turns builds no prompt longer than the cap (data.seq_len).
+#define _POSIX_C_SOURCE 200809L  // mkstemp, fdopen
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/check.h"
 #include "data/template.h"
@@ -150,7 +154,7 @@ static void test_shipped_eval_set(void) {
     const int assistant = tokenizer_piece_to_id(tok, "<|assistant|>");
     const int think = tokenizer_piece_to_id(tok, "<think>");
     AccuracySet set;
-    accuracy_set_load(&set, tok, NULL, "datasets/synthetic/eval.jsonl", SPECIAL_IN_TEXT_PLAIN, 0);
+    accuracy_set_load(&set, tok, NULL, "datasets/synthetic/eval.jsonl", SPECIAL_IN_TEXT_PLAIN, 0, 0);
     int bad_prompt = 0, not_numeric = 0, gold_wrong = 0, off_by_one_right = 0, later = 0;
     for (int i = 0; i < set.n_items; i++) {
         const AccuracyItem *it = &set.items[i];
@@ -178,8 +182,8 @@ static void test_shipped_eval_set(void) {
 }
 
 static void test_prompts_under_templates(void) {
-    static const char *const NAMES[] = {"qwen3",  "deepseek_r1", "chatml", "qwen2.5",
-                                        "smollm2", "llama3",     "zephyr", "onepass"};
+    static const char *const NAMES[] = {"qwen3",  "deepseek_r1", "chatml",  "qwen2.5",     "smollm2",
+                                        "llama3", "zephyr",      "onepass", "onepass_keep"};
     static const char LINE[] =
         "{\"messages\":[{\"role\":\"system\",\"content\":\"Be exact.\"},"
         "{\"role\":\"user\",\"content\":\"Add 12 and 30.\"},"
@@ -192,7 +196,11 @@ static void test_prompts_under_templates(void) {
         char dir[256], err[1024];
         snprintf(dir, sizeof dir, "tests/data/templates/%s", NAMES[k]);
         Tokenizer *tok = tokenizer_load(dir, err, sizeof err);
-        const ChatTemplate *t = template_by_name(NAMES[k]);
+        // onepass_keep: onepass under data.history_thinking "keep", whose history keeps its
+        // thinking in the prompt too.
+        const bool keep = strcmp(NAMES[k], "onepass_keep") == 0;
+        const ChatTemplate *t = keep ? template_with_history(&TEMPLATE_ONEPASS, HISTORY_THINKING_KEEP, err, sizeof err)
+                                     : template_by_name(NAMES[k]);
         EXPECT(tok && t, "%s: %s", dir, err);
         if (!tok || !t) continue;
         Sample s;
@@ -205,8 +213,9 @@ static void test_prompts_under_templates(void) {
             int32_t want[1024];
             int n = 0;
             for (int i = 0; i <= turn; i++) {
-                const TokenSpan *parts[2] = {&ts.turns[i].prompt, &ts.turns[i].answer};
-                for (int j = 0; j < (i < turn ? 2 : 1); j++) {
+                const TokenSpan *parts[3] = {&ts.turns[i].prompt, keep ? &ts.turns[i].think : &ts.turns[i].answer,
+                                             &ts.turns[i].answer};
+                for (int j = 0; j < (i < turn ? (keep ? 3 : 2) : 1); j++) {
                     CHECK(n + parts[j]->n <= 1024, "view too long");
                     memcpy(want + n, parts[j]->ids, (size_t)parts[j]->n * sizeof(int32_t));
                     n += parts[j]->n;
@@ -231,10 +240,50 @@ static void test_prompts_under_templates(void) {
     }
 }
 
+// A line of 16,000 empty turns (under 1 MiB): its prompts grow by 3 template tokens a turn,
+// so all of them would be ~384 million ids. With data.seq_len's cap each prompt is at most
+// that long, the turns past it are counted, not built.
+static void test_prompts_bounded(void) {
+    char err[1024];
+    Tokenizer *tok = tokenizer_load("datasets/synthetic/tokenizer.model", err, sizeof err);
+    if (!tok) {
+        printf("SKIP bounded prompts: %s\n", err);
+        return;
+    }
+    char path[] = "/tmp/onepass_test_prompts_XXXXXX";
+    const int fd = mkstemp(path);
+    EXPECT(fd >= 0, "mkstemp");
+    FILE *f = fdopen(fd, "w");
+    enum { TURNS = 16000, CAP = 1024 };
+    fputs("{\"messages\":[", f);
+    for (int t = 0; t < TURNS; t++)
+        fprintf(f, "%s{\"role\":\"user\",\"content\":\"\"},{\"role\":\"assistant\",\"content\":\"\"}",
+                t ? "," : "");
+    fputs("]}\n{\"messages\":[{\"role\":\"user\",\"content\":\"1+1\"},"
+          "{\"role\":\"assistant\",\"content\":\"2\"}]}\n", f);
+    fclose(f);
+    AccuracySet set;
+    accuracy_set_load(&set, tok, NULL, path, SPECIAL_IN_TEXT_PLAIN, 0, CAP);
+    int longest = 0;
+    for (int i = 0; i < set.n_items; i++)
+        if (set.items[i].prompt.n > longest) longest = set.items[i].prompt.n;
+    EXPECT(set.n_items > 100 && set.n_items <= CAP / 3 + 2 && longest <= CAP,
+           "%d prompts kept, the longest %d tokens (cap %d)", set.n_items, longest, CAP);
+    EXPECT(set.n_items + set.n_too_long == TURNS + 1 && set.n_conversations == 2,
+           "%d kept + %d too long, want %d turns of 2 conversations (%d)", set.n_items, set.n_too_long,
+           TURNS + 1, set.n_conversations);
+    EXPECT(set.n_items > 0 && set.items[set.n_items - 1].prompt.n < 16,
+           "the short conversation's turn is kept after the long one");
+    accuracy_set_free(&set);
+    unlink(path);
+    tokenizer_free(tok);
+}
+
 int main(void) {
     test_scheduler();
     test_prompts_under_templates();
     test_shipped_eval_set();
+    test_prompts_bounded();
     test_answer_part();
     test_answer_correct();
     test_sample_token();

@@ -213,7 +213,7 @@ static void test_shared_prefix(void) {
 }
 
 static void test_names(void) {
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 6; k++)
         EXPECT(layout_from_name(layout_name((LayoutKind)k)) == k, "round trip %d", k);
     EXPECT(layout_from_name("duplicate") == LAYOUT_DUPLICATE, "duplicate");
     EXPECT(layout_from_name("shared_prefix") == LAYOUT_SHARED_PREFIX, "shared_prefix");
@@ -531,21 +531,19 @@ static void test_tool_turns(void) {
     TokenizedSample s = {SAMPLE_CONVERSATION, turns, 3, NO_SPAN, 2};
     DocList docs = {0};
     char err[256];
-    EXPECT(layout_sample(LAYOUT_NPASS, NULL, &s, 0, &docs, err, sizeof err) == 0 && docs.n_docs == 3,
+    // npass: one document per user turn; m0 and m1 train in one pass (m0's view is a
+    // prefix of m1's).
+    EXPECT(layout_sample(LAYOUT_NPASS, NULL, &s, 0, &docs, err, sizeof err) == 0 && docs.n_docs == 2,
            "npass: %d documents", docs.n_docs);
-    if (docs.n_docs == 3) {
-        check_doc("npass m0", &docs.docs[0],
-                  (ExpectedDoc){5, (int32_t[]){101, 102, 201, 202, 301}, (int32_t[]){-1, 201, 202, 301, -1},
-                                (int32_t[]){0, 1, 2, 3, 4}, (int32_t[]){5, 5, 5, 5, 5},
-                                (int32_t[]){0, 0, 0, 0, 0}, (int32_t[]){P, P, T, T, A}});
-        check_doc("npass m1 (keeps m0's thinking)", &docs.docs[1],
+    if (docs.n_docs == 2) {
+        check_doc("npass m0 m1 (m1 keeps m0's thinking)", &docs.docs[0],
                   (ExpectedDoc){10, (int32_t[]){101, 102, 201, 202, 301, 121, 122, 221, 321, 322},
-                                (int32_t[]){-1, -1, -1, -1, -1, -1, 221, 321, 322, -1},
+                                (int32_t[]){-1, 201, 202, 301, -1, -1, 221, 321, 322, -1},
                                 (int32_t[]){0, 1, 2, 3, 4, 5, 6, 7, 8, 9},
                                 (int32_t[]){10, 10, 10, 10, 10, 10, 10, 10, 10, 10},
                                 (int32_t[]){0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
                                 (int32_t[]){P, P, T, T, A, P, P, T, A, A}});
-        check_doc("npass m2 (turn 0 stripped)", &docs.docs[2],
+        check_doc("npass m2 (turn 0 stripped)", &docs.docs[1],
                   (ExpectedDoc){10, (int32_t[]){101, 102, 301, 121, 122, 321, 322, 131, 231, 331},
                                 (int32_t[]){-1, -1, -1, -1, -1, -1, -1, 231, 331, -1},
                                 (int32_t[]){0, 1, 2, 3, 4, 5, 6, 7, 8, 9},
@@ -554,6 +552,27 @@ static void test_tool_turns(void) {
                                 (int32_t[]){P, P, A, P, P, A, A, P, T, A}});
     }
     doc_list_free(&docs);
+    // A turn's document ends at its last trained message; an untrained one before it is
+    // context (in the view, no target).
+    turns[1].context = true;
+    EXPECT(layout_sample(LAYOUT_NPASS, NULL, &s, 0, &docs, err, sizeof err) == 0 && docs.n_docs == 2 &&
+               docs.docs[0].n == 5 && docs.docs[1].n == 10,
+           "npass, m1 untrained: %d documents", docs.n_docs);
+    doc_list_free(&docs);
+    turns[1].context = false;
+    turns[0].context = true;
+    EXPECT(layout_sample(LAYOUT_NPASS, NULL, &s, 0, &docs, err, sizeof err) == 0 && docs.n_docs == 2,
+           "npass, m0 untrained: %d documents", docs.n_docs);
+    if (docs.n_docs == 2)
+        check_doc("npass m0 untrained", &docs.docs[0],
+                  (ExpectedDoc){10, (int32_t[]){101, 102, 201, 202, 301, 121, 122, 221, 321, 322},
+                                (int32_t[]){-1, -1, -1, -1, -1, -1, 221, 321, 322, -1},
+                                (int32_t[]){0, 1, 2, 3, 4, 5, 6, 7, 8, 9},
+                                (int32_t[]){10, 10, 10, 10, 10, 10, 10, 10, 10, 10},
+                                (int32_t[]){0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+                                (int32_t[]){P, P, T, T, A, P, P, T, A, A}});
+    doc_list_free(&docs);
+    turns[0].context = false;
     // duplicate: loss copy p0 th0 a0 p1 th1 a1 (idx 0-9), history copy a0 p1 a1 (idx 10-14,
     // positions from 2), turn 1 at position 7 = |p0| + |a0| + |p1| + |a1|.
     ExpectedDoc dup = {
@@ -585,6 +604,84 @@ static void test_tool_turns(void) {
     turns[0].continues = true;
     EXPECT(layout_sample(LAYOUT_NPASS, NULL, &s, 0, &docs, err, sizeof err) == -1 && docs.n_docs == 0,
            "a first message that continues a turn");
+}
+
+// The trainers' one-pass layouts (DESIGN.md §3). as_rendered, (i): the conversation as the
+// template renders it (npass's last view), turn 0's answer trained without its thinking,
+// which is not trained; preserve, (ii): every turn with its thinking, all trained, causal.
+static void test_as_rendered_and_preserve(void) {
+    TurnTokens turns[2];
+    TokenizedSample s = worked_example(turns);
+    ExpectedDoc rendered = {
+        13, (int32_t[]){101, 102, 103, 301, 302, 111, 112, 113, 211, 212, 213, 311, 312},
+        (int32_t[]){-1, -1, 301, 302, -1, -1, -1, 211, 212, 213, 311, 312, -1},
+        (int32_t[]){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12},
+        (int32_t[]){13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13},
+        (int32_t[]){0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
+        (int32_t[]){P, P, P, A, A, P, P, P, T, T, T, A, A}};
+    ExpectedDoc preserve = {
+        17,
+        (int32_t[]){101, 102, 103, 201, 202, 203, 204, 301, 302, 111, 112, 113, 211, 212, 213, 311, 312},
+        (int32_t[]){-1, -1, 201, 202, 203, 204, 301, 302, -1, -1, -1, 211, 212, 213, 311, 312, -1},
+        (int32_t[]){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16},
+        (int32_t[]){17, 17, 17, 17, 17, 17, 17, 17, 17, 17, 17, 17, 17, 17, 17, 17, 17},
+        (int32_t[]){0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
+        (int32_t[]){P, P, P, T, T, T, T, A, A, P, P, P, T, T, T, A, A}};
+    check_layout("as_rendered", LAYOUT_AS_RENDERED, (LossOptions){0}, &s, &rendered);
+    check_layout("preserve", LAYOUT_PRESERVE, (LossOptions){0}, &s, &preserve);
+    // Tool turns (test_tool_turns' sample): as_rendered keeps the thinking of the last user
+    // turn only, m0 and m1 stripped and their answers trained; preserve keeps all of it.
+    TurnTokens tools[3] = {
+        TURN(SPAN(101, 102), SPAN(201, 202), SPAN(301)),
+        TURN(SPAN(121, 122), SPAN(221), SPAN(321, 322)),
+        TURN(SPAN(131), SPAN(231), SPAN(331)),
+    };
+    tools[1].continues = true;
+    TokenizedSample t = {SAMPLE_CONVERSATION, tools, 3, NO_SPAN, 2};
+    ExpectedDoc rendered_tools = {
+        10, (int32_t[]){101, 102, 301, 121, 122, 321, 322, 131, 231, 331},
+        (int32_t[]){-1, 301, -1, -1, 321, 322, -1, 231, 331, -1},
+        (int32_t[]){0, 1, 2, 3, 4, 5, 6, 7, 8, 9},
+        (int32_t[]){10, 10, 10, 10, 10, 10, 10, 10, 10, 10},
+        (int32_t[]){0, 0, 0, 0, 0, 0, 0, 1, 1, 1},
+        (int32_t[]){P, P, A, P, P, A, A, P, T, A}};
+    ExpectedDoc preserve_tools = {
+        13, (int32_t[]){101, 102, 201, 202, 301, 121, 122, 221, 321, 322, 131, 231, 331},
+        (int32_t[]){-1, 201, 202, 301, -1, -1, 221, 321, 322, -1, 231, 331, -1},
+        (int32_t[]){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12},
+        (int32_t[]){13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13, 13},
+        (int32_t[]){0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1},
+        (int32_t[]){P, P, T, T, A, P, P, T, A, A, P, T, A}};
+    check_layout("as_rendered, tools", LAYOUT_AS_RENDERED, (LossOptions){0}, &t, &rendered_tools);
+    check_layout("preserve, tools", LAYOUT_PRESERVE, (LossOptions){0}, &t, &preserve_tools);
+    const LayoutKind kinds[2] = {LAYOUT_AS_RENDERED, LAYOUT_PRESERVE};
+    const TokenizedSample *samples[2] = {&s, &t};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 2; i++) {
+            DocList docs = {0};
+            char err[256];
+            EXPECT(layout_sample(kinds[k], NULL, samples[i], 0, &docs, err, sizeof err) == 0, "%s", err);
+            if (docs.n_docs == 1) check_oracle(layout_name(kinds[k]), kinds[k], &docs.docs[0]);
+            doc_list_free(&docs);
+        }
+    // Answers only: as_rendered's earlier answer keeps its targets (it has no thinking in
+    // the view), the last turn's thinking loses them.
+    ExpectedDoc rendered_answer = rendered;
+    rendered_answer.target = (int32_t[]){-1, -1, 301, 302, -1, -1, -1, -1, -1, -1, 311, 312, -1};
+    check_layout("as_rendered, answers only", LAYOUT_AS_RENDERED, (LossOptions){.train_on = TRAIN_ANSWER},
+                 &s, &rendered_answer);
+    // They apply to conversations only.
+    TurnTokens completions[1] = {TURN(NO_SPAN, NO_SPAN, SPAN(311, 312))};
+    TokenizedSample sp = {SAMPLE_SHARED_PREFIX, completions, 1, SPAN(101, 102), 4};
+    DocList docs = {0};
+    char err[256];
+    EXPECT(layout_sample(LAYOUT_AS_RENDERED, NULL, &sp, 0, &docs, err, sizeof err) == -1 &&
+               strcmp(err, "layout as_rendered does not apply to a shared-prefix set") == 0,
+           "as_rendered on a shared-prefix set: %s", err);
+    EXPECT(layout_sample(LAYOUT_PRESERVE, NULL, &sp, 0, &docs, err, sizeof err) == -1 && docs.n_docs == 0,
+           "preserve on a shared-prefix set");
+    EXPECT(layout_from_name("as_rendered") == LAYOUT_AS_RENDERED && layout_from_name("preserve") == LAYOUT_PRESERVE,
+           "names");
 }
 
 // Tool use in the onepass template (data/tokenize.c): tool results under the user
@@ -646,6 +743,7 @@ int main(void) {
     test_train_on_answer();
     test_untrained_turns();
     test_tool_turns();
+    test_as_rendered_and_preserve();
     test_tokenize_tools();
     return test_finish();
 }

@@ -1,5 +1,5 @@
 // The layouts' intervals (data/layout.c, packed by data/pack.c) against the tag
-// oracle layout_visibility_from_tags, for all four layouts on random conversations and
+// oracle layout_visibility_from_tags, for every layout on random conversations and
 // shared-prefix sets and on the shipped synthetic data; plus the worked example of
 // DESIGN.md §3 against its table. tests/mutation.cmake builds this file once more against
 // an off-by-one copy of the oracle (causal `k < q`) and expects it to fail.
@@ -25,6 +25,8 @@ static TokenizedSample random_sample(TestRng *rng, SampleKind kind, int line) {
     s.n_turns = kind == SAMPLE_CONVERSATION ? test_rng_int(rng, 1, 8) : test_rng_int(rng, 1, 5);
     s.turns = xcalloc((size_t)s.n_turns, sizeof(TurnTokens));
     int reasoning = test_rng_int(rng, 0, 3);  // 0: no turn has reasoning
+    // data.history_thinking "keep" one time in six: every reply continues the one before.
+    const bool keep = kind == SAMPLE_CONVERSATION && test_rng_int(rng, 0, 5) == 0;
     if (kind == SAMPLE_SHARED_PREFIX) s.prefix = random_span(rng, test_rng_int(rng, 1, 8));
     for (int t = 0; t < s.n_turns; t++) {
         TurnTokens *turn = &s.turns[t];
@@ -32,6 +34,8 @@ static TokenizedSample random_sample(TestRng *rng, SampleKind kind, int line) {
         bool thinks = reasoning > 0 && test_rng_int(rng, 0, 3) < 3;
         turn->think = random_span(rng, thinks ? test_rng_int(rng, 1, 7) : 0);
         turn->answer = random_span(rng, test_rng_int(rng, 1, 5));
+        // A reply after tool results continues its user turn (DESIGN.md §8).
+        turn->continues = kind == SAMPLE_CONVERSATION && t > 0 && (keep || test_rng_int(rng, 0, 3) == 0);
     }
     return s;
 }
@@ -76,7 +80,7 @@ static void test_random_samples(TestRng *rng) {
         for (int i = 0; i < n_samples; i++)
             samples[i] = random_sample(rng, test_rng_int(rng, 0, 2) ? SAMPLE_CONVERSATION
                                                                     : SAMPLE_SHARED_PREFIX, i + 1);
-        for (int layout = 0; layout < 4; layout++) {
+        for (int layout = 0; layout <= LAYOUT_PRESERVE; layout++) {
             DocList docs = {0};
             for (int i = 0; i < n_samples; i++) {
                 int rc = layout_sample((LayoutKind)layout, NULL, &samples[i], i, &docs, err, sizeof err);
@@ -152,9 +156,10 @@ static void test_shipped_data(void) {
     }
     const struct {
         const char *path;
-        LayoutKind layouts[3];
+        LayoutKind layouts[5];
         int n_layouts;
-    } cases[] = {{"datasets/synthetic/train.jsonl", {LAYOUT_NPASS, LAYOUT_MASK_ONLY, LAYOUT_DUPLICATE}, 3},
+    } cases[] = {{"datasets/synthetic/train.jsonl",
+                  {LAYOUT_NPASS, LAYOUT_MASK_ONLY, LAYOUT_DUPLICATE, LAYOUT_AS_RENDERED, LAYOUT_PRESERVE}, 5},
                  {"datasets/synthetic/shared_prefix.jsonl", {LAYOUT_NPASS, LAYOUT_SHARED_PREFIX}, 2}};
     for (int c = 0; c < 2; c++)
         for (int l = 0; l < cases[c].n_layouts; l++) {

@@ -111,9 +111,9 @@ static int check_sample(const char *name, const ChatTemplate *t, const Tokenizer
     return checked;
 }
 
-static void test_fixtures(const char *name) {
-    const ChatTemplate *t = template_by_name(name);
-    EXPECT(t != NULL && strcmp(t->name, name) == 0, "template_by_name(%s)", name);
+// The fixtures of folder `name` under template t.
+static void test_fixtures(const char *name, const ChatTemplate *t) {
+    EXPECT(t != NULL, "no template for %s", name);
     Tokenizer *tok = load_tokenizer(name);
     if (!t || !tok) return;
     char dir[256], path[300], err[4600];
@@ -121,7 +121,7 @@ static void test_fixtures(const char *name) {
     // The folder's chat_template (the official text) picks the template; onepass's has none.
     const ChatTemplate *found = NULL;
     EXPECT(template_of_folder(dir, &found, err, sizeof err) == 0, "%s: %s", dir, err);
-    EXPECT(found == (t == &TEMPLATE_ONEPASS ? NULL : t), "%s: the folder's chat_template gives %s", dir,
+    EXPECT(found == (strcmp(t->name, "onepass") == 0 ? NULL : t), "%s: the folder's chat_template gives %s", dir,
            found ? found->name : "none");
     EXPECT(template_check_tokenizer(tok, t, err, sizeof err) == 0, "%s: %s", name, err);
     snprintf(path, sizeof path, "%s/expected.json", dir);
@@ -274,11 +274,39 @@ static void test_special_in_text(const char *name) {
     tokenizer_free(tok);
 }
 
+// data.history_thinking "keep": onepass's keep variant against onepass.jinja with
+// preserve_thinking (every earlier reply keeps its reasoning: every reply continues the view
+// before it); the templates whose official text always strips refuse it by name.
+static void test_history_thinking(void) {
+    char err[512];
+    EXPECT(history_thinking_from_name("strip") == HISTORY_THINKING_STRIP &&
+               history_thinking_from_name("keep") == HISTORY_THINKING_KEEP &&
+               history_thinking_from_name("preserve") == -1 && history_thinking_from_name(NULL) == -1,
+           "history_thinking names");
+    const ChatTemplate *keep = template_with_history(&TEMPLATE_ONEPASS, HISTORY_THINKING_KEEP, err, sizeof err);
+    EXPECT(keep && keep != &TEMPLATE_ONEPASS && keep->keep_thinking && strcmp(keep->name, "onepass") == 0,
+           "onepass keeps: %s", err);
+    EXPECT(template_with_history(&TEMPLATE_ONEPASS, HISTORY_THINKING_STRIP, err, sizeof err) == &TEMPLATE_ONEPASS,
+           "strip is the template itself");
+    if (keep) test_fixtures("onepass_keep", keep);
+    for (int i = 0; i < N_NAMES; i++) {
+        if (strcmp(NAMES[i], "onepass") == 0) continue;
+        err[0] = '\0';
+        const ChatTemplate *t = template_with_history(template_by_name(NAMES[i]), HISTORY_THINKING_KEEP, err, sizeof err);
+        char want[128];
+        snprintf(want, sizeof want, "keep: the %s template renders earlier turns without their reasoning", NAMES[i]);
+        EXPECT(t == NULL && strstr(err, want), "%s under keep: %s", NAMES[i], err);
+    }
+}
+
 int main(void) {
     for (int i = 0; i < N_NAMES; i++) {
-        test_fixtures(NAMES[i]);
+        const ChatTemplate *t = template_by_name(NAMES[i]);
+        EXPECT(t != NULL && strcmp(t->name, NAMES[i]) == 0, "template_by_name(%s)", NAMES[i]);
+        test_fixtures(NAMES[i], t);
         test_special_in_text(NAMES[i]);
     }
+    test_history_thinking();
     test_refusals();
     return test_finish();
 }

@@ -32,7 +32,8 @@
     X(data, tokenizer, STR, "datasets/synthetic/tokenizer.model", 0, 0, 0,                        \
       "a SentencePiece .model, a tokenizer.json or a model folder holding one")                   \
     X(data, layout, STR, "duplicate", 0, 0, CFG_FIXED,                                            \
-      "npass, mask_only (option a), duplicate (option b, exact) or shared_prefix")                \
+      "npass, mask_only (option a), duplicate (option b, exact), shared_prefix, as_rendered "      \
+      "(one pass as the template renders it) or preserve (one pass, all thinking kept)")           \
     X(data, seq_len, INT, 1024, 1, 1 << 20, CFG_FIXED,                                            \
       "tokens per packed row; a conversation never splits, so it must fit one row")               \
     X(data, unpacked, BOOL, false, 0, 0, CFG_FIXED,                                               \
@@ -55,7 +56,10 @@
       "a turn with absent or empty reasoning has no targets (still visible as history)")          \
     X(data, chat_template, STR, NULL, 0, 0, 0,                                                         \
       "chat template: qwen3, deepseek_r1, chatml, qwen2.5, smollm2, llama3, zephyr, onepass; "    \
-      "null: detected from the model folder")
+      "null: detected from the model folder")                                                     \
+    X(data, history_thinking, STR, "strip", 0, 0, CFG_FIXED,                                      \
+      "earlier turns' reasoning in later views: strip (as every template renders by default) "    \
+      "or keep (onepass; every layout is then one causal pass)")
 
 #define CONFIG_KEYS_MODEL(X)                                                                      \
     X(model, vocab_size, INT, 512, 1, 1 << 24, CFG_FIXED,                                         \

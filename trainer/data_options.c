@@ -8,7 +8,7 @@ DataOptions data_options_from_config(const RunConfig *c) {
     int kind = layout_from_name(layout);
     if (kind < 0)
         fatal("config key 'data.layout': unknown layout '%s' (npass, mask_only, duplicate, "
-              "shared_prefix)", layout ? layout : "null");
+              "shared_prefix, as_rendered, preserve)", layout ? layout : "null");
     opt.layout = (LayoutKind)kind;
     long long seq_len = c->data.seq_len;
     if (seq_len <= 0 || seq_len > (1 << 24))
@@ -39,7 +39,8 @@ DataOptions data_options_from_config(const RunConfig *c) {
     return opt;
 }
 
-const ChatTemplate *template_from_config(const RunConfig *c) {
+// data.chat_template, or the folders' template, or onepass (under strip).
+static const ChatTemplate *chosen_template(const RunConfig *c) {
     const char *name = c->data.chat_template;
     if (name) {
         const ChatTemplate *t = template_by_name(name);
@@ -55,4 +56,16 @@ const ChatTemplate *template_from_config(const RunConfig *c) {
         if (t) return t;
     }
     return &TEMPLATE_ONEPASS;
+}
+
+const ChatTemplate *template_from_config(const RunConfig *c) {
+    const char *history = c->data.history_thinking;
+    const int h = history_thinking_from_name(history);
+    if (h < 0)
+        fatal("config key 'data.history_thinking': unknown value '%s' (strip, keep)",
+              history ? history : "null");
+    char err[512];
+    const ChatTemplate *t = template_with_history(chosen_template(c), (HistoryThinking)h, err, sizeof err);
+    if (!t) fatal("config key 'data.history_thinking': %s", err);
+    return t;
 }

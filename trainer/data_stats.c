@@ -61,6 +61,12 @@ void stats_print(const DatasetStats *s, FILE *f) {
     fprintf(f, "%-22s %s\n", "layout", layout_name(s->layout));
     fprintf(f, "%-22s %d\n", "conversations", s->n_samples);
     fprintf(f, "%-22s %d\n", "turns", s->n_turns);
+    // Under keep no view strips anything: every layout is the one causal pass of each
+    // conversation, and duplicate and mask_only lay out exactly what npass does.
+    fprintf(f, "%-22s %s\n", "history thinking",
+            s->keep_thinking ? "keep: every layout is one causal pass per conversation "
+                               "(duplicate = mask_only = npass)"
+                             : "strip");
     fprintf(f, "%-22s %d (longest %d tokens)\n", "documents", s->n_docs, s->longest_doc);
     fprintf(f, "%-22s %lld (%.3f x npass)\n", "tokens", s->layout_tokens,
             s->npass_tokens ? (double)s->layout_tokens / (double)s->npass_tokens : 0.0);

@@ -1,6 +1,7 @@
 // Statistics of a dataset under a layout: how many tokens the layout spends against
 // the npass reference, how well rows pack, and how sparse their attention tiles are.
 #pragma once
+#include <stdbool.h>
 #include <stdio.h>
 #include "data/layout.h"
 #include "data/pack.h"
@@ -16,7 +17,8 @@ typedef struct {
     int tile;                                 // tile size (tile x tile) for the sparsity count
     long long tiles_empty, tiles_partial, tiles_full;
     int n_skipped_bad;       // lines or samples skipped under skip_bad
-    int n_skipped_too_long;  // documents skipped under skip_too_long
+    int n_skipped_too_long;  // samples skipped under skip_too_long
+    bool keep_thinking;      // data.history_thinking "keep": set by the caller
 } DatasetStats;
 
 // Counts everything above. `samples` are the tokenized samples that `docs` were laid

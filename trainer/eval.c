@@ -66,8 +66,17 @@ void evaluate_model(const InferenceModel *m, const char *path, DataOptions opt, 
 
 // ---- Multi-turn accuracy.
 
+// The turns scored from message `from` on: assistant messages right after a user message.
+static int turns_from(const Sample *s, int from) {
+    int n = 0;
+    for (int m = from > 0 ? from : 1; m < s->n_messages; m++)
+        n += s->messages[m].role == MSG_ASSISTANT && s->messages[m - 1].role == MSG_USER;
+    return n;
+}
+
 void accuracy_set_load(AccuracySet *a, const Tokenizer *tok, const ChatTemplate *t,
-                       const char *path, SpecialInText special_in_text, int max_conversations) {
+                       const char *path, SpecialInText special_in_text, int max_conversations,
+                       int max_prompt_tokens) {
     memset(a, 0, sizeof *a);
     a->chat_template = t;
     dataset_load(path, &(LoadOptions){0}, &a->data);
@@ -99,6 +108,12 @@ void accuracy_set_load(AccuracySet *a, const Tokenizer *tok, const ChatTemplate 
                                  .expected = asked > 0 ? results[asked - 1] : 0};
             if (generate_prompt(tok, t, &upto, special_in_text, &item.prompt, err, sizeof err) != 0)
                 fatal("%s:%d: messages[%d]: %s", path, s->line, m, err);
+            if (max_prompt_tokens > 0 && item.prompt.n > max_prompt_tokens) {
+                free(item.prompt.ids);
+                turn--;
+                a->n_too_long += turns_from(s, m);
+                break;
+            }
             ARRAY_PUSH(a->items, a->n_items, cap, item);
         }
         free(results);

@@ -52,13 +52,18 @@ typedef struct {
     AccuracyItem *items;
     int n_items, n_conversations;
     int n_shared_prefix;  // shared-prefix sets in the file: no turns to score, left out
+    int n_too_long;       // turns left out: their prompt (or an earlier one's) over max_prompt_tokens
     const ChatTemplate *chat_template;  // NULL: onepass
 } AccuracySet;
 
 // The first max_conversations conversations of path (0: all). Fatal, naming path:line,
-// for a line that does not parse or tokenize.
+// for a line that does not parse or tokenize. A turn whose generation prompt is longer than
+// max_prompt_tokens (0: no limit; data.seq_len) is left out with every later turn of its
+// conversation (their prompts are longer still), counted in n_too_long: the prompts of a
+// line of many turns cost at most max_prompt_tokens each, never the whole line's square.
 void accuracy_set_load(AccuracySet *a, const Tokenizer *tok, const ChatTemplate *t,
-                       const char *path, SpecialInText special_in_text, int max_conversations);
+                       const char *path, SpecialInText special_in_text, int max_conversations,
+                       int max_prompt_tokens);
 void accuracy_set_free(AccuracySet *a);
 
 // The answer part of a generated text: what follows the first think_close, or the whole

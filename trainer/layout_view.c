@@ -39,6 +39,12 @@ int layout_view_build(LayoutKind layout, const TokenizedSample *samples, int n_s
     memset(v, 0, sizeof *v);
     v->layout = layout;
     for (int s = 0; s < n_samples; s++) {
+        // Checked before laying out (the statistics lay out npass too, never longer than
+        // the one-document layouts, data/layout.h): no document is built that cannot fit.
+        const long long longest = layout_longest_doc(layout, &opt.loss, &samples[s]);
+        if (longest > opt.seq_len)
+            fatal("show: %s: line %d: a document of %lld tokens does not fit seq_len %d (raise "
+                  "data.seq_len)", layout_name(layout), samples[s].line, longest, opt.seq_len);
         if (layout_sample(layout, &opt.loss, &samples[s], s, &v->docs, err, err_len) != 0) {
             doc_list_free(&v->docs);
             return -1;
@@ -50,6 +56,7 @@ int layout_view_build(LayoutKind layout, const TokenizedSample *samples, int n_s
         fatal("show: %s: %s", layout_name(layout), why);
     stats_compute(samples, n_samples, layout, &opt.loss, &v->docs, &v->rows, ATTN_TILE, &v->stats);
     v->stats.n_skipped_too_long = n_skipped;
+    v->stats.keep_thinking = opt.chat_template && opt.chat_template->keep_thinking;
 
     const int seq_len = v->rows.seq_len, n_tiles = (seq_len + ATTN_TILE - 1) / ATTN_TILE;
     v->kinds = xmalloc((size_t)n_tiles * (size_t)n_tiles);

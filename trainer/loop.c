@@ -343,9 +343,12 @@ TrainRun *train_run_start(const RunConfig *config) {
     if (run->do_accuracy) {
         accuracy_set_load(&run->accuracy, tok, data_opt.chat_template,
                           config->data.eval_path, data_opt.special_in_text,
-                          accuracy_conversations);
+                          accuracy_conversations, data_opt.seq_len);
         printf("eval accuracy: %d turns of %d conversations generated at each eval\n",
                run->accuracy.n_items, run->accuracy.n_conversations);
+        if (run->accuracy.n_too_long)
+            printf("eval accuracy: %d turns left out: their prompt is longer than data.seq_len %d\n",
+                   run->accuracy.n_too_long, data_opt.seq_len);
     }
 
     TrainState *state = &run->state;

@@ -26,12 +26,14 @@ static int cmp_u64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-// The sorted contexts of each npass view of one sample; view v is turn v's (for a
-// shared-prefix set, completion v-1's: turn tags count the prefix as 0).
+// The sorted contexts of each npass view of one sample (one per user turn with a target;
+// for a shared-prefix set one per completion) and the turn tag of each view's last token
+// (its user turn; a completion's index + 1, turn tags counting the prefix as 0).
 typedef struct {
-    int first_turn, n_views;
+    int n_views;
     uint64_t **ctx;  // [n_views][n_ctx[v]], sorted
     int *n_ctx;      // [n_views]
+    int *turn;       // [n_views]
 } Views;
 
 static Views npass_views(const TokenizedSample *s, int sample_index) {
@@ -39,11 +41,13 @@ static Views npass_views(const TokenizedSample *s, int sample_index) {
     char err[256];
     if (layout_sample(LAYOUT_NPASS, NULL, s, sample_index, &docs, err, sizeof err) != 0)
         fatal("npass views: %s", err);
-    Views v = {.first_turn = s->kind == SAMPLE_SHARED_PREFIX, .n_views = docs.n_docs};
+    Views v = {.n_views = docs.n_docs};
     v.ctx = xmalloc((size_t)docs.n_docs * sizeof *v.ctx);
     v.n_ctx = xmalloc((size_t)docs.n_docs * sizeof *v.n_ctx);
+    v.turn = xmalloc((size_t)docs.n_docs * sizeof *v.turn);
     for (int d = 0; d < docs.n_docs; d++) {
         const Doc *doc = &docs.docs[d];
+        v.turn[d] = doc->turn[doc->n - 1];
         v.ctx[d] = xmalloc((size_t)doc->n * sizeof(uint64_t));
         v.n_ctx[d] = doc->n;
         context_hashes(doc->n, doc->token, doc->pos, doc->lo, doc->hi, v.ctx[d]);
@@ -57,6 +61,7 @@ static void views_free(Views *v) {
     for (int d = 0; d < v->n_views; d++) free(v->ctx[d]);
     free(v->ctx);
     free(v->n_ctx);
+    free(v->turn);
 }
 
 static bool view_has(const Views *v, int view, uint64_t ctx) {
@@ -65,9 +70,9 @@ static bool view_has(const Views *v, int view, uint64_t ctx) {
 
 // The view of a query of turn `turn` with context ctx (see the header).
 static int view_of(const Views *v, int turn, uint64_t ctx) {
-    int first = turn - v->first_turn;
-    if (first < 0) first = 0;
-    CHECK(first < v->n_views, "turn %d of a sample with %d views", turn, v->n_views);
+    int first = 0;
+    while (first < v->n_views && v->turn[first] < turn) first++;
+    if (first == v->n_views) first = v->n_views - 1;  // an untrained turn after the last view
     for (int view = first; view < v->n_views; view++)
         if (view_has(v, view, ctx)) return view;
     return first;
@@ -93,7 +98,14 @@ void pair_kinds_against_npass(const TokenizedSample *samples, const DocList *doc
             views = npass_views(&samples[s], s);
             views_doc = doc[q];
         }
-        int view = view_of(&views, rows->turn[base + q], ctx[q]);
+        // A trained slot belongs to its own turn's view, the one npass trains it in (as_rendered
+        // trains an earlier turn's answer inside a later turn's view): its pairs and its
+        // exactness are judged there; every other slot in the first view holding it.
+        const bool trained = rows->target[base + q] != -1;
+        int own = 0;
+        while (own < views.n_views && views.turn[own] < rows->turn[base + q]) own++;
+        const bool has_own = own < views.n_views && views.turn[own] == rows->turn[base + q];
+        int view = trained && has_own ? own : view_of(&views, rows->turn[base + q], ctx[q]);
         for (int k = 0; k <= q; k++) {
             if (!(lo[k] <= q && q < hi[k])) continue;
             bool same = view_has(&views, view, ctx[k]);
@@ -101,9 +113,9 @@ void pair_kinds_against_npass(const TokenizedSample *samples, const DocList *doc
             counts->visible++;
             counts->differ += !same;
         }
-        if (rows->target[base + q] != -1) {
+        if (trained) {
             counts->trained++;
-            counts->trained_differ += !view_has(&views, view, ctx[q]);
+            counts->trained_differ += !(has_own && view_has(&views, own, ctx[q]));
         }
     }
     views_free(&views);

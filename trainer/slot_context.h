@@ -18,13 +18,15 @@ typedef enum {
 
 typedef struct {
     long long visible, differ;  // visible pairs; those of them that differ
-    int trained, trained_differ;  // trained slots; those whose own context no view has
+    int trained, trained_differ;  // trained slots; those not exact in their own turn's view
 } PairCounts;
 
 // Classifies every pair of row `row` of `rows`, laid out from `docs` (Doc.sample
-// indexes `samples`): pairs[q * seq_len + k] (PairKind). q's inference view is the first
-// npass view (of q's sample, from q's turn on) holding q's context, else the view of
-// q's turn; the pair differs when k's context is not in that view.
+// indexes `samples`): pairs[q * seq_len + k] (PairKind). A trained q's inference view is
+// the npass view of its own turn (one per user turn: the document that trains it), and q is
+// inexact unless its context is in it; any other q's is the first npass view (of q's sample,
+// from q's turn on) holding q's context, else the first view from q's turn on (the last view
+// if none). The pair differs when k's context is not in q's view.
 void pair_kinds_against_npass(const TokenizedSample *samples, const DocList *docs,
                               const PackedRows *rows, int row, uint8_t *pairs,
                               PairCounts *counts);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Multi-turn accuracy of npass, duplicate (option b) and mask_only (option a):
-# fresh synthetic data from --seed (train gen-data), the three layouts trained from that
-# seed on the same conversations per step, then `train eval` on each: every turn of
+# Multi-turn accuracy of npass, duplicate (option b), mask_only (option a) and what
+# trainers do instead, as_rendered (i) and preserve (ii) (DESIGN.md §3): fresh synthetic
+# data from --seed (train gen-data), the five layouts trained from that seed on the same
+# conversations per step, then `train eval` on each: every turn of
 # every held-out conversation generated from its inference view (gold history, earlier
 # thinking stripped) and its answer's final number checked. Writes a markdown table and
 # a gnuplot PNG of accuracy per turn index, with tokens and time per layout.
@@ -14,7 +15,8 @@
 #   --gen-backend runs `train eval` (generation and eval loss; cpu by default).
 #   Defaults are the H200 scale: 20000 training conversations, 200 eval ones, 3000 steps
 #   of 16384 trained tokens, the ~10M-parameter model below. --tiny is a CPU proof
-#   that the pipeline runs end to end (a 0.1M model, 30 steps, minutes on 2 cores).
+#   that the pipeline runs end to end and of the table's shape (a 0.1M model, 30 steps, 40
+#   training conversations, 4 eval ones: a few minutes on 2 cores).
 #   --plot-only remakes the table and the plot from an earlier --out DIR (a machine
 #   without gnuplot, such as the GPU machine, skips the plot).
 #   --set goes to training (e.g. --set train.lr=1e-3). --agreement N (default 64): with a
@@ -25,11 +27,12 @@
 # CUDA kernels run), 2 KV heads, intermediate 1024, tied embeddings, the shipped
 # synthetic SentencePiece tokenizer (512 pieces: the generator's vocabulary does not
 # depend on its seed). Big enough to learn column arithmetic over several turns, small
-# enough that the three runs take minutes on the H200.
+# enough that the five runs take minutes on the H200.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
 BIN="${BIN:-$root/train}"
+args="$*"
 seed="" out="" backend=auto gen_backend=cpu n_train=20000 n_eval=200 steps=3000 tps=16384
 max_new=384 tiny=0 agreement=64 plot_only=0 overrides=()
 while [ $# -gt 0 ]; do
@@ -57,12 +60,12 @@ model=(--set model.hidden_size=384 --set model.num_hidden_layers=6 --set model.n
        --set model.num_key_value_heads=2 --set model.intermediate_size=1024 --set train.lr=1e-3
        --set train.warmup_steps=100 --set train.micro_rows=8 --set data.seq_len=2048)
 if [ "$tiny" -eq 1 ]; then
-    n_train=${n_train/#20000/200}; n_eval=${n_eval/#200/8}; steps=${steps/#3000/30}; tps=${tps/#16384/2048}
-    max_new=${max_new/#384/160}
+    n_train=${n_train/#20000/40}; n_eval=${n_eval/#200/4}; steps=${steps/#3000/30}; tps=${tps/#16384/1024}
+    max_new=${max_new/#384/96}
     model=(--set model.hidden_size=64 --set model.num_hidden_layers=2 --set model.num_attention_heads=2
            --set model.num_key_value_heads=1 --set model.intermediate_size=128 --set train.warmup_steps=5)
 fi
-layouts=(npass duplicate mask_only)
+layouts=(npass duplicate mask_only as_rendered preserve)
 gen_batch=()  # the GPU decoder takes every prompt of a few hundred at once
 [ "$gen_backend" = cpu ] || gen_batch=(--set generate.batch=256)
 mkdir -p "$out"
@@ -141,7 +144,7 @@ if command -v gnuplot > /dev/null; then
 gnuplot <<EOF
 set terminal pngcairo size 900,520 font ",11"
 set output "$png"
-set title "multi-turn accuracy per turn index (seed $seed): npass vs duplicate (b) vs mask\\\\_only (a)"
+set title "multi-turn accuracy per turn index (seed $seed): npass, duplicate (b), mask\\\\_only (a), as\\\\_rendered (i), preserve (ii)"
 set grid
 set xlabel "turn"
 set ylabel "accuracy (final number right)"
@@ -151,24 +154,33 @@ set key bottom left
 set style line 1 lc rgb "#7b3294" lw 2 pt 7
 set style line 2 lc rgb "#1b9e77" lw 2 dt 2 pt 5
 set style line 3 lc rgb "#e66101" lw 2 pt 9
+set style line 4 lc rgb "#2c7bb6" lw 2 pt 11
+set style line 5 lc rgb "#888888" lw 2 dt 3 pt 13
 plot "$out/npass/per_turn.dat" using 1:2 with linespoints ls 1 title "npass", \\
      "$out/duplicate/per_turn.dat" using 1:2 with linespoints ls 2 title "duplicate (b)", \\
-     "$out/mask_only/per_turn.dat" using 1:2 with linespoints ls 3 title "mask\\\\_only (a)"
+     "$out/mask_only/per_turn.dat" using 1:2 with linespoints ls 3 title "mask\\\\_only (a)", \\
+     "$out/as_rendered/per_turn.dat" using 1:2 with linespoints ls 4 title "as\\\\_rendered (i)", \\
+     "$out/preserve/per_turn.dat" using 1:2 with linespoints ls 5 title "preserve (ii)"
 EOF
 else
     echo "accuracy_experiment.sh: no gnuplot here (apt-get install gnuplot-nox): table only; --plot-only plots later"
 fi
 
 max_turn=$(cat "$out"/*/per_turn.dat | awk '$1 > m { m = $1 } END { print m }')
-summary="| layout | accuracy | first turn | later turns | eval loss | eval answer loss | tokens processed | train wall (s) | eval wall (s) |
-|---|---|---|---|---|---|---|---|---|"
+summary="| layout | accuracy | first turn | later turns | eval loss | eval answer loss | tokens processed | vs npass | trained tokens | train wall (s) | eval wall (s) |
+|---|---|---|---|---|---|---|---|---|---|---|"
+# The sum of a metrics.jsonl field over the training steps.
+metric_sum() { awk -v k="\"$2\":" '{ if (match($0, k "[0-9]+")) s += substr($0, RSTART + length(k), RLENGTH - length(k)) } END { print s + 0 }' "$1"; }
+npass_tokens=$(metric_sum "$out/npass/metrics.jsonl" tokens)
 header="| layout |" sep="|---|"
 for t in $(seq 1 "$max_turn"); do header+=" turn $t |"; sep+="---|"; done
 turns="$header"$'\n'"$sep"
 for layout in "${layouts[@]}"; do
     j="$out/$layout/eval.json"
-    tokens=$(awk '{ if (match($0, /"tokens":[0-9]+/)) s += substr($0, RSTART + 9, RLENGTH - 9) } END { print s }' "$out/$layout/metrics.jsonl")
-    summary+=$'\n'"| $layout | $(json_num "$j" accuracy) | $(json_num "$j" first_turn_accuracy) | $(json_num "$j" later_turn_accuracy) | $(json_num "$j" eval_loss) | $(json_num "$j" eval_answer_loss) | $tokens | $(cat "$out/$layout/train_wall_s") | $(cat "$out/$layout/eval_wall_s") |"
+    tokens=$(metric_sum "$out/$layout/metrics.jsonl" tokens)
+    trained=$(metric_sum "$out/$layout/metrics.jsonl" trained_tokens)
+    ratio=$(awk -v a="$tokens" -v b="$npass_tokens" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "n/a" }')
+    summary+=$'\n'"| $layout | $(json_num "$j" accuracy) | $(json_num "$j" first_turn_accuracy) | $(json_num "$j" later_turn_accuracy) | $(json_num "$j" eval_loss) | $(json_num "$j" eval_answer_loss) | $tokens | $ratio | $trained | $(cat "$out/$layout/train_wall_s") | $(cat "$out/$layout/eval_wall_s") |"
     row="| $layout |"
     for t in $(seq 1 "$max_turn"); do
         row+=" $(awk -v t="$t" '$1 == t { if ($2 == "NaN") printf "n/a (n %d)", $3; else printf "%.3f (n %d)", $2, $3; f = 1 } END { if (!f) printf "-" }' "$out/$layout/per_turn.dat") |"
@@ -176,14 +188,16 @@ for layout in "${layouts[@]}"; do
     turns+=$'\n'"$row"
 done
 cat > "$md" <<EOF
-# Multi-turn accuracy: npass vs duplicate (b) vs mask_only (a), seed $seed
+# Multi-turn accuracy: npass, duplicate (b), mask_only (a), as_rendered (i), preserve (ii), seed $seed
 
-\`scripts/repro/accuracy_experiment.sh --seed $seed\` (BIN \`$BIN\`, training backend \`$backend\`,
+\`scripts/repro/accuracy_experiment.sh $args\` (BIN \`$BIN\`, training backend \`$backend\`,
 generation backend \`$gen_backend\`${overrides[*]:+, overrides \`${overrides[*]}\`}): $n_train
 fresh training conversations and $n_eval eval ones from \`train gen-data --seed $seed\`,
 $steps steps of $tps trained tokens per layout from seed $seed, greedy generation of at
 most $max_new tokens per turn. A turn is right when the final number of its answer
-(after \`</think>\`) is the gold result.
+(after \`</think>\`) is the gold result. as_rendered (i) trains the conversation as the
+template renders it (earlier turns' thinking stripped and untrained); preserve (ii) one pass
+with every turn's thinking visible and trained (DESIGN.md §3).
 
 $summary
 

@@ -203,6 +203,10 @@ int safetensors_read(const char *path, SafeTensorsFile *out, char *err, size_t e
     out->map_len = file_len;
     uint64_t header_len = 0;
     memcpy(&header_len, map, 8);
+    if (header_len > SAFETENSORS_MAX_HEADER)
+        return fail_at(err, err_len, path, 0,
+                       "not a safetensors file: a header of %llu bytes, over the format's "
+                       "limit of %d", (unsigned long long)header_len, SAFETENSORS_MAX_HEADER);
     if (header_len > (uint64_t)file_len - 8)
         return fail_at(err, err_len, path, 0, "not a safetensors file (bad header length)");
     out->data = (const uint8_t *)map + 8 + header_len;

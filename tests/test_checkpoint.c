@@ -162,6 +162,23 @@ int main(void) {
           "missing tensor named: %s", err);
     adamw_free(&big_opt);
 
+    // The run record's reader refuses a header length over the format's cap by its 8
+    // bytes (a sparse optimizer.safetensors claims 256 MiB).
+    char huge[300];
+    snprintf(huge, sizeof huge, "%s/huge", dir);
+    EXPECT(mkdir(huge, 0777) == 0, "mkdir huge");
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", huge);
+    const uint64_t claimed = (uint64_t)1 << 28;
+    FILE *hf_file = fopen(path, "wb");
+    fwrite(&claimed, 8, 1, hf_file);
+    fclose(hf_file);
+    EXPECT(truncate(path, (off_t)(8 + claimed + 64)) == 0, "sparse file");
+    char *record = NULL;
+    EXPECT(checkpoint_read_run_record(huge, &record, err, sizeof err) != 0 &&
+               strstr(err, "optimizer.safetensors") && strstr(err, "100000000"),
+           "run record header over the cap refused: %s", err);
+    free(record);
+
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
     adamw_free(&opt);

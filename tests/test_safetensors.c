@@ -218,6 +218,24 @@ static void test_half_dtypes(void) {
     safetensors_file_free(&f);
 }
 
+// A header length over the format's 100 MB cap is refused from the 8 bytes that claim
+// it, before anything of that size is allocated or read: a sparse file claims 256 MiB.
+static void test_header_cap(void) {
+    char path[256], err[512];
+    snprintf(path, sizeof path, "%s/huge_header.safetensors", dir);
+    const uint64_t claimed = (uint64_t)1 << 28;
+    FILE *f = fopen(path, "wb");
+    fwrite(&claimed, 8, 1, f);
+    fclose(f);
+    EXPECT(truncate(path, (off_t)(8 + claimed + 64)) == 0, "sparse file");
+    SafeTensorsFile st;
+    EXPECT(safetensors_read(path, &st, err, sizeof err) != 0 && strstr(err, "huge_header") &&
+               strstr(err, "268435456") && strstr(err, "100000000"),
+           "header over the cap refused by its length: %s", err);
+    safetensors_file_free(&st);
+    unlink(path);
+}
+
 int main(void) {
     TestRng rng = test_rng_from_env();
     if (!mkdtemp(dir)) fatal("mkdtemp failed");
@@ -225,6 +243,7 @@ int main(void) {
     test_table_prefix(&rng);
     test_malformed();
     test_half_dtypes();
+    test_header_cap();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

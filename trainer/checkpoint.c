@@ -351,27 +351,14 @@ int checkpoint_read_run_record(const char *dir, char **record, char *err, size_t
     char path[4200];
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
     *record = NULL;
-    if (input_file_check(path, err, err_len) != 0) return -1;
-    FILE *f = fopen(path, "rb");
-    if (!f) return fail_at(err, err_len, path, 0, "cannot open: %s", strerror(errno));
-    uint64_t header_len = 0;
-    fseek(f, 0, SEEK_END);
-    const long file_len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    if (file_len < 8 || fread(&header_len, 8, 1, f) != 1 || header_len > (uint64_t)file_len - 8) {
-        fclose(f);
-        return fail_at(err, err_len, path, 0, "not a safetensors file (bad header length)");
+    SafeTensorsFile f;  // mapped: only the header is read
+    if (safetensors_read(path, &f, err, err_len)) {
+        safetensors_file_free(&f);
+        return -1;
     }
-    char *text = xmalloc(header_len + 1);
-    const bool ok = fread(text, 1, header_len, f) == header_len;
-    fclose(f);
-    text[header_len] = '\0';
-    json_t *header = ok ? json_loads(text, 0, NULL) : NULL;
-    free(text);
-    if (!header) return fail_at(err, err_len, path, 0, "unreadable header");
-    const char *value = json_string_value(json_object_get(json_object_get(header, "__metadata__"), "run_record"));
+    const char *value = safetensors_meta(&f, "run_record");
     if (value && *value) *record = strdup(value);
-    json_decref(header);
+    safetensors_file_free(&f);
     return 0;
 }
 

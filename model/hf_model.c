@@ -25,23 +25,30 @@ const char *hf_model_type(ModelArch arch) { return ARCHS[arch].model_type; }
 const char *hf_architecture(ModelArch arch) { return ARCHS[arch].architecture; }
 
 // An integer key: absent or null gives `def` (required: an error); anything else
-// but an integer in [min, 2^30] is an error naming the key.
-static int int_key(const json_t *obj, const char *key, int def, bool required, int min, int *out,
-                   const char *path, char *err, size_t err_len) {
+// but an integer in [min, max] is an error naming the key.
+static int int_key(const json_t *obj, const char *key, int def, bool required, int min, int max,
+                   int *out, const char *path, char *err, size_t err_len) {
     const json_t *v = json_object_get(obj, key);
     if (!v || json_is_null(v)) {
         if (required) return fail_at(err, err_len, path, 0, "'%s' is missing", key);
         *out = def;
         return 0;
     }
-    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > (1 << 30))
-        return fail_at(err, err_len, path, 0, "'%s' must be an integer >= %d", key, min);
+    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
+        char got[48] = "";
+        if (json_is_integer(v))
+            snprintf(got, sizeof got, ", got %lld", (long long)json_integer_value(v));
+        return fail_at(err, err_len, path, 0, "'%s' must be an integer in [%d, %d]%s", key, min,
+                       max, got);
+    }
     *out = (int)json_integer_value(v);
     return 0;
 }
 
-static int num_key(const json_t *obj, const char *key, double def, bool required, double *out,
-                   const char *path, char *err, size_t err_len) {
+// A number key in (0, max] (a float must hold it: the model keeps floats): absent or
+// null gives `def` (required: an error).
+static int num_key(const json_t *obj, const char *key, double def, bool required, double max,
+                   double *out, const char *path, char *err, size_t err_len) {
     const json_t *v = json_object_get(obj, key);
     if (!v || json_is_null(v)) {
         if (required) return fail_at(err, err_len, path, 0, "'%s' is missing", key);
@@ -50,6 +57,9 @@ static int num_key(const json_t *obj, const char *key, double def, bool required
     }
     if (!json_is_number(v)) return fail_at(err, err_len, path, 0, "'%s' must be a number", key);
     *out = json_number_value(v);
+    if (!(*out > 0.0 && *out <= max))
+        return fail_at(err, err_len, path, 0, "'%s' must be a number in (0, %g], got %g", key, max,
+                       *out);
     return 0;
 }
 
@@ -78,11 +88,11 @@ static int parse_rope(const json_t *root, ModelConfig *cfg, const char *path, ch
         if (!json_object_get(params, "rope_type") && !json_object_get(params, "rope_theta"))
             return fail_at(err, err_len, path, 0,
                            "'rope_parameters' per layer type is not supported");
-        if (num_key(params, "rope_theta", 10000.0, false, &theta, path, err, err_len)) return -1;
+        if (num_key(params, "rope_theta", 10000.0, false, MODEL_MAX_ROPE_THETA, &theta, path, err, err_len)) return -1;
         scaling = params;
     } else {
         where = "rope_scaling";
-        if (num_key(root, "rope_theta", 10000.0, false, &theta, path, err, err_len)) return -1;
+        if (num_key(root, "rope_theta", 10000.0, false, MODEL_MAX_ROPE_THETA, &theta, path, err, err_len)) return -1;
     }
     cfg->rope_theta = (float)theta;
     cfg->rope_scaling = (RopeScaling){.type = ROPE_DEFAULT};
@@ -98,13 +108,13 @@ static int parse_rope(const json_t *root, ModelConfig *cfg, const char *path, ch
     if (strcmp(name, "default") == 0) return 0;
     if (strcmp(name, "linear") == 0) {
         s->type = ROPE_LINEAR;
-        if (num_key(scaling, "factor", 1.0, true, &factor, path, err, err_len)) return -1;
+        if (num_key(scaling, "factor", 1.0, true, MODEL_MAX_ROPE_FACTOR, &factor, path, err, err_len)) return -1;
     } else if (strcmp(name, "llama3") == 0) {
         s->type = ROPE_LLAMA3;
-        if (num_key(scaling, "factor", 1.0, true, &factor, path, err, err_len) ||
-            num_key(scaling, "low_freq_factor", 1.0, true, &low, path, err, err_len) ||
-            num_key(scaling, "high_freq_factor", 4.0, true, &high, path, err, err_len) ||
-            int_key(scaling, "original_max_position_embeddings", 0, true, 1,
+        if (num_key(scaling, "factor", 1.0, true, MODEL_MAX_ROPE_FACTOR, &factor, path, err, err_len) ||
+            num_key(scaling, "low_freq_factor", 1.0, true, MODEL_MAX_ROPE_FACTOR, &low, path, err, err_len) ||
+            num_key(scaling, "high_freq_factor", 4.0, true, MODEL_MAX_ROPE_FACTOR, &high, path, err, err_len) ||
+            int_key(scaling, "original_max_position_embeddings", 0, true, 1, 1 << 30,
                     &s->original_max_position_embeddings, path, err, err_len))
             return -1;
     } else {
@@ -163,13 +173,15 @@ static int refuse_unsupported(const json_t *root, ModelArch arch, const char *pa
 // bos/pad: an integer or absent; eos: an integer, a list of them, or absent.
 static int parse_token_ids(const json_t *root, HfModelConfig *out, const char *path, char *err,
                            size_t err_len) {
-    if (int_key(root, "bos_token_id", -1, false, 0, &out->bos_token_id, path, err, err_len) ||
-        int_key(root, "pad_token_id", -1, false, 0, &out->pad_token_id, path, err, err_len))
+    if (int_key(root, "bos_token_id", -1, false, 0, 1 << 30, &out->bos_token_id, path, err,
+                err_len) ||
+        int_key(root, "pad_token_id", -1, false, 0, 1 << 30, &out->pad_token_id, path, err,
+                err_len))
         return -1;
     const json_t *eos = json_object_get(root, "eos_token_id");
     out->n_eos = 0;
     if (!eos || json_is_null(eos)) return 0;
-    if (json_is_integer(eos)) return int_key(root, "eos_token_id", -1, false, 0,
+    if (json_is_integer(eos)) return int_key(root, "eos_token_id", -1, false, 0, 1 << 30,
                                              &out->eos_token_ids[out->n_eos++], path, err, err_len);
     if (!json_is_array(eos) || json_array_size(eos) > HF_MAX_EOS)
         return fail_at(err, err_len, path, 0,
@@ -200,21 +212,26 @@ static int parse_root(const json_t *root, HfModelConfig *out, const char *path, 
     c->arch = (ModelArch)arch;
     if (refuse_unsupported(root, c->arch, path, err, err_len)) return -1;
     double eps;
-    if (int_key(root, "vocab_size", 0, true, 1, &c->vocab_size, path, err, err_len) ||
-        int_key(root, "hidden_size", 0, true, 1, &c->hidden_size, path, err, err_len) ||
-        int_key(root, "intermediate_size", 0, true, 1, &c->intermediate_size, path, err, err_len) ||
-        int_key(root, "num_hidden_layers", 0, true, 1, &c->num_hidden_layers, path, err, err_len) ||
-        int_key(root, "num_attention_heads", 0, true, 1, &c->num_attention_heads, path, err,
+    if (int_key(root, "vocab_size", 0, true, 1, MODEL_MAX_VOCAB_SIZE, &c->vocab_size, path, err,
                 err_len) ||
-        int_key(root, "num_key_value_heads", c->num_attention_heads, false, 1,
-                &c->num_key_value_heads, path, err, err_len) ||
-        int_key(root, "head_dim", c->arch == ARCH_QWEN3 ? 128 : 0, false, 1, &c->head_dim, path,
+        int_key(root, "hidden_size", 0, true, 1, MODEL_MAX_HIDDEN_SIZE, &c->hidden_size, path,
                 err, err_len) ||
-        num_key(root, "rms_norm_eps", 1e-6, false, &eps, path, err, err_len) ||
+        int_key(root, "intermediate_size", 0, true, 1, MODEL_MAX_INTERMEDIATE_SIZE,
+                &c->intermediate_size, path, err, err_len) ||
+        int_key(root, "num_hidden_layers", 0, true, 1, MODEL_MAX_LAYERS, &c->num_hidden_layers,
+                path, err, err_len) ||
+        int_key(root, "num_attention_heads", 0, true, 1, MODEL_MAX_HEADS,
+                &c->num_attention_heads, path, err, err_len) ||
+        int_key(root, "num_key_value_heads", c->num_attention_heads, false, 1, MODEL_MAX_HEADS,
+                &c->num_key_value_heads, path, err, err_len) ||
+        int_key(root, "head_dim", c->arch == ARCH_QWEN3 ? 128 : 0, false, 1, MODEL_MAX_HEAD_DIM,
+                &c->head_dim, path, err, err_len) ||
+        num_key(root, "rms_norm_eps", 1e-6, false, MODEL_MAX_RMS_NORM_EPS, &eps, path, err,
+                err_len) ||
         bool_key(root, "tie_word_embeddings", false, &c->tie_word_embeddings, path, err,
                  err_len) ||
-        int_key(root, "max_position_embeddings", 0, false, 1, &out->max_position_embeddings, path,
-                err, err_len) ||
+        int_key(root, "max_position_embeddings", 0, false, 1, 1 << 30,
+                &out->max_position_embeddings, path, err, err_len) ||
         parse_rope(root, c, path, err, err_len) || parse_token_ids(root, out, path, err, err_len))
         return -1;
     c->rms_norm_eps = (float)eps;

@@ -57,4 +57,18 @@ fi
 if out=$(pack --set data.seq_len=1024 --set data.skip_too_long=true --out "$tmp/rows.jsonl" 2>&1) &&
    grep -q "^skipped *0 bad, 1 too long" <<<"$out"; then ok; else bad "skip_too_long of the line: $out"; fi
 
+# A model folder's config.json keeps the ranges of the model.* keys: 2^30 layers are
+# refused by the key's limit at once, before a parameter table of them is built.
+mkdir -p "$tmp/deep"
+cp tests/data/hf/llama3_scaling/* "$tmp/deep/"
+sed -i 's/"num_hidden_layers": 2/"num_hidden_layers": 1073741824/' "$tmp/deep/config.json"
+expect_error "config.json with 2^30 layers" \
+    "deep/config.json: 'num_hidden_layers' must be an integer in \[1, 1024\], got 1073741824" \
+    timeout 5 "$train" --set out_dir="$tmp/d" --set model.init_from="$tmp/deep" \
+    --set data.tokenizer="$data/tokenizer.model"
+sed -i 's/"num_hidden_layers": 1073741824/"num_hidden_layers": 2/; s/"rope_theta": 500000.0/"rope_theta": 1e39/' \
+    "$tmp/deep/config.json"
+expect_error "config.json with rope_theta 1e39" "'rope_theta' must be a number in (0, 1e+12\], got 1e+39" \
+    "$train" --set out_dir="$tmp/d" --set model.init_from="$tmp/deep" --set data.tokenizer="$data/tokenizer.model"
+[ ! -e "$tmp/d" ] && ok || bad "a refused config.json created out_dir"
 finish

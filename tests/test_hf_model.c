@@ -10,6 +10,7 @@
 #include "common/check.h"
 #include "model/hf_model.h"
 #include "model/safetensors.h"
+#include "tests/test_child.h"
 #include "tests/test_hf_util.h"
 #include "tests/test_util.h"
 
@@ -137,6 +138,32 @@ static void test_spellings(void) {
            "qwen3 defaults: head_dim 128 as Qwen3Config");
 }
 
+static void model_dims_of(void *arg) { model_dims((const ModelConfig *)arg); }
+
+// model_dims keeps the same bounds for a ModelConfig from anywhere, in 64-bit: heads x
+// head_dim past int is refused naming the keys, not wrapped.
+static void test_model_dims_bounds(void) {
+    ModelConfig cfg = {.vocab_size = 64, .hidden_size = 16, .intermediate_size = 32,
+                       .num_hidden_layers = 1, .num_attention_heads = 65536,
+                       .num_key_value_heads = 1, .head_dim = 65536, .rms_norm_eps = 1e-6f,
+                       .rope_theta = 10000.0f};
+    char out[1024];
+    EXPECT(test_run_in_child(model_dims_of, &cfg, out, sizeof out) == 1 &&
+               strstr(out, "model.num_attention_heads 65536 is over its limit 1024"),
+           "heads x head_dim past int refused: %s", out);
+    cfg.num_attention_heads = 2;
+    cfg.num_hidden_layers = 1 << 30;
+    EXPECT(test_run_in_child(model_dims_of, &cfg, out, sizeof out) == 1 &&
+               strstr(out, "model.num_hidden_layers 1073741824 is over its limit 1024"),
+           "layers past the limit refused: %s", out);
+    cfg.num_hidden_layers = 1;
+    cfg.head_dim = 64;
+    cfg.rope_theta = INFINITY;
+    EXPECT(test_run_in_child(model_dims_of, &cfg, out, sizeof out) == 1 &&
+               strstr(out, "model.rope_theta"),
+           "an infinite rope_theta refused: %s", out);
+}
+
 static void test_config_refusals(void) {
     const struct { const char *model_type, *extra, *message; } cases[] = {
         {"mistral", "", "model_type 'mistral' is not supported (llama, qwen2, qwen3)"},
@@ -156,7 +183,24 @@ static void test_config_refusals(void) {
          "'low_freq_factor' is missing"},
         {"llama", "\"rope_parameters\": {\"full_attention\": {\"rope_type\": \"default\"}}",
          "'rope_parameters' per layer type is not supported"},
-        {"llama", "\"num_key_value_heads\": 0", "'num_key_value_heads' must be an integer >= 1"},
+        {"llama", "\"num_key_value_heads\": 0",
+         "'num_key_value_heads' must be an integer in [1, 1024], got 0"},
+        // The ranges of the model.* keys hold for config.json too: a size past its key's
+        // maximum, a heads x head_dim that int cannot hold, a RoPE base or factor that a
+        // float cannot hold, a zero epsilon.
+        {"llama", "\"num_hidden_layers\": 1073741824",
+         "'num_hidden_layers' must be an integer in [1, 1024], got 1073741824"},
+        {"llama", "\"vocab_size\": 16777217", "'vocab_size' must be an integer in [1, 16777216]"},
+        {"llama", "\"hidden_size\": 65537", "'hidden_size' must be an integer in [1, 65536]"},
+        {"llama", "\"intermediate_size\": 262145",
+         "'intermediate_size' must be an integer in [1, 262144]"},
+        {"llama", "\"num_attention_heads\": 1024, \"head_dim\": 4194304",
+         "'head_dim' must be an integer in [1, 65536], got 4194304"},
+        {"llama", "\"rope_theta\": 1e39", "'rope_theta' must be a number in (0, 1e+12], got 1e+39"},
+        {"llama", "\"rope_theta\": 0", "'rope_theta' must be a number in (0, 1e+12], got 0"},
+        {"llama", "\"rms_norm_eps\": 0", "'rms_norm_eps' must be a number in (0, 1], got 0"},
+        {"llama", "\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 1e39}",
+         "'factor' must be a number in (0, 1e+06], got 1e+39"},
         {"llama", "\"eos_token_id\": \"x\"", "'eos_token_id' must be an integer or a list"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -285,6 +329,7 @@ int main(void) {
     test_fixture_configs();
     test_spellings();
     test_config_refusals();
+    test_model_dims_bounds();
     test_weight_refusals();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/check.h"
+#include "common/output_file.h"
 #include "model/safetensors.h"
 
 static const struct {
@@ -254,18 +255,63 @@ int hf_config_parse(const char *text, const char *path, HfModelConfig *out, char
     return rc;
 }
 
+// ---------------------------------------------------------------- folder files
+
+const HfFolderFile HF_FOLDER_FILES[] = {
+    {"config.json", HF_JSON_MAX_BYTES},
+    {"generation_config.json", HF_JSON_MAX_BYTES},
+    {"model.safetensors.index.json", HF_JSON_MAX_BYTES},
+    {"tokenizer_config.json", HF_JSON_MAX_BYTES},
+    {"special_tokens_map.json", HF_JSON_MAX_BYTES},
+    {"added_tokens.json", HF_JSON_MAX_BYTES},
+    {"tokenizer.json", HF_TOKENIZER_MAX_BYTES},
+    {"tokenizer.model", HF_TOKENIZER_MAX_BYTES},
+    {"vocab.json", HF_TOKENIZER_MAX_BYTES},
+    {"merges.txt", HF_TOKENIZER_MAX_BYTES},
+    {"chat_template.jinja", HF_TOKENIZER_MAX_BYTES},
+};
+const int HF_N_FOLDER_FILES = (int)(sizeof HF_FOLDER_FILES / sizeof HF_FOLDER_FILES[0]);
+
+size_t hf_file_max_bytes(const char *name) {
+    for (int i = 0; i < HF_N_FOLDER_FILES; i++)
+        if (strcmp(HF_FOLDER_FILES[i].name, name) == 0) return HF_FOLDER_FILES[i].max_bytes;
+    return HF_JSON_MAX_BYTES;
+}
+
+int hf_folder_check(const char *dir, char *err, size_t err_len) {
+    char path[4200];
+    for (int i = 0; i < HF_N_FOLDER_FILES; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, HF_FOLDER_FILES[i].name);
+        struct stat st;
+        if (stat(path, &st) != 0) continue;  // absent (or a dangling link): nothing to read
+        if (!S_ISREG(st.st_mode)) return fail_at(err, err_len, path, 0, "not a regular file");
+        if ((uint64_t)st.st_size > (uint64_t)HF_FOLDER_FILES[i].max_bytes)
+            return fail_at(err, err_len, path, 0, "%lld bytes, over the limit of %zu",
+                           (long long)st.st_size, HF_FOLDER_FILES[i].max_bytes);
+    }
+    return 0;
+}
+
+json_t *hf_json_load(const char *path, size_t max_bytes, char *err, size_t err_len) {
+    size_t len;
+    char *text = input_file_read(path, max_bytes, &len, err, err_len);
+    if (!text) return NULL;
+    json_error_t jerr;
+    json_t *root = json_loadb(text, len, 0, &jerr);
+    free(text);
+    if (!root) fail_at(err, err_len, path, jerr.line, "invalid JSON: %s", jerr.text);
+    return root;
+}
+
 int hf_config_read(const char *dir, HfModelConfig *out, char *err, size_t err_len) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     memset(out, 0, sizeof *out);
-    json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
-    if (!root) {
-        struct stat st;
-        if (stat(path, &st) != 0)
-            return fail_at(err, err_len, path, 0, "cannot open (not a Hugging Face model folder)");
-        return fail_at(err, err_len, path, jerr.line, "invalid JSON: %s", jerr.text);
-    }
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return fail_at(err, err_len, path, 0, "cannot open (not a Hugging Face model folder)");
+    json_t *root = hf_json_load(path, HF_JSON_MAX_BYTES, err, err_len);
+    if (!root) return -1;
     const int rc = parse_root(root, out, path, err, err_len);
     json_decref(root);
     return rc;
@@ -273,23 +319,67 @@ int hf_config_read(const char *dir, HfModelConfig *out, char *err, size_t err_le
 
 // ---------------------------------------------------------------- weights
 
-void hf_weight_files(const char *dir, HfWeightFiles *out) {
-    *out = (HfWeightFiles){0};
+// A weight_map value: a plain file name of the folder.
+static bool plain_file_name(const char *name) {
+    return name && *name && !strchr(name, '/') && strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
+}
+
+// dir's model.safetensors.index.json, validated: a weight_map object of plain file names.
+// Returns the index (absent: NULL with *absent), or NULL with a message.
+static json_t *index_load(const char *dir, bool *absent, char *err, size_t err_len) {
     char path[4200];
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    json_t *index = access(path, F_OK) == 0 ? json_load_file(path, 0, NULL) : NULL;
+    struct stat st;
+    *absent = lstat(path, &st) != 0;
+    if (*absent) return NULL;
+    json_t *index = hf_json_load(path, HF_JSON_MAX_BYTES, err, err_len);
+    if (!index) return NULL;
+    const json_t *map = json_object_get(index, "weight_map");
+    const char *key;
+    json_t *file;
+    const char *why = !json_is_object(map) ? "has no 'weight_map' object"
+                      : json_object_size(map) == 0 ? "names no weight file in 'weight_map'"
+                                                   : NULL;
+    json_object_foreach((json_t *)map, key, file) {
+        if (why) break;
+        if (!plain_file_name(json_string_value(file))) {
+            char what[600];
+            if (json_is_string(file))
+                snprintf(what, sizeof what, "'%s' is not a file name of the folder",
+                         json_string_value(file));
+            else
+                snprintf(what, sizeof what, "is not a string");
+            fail_at(err, err_len, path, 0, "weight_map['%s']: %s", key, what);
+            json_decref(index);
+            return NULL;
+        }
+    }
+    if (why) {
+        fail_at(err, err_len, path, 0, "%s", why);
+        json_decref(index);
+        return NULL;
+    }
+    return index;
+}
+
+int hf_weight_files(const char *dir, HfWeightFiles *out, char *err, size_t err_len) {
+    *out = (HfWeightFiles){0};
+    bool absent;
+    json_t *index = index_load(dir, &absent, err, err_len);
+    if (!index && !absent) return -1;
     const char *key;
     json_t *file;
     int cap = 0;
     json_object_foreach(json_object_get(index, "weight_map"), key, file) {
         const char *name = json_string_value(file);
-        bool listed = !name;
+        bool listed = false;
         for (int i = 0; i < out->n && !listed; i++) listed = strcmp(out->names[i], name) == 0;
         if (!listed) ARRAY_PUSH(out->names, out->n, cap, strdup(name));
     }
     json_decref(index);
     out->sharded = out->n > 0;
     if (!out->sharded) ARRAY_PUSH(out->names, out->n, cap, strdup("model.safetensors"));
+    return 0;
 }
 
 void hf_weight_files_free(HfWeightFiles *f) {
@@ -308,50 +398,37 @@ static void shards_free(Shards *s) {
     free(s->files);
 }
 
-// Opens dir/model.safetensors, or every file that model.safetensors.index.json's
-// weight_map names (each once).
+// Opens the weight files of dir (hf_weight_files); with an index, each tensor it names
+// must be in its file.
 static int shards_open(const char *dir, Shards *s, char *err, size_t err_len) {
     memset(s, 0, sizeof *s);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    struct stat st;
-    if (stat(path, &st) != 0) {
-        snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        s->files = xcalloc(1, sizeof *s->files);
-        s->n_files = 1;
-        return safetensors_read(path, &s->files[0], err, err_len);
+    HfWeightFiles files;
+    if (hf_weight_files(dir, &files, err, err_len)) return -1;
+    s->files = xcalloc((size_t)files.n, sizeof *s->files);
+    char path[4200];
+    int rc = 0;
+    for (int k = 0; k < files.n && rc == 0; k++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files.names[k]);
+        rc = safetensors_read(path, &s->files[s->n_files++], err, err_len);
     }
-    json_error_t jerr;
-    json_t *index = json_load_file(path, 0, &jerr);
-    const json_t *map = json_object_get(index, "weight_map");
-    if (!json_is_object(map)) {
-        json_decref(index);
-        return fail_at(err, err_len, path, 0, "no 'weight_map' object");
-    }
-    s->files = xcalloc(json_object_size(map) ? json_object_size(map) : 1, sizeof *s->files);
+    bool absent;
+    json_t *index = rc == 0 && files.sharded ? index_load(dir, &absent, err, err_len) : NULL;
+    if (rc == 0 && files.sharded && !index) rc = -1;
     const char *name;
     json_t *file;
-    int rc = 0;
-    json_object_foreach((json_t *)map, name, file) {
+    json_object_foreach(json_object_get(index, "weight_map"), name, file) {
+        if (rc) break;
         const char *fname = json_string_value(file);
-        if (!fname || strchr(fname, '/')) {
-            rc = fail_at(err, err_len, path, 0, "weight_map['%s'] is not a file name", name);
-            break;
-        }
-        char shard[4096];
-        snprintf(shard, sizeof shard, "%s/%s", dir, fname);
-        bool open_already = false;
-        for (int i = 0; i < s->n_files && !open_already; i++)
-            open_already = strcmp(s->files[i].path, shard) == 0;
-        if (open_already) continue;
-        if ((rc = safetensors_read(shard, &s->files[s->n_files++], err, err_len))) break;
-        if (!safetensors_find(&s->files[s->n_files - 1], name)) {
-            rc = fail_at(err, err_len, path, 0, "tensor '%s' is not in %s as weight_map says",
-                         name, fname);
-            break;
-        }
+        for (int k = 0; k < files.n; k++)
+            if (strcmp(files.names[k], fname) == 0 && !safetensors_find(&s->files[k], name)) {
+                snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+                rc = fail_at(err, err_len, path, 0, "tensor '%s' is not in %s as weight_map says",
+                             name, fname);
+                break;
+            }
     }
     json_decref(index);
+    hf_weight_files_free(&files);
     return rc;
 }
 

@@ -110,7 +110,7 @@ int main(void) {
     char other[300];
     snprintf(other, sizeof other, "%s/other", dir);
     EXPECT(checkpoint_save(other, &cfg, &table, params, &opt, &progress, err, sizeof err) == 0, "save 2: %s", err);
-    char cmd[1000];
+    char cmd[2400];
     snprintf(cmd, sizeof cmd, "cp %s/model.safetensors %s/model.safetensors", other, ckpt);
     EXPECT(system(cmd) == 0, "copy");
     EXPECT(checkpoint_load(ckpt, &table, params_back, &opt_back, &back, err, sizeof err) != 0 &&
@@ -161,6 +161,24 @@ int main(void) {
               strstr(err, "lm_head.weight"),
           "missing tensor named: %s", err);
     adamw_free(&big_opt);
+
+    // A checkpoint whose index names weights outside its folder ("../") is refused by
+    // the same resolver as a model folder's.
+    char outside[300];
+    snprintf(outside, sizeof outside, "%s/outside", dir);
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p %s && cp %s/optimizer.safetensors %s/config.json %s/ && printf "
+             "'{\"weight_map\": {\"model.embed_tokens.weight\": \"../other/model.safetensors\", "
+             "\"model.layers.0.input_layernorm.weight\": \"../other/model.safetensors\", "
+             "\"model.norm.weight\": \"../other/model.safetensors\"}}' > "
+             "%s/model.safetensors.index.json",
+             outside, other, other, outside, outside);
+    EXPECT(system(cmd) == 0, "%s", cmd);
+    EXPECT(checkpoint_load(outside, &table, params_back, &opt_back, &back, err, sizeof err) != 0 &&
+               strstr(err, "'../other/model.safetensors' is not a file name"),
+           "a checkpoint's index reaching outside its folder refused: %s", err);
+    free(back.run_record);
+    back.run_record = NULL;
 
     // The run record's reader refuses a header length over the format's cap by its 8
     // bytes (a sparse optimizer.safetensors claims 256 MiB).

@@ -312,6 +312,27 @@ static void test_weight_refusals(void) {
                strstr(err, "tensor 'lm_head.weight' is not in model-00001-of-00002.safetensors"),
            "index pointing at the wrong shard: %s", err);
 
+    // An index that is not JSON: its parse error (line and text) is the message.
+    snprintf(cmd, sizeof cmd, "printf '{\"weight_map\": {\n  \"a\": 1,,\n}}' > %s/model.safetensors.index.json",
+             folder);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    EXPECT(hf_weights_load(folder, &q3_table, q3_params, err, sizeof err) != 0 &&
+               strstr(err, "model.safetensors.index.json:2: invalid JSON: "),
+           "an unparsable index keeps its JSON error: %s", err);
+    // A weight_map file outside the folder ("../") is refused, whoever loads it.
+    snprintf(cmd, sizeof cmd,
+             "cp tests/data/hf/qwen3_qknorm_sharded/model.safetensors.index.json %s/ && sed -i "
+             "'s|\"model-00001|\"../index/model-00001|' %s/model.safetensors.index.json",
+             folder, folder);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    EXPECT(hf_weights_load(folder, &q3_table, q3_params, err, sizeof err) != 0 &&
+               strstr(err, "'../index/model-00001-of-00002.safetensors' is not a file name"),
+           "a shard outside the folder refused: %s", err);
+    HfWeightFiles files;
+    EXPECT(hf_weight_files(folder, &files, err, sizeof err) != 0 &&
+               strstr(err, "'../index/model-00001-of-00002.safetensors' is not a file name"),
+           "hf_weight_files refuses it too: %s", err);
+
     for (int i = 0; i < tied.n_tensors; i++) free((char *)tied_entries[i].name);
     safetensors_entries_free(entries, n);
     free(entries), free(back), free(params), free(tied_entries), free(tied_params), free(tied_back);

@@ -123,8 +123,8 @@ static int install_checkpoint_dir(const char *tmp, const char *dir, char *err, s
 static int model_files_checksum(const char *dir, uint64_t *sum, char *err, size_t err_len) {
     char path[4200];
     HfWeightFiles files;
-    hf_weight_files(dir, &files);
     *sum = 0;
+    if (hf_weight_files(dir, &files, err, err_len)) return -1;
     int rc = 0;
     for (int k = 0; k < files.n && rc == 0; k++) {
         snprintf(path, sizeof path, "%s/%s", dir, files.names[k]);
@@ -201,17 +201,19 @@ static int checkpoint_write_files(const char *dir, const ParamTable *table, cons
 }
 
 // The model weight file holding the step metadata: model.safetensors, or the first
-// shard of model.safetensors.index.json. Returns whether the weights are sharded.
-static bool model_weights_path(const char *dir, char *path, size_t len) {
+// shard of model.safetensors.index.json; *sharded says which. Returns 0, or -1 with a
+// message.
+static int model_weights_path(const char *dir, char *path, size_t len, bool *sharded, char *err,
+                              size_t err_len) {
     HfWeightFiles files;
-    hf_weight_files(dir, &files);
+    if (hf_weight_files(dir, &files, err, err_len)) return -1;
     const char *first = files.names[0];
     for (int k = 1; k < files.n; k++)
         if (strcmp(files.names[k], first) < 0) first = files.names[k];
     snprintf(path, len, "%s/%s", dir, first);
-    const bool sharded = files.sharded;
+    *sharded = files.sharded;
     hf_weight_files_free(&files);
-    return sharded;
+    return 0;
 }
 
 int checkpoint_save_hf(const char *dir, const ParamTable *table, const float *params,
@@ -253,8 +255,10 @@ int checkpoint_load(const char *dir, const ParamTable *table, float *params, Ada
     long long model_step = 0, step = 0;
     int rc = -1;
     // A sharded model's extra tensors are refused by hf_weights_load, which reads them all.
-    const bool sharded = model_weights_path(dir, path, sizeof path);
-    if (safetensors_read(path, &model, err, err_len)) goto done;
+    bool sharded;
+    if (model_weights_path(dir, path, sizeof path, &sharded, err, err_len) ||
+        safetensors_read(path, &model, err, err_len))
+        goto done;
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
     if (safetensors_read(path, &state, err, err_len)) goto done;
     const char *format = safetensors_meta(&state, "format");
@@ -294,7 +298,7 @@ int checkpoint_load(const char *dir, const ParamTable *table, float *params, Ada
     if (model_files_checksum(dir, &model_sum, err, err_len)) goto done;
     snprintf(got_model, sizeof got_model, "%016llx", (unsigned long long)model_sum);
     if (strcmp(got_model, want_model) != 0) {
-        model_weights_path(dir, path, sizeof path);  // the file, or the first shard
+        snprintf(path, sizeof path, "%s", model.path);  // the file, or the first shard
         fail_at(err, err_len, path, 0, "checksum mismatch of the model weights (stored %s, "
                 "computed %s): the file is corrupt", want_model, got_model);
         goto done;
@@ -365,7 +369,8 @@ int checkpoint_read_run_record(const char *dir, char **record, char *err, size_t
 int hf_export_checkpoint(const char *from, const char *out, const SaveDtype *dtype, char *err,
                          size_t err_len) {
     HfExport e = {.generation_eos_token_id = -1};
-    if (hf_config_read(from, &e.hf, err, err_len)) return -1;
+    if (hf_folder_check(from, err, err_len) || hf_config_read(from, &e.hf, err, err_len))
+        return -1;
     e.dtype = SAVE_F32;
     if (dtype) e.dtype = *dtype;
     else if (strcmp(e.hf.dtype, "bfloat16") == 0) e.dtype = SAVE_BF16;

@@ -1,6 +1,9 @@
 #include "trainer/data_options.h"
 
+#include <sys/stat.h>
+
 #include "common/check.h"
+#include "model/hf_model.h"
 
 DataOptions data_options_from_config(const RunConfig *c) {
     DataOptions opt = {0};
@@ -50,9 +53,18 @@ const ChatTemplate *template_from_config(const RunConfig *c) {
     for (int i = 0; i < 2; i++) {
         const ChatTemplate *t;
         char err[4600];
+        config_folder_check(c, folders[i]);  // template_of_folder reads tokenizer_config.json
         if (template_of_folder(*folders[i], &t, err, sizeof err) != 0)
             fatal("config key '%s': %s", config_key_of(c, folders[i])->key, err);
         if (t) return t;
     }
     return &TEMPLATE_ONEPASS;
+}
+
+void config_folder_check(const RunConfig *c, const char *const *field) {
+    struct stat st;
+    char err[4600];
+    if (*field && stat(*field, &st) == 0 && S_ISDIR(st.st_mode) &&
+        hf_folder_check(*field, err, sizeof err) != 0)
+        fatal("config key '%s': %s", config_key_of(c, field)->key, err);
 }

@@ -17,6 +17,7 @@
 bool model_source_from(const RunConfig *c, HfModelConfig *out) {
     const char *dir = c->model.init_from;
     if (!dir) return false;
+    config_folder_check(c, &c->model.init_from);
     char err[1024];
     if (hf_config_read(dir, out, err, sizeof err) != 0) fatal("config key 'model.init_from': %s", err);
     return true;
@@ -59,6 +60,7 @@ static Tokenizer *tokenizer_load_added(const RunConfig *c, bool say) {
     if (!path)
         fatal("config key 'data.tokenizer': a SentencePiece .model, a tokenizer.json or a model "
               "folder is required");
+    config_folder_check(c, &c->data.tokenizer);
     char err[1024];
     Tokenizer *tok = tokenizer_load(path, err, sizeof err);
     if (!tok) fatal("config key 'data.tokenizer': %s", err);

@@ -143,9 +143,36 @@ static int model_files_checksum(const char *dir, uint64_t *sum, char *err, size_
 // folder of the export's dtype, ids and shard size (model/hf_export.h), then the
 // optimizer state; below F32 the fp32 master weights go into optimizer.safetensors as
 // "master.<name>" and checkpoint_load takes them from there.
+static int compare_names(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+// The names of the files in dir, sorted, comma-separated (malloc'd).
+static char *file_list(const char *dir) {
+    DIR *d = opendir(dir);
+    char **names = NULL;
+    int n = 0, cap = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            ARRAY_PUSH(names, n, cap, strdup(e->d_name));
+    if (d) closedir(d);
+    qsort(names, (size_t)n, sizeof *names, compare_names);
+    size_t len = 1;
+    for (int i = 0; i < n; i++) len += strlen(names[i]) + 1;
+    char *list = xcalloc(len, 1);
+    for (int i = 0; i < n; i++) {
+        if (i) strcat(list, ",");
+        strcat(list, names[i]);
+        free(names[i]);
+    }
+    free(names);
+    return list;
+}
+
 static int checkpoint_write_files(const char *dir, const ParamTable *table, const float *params,
                                   const AdamWState *opt, const TrainProgress *progress,
-                                  const HfExport *hf, char *err, size_t err_len) {
+                                  const HfExport *hf, CheckpointExtraFiles extra,
+                                  void *extra_arg, char *err, size_t err_len) {
     char path[4200];
     char step[32], epoch[32], cursor[32], seed[32], tokens[32], trained[32], elapsed[40];
     snprintf(step, sizeof step, "%ld", progress->step);
@@ -171,7 +198,8 @@ static int checkpoint_write_files(const char *dir, const ParamTable *table, cons
     model.n_meta = (int)(sizeof model_meta / sizeof model_meta[0]);
     uint64_t model_sum;
     if (hf_export_write(dir, table, params, &model, err, err_len) ||
-        model_files_checksum(dir, &model_sum, err, err_len))
+        model_files_checksum(dir, &model_sum, err, err_len) ||
+        (extra && extra(dir, extra_arg, err, err_len)))
         return -1;
     snprintf(model_checksum, sizeof model_checksum, "%016llx", (unsigned long long)model_sum);
 
@@ -190,11 +218,16 @@ static int checkpoint_write_files(const char *dir, const ParamTable *table, cons
         {"data_cursor", cursor},       {"seed", seed},       {"tokens_seen", tokens},
         {"trained_tokens_seen", trained}, {"elapsed_s", elapsed}, {"save_id", save_id},
         {"run_record_hash", record_hash}, {"run_record", record}, {"checksum", checksum},
-        {"model_checksum", model_checksum},
+        {"model_checksum", model_checksum}, {"files", NULL},
     };
+    char *files = file_list(dir);  // everything but the optimizer state itself
+    SafeTensorMeta meta[sizeof opt_meta / sizeof opt_meta[0]];
+    memcpy(meta, opt_meta, sizeof meta);
+    meta[sizeof meta / sizeof meta[0] - 1].value = files;
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
-    const int rc = safetensors_write(path, entries, n_sets * n, opt_meta,
-                                     (int)(sizeof opt_meta / sizeof opt_meta[0]), err, err_len);
+    const int rc = safetensors_write(path, entries, n_sets * n, meta,
+                                     (int)(sizeof meta / sizeof meta[0]), err, err_len);
+    free(files);
     safetensors_entries_free(entries, n_sets * n);
     free(entries);
     return rc;
@@ -218,14 +251,46 @@ static int model_weights_path(const char *dir, char *path, size_t len, bool *sha
 
 int checkpoint_save_hf(const char *dir, const ParamTable *table, const float *params,
                        const AdamWState *opt, const TrainProgress *progress, const HfExport *hf,
-                       char *err, size_t err_len) {
+                       CheckpointExtraFiles extra, void *extra_arg, char *err, size_t err_len) {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", dir);
     if (remove_checkpoint_dir(tmp, err, err_len)) return -1;  // a killed save's leftovers
-    if (make_dirs(tmp, err, err_len) ||
-        checkpoint_write_files(tmp, table, params, opt, progress, hf, err, err_len))
+    if (make_dirs(tmp, err, err_len)) return -1;
+    if (checkpoint_write_files(tmp, table, params, opt, progress, hf, extra, extra_arg, err,
+                               err_len) == 0 &&
+        install_checkpoint_dir(tmp, dir, err, err_len) == 0)
+        return 0;
+    char ignored[256];
+    remove_checkpoint_dir(tmp, ignored, sizeof ignored);  // a failed save leaves nothing
+    return -1;
+}
+
+int checkpoint_check_complete(const char *dir, char *err, size_t err_len) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+    struct stat st;
+    if (stat(path, &st) != 0) return 0;  // a Hugging Face folder, not a checkpoint
+    SafeTensorsFile f;
+    if (safetensors_read(path, &f, err, err_len)) {
+        safetensors_file_free(&f);
         return -1;
-    return install_checkpoint_dir(tmp, dir, err, err_len);
+    }
+    const char *format = safetensors_meta(&f, "format");
+    const char *files = safetensors_meta(&f, "files");
+    int rc = 0;
+    if (format && strcmp(format, CHECKPOINT_FORMAT) == 0 && !files)
+        rc = fail_at(err, err_len, path, 0, "metadata 'files' missing");
+    for (const char *p = files; rc == 0 && p && *p;) {
+        const char *comma = strchr(p, ',');
+        const size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        snprintf(path, sizeof path, "%s/%.*s", dir, (int)len, p);
+        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+            rc = fail(err, err_len, "%s: incomplete checkpoint: %.*s is %s", dir, (int)len, p,
+                      stat(path, &st) != 0 ? "missing" : "not a regular file");
+        p = comma ? comma + 1 : p + len;
+    }
+    safetensors_file_free(&f);
+    return rc;
 }
 
 int checkpoint_save(const char *dir, const ModelConfig *cfg, const ParamTable *table,
@@ -234,7 +299,7 @@ int checkpoint_save(const char *dir, const ModelConfig *cfg, const ParamTable *t
     HfExport hf = {.dtype = SAVE_F32, .generation_eos_token_id = -1};
     hf.hf.cfg = *cfg;
     hf.hf.bos_token_id = hf.hf.pad_token_id = -1;
-    return checkpoint_save_hf(dir, table, params, opt, progress, &hf, err, err_len);
+    return checkpoint_save_hf(dir, table, params, opt, progress, &hf, NULL, NULL, err, err_len);
 }
 
 // Parses a decimal metadata value; fails naming the key when absent or malformed.
@@ -257,6 +322,7 @@ int checkpoint_load(const char *dir, const ParamTable *table, float *params, Ada
     // A sharded model's extra tensors are refused by hf_weights_load, which reads them all.
     bool sharded;
     if (model_weights_path(dir, path, sizeof path, &sharded, err, err_len) ||
+        checkpoint_check_complete(dir, err, err_len) ||
         safetensors_read(path, &model, err, err_len))
         goto done;
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
@@ -369,7 +435,8 @@ int checkpoint_read_run_record(const char *dir, char **record, char *err, size_t
 int hf_export_checkpoint(const char *from, const char *out, const SaveDtype *dtype, char *err,
                          size_t err_len) {
     HfExport e = {.generation_eos_token_id = -1};
-    if (hf_folder_check(from, err, err_len) || hf_config_read(from, &e.hf, err, err_len))
+    if (hf_folder_check(from, err, err_len) || checkpoint_check_complete(from, err, err_len) ||
+        hf_config_read(from, &e.hf, err, err_len))
         return -1;
     e.dtype = SAVE_F32;
     if (dtype) e.dtype = *dtype;

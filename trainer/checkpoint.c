@@ -37,11 +37,21 @@ static uint64_t entries_checksum(const SafeTensorOut *entries, int n) {
     return sum;
 }
 
-// Verifies the file's "checksum" metadata over its tensors as read.
+// One metadata entry's share of a file's checksum (the key bound to its value; the
+// "checksum" entry itself is not covered).
+static uint64_t meta_checksum(const char *key, const char *value) {
+    if (strcmp(key, "checksum") == 0) return 0;
+    char name[128];
+    snprintf(name, sizeof name, "__metadata__.%s", key);
+    return tensor_checksum(name, value, strlen(value));
+}
+
+// Verifies the file's "checksum" metadata over its tensors and its other metadata as read.
 static int verify_checksum(const SafeTensorsFile *f, char *err, size_t err_len) {
     const char *want = safetensors_meta(f, "checksum");
     if (!want) return fail_at(err, err_len, f->path, 0, "metadata 'checksum' missing");
     uint64_t sum = 0;
+    for (int i = 0; i < f->n_meta; i++) sum += meta_checksum(f->meta[i].key, f->meta[i].value);
     for (int i = 0; i < f->n_tensors; i++)
         sum += tensor_checksum(f->tensors[i].name, f->data + f->tensors[i].begin,
                                f->tensors[i].end - f->tensors[i].begin);
@@ -118,8 +128,8 @@ static int install_checkpoint_dir(const char *tmp, const char *dir, char *err, s
     return had ? remove_checkpoint_dir(old, err, err_len) : 0;
 }
 
-// The sum of tensor_checksum over every tensor of the model weight files in dir, as
-// stored.
+// The sum of tensor_checksum over every tensor and metadata entry of the model weight
+// files in dir, as stored.
 static int model_files_checksum(const char *dir, uint64_t *sum, char *err, size_t err_len) {
     char path[4200];
     HfWeightFiles files;
@@ -133,6 +143,8 @@ static int model_files_checksum(const char *dir, uint64_t *sum, char *err, size_
         for (int i = 0; rc == 0 && i < f.n_tensors; i++)
             *sum += tensor_checksum(f.tensors[i].name, f.data + f.tensors[i].begin,
                                     f.tensors[i].end - f.tensors[i].begin);
+        for (int i = 0; rc == 0 && i < f.n_meta; i++)
+            *sum += meta_checksum(f.meta[i].key, f.meta[i].value);
         safetensors_file_free(&f);
     }
     hf_weight_files_free(&files);
@@ -211,8 +223,6 @@ static int checkpoint_write_files(const char *dir, const ParamTable *table, cons
     safetensors_table_entries(table, "exp_avg.", opt->m, entries);
     safetensors_table_entries(table, "exp_avg_sq.", opt->v, entries + n);
     if (n_sets == 3) safetensors_table_entries(table, MASTER_PREFIX, params, entries + 2 * n);
-    snprintf(checksum, sizeof checksum, "%016llx",
-             (unsigned long long)entries_checksum(entries, n_sets * n));
     const SafeTensorMeta opt_meta[] = {
         {"format", CHECKPOINT_FORMAT}, {"step", step},       {"data_epoch", epoch},
         {"data_cursor", cursor},       {"seed", seed},       {"tokens_seen", tokens},
@@ -221,9 +231,13 @@ static int checkpoint_write_files(const char *dir, const ParamTable *table, cons
         {"model_checksum", model_checksum}, {"files", NULL},
     };
     char *files = file_list(dir);  // everything but the optimizer state itself
-    SafeTensorMeta meta[sizeof opt_meta / sizeof opt_meta[0]];
+    enum { N_META = sizeof opt_meta / sizeof opt_meta[0] };
+    SafeTensorMeta meta[N_META];
     memcpy(meta, opt_meta, sizeof meta);
-    meta[sizeof meta / sizeof meta[0] - 1].value = files;
+    meta[N_META - 1].value = files;
+    uint64_t sum = entries_checksum(entries, n_sets * n);  // tensors and metadata
+    for (int i = 0; i < N_META; i++) sum += meta_checksum(meta[i].key, meta[i].value);
+    snprintf(checksum, sizeof checksum, "%016llx", (unsigned long long)sum);
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
     const int rc = safetensors_write(path, entries, n_sets * n, meta,
                                      (int)(sizeof meta / sizeof meta[0]), err, err_len);
@@ -391,6 +405,18 @@ int checkpoint_load(const char *dir, const ParamTable *table, float *params, Ada
         goto done;
     opt->step = (long)step;
     const char *record = safetensors_meta(&state, "run_record");
+    const char *record_hash = safetensors_meta(&state, "run_record_hash");
+    const char *model_record_hash = safetensors_meta(&model, "run_record_hash");
+    char got_hash[24];
+    snprintf(got_hash, sizeof got_hash, "%016llx",
+             (unsigned long long)checksum_bytes(record ? record : "", record ? strlen(record) : 0));
+    if (!record_hash || strcmp(record_hash, got_hash) != 0 || !model_record_hash ||
+        strcmp(model_record_hash, got_hash) != 0) {
+        fail(err, err_len, "%s: the run record does not match its hash (stored %s and %s, "
+             "computed %s): the checkpoint is corrupt", dir, record_hash ? record_hash : "absent",
+             model_record_hash ? model_record_hash : "absent", got_hash);
+        goto done;
+    }
     progress->run_record = record && *record ? strdup(record) : NULL;
     rc = 0;
 done:

@@ -55,10 +55,12 @@ typedef struct {
     const ChatTemplate *chat_template;  // NULL: onepass
 } AccuracySet;
 
-// The first max_conversations conversations of path (0: all). Fatal, naming path:line,
-// for a line that does not parse or tokenize.
-void accuracy_set_load(AccuracySet *a, const Tokenizer *tok, const ChatTemplate *t,
-                       const char *path, SpecialInText special_in_text, int max_conversations);
+// The first max_conversations conversations of path (0: all), read under opt as every
+// JSONL reader is (data_load_options: the line limit, skip_bad, ignore_unknown_keys),
+// with its chat_template and special_in_text. Fatal, naming path:line, for a line that
+// does not parse or tokenize.
+void accuracy_set_load(AccuracySet *a, const Tokenizer *tok, const DataOptions *opt,
+                       const char *path, int max_conversations);
 void accuracy_set_free(AccuracySet *a);
 
 // The answer part of a generated text: what follows the first think_close, or the whole

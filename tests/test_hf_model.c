@@ -13,6 +13,7 @@
 #include "tests/test_child.h"
 #include "tests/test_hf_util.h"
 #include "tests/test_util.h"
+#include "trainer/setup.h"
 
 static char dir[] = "/tmp/test_hf_model_XXXXXX";
 
@@ -342,6 +343,53 @@ static void test_weight_refusals(void) {
     param_table_free(&q3_table);
 }
 
+typedef struct {
+    const HfModelConfig *hf;
+    const ParamTable *table;
+    const char *folder;
+    float *params;
+} LoadArgs;
+
+static void load_in_child(void *arg) {
+    const LoadArgs *a = arg;
+    params_load_or_init(&a->hf->cfg, a->table, a->folder, 1, a->params);
+}
+
+// model.init_from's weights are checked finite at load: a NaN or an infinity is refused
+// naming the tensor, before a step trains on it.
+static void test_nonfinite_weights(void) {
+    HfModelConfig hf;
+    ParamTable table;
+    const char *src = "tests/data/hf/llama3_scaling";
+    float *params = load_hf_folder(src, &hf, &table);
+    SafeTensorOut *entries = xcalloc((size_t)table.n_tensors, sizeof *entries);
+    safetensors_table_entries(&table, "", params, entries);
+    const ParamTensor *norm = param_table_find(&table, "model.layers.1.post_attention_layernorm.weight");
+    const float bad[2] = {NAN, INFINITY};
+    for (int k = 0; k < 2; k++) {
+        char folder[600], cmd[2048], path[700], err[1024], out[2048];
+        snprintf(folder, sizeof folder, "%s/nonfinite%d", dir, k);
+        snprintf(cmd, sizeof cmd, "mkdir -p %s && cp %s/config.json %s/", folder, src, folder);
+        CHECK(system(cmd) == 0, "%s", cmd);
+        const float keep = params[norm->offset + 3];
+        params[norm->offset + 3] = bad[k];
+        snprintf(path, sizeof path, "%s/model.safetensors", folder);
+        CHECK(safetensors_write(path, entries, table.n_tensors, NULL, 0, err, sizeof err) == 0, "%s", err);
+        params[norm->offset + 3] = keep;
+        float *loaded = xmalloc(table.total * sizeof(float));
+        LoadArgs args = {&hf, &table, folder, loaded};
+        EXPECT(test_run_in_child(load_in_child, &args, out, sizeof out) == 1 &&
+                   strstr(out, "tensor 'model.layers.1.post_attention_layernorm.weight' holds") &&
+                   strstr(out, k == 0 ? "nan" : "inf"),
+               "non-finite weight %d refused: %s", k, out);
+        free(loaded);
+    }
+    safetensors_entries_free(entries, table.n_tensors);
+    free(entries);
+    free(params);
+    param_table_free(&table);
+}
+
 int main(void) {
     test_rng_from_env();
     if (!mkdtemp(dir)) fatal("mkdtemp failed");
@@ -351,6 +399,7 @@ int main(void) {
     test_spellings();
     test_config_refusals();
     test_model_dims_bounds();
+    test_nonfinite_weights();
     test_weight_refusals();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -179,6 +179,16 @@ static void test_malformed(void) {
                strstr(err, "'w' has dtype I32, expected F32, BF16 or F16"),
           "I32 refused: %s", err);
     safetensors_file_free(&f);
+    // Shapes whose byte size wraps size_t (2^62 floats; 2^32 x 2^32) are refused, not
+    // taken as 0 bytes.
+    write_raw(path, "{\"w\": {\"dtype\": \"F32\", \"shape\": [4611686018427387904], \"data_offsets\": [0, 0]}}", 0);
+    EXPECT(safetensors_read(path, &f, err, sizeof err) != 0 && strstr(err, "'w'") && strstr(err, "too large"),
+           "wrapping byte size refused: %s", err);
+    safetensors_file_free(&f);
+    write_raw(path, "{\"w\": {\"dtype\": \"BF16\", \"shape\": [4294967296, 4294967296], \"data_offsets\": [0, 0]}}", 0);
+    EXPECT(safetensors_read(path, &f, err, sizeof err) != 0 && strstr(err, "'w'") && strstr(err, "too large"),
+           "wrapping element count refused: %s", err);
+    safetensors_file_free(&f);
     write_raw(path, "[1, 2]", 0);
     EXPECT(safetensors_read(path, &f, err, sizeof err) != 0 && strstr(err, "not a JSON object"), "array header: %s", err);
     safetensors_file_free(&f);

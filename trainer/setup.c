@@ -1,6 +1,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "trainer/setup.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,12 +224,32 @@ void params_init_added_rows(const ModelConfig *mc, const ParamTable *table, cons
            source.cfg.vocab_size);
 }
 
+// Loaded weights must be finite: the first NaN or infinity is fatal, naming the tensor.
+static void check_finite(const ParamTable *table, const float *params, const char *weights) {
+    for (int i = 0; i < table->n_tensors; i++) {
+        const ParamTensor *t = &table->tensors[i];
+        for (size_t j = 0; j < t->numel; j++)
+            if (!isfinite(params[t->offset + j]))
+                fatal("loading weights: %s: tensor '%s' holds %g at element %zu (a diverged or "
+                      "corrupt model)", weights, t->name, (double)params[t->offset + j], j);
+    }
+}
+
+static void params_load(const ModelConfig *mc, const ParamTable *table, const char *weights,
+                        float *params);
+
 void params_load_or_init(const ModelConfig *mc, const ParamTable *table, const char *weights,
                          uint64_t seed, float *params) {
     if (!weights) {
         params_init(mc, table, seed, params);
         return;
     }
+    params_load(mc, table, weights, params);
+    check_finite(table, params, weights);
+}
+
+static void params_load(const ModelConfig *mc, const ParamTable *table, const char *weights,
+                        float *params) {
     char path[4096], err[1024];
     struct stat st;
     snprintf(path, sizeof path, "%s/config.json", weights);

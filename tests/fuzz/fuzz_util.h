@@ -12,8 +12,8 @@
 extern jmp_buf fuzz_exit_env;
 extern volatile int fuzz_exit_armed;
 
-// Runs the statement; a fatal() inside it comes back here (memory it held is leaked:
-// the targets run with -detect_leaks=0).
+// Runs the statement; a fatal() inside it comes back here (memory it held is leaked, so
+// a target whose inputs are mostly refused by fatal() runs without leak checks).
 #define FUZZ_TRY(stmt)                                     \
     do {                                                   \
         if (setjmp(fuzz_exit_env) == 0) {                  \

@@ -4,7 +4,8 @@
 # seeds from the shipped data and fixtures, and every earlier finding as a regression
 # input) with its dictionary (tests/fuzz/dict/<target>.dict). New inputs go to a scratch
 # corpus; a crash, a hang (over 10 s), a CHECK failure or memory past 2 GB stops the run
-# with the input saved under BUILD_DIR/findings/ and exit status 1.
+# with the input saved under BUILD_DIR/findings/ and exit status 1; so does a leak, in
+# every target but run_config.
 #   tests/fuzz/run.sh [SECONDS [BUILD_DIR [TARGET...]]]     (default 25, build-fuzz, all)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -15,15 +16,18 @@ command -v clang >/dev/null || { echo "tests/fuzz/run.sh: clang is required" >&2
 cmake -S . -B "$build" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DONEPASS_FUZZ=ON \
     -DONEPASS_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]/#/fuzz_}" >/dev/null
-# Refusals leave what they held (fatal() returns to the target): no leak checks.
-export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 mkdir -p "$build/findings"
 status=0
 for t in "${targets[@]}"; do
     scratch="$build/corpus/$t"
     mkdir -p "$scratch"
     log="$build/fuzz_$t.log"
-    if "$build/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -detect_leaks=0 \
+    # A leak is a finding, except in run_config, whose refusals (fatal() returning to the
+    # target) leave what they held.
+    leaks=1; [ "$t" = run_config ] && leaks=0
+    if ASAN_OPTIONS=detect_leaks=$leaks:abort_on_error=1 \
+        "$build/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -detect_leaks=$leaks \
         -close_fd_mask=1 -print_final_stats=1 -dict="tests/fuzz/dict/$t.dict" \
         -artifact_prefix="$build/findings/$t-" "$scratch" "tests/fuzz/corpus/$t" > "$log" 2>&1; then
         echo "fuzz_$t: $(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | grep -o '[0-9]*$') runs in ${seconds} s, nothing found"

@@ -23,14 +23,18 @@ for t in "${targets[@]}"; do
     scratch="$build/corpus/$t"
     mkdir -p "$scratch"
     log="$build/fuzz_$t.log"
-    # A leak is a finding, except in run_config, whose refusals (fatal() returning to the
-    # target) leave what they held.
-    leaks=1; [ "$t" = run_config ] && leaks=0
+    # A leak is a finding, except in run_config: its refusals (fatal() returning to the
+    # target) leave what they held, so it runs in a worker process that libFuzzer restarts
+    # (-fork=1) and its memory limit only ends a worker.
+    leaks=1; extra=()
+    [ "$t" = run_config ] && leaks=0 && extra=(-fork=1 -ignore_ooms=1)
     if ASAN_OPTIONS=detect_leaks=$leaks:abort_on_error=1 \
-        "$build/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -detect_leaks=$leaks \
+        "$build/fuzz_$t" "${extra[@]}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -detect_leaks=$leaks \
         -close_fd_mask=1 -print_final_stats=1 -dict="tests/fuzz/dict/$t.dict" \
         -artifact_prefix="$build/findings/$t-" "$scratch" "tests/fuzz/corpus/$t" > "$log" 2>&1; then
-        echo "fuzz_$t: $(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | grep -o '[0-9]*$') runs in ${seconds} s, nothing found"
+        runs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | grep -o '[0-9]*$' || true)
+        [ -n "$runs" ] || runs=$(grep -o '^#[0-9]*' "$log" | tail -1 | tr -d '#')  # -fork: the last pulse
+        echo "fuzz_$t: $runs runs in ${seconds} s, nothing found"
     else
         status=1
         echo "fuzz_$t: FOUND something (add the input to tests/fuzz/corpus/$t once fixed):"

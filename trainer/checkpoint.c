@@ -151,10 +151,6 @@ static int model_files_checksum(const char *dir, uint64_t *sum, char *err, size_
     return rc;
 }
 
-// The files of a checkpoint into dir (an empty, new directory): the Hugging Face model
-// folder of the export's dtype, ids and shard size (model/hf_export.h), then the
-// optimizer state; below F32 the fp32 master weights go into optimizer.safetensors as
-// "master.<name>" and checkpoint_load takes them from there.
 static int compare_names(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -181,6 +177,10 @@ static char *file_list(const char *dir) {
     return list;
 }
 
+// The files of a checkpoint into dir (an empty, new directory): the Hugging Face model
+// folder of the export's dtype, ids and shard size (model/hf_export.h), then extra's
+// files, then the optimizer state (listing every file before it); below F32 the fp32 master weights go into optimizer.safetensors as
+// "master.<name>" and checkpoint_load takes them from there.
 static int checkpoint_write_files(const char *dir, const ParamTable *table, const float *params,
                                   const AdamWState *opt, const TrainProgress *progress,
                                   const HfExport *hf, CheckpointExtraFiles extra,

@@ -45,7 +45,7 @@ int cmd_eval(int argc, char **argv) {
     evaluate_model(&model, path, opt, (int)c->train.micro_rows, &loss, &answer_loss);
 
     AccuracySet set;
-    accuracy_set_load(&set, model.tok, opt.chat_template, path, opt.special_in_text, 0, opt.seq_len);
+    accuracy_set_load(&set, model.tok, &opt, path, 0);
     if (set.n_shared_prefix)
         printf("%s: %d shared-prefix sets left out (no turns to score)\n", path, set.n_shared_prefix);
     if (set.n_too_long)

@@ -66,7 +66,9 @@ int cmd_generate(int argc, char **argv) {
     inference_model_load(c, "generate", &model);
     const DataOptions data_opt = data_options_from_config(c);
     Dataset data;
-    prompts_load(prompts_path, &data);
+    LoadOptions load = data_load_options(&data_opt);  // the run's reading options
+    load.prompts = true;
+    dataset_load(prompts_path, &load, &data);
     TokenSpan *prompts = generate_prompts(model.tok, data_opt.chat_template, &data,
                                           data_opt.special_in_text, prompts_path);
     char err[1024];

@@ -1,4 +1,5 @@
-// `train tokenizer --corpus-from FILE.jsonl --out PREFIX [--vocab-size N]`:
+// `train tokenizer --corpus-from FILE.jsonl --out PREFIX [--vocab-size N] [--config F]
+// [--set K=V]`:
 // trains PREFIX.model on the onepass-template-rendered text of a conversation dataset, with
 // the onepass template's control tokens.
 #include <stdio.h>
@@ -8,17 +9,23 @@
 #include "cli/commands.h"
 #include "common/check.h"
 #include "data/conversation.h"
+#include "trainer/config.h"
+#include "trainer/data_options.h"
 #include "trainer/tokenizer_corpus.h"
 
 static void usage_exit(void) {
-    fatal("usage: train tokenizer --corpus-from FILE.jsonl --out PREFIX [--vocab-size N]");
+    fatal("usage: train tokenizer --corpus-from FILE.jsonl --out PREFIX [--vocab-size N] "
+          "[--config FILE] [--set KEY=VALUE ...] (the data.* keys decide how the corpus is read)");
 }
 
 int cmd_tokenizer(int argc, char **argv) {
-    const char *corpus_from = NULL, *prefix = NULL;
+    const char *corpus_from = NULL, *prefix = NULL, *config_path = NULL;
+    char **overrides = NULL;
+    int n_overrides = 0;
+    const int rest = config_take_args(argc, argv, &config_path, &overrides, &n_overrides);
     int vocab_size = 512;
-    for (int i = 0; i < argc; i++) {
-        const char *value = i + 1 < argc ? argv[i + 1] : NULL;
+    for (int i = 0; i < rest; i++) {
+        const char *value = i + 1 < rest ? argv[i + 1] : NULL;
         if (strcmp(argv[i], "--corpus-from") == 0 && value)
             corpus_from = argv[++i];
         else if (strcmp(argv[i], "--out") == 0 && value)
@@ -34,13 +41,18 @@ int cmd_tokenizer(int argc, char **argv) {
         }
     }
     if (!corpus_from || !prefix) usage_exit();
+    RunConfig *c = config_load(config_path, n_overrides, overrides);
+    free(overrides);
+    const DataOptions data_opt = data_options_from_config(c);
+    const LoadOptions load = data_load_options(&data_opt);  // the run's reading options
 
     Dataset d;
-    dataset_load(corpus_from, &(LoadOptions){0}, &d);
+    dataset_load(corpus_from, &load, &d);
     char err[1024];
     if (tokenizer_train_on(&d, prefix, vocab_size, err, sizeof err) != 0) fatal("%s", err);
     printf("tokenizer: %d samples from %s -> %s.model (vocab %d)\n", d.n_samples, corpus_from,
            prefix, vocab_size);
     dataset_free(&d);
+    config_free(c);
     return 0;
 }

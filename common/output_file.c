@@ -24,10 +24,8 @@ static pthread_mutex_t inputs_lock = PTHREAD_MUTEX_INITIALIZER;
 static InputFile *inputs;
 static int n_inputs, inputs_cap;
 
-int input_file_check(const char *path, char *err, size_t err_len) {
-    struct stat st;
-    if (stat(path, &st) != 0) return fail_at(err, err_len, path, 0, "cannot open: %s", strerror(errno));
-    if (!S_ISREG(st.st_mode)) return fail_at(err, err_len, path, 0, "not a regular file");
+static void record_input(const char *path, const struct stat *st_in) {
+    const struct stat st = *st_in;
     pthread_mutex_lock(&inputs_lock);
     bool known = false;
     for (int i = 0; i < n_inputs && !known; i++)
@@ -37,7 +35,78 @@ int input_file_check(const char *path, char *err, size_t err_len) {
         ARRAY_PUSH(inputs, n_inputs, inputs_cap, in);
     }
     pthread_mutex_unlock(&inputs_lock);
+}
+
+int input_file_check(const char *path, char *err, size_t err_len) {
+    struct stat st;
+    if (stat(path, &st) != 0) return fail_at(err, err_len, path, 0, "cannot open: %s", strerror(errno));
+    if (!S_ISREG(st.st_mode)) return fail_at(err, err_len, path, 0, "not a regular file");
+    record_input(path, &st);
     return 0;
+}
+
+static FILE *regular_file_open(const char *path, bool record, char *err, size_t err_len) {
+    // O_NONBLOCK: opening a FIFO for reading returns at once instead of waiting for a
+    // writer; the descriptor is then refused as not a regular file.
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        fail_at(err, err_len, path, 0, "cannot open: %s", strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    const int flags = fcntl(fd, F_GETFL);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || flags < 0 ||
+        fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        close(fd);
+        fail_at(err, err_len, path, 0, "not a regular file");
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        fail_at(err, err_len, path, 0, "cannot open: %s", strerror(errno));
+        return NULL;
+    }
+    if (record) record_input(path, &st);
+    return f;
+}
+
+FILE *input_file_open(const char *path, char *err, size_t err_len) {
+    return regular_file_open(path, true, err, err_len);
+}
+
+static char *regular_file_read(const char *path, bool record, size_t max_bytes, size_t *len,
+                               char *err, size_t err_len) {
+    FILE *f = regular_file_open(path, record, err, err_len);
+    if (!f) return NULL;
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || (uint64_t)st.st_size > (uint64_t)max_bytes) {
+        fclose(f);
+        fail_at(err, err_len, path, 0, "%lld bytes, over the limit of %zu", (long long)st.st_size,
+                max_bytes);
+        return NULL;
+    }
+    // Reads at most max_bytes + 1, so a file growing while read stays bounded.
+    size_t cap = (size_t)st.st_size + 1, n = 0;
+    char *data = xmalloc(cap + 1);
+    for (size_t got; n <= max_bytes && (got = fread(data + n, 1, cap - n, f)) > 0;) {
+        n += got;
+        if (n == cap && n <= max_bytes) {
+            cap = cap * 2 < max_bytes + 1 ? cap * 2 : max_bytes + 1;
+            data = xrealloc(data, cap + 1);
+        }
+    }
+    const bool failed = ferror(f);
+    fclose(f);
+    if (failed || n > max_bytes) {
+        free(data);
+        if (failed) fail_at(err, err_len, path, 0, "read failed");
+        else fail_at(err, err_len, path, 0, "more than %zu bytes (it grew while read)", max_bytes);
+        return NULL;
+    }
+    data[n] = '\0';
+    *len = n;
+    return data;
 }
 
 bool output_is_input(const char *path, const char **input) {
@@ -150,4 +219,14 @@ int write_file_atomic(const char *path, const void *data, size_t len, char *err,
         return -1;
     }
     return output_commit(&o, err, err_len);
+}
+
+char *input_file_read(const char *path, size_t max_bytes, size_t *len, char *err,
+                      size_t err_len) {
+    return regular_file_read(path, true, max_bytes, len, err, err_len);
+}
+
+char *own_file_read(const char *path, size_t max_bytes, size_t *len, char *err,
+                    size_t err_len) {
+    return regular_file_read(path, false, max_bytes, len, err, err_len);
 }

@@ -17,6 +17,21 @@
 // a regular file and records the file as an input. Returns 0, or -1 with the message.
 int input_file_check(const char *path, char *err, size_t err_len);
 
+// Opens path for reading only when it is a regular file, checked on the opened
+// descriptor (the open never waits on a FIFO, and a name swapped after a check is still
+// refused), and records it as input_file_check does. Returns the stream, or NULL with
+// "path: not a regular file" or "path: cannot open: ..." in err.
+FILE *input_file_open(const char *path, char *err, size_t err_len);
+
+// The whole content of a regular file (input_file_open) of at most max_bytes: a larger
+// one is refused by its size ("path: N bytes, over the limit of M") before it is read.
+// Returns it malloc'd with a NUL after it (*len: its length), or NULL with a message.
+char *input_file_read(const char *path, size_t max_bytes, size_t *len, char *err,
+                      size_t err_len);
+// The same for a file the run itself wrote and rewrites (not recorded as an input).
+char *own_file_read(const char *path, size_t max_bytes, size_t *len, char *err,
+                    size_t err_len);
+
 // Whether path is (by device and inode) a file recorded by input_file_check; *input
 // gets the path it was recorded under.
 bool output_is_input(const char *path, const char **input);

@@ -98,6 +98,18 @@ static long long apply_op(Op op, long long x, long long y) {
     return x;
 }
 
+// apply_op for the oracle, on numbers from any text: false when the result does not fit
+// a long long (the generator's own stay below RESULT_LIMIT).
+static bool apply_op_checked(Op op, long long x, long long y, long long *out) {
+    switch (op) {
+    case OP_ADD: return !__builtin_add_overflow(x, y, out);
+    case OP_SUB: return !__builtin_sub_overflow(x, y, out);
+    case OP_MUL: return !__builtin_mul_overflow(x, y, out);
+    case OP_RECALL: *out = x; return true;
+    }
+    return false;
+}
+
 static const char *op_symbol(Op op) { return op == OP_ADD ? "+" : op == OP_SUB ? "-" : "×"; }
 
 static void render_question(StrBuf *b, const char *pattern, long long a, long long y) {
@@ -119,7 +131,9 @@ static bool match_question(const char *pattern, const char *text, long long *a, 
         if (strncmp(p, "{a}", 3) == 0 || strncmp(p, "{b}", 3) == 0) {
             if (!isdigit((unsigned char)*t)) return false;
             char *end;
+            errno = 0;
             long long v = strtoll(t, &end, 10);
+            if (errno == ERANGE) return false;  // not a number a long long holds
             *(p[1] == 'a' ? a : y) = v;
             t = end;
             p += 2;
@@ -498,7 +512,8 @@ int synthetic_expected_results(const Message *messages, int n_messages, long lon
             if (QUESTIONS[q].opens != opens ||
                 !match_question(QUESTIONS[q].pattern, messages[i].content, &a, &y))
                 continue;
-            current = apply_op(QUESTIONS[q].op, opens ? a : current, y);
+            if (!apply_op_checked(QUESTIONS[q].op, opens ? a : current, y, &current))
+                return -1;  // a result past long long: no number to score against
             matched = true;
         }
         if (!matched) return -1;

@@ -24,7 +24,8 @@ uint64_t synthetic_split_seed(uint64_t seed, int split);
 
 // Recomputes, from the user questions alone, the result each question asks for.
 // Writes one result per user message into results (at most cap); returns the
-// number of user messages, or -1 when a question is not one of the generator's.
+// number of user messages, or -1 when a question is not one of the generator's (an
+// operand or a result that a long long cannot hold included: never a wrapped number).
 int synthetic_expected_results(const Message *messages, int n_messages, long long *results,
                                int cap);
 

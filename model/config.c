@@ -2,22 +2,27 @@
 // place for the parameter table and both backends.
 #define _DEFAULT_SOURCE  // M_PI
 #include <math.h>
+#include <string.h>
 #include "common/check.h"
 #include "model/model.h"
 
 // The checks name the model.* keys, not a source line: these are the user's values.
 ModelDims model_dims(const ModelConfig *cfg) {
-    const struct { const char *name; int value; } positive[] = {
-        {"vocab_size", cfg->vocab_size},
-        {"hidden_size", cfg->hidden_size},
-        {"intermediate_size", cfg->intermediate_size},
-        {"num_hidden_layers", cfg->num_hidden_layers},
-        {"num_attention_heads", cfg->num_attention_heads},
-        {"num_key_value_heads", cfg->num_key_value_heads},
+    const struct { const char *name; int value, max; } sizes[] = {
+        {"vocab_size", cfg->vocab_size, MODEL_MAX_VOCAB_SIZE},
+        {"hidden_size", cfg->hidden_size, MODEL_MAX_HIDDEN_SIZE},
+        {"intermediate_size", cfg->intermediate_size, MODEL_MAX_INTERMEDIATE_SIZE},
+        {"num_hidden_layers", cfg->num_hidden_layers, MODEL_MAX_LAYERS},
+        {"num_attention_heads", cfg->num_attention_heads, MODEL_MAX_HEADS},
+        {"num_key_value_heads", cfg->num_key_value_heads, MODEL_MAX_HEADS},
+        {"head_dim", cfg->head_dim, MODEL_MAX_HEAD_DIM},
     };
-    for (size_t i = 0; i < sizeof(positive) / sizeof(positive[0]); i++)
-        if (positive[i].value <= 0)
-            fatal("model.%s must be positive, got %d", positive[i].name, positive[i].value);
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        if (sizes[i].value <= 0 && strcmp(sizes[i].name, "head_dim") != 0)
+            fatal("model.%s must be positive, got %d", sizes[i].name, sizes[i].value);
+        if (sizes[i].value > sizes[i].max)
+            fatal("model.%s %d is over its limit %d", sizes[i].name, sizes[i].value, sizes[i].max);
+    }
     ModelDims d;
     if (cfg->head_dim < 0) fatal("model.head_dim must be positive (or 0: derived), got %d",
                                  cfg->head_dim);
@@ -37,11 +42,16 @@ ModelDims model_dims(const ModelConfig *cfg) {
     if (cfg->num_attention_heads % cfg->num_key_value_heads != 0)
         fatal("model.num_attention_heads %d is not a multiple of model.num_key_value_heads %d",
               cfg->num_attention_heads, cfg->num_key_value_heads);
-    if (!(cfg->rms_norm_eps > 0.0f)) fatal("model.rms_norm_eps must be positive");
-    if (!(cfg->rope_theta > 0.0f)) fatal("model.rope_theta must be positive");
+    if (!(cfg->rms_norm_eps > 0.0f && cfg->rms_norm_eps <= MODEL_MAX_RMS_NORM_EPS))
+        fatal("model.rms_norm_eps must be in (0, %g], got %g", MODEL_MAX_RMS_NORM_EPS,
+              (double)cfg->rms_norm_eps);
+    if (!(cfg->rope_theta > 0.0f && cfg->rope_theta <= MODEL_MAX_ROPE_THETA))
+        fatal("model.rope_theta must be in (0, %g], got %g", MODEL_MAX_ROPE_THETA,
+              (double)cfg->rope_theta);
     const RopeScaling *rs = &cfg->rope_scaling;
-    if (rs->type != ROPE_DEFAULT && !(rs->factor > 0.0f))
-        fatal("model.rope_scaling.factor must be positive, got %g", (double)rs->factor);
+    if (rs->type != ROPE_DEFAULT && !(rs->factor > 0.0f && rs->factor <= MODEL_MAX_ROPE_FACTOR))
+        fatal("model.rope_scaling.factor must be in (0, %g], got %g", MODEL_MAX_ROPE_FACTOR,
+              (double)rs->factor);
     if (rs->type == ROPE_LLAMA3 &&
         (!(rs->high_freq_factor > rs->low_freq_factor) || !(rs->low_freq_factor > 0.0f) ||
          rs->original_max_position_embeddings <= 0))
@@ -49,9 +59,13 @@ ModelDims model_dims(const ModelConfig *cfg) {
               "and original_max_position_embeddings %d > 0",
               (double)rs->low_freq_factor, (double)rs->high_freq_factor,
               rs->original_max_position_embeddings);
-    d.q_dim = cfg->num_attention_heads * d.head_dim;
-    d.kv_dim = cfg->num_key_value_heads * d.head_dim;
-    d.qkv_dim = d.q_dim + 2 * d.kv_dim;
+    // In 64-bit: within the limits above these fit an int (1024 heads x 2^16 = 2^26).
+    const int64_t q_dim = (int64_t)cfg->num_attention_heads * d.head_dim;
+    const int64_t kv_dim = (int64_t)cfg->num_key_value_heads * d.head_dim;
+    CHECK(q_dim + 2 * kv_dim <= INT32_MAX, "model dims past int within the limits");
+    d.q_dim = (int)q_dim;
+    d.kv_dim = (int)kv_dim;
+    d.qkv_dim = (int)(q_dim + 2 * kv_dim);
     return d;
 }
 

@@ -251,27 +251,42 @@ int hf_export_write(const char *dir, const ParamTable *table, const float *param
     return rc;
 }
 
-static int copy_file(const char *src, const char *dst, char *err, size_t err_len) {
-    FILE *f = fopen(src, "rb");
-    if (!f) return fail(err, err_len, "%s: cannot open: %s", src, strerror(errno));
-    char *data = NULL;
-    size_t len = 0, cap = 0;
-    char buf[1 << 16];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
-        if (len + n > cap) {
-            cap = (len + n) * 2;
-            data = xrealloc(data, cap);
-        }
-        memcpy(data + len, buf, n);
-        len += n;
+// Copies the regular file src (of at most max_bytes, else refused by its size) to dst
+// through output_open, in chunks: memory stays bounded whatever the file.
+static int copy_file(const char *src, const char *dst, size_t max_bytes, char *err,
+                     size_t err_len) {
+    FILE *f = input_file_open(src, err, err_len);
+    if (!f) return -1;
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || (uint64_t)st.st_size > (uint64_t)max_bytes) {
+        fclose(f);
+        return fail_at(err, err_len, src, 0, "%lld bytes, over the limit of %zu",
+                       (long long)st.st_size, max_bytes);
     }
-    const bool failed = ferror(f);
+    OutputFile out;
+    if (output_open(&out, dst, err, err_len) != 0) {
+        fclose(f);
+        return -1;
+    }
+    char buf[1 << 16];
+    size_t n, total = 0;
+    bool ok = true;
+    while (ok && (n = fread(buf, 1, sizeof buf, f)) > 0) {
+        total += n;
+        ok = total <= max_bytes && fwrite(buf, 1, n, out.f) == n;
+    }
+    const bool read_failed = ferror(f);
     fclose(f);
-    const int rc = failed ? fail(err, err_len, "%s: read failed", src)
-                          : write_file_atomic(dst, data ? data : "", len, err, err_len);
-    free(data);
-    return rc;
+    if (!ok || read_failed) {
+        const int saved_errno = errno;
+        output_discard(&out);
+        if (read_failed) return fail_at(err, err_len, src, 0, "read failed");
+        if (total > max_bytes)
+            return fail_at(err, err_len, src, 0, "more than %zu bytes (it grew while copied)",
+                           max_bytes);
+        return fail_at(err, err_len, dst, 0, "write failed: %s", strerror(saved_errno));
+    }
+    return output_commit(&out, err, err_len);
 }
 
 // Copies the tokenizer files of a folder that exist there.
@@ -285,7 +300,9 @@ static int copy_tokenizer_folder(const char *src_dir, const char *dst_dir, char 
     for (size_t i = 0; i < sizeof FILES / sizeof FILES[0]; i++) {
         snprintf(src, sizeof src, "%s/%s", src_dir, FILES[i]);
         snprintf(dst, sizeof dst, "%s/%s", dst_dir, FILES[i]);
-        if (access(src, R_OK) == 0 && strcmp(src, dst) != 0 && copy_file(src, dst, err, err_len))
+        struct stat st;
+        if (stat(src, &st) == 0 && strcmp(src, dst) != 0 &&
+            copy_file(src, dst, hf_file_max_bytes(FILES[i]), err, err_len))
             return -1;
     }
     return 0;
@@ -306,7 +323,7 @@ int hf_copy_tokenizer(const char *src_dir, const char *run_tokenizer, const char
     char dst[4096];
     snprintf(dst, sizeof dst, "%s/%s", dst_dir,
              ends_with(run_tokenizer, ".json") ? "tokenizer.json" : "tokenizer.model");
-    return copy_file(run_tokenizer, dst, err, err_len);
+    return copy_file(run_tokenizer, dst, HF_TOKENIZER_MAX_BYTES, err, err_len);
 }
 
 // An added token's entry (AddedToken's fields; with its id in tokenizer.json's list).
@@ -325,7 +342,8 @@ int hf_copy_generation_config(const char *src_dir, const char *dst_dir, char *er
     char src[4096], dst[4096];
     snprintf(src, sizeof src, "%s/generation_config.json", src_dir);
     snprintf(dst, sizeof dst, "%s/generation_config.json", dst_dir);
-    return access(src, R_OK) == 0 ? copy_file(src, dst, err, err_len) : 0;
+    struct stat st;
+    return stat(src, &st) == 0 ? copy_file(src, dst, HF_JSON_MAX_BYTES, err, err_len) : 0;
 }
 
 int hf_add_tokens(const char *dir, const int32_t *ids, const char *const *pieces, int n,
@@ -335,10 +353,15 @@ int hf_add_tokens(const char *dir, const int32_t *ids, const char *const *pieces
     for (int f = 0; f < 2; f++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, FILES[f]);
-        if (f == 1 && access(path, R_OK) != 0) continue;  // tokenizer_config.json is optional
+        struct stat st;
+        if (f == 1 && stat(path, &st) != 0) continue;  // tokenizer_config.json is optional
+        size_t len;
+        char *copied = own_file_read(path, hf_file_max_bytes(FILES[f]), &len, err, err_len);
+        if (!copied) return -1;
         json_error_t jerr;
-        json_t *root = json_load_file(path, 0, &jerr);
-        if (!root) return fail_at(err, err_len, path, jerr.line, "%s", jerr.text);
+        json_t *root = json_loadb(copied, len, 0, &jerr);
+        free(copied);
+        if (!root) return fail_at(err, err_len, path, jerr.line, "invalid JSON: %s", jerr.text);
         json_t *list = json_object_get(root, f == 0 ? "added_tokens" : "added_tokens_decoder");
         if (f == 0 && !json_is_array(list)) json_object_set_new(root, "added_tokens", list = json_array());
         if (!json_is_object(list) && !json_is_array(list)) {  // no added_tokens_decoder: as copied

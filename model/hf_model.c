@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/check.h"
+#include "common/output_file.h"
 #include "model/safetensors.h"
 
 static const struct {
@@ -25,23 +26,30 @@ const char *hf_model_type(ModelArch arch) { return ARCHS[arch].model_type; }
 const char *hf_architecture(ModelArch arch) { return ARCHS[arch].architecture; }
 
 // An integer key: absent or null gives `def` (required: an error); anything else
-// but an integer in [min, 2^30] is an error naming the key.
-static int int_key(const json_t *obj, const char *key, int def, bool required, int min, int *out,
-                   const char *path, char *err, size_t err_len) {
+// but an integer in [min, max] is an error naming the key.
+static int int_key(const json_t *obj, const char *key, int def, bool required, int min, int max,
+                   int *out, const char *path, char *err, size_t err_len) {
     const json_t *v = json_object_get(obj, key);
     if (!v || json_is_null(v)) {
         if (required) return fail_at(err, err_len, path, 0, "'%s' is missing", key);
         *out = def;
         return 0;
     }
-    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > (1 << 30))
-        return fail_at(err, err_len, path, 0, "'%s' must be an integer >= %d", key, min);
+    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
+        char got[48] = "";
+        if (json_is_integer(v))
+            snprintf(got, sizeof got, ", got %lld", (long long)json_integer_value(v));
+        return fail_at(err, err_len, path, 0, "'%s' must be an integer in [%d, %d]%s", key, min,
+                       max, got);
+    }
     *out = (int)json_integer_value(v);
     return 0;
 }
 
-static int num_key(const json_t *obj, const char *key, double def, bool required, double *out,
-                   const char *path, char *err, size_t err_len) {
+// A number key in (0, max] (a float must hold it: the model keeps floats): absent or
+// null gives `def` (required: an error).
+static int num_key(const json_t *obj, const char *key, double def, bool required, double max,
+                   double *out, const char *path, char *err, size_t err_len) {
     const json_t *v = json_object_get(obj, key);
     if (!v || json_is_null(v)) {
         if (required) return fail_at(err, err_len, path, 0, "'%s' is missing", key);
@@ -50,6 +58,9 @@ static int num_key(const json_t *obj, const char *key, double def, bool required
     }
     if (!json_is_number(v)) return fail_at(err, err_len, path, 0, "'%s' must be a number", key);
     *out = json_number_value(v);
+    if (!(*out > 0.0 && *out <= max))
+        return fail_at(err, err_len, path, 0, "'%s' must be a number in (0, %g], got %g", key, max,
+                       *out);
     return 0;
 }
 
@@ -78,11 +89,11 @@ static int parse_rope(const json_t *root, ModelConfig *cfg, const char *path, ch
         if (!json_object_get(params, "rope_type") && !json_object_get(params, "rope_theta"))
             return fail_at(err, err_len, path, 0,
                            "'rope_parameters' per layer type is not supported");
-        if (num_key(params, "rope_theta", 10000.0, false, &theta, path, err, err_len)) return -1;
+        if (num_key(params, "rope_theta", 10000.0, false, MODEL_MAX_ROPE_THETA, &theta, path, err, err_len)) return -1;
         scaling = params;
     } else {
         where = "rope_scaling";
-        if (num_key(root, "rope_theta", 10000.0, false, &theta, path, err, err_len)) return -1;
+        if (num_key(root, "rope_theta", 10000.0, false, MODEL_MAX_ROPE_THETA, &theta, path, err, err_len)) return -1;
     }
     cfg->rope_theta = (float)theta;
     cfg->rope_scaling = (RopeScaling){.type = ROPE_DEFAULT};
@@ -98,13 +109,13 @@ static int parse_rope(const json_t *root, ModelConfig *cfg, const char *path, ch
     if (strcmp(name, "default") == 0) return 0;
     if (strcmp(name, "linear") == 0) {
         s->type = ROPE_LINEAR;
-        if (num_key(scaling, "factor", 1.0, true, &factor, path, err, err_len)) return -1;
+        if (num_key(scaling, "factor", 1.0, true, MODEL_MAX_ROPE_FACTOR, &factor, path, err, err_len)) return -1;
     } else if (strcmp(name, "llama3") == 0) {
         s->type = ROPE_LLAMA3;
-        if (num_key(scaling, "factor", 1.0, true, &factor, path, err, err_len) ||
-            num_key(scaling, "low_freq_factor", 1.0, true, &low, path, err, err_len) ||
-            num_key(scaling, "high_freq_factor", 4.0, true, &high, path, err, err_len) ||
-            int_key(scaling, "original_max_position_embeddings", 0, true, 1,
+        if (num_key(scaling, "factor", 1.0, true, MODEL_MAX_ROPE_FACTOR, &factor, path, err, err_len) ||
+            num_key(scaling, "low_freq_factor", 1.0, true, MODEL_MAX_ROPE_FACTOR, &low, path, err, err_len) ||
+            num_key(scaling, "high_freq_factor", 4.0, true, MODEL_MAX_ROPE_FACTOR, &high, path, err, err_len) ||
+            int_key(scaling, "original_max_position_embeddings", 0, true, 1, 1 << 30,
                     &s->original_max_position_embeddings, path, err, err_len))
             return -1;
     } else {
@@ -163,13 +174,15 @@ static int refuse_unsupported(const json_t *root, ModelArch arch, const char *pa
 // bos/pad: an integer or absent; eos: an integer, a list of them, or absent.
 static int parse_token_ids(const json_t *root, HfModelConfig *out, const char *path, char *err,
                            size_t err_len) {
-    if (int_key(root, "bos_token_id", -1, false, 0, &out->bos_token_id, path, err, err_len) ||
-        int_key(root, "pad_token_id", -1, false, 0, &out->pad_token_id, path, err, err_len))
+    if (int_key(root, "bos_token_id", -1, false, 0, 1 << 30, &out->bos_token_id, path, err,
+                err_len) ||
+        int_key(root, "pad_token_id", -1, false, 0, 1 << 30, &out->pad_token_id, path, err,
+                err_len))
         return -1;
     const json_t *eos = json_object_get(root, "eos_token_id");
     out->n_eos = 0;
     if (!eos || json_is_null(eos)) return 0;
-    if (json_is_integer(eos)) return int_key(root, "eos_token_id", -1, false, 0,
+    if (json_is_integer(eos)) return int_key(root, "eos_token_id", -1, false, 0, 1 << 30,
                                              &out->eos_token_ids[out->n_eos++], path, err, err_len);
     if (!json_is_array(eos) || json_array_size(eos) > HF_MAX_EOS)
         return fail_at(err, err_len, path, 0,
@@ -200,21 +213,26 @@ static int parse_root(const json_t *root, HfModelConfig *out, const char *path, 
     c->arch = (ModelArch)arch;
     if (refuse_unsupported(root, c->arch, path, err, err_len)) return -1;
     double eps;
-    if (int_key(root, "vocab_size", 0, true, 1, &c->vocab_size, path, err, err_len) ||
-        int_key(root, "hidden_size", 0, true, 1, &c->hidden_size, path, err, err_len) ||
-        int_key(root, "intermediate_size", 0, true, 1, &c->intermediate_size, path, err, err_len) ||
-        int_key(root, "num_hidden_layers", 0, true, 1, &c->num_hidden_layers, path, err, err_len) ||
-        int_key(root, "num_attention_heads", 0, true, 1, &c->num_attention_heads, path, err,
+    if (int_key(root, "vocab_size", 0, true, 1, MODEL_MAX_VOCAB_SIZE, &c->vocab_size, path, err,
                 err_len) ||
-        int_key(root, "num_key_value_heads", c->num_attention_heads, false, 1,
-                &c->num_key_value_heads, path, err, err_len) ||
-        int_key(root, "head_dim", c->arch == ARCH_QWEN3 ? 128 : 0, false, 1, &c->head_dim, path,
+        int_key(root, "hidden_size", 0, true, 1, MODEL_MAX_HIDDEN_SIZE, &c->hidden_size, path,
                 err, err_len) ||
-        num_key(root, "rms_norm_eps", 1e-6, false, &eps, path, err, err_len) ||
+        int_key(root, "intermediate_size", 0, true, 1, MODEL_MAX_INTERMEDIATE_SIZE,
+                &c->intermediate_size, path, err, err_len) ||
+        int_key(root, "num_hidden_layers", 0, true, 1, MODEL_MAX_LAYERS, &c->num_hidden_layers,
+                path, err, err_len) ||
+        int_key(root, "num_attention_heads", 0, true, 1, MODEL_MAX_HEADS,
+                &c->num_attention_heads, path, err, err_len) ||
+        int_key(root, "num_key_value_heads", c->num_attention_heads, false, 1, MODEL_MAX_HEADS,
+                &c->num_key_value_heads, path, err, err_len) ||
+        int_key(root, "head_dim", c->arch == ARCH_QWEN3 ? 128 : 0, false, 1, MODEL_MAX_HEAD_DIM,
+                &c->head_dim, path, err, err_len) ||
+        num_key(root, "rms_norm_eps", 1e-6, false, MODEL_MAX_RMS_NORM_EPS, &eps, path, err,
+                err_len) ||
         bool_key(root, "tie_word_embeddings", false, &c->tie_word_embeddings, path, err,
                  err_len) ||
-        int_key(root, "max_position_embeddings", 0, false, 1, &out->max_position_embeddings, path,
-                err, err_len) ||
+        int_key(root, "max_position_embeddings", 0, false, 1, 1 << 30,
+                &out->max_position_embeddings, path, err, err_len) ||
         parse_rope(root, c, path, err, err_len) || parse_token_ids(root, out, path, err, err_len))
         return -1;
     c->rms_norm_eps = (float)eps;
@@ -237,18 +255,63 @@ int hf_config_parse(const char *text, const char *path, HfModelConfig *out, char
     return rc;
 }
 
+// ---------------------------------------------------------------- folder files
+
+const HfFolderFile HF_FOLDER_FILES[] = {
+    {"config.json", HF_JSON_MAX_BYTES},
+    {"generation_config.json", HF_JSON_MAX_BYTES},
+    {"model.safetensors.index.json", HF_JSON_MAX_BYTES},
+    {"tokenizer_config.json", HF_JSON_MAX_BYTES},
+    {"special_tokens_map.json", HF_JSON_MAX_BYTES},
+    {"added_tokens.json", HF_JSON_MAX_BYTES},
+    {"tokenizer.json", HF_TOKENIZER_MAX_BYTES},
+    {"tokenizer.model", HF_TOKENIZER_MAX_BYTES},
+    {"vocab.json", HF_TOKENIZER_MAX_BYTES},
+    {"merges.txt", HF_TOKENIZER_MAX_BYTES},
+    {"chat_template.jinja", HF_TOKENIZER_MAX_BYTES},
+};
+const int HF_N_FOLDER_FILES = (int)(sizeof HF_FOLDER_FILES / sizeof HF_FOLDER_FILES[0]);
+
+size_t hf_file_max_bytes(const char *name) {
+    for (int i = 0; i < HF_N_FOLDER_FILES; i++)
+        if (strcmp(HF_FOLDER_FILES[i].name, name) == 0) return HF_FOLDER_FILES[i].max_bytes;
+    return HF_JSON_MAX_BYTES;
+}
+
+int hf_folder_check(const char *dir, char *err, size_t err_len) {
+    char path[4200];
+    for (int i = 0; i < HF_N_FOLDER_FILES; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, HF_FOLDER_FILES[i].name);
+        struct stat st;
+        if (stat(path, &st) != 0) continue;  // absent (or a dangling link): nothing to read
+        if (!S_ISREG(st.st_mode)) return fail_at(err, err_len, path, 0, "not a regular file");
+        if ((uint64_t)st.st_size > (uint64_t)HF_FOLDER_FILES[i].max_bytes)
+            return fail_at(err, err_len, path, 0, "%lld bytes, over the limit of %zu",
+                           (long long)st.st_size, HF_FOLDER_FILES[i].max_bytes);
+    }
+    return 0;
+}
+
+json_t *hf_json_load(const char *path, size_t max_bytes, char *err, size_t err_len) {
+    size_t len;
+    char *text = input_file_read(path, max_bytes, &len, err, err_len);
+    if (!text) return NULL;
+    json_error_t jerr;
+    json_t *root = json_loadb(text, len, 0, &jerr);
+    free(text);
+    if (!root) fail_at(err, err_len, path, jerr.line, "invalid JSON: %s", jerr.text);
+    return root;
+}
+
 int hf_config_read(const char *dir, HfModelConfig *out, char *err, size_t err_len) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     memset(out, 0, sizeof *out);
-    json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
-    if (!root) {
-        struct stat st;
-        if (stat(path, &st) != 0)
-            return fail_at(err, err_len, path, 0, "cannot open (not a Hugging Face model folder)");
-        return fail_at(err, err_len, path, jerr.line, "invalid JSON: %s", jerr.text);
-    }
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return fail_at(err, err_len, path, 0, "cannot open (not a Hugging Face model folder)");
+    json_t *root = hf_json_load(path, HF_JSON_MAX_BYTES, err, err_len);
+    if (!root) return -1;
     const int rc = parse_root(root, out, path, err, err_len);
     json_decref(root);
     return rc;
@@ -256,23 +319,67 @@ int hf_config_read(const char *dir, HfModelConfig *out, char *err, size_t err_le
 
 // ---------------------------------------------------------------- weights
 
-void hf_weight_files(const char *dir, HfWeightFiles *out) {
-    *out = (HfWeightFiles){0};
+// A weight_map value: a plain file name of the folder.
+static bool plain_file_name(const char *name) {
+    return name && *name && !strchr(name, '/') && strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
+}
+
+// dir's model.safetensors.index.json, validated: a weight_map object of plain file names.
+// Returns the index (absent: NULL with *absent), or NULL with a message.
+static json_t *index_load(const char *dir, bool *absent, char *err, size_t err_len) {
     char path[4200];
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    json_t *index = access(path, F_OK) == 0 ? json_load_file(path, 0, NULL) : NULL;
+    struct stat st;
+    *absent = lstat(path, &st) != 0;
+    if (*absent) return NULL;
+    json_t *index = hf_json_load(path, HF_JSON_MAX_BYTES, err, err_len);
+    if (!index) return NULL;
+    const json_t *map = json_object_get(index, "weight_map");
+    const char *key;
+    json_t *file;
+    const char *why = !json_is_object(map) ? "has no 'weight_map' object"
+                      : json_object_size(map) == 0 ? "names no weight file in 'weight_map'"
+                                                   : NULL;
+    json_object_foreach((json_t *)map, key, file) {
+        if (why) break;
+        if (!plain_file_name(json_string_value(file))) {
+            char what[600];
+            if (json_is_string(file))
+                snprintf(what, sizeof what, "'%s' is not a file name of the folder",
+                         json_string_value(file));
+            else
+                snprintf(what, sizeof what, "is not a string");
+            fail_at(err, err_len, path, 0, "weight_map['%s']: %s", key, what);
+            json_decref(index);
+            return NULL;
+        }
+    }
+    if (why) {
+        fail_at(err, err_len, path, 0, "%s", why);
+        json_decref(index);
+        return NULL;
+    }
+    return index;
+}
+
+int hf_weight_files(const char *dir, HfWeightFiles *out, char *err, size_t err_len) {
+    *out = (HfWeightFiles){0};
+    bool absent;
+    json_t *index = index_load(dir, &absent, err, err_len);
+    if (!index && !absent) return -1;
     const char *key;
     json_t *file;
     int cap = 0;
     json_object_foreach(json_object_get(index, "weight_map"), key, file) {
         const char *name = json_string_value(file);
-        bool listed = !name;
+        bool listed = false;
         for (int i = 0; i < out->n && !listed; i++) listed = strcmp(out->names[i], name) == 0;
         if (!listed) ARRAY_PUSH(out->names, out->n, cap, strdup(name));
     }
     json_decref(index);
     out->sharded = out->n > 0;
     if (!out->sharded) ARRAY_PUSH(out->names, out->n, cap, strdup("model.safetensors"));
+    return 0;
 }
 
 void hf_weight_files_free(HfWeightFiles *f) {
@@ -291,50 +398,37 @@ static void shards_free(Shards *s) {
     free(s->files);
 }
 
-// Opens dir/model.safetensors, or every file that model.safetensors.index.json's
-// weight_map names (each once).
+// Opens the weight files of dir (hf_weight_files); with an index, each tensor it names
+// must be in its file.
 static int shards_open(const char *dir, Shards *s, char *err, size_t err_len) {
     memset(s, 0, sizeof *s);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    struct stat st;
-    if (stat(path, &st) != 0) {
-        snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        s->files = xcalloc(1, sizeof *s->files);
-        s->n_files = 1;
-        return safetensors_read(path, &s->files[0], err, err_len);
+    HfWeightFiles files;
+    if (hf_weight_files(dir, &files, err, err_len)) return -1;
+    s->files = xcalloc((size_t)files.n, sizeof *s->files);
+    char path[4200];
+    int rc = 0;
+    for (int k = 0; k < files.n && rc == 0; k++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files.names[k]);
+        rc = safetensors_read(path, &s->files[s->n_files++], err, err_len);
     }
-    json_error_t jerr;
-    json_t *index = json_load_file(path, 0, &jerr);
-    const json_t *map = json_object_get(index, "weight_map");
-    if (!json_is_object(map)) {
-        json_decref(index);
-        return fail_at(err, err_len, path, 0, "no 'weight_map' object");
-    }
-    s->files = xcalloc(json_object_size(map) ? json_object_size(map) : 1, sizeof *s->files);
+    bool absent;
+    json_t *index = rc == 0 && files.sharded ? index_load(dir, &absent, err, err_len) : NULL;
+    if (rc == 0 && files.sharded && !index) rc = -1;
     const char *name;
     json_t *file;
-    int rc = 0;
-    json_object_foreach((json_t *)map, name, file) {
+    json_object_foreach(json_object_get(index, "weight_map"), name, file) {
+        if (rc) break;
         const char *fname = json_string_value(file);
-        if (!fname || strchr(fname, '/')) {
-            rc = fail_at(err, err_len, path, 0, "weight_map['%s'] is not a file name", name);
-            break;
-        }
-        char shard[4096];
-        snprintf(shard, sizeof shard, "%s/%s", dir, fname);
-        bool open_already = false;
-        for (int i = 0; i < s->n_files && !open_already; i++)
-            open_already = strcmp(s->files[i].path, shard) == 0;
-        if (open_already) continue;
-        if ((rc = safetensors_read(shard, &s->files[s->n_files++], err, err_len))) break;
-        if (!safetensors_find(&s->files[s->n_files - 1], name)) {
-            rc = fail_at(err, err_len, path, 0, "tensor '%s' is not in %s as weight_map says",
-                         name, fname);
-            break;
-        }
+        for (int k = 0; k < files.n; k++)
+            if (strcmp(files.names[k], fname) == 0 && !safetensors_find(&s->files[k], name)) {
+                snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+                rc = fail_at(err, err_len, path, 0, "tensor '%s' is not in %s as weight_map says",
+                             name, fname);
+                break;
+            }
     }
     json_decref(index);
+    hf_weight_files_free(&files);
     return rc;
 }
 

@@ -5,9 +5,37 @@
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
+#include <jansson.h>
 #include "model/model.h"
 
 enum { HF_MAX_EOS = 8 };
+
+// The largest file of a model folder onepass reads or copies: a JSON file of metadata
+// (config.json, generation_config.json, model.safetensors.index.json,
+// tokenizer_config.json, special_tokens_map.json, added_tokens.json) and a tokenizer
+// file (tokenizer.json, tokenizer.model, vocab.json, merges.txt, chat_template.jinja).
+#define HF_JSON_MAX_BYTES ((size_t)64 << 20)
+#define HF_TOKENIZER_MAX_BYTES ((size_t)1 << 30)
+
+// The files of a model folder that onepass reads or copies, each with its limit.
+typedef struct {
+    const char *name;
+    size_t max_bytes;
+} HfFolderFile;
+extern const HfFolderFile HF_FOLDER_FILES[];
+extern const int HF_N_FOLDER_FILES;
+// The limit of a folder file by name: HF_FOLDER_FILES's, else HF_JSON_MAX_BYTES.
+size_t hf_file_max_bytes(const char *name);
+
+// Checks the folder whole before anything of it is read: each file of HF_FOLDER_FILES
+// that is present (a dangling link counts as absent) must be a regular file of at most
+// its limit, so a FIFO, a device or a directory under such a name is refused by name
+// before anything waits on it, trains or copies it. Returns 0, or -1 with "path: what".
+int hf_folder_check(const char *dir, char *err, size_t err_len);
+
+// The JSON of a folder's file (a regular file of at most max_bytes). Returns it, or NULL
+// with "path:line: invalid JSON: ..." or the file's refusal in err.
+json_t *hf_json_load(const char *path, size_t max_bytes, char *err, size_t err_len);
 
 // What a config.json says beyond the ModelConfig, kept for the exported config.
 typedef struct {
@@ -25,15 +53,18 @@ int hf_config_read(const char *dir, HfModelConfig *out, char *err, size_t err_le
 int hf_config_parse(const char *text, const char *path, HfModelConfig *out, char *err,
                     size_t err_len);
 
-// The weight files of the folder dir, by name: those model.safetensors.index.json's
-// weight_map names (each once), else model.safetensors alone, also when the index cannot
-// be read or names none; sharded says which.
+// The weight files of the folder dir, by name, the one resolver for model folders and
+// checkpoints: those model.safetensors.index.json's weight_map names (each once; each a
+// plain file name of the folder: no '/', no "." or ".."), else model.safetensors alone;
+// sharded says which. An index that cannot be read, is not JSON (its parse error is
+// the message), has no weight_map object or names none is refused. Returns 0, or -1
+// with "path: what".
 typedef struct {
     char **names;  // [n], malloc'd
     int n;
     bool sharded;
 } HfWeightFiles;
-void hf_weight_files(const char *dir, HfWeightFiles *out);
+int hf_weight_files(const char *dir, HfWeightFiles *out, char *err, size_t err_len);
 void hf_weight_files_free(HfWeightFiles *f);
 
 // Loads every tensor of the table from dir (model.safetensors, or the shards of

@@ -16,6 +16,19 @@ typedef struct {
     int original_max_position_embeddings;      // llama3
 } RopeScaling;
 
+// The bounds of a model, named once: the ranges of the model.* keys
+// (trainer/config_keys.h), of a model folder's config.json (model/hf_model.c) and of
+// model_dims, which refuses a ModelConfig outside them from anywhere.
+#define MODEL_MAX_VOCAB_SIZE (1 << 24)
+#define MODEL_MAX_HIDDEN_SIZE (1 << 16)
+#define MODEL_MAX_INTERMEDIATE_SIZE (1 << 18)
+#define MODEL_MAX_LAYERS 1024
+#define MODEL_MAX_HEADS 1024           // query heads, and key/value heads
+#define MODEL_MAX_HEAD_DIM (1 << 16)
+#define MODEL_MAX_RMS_NORM_EPS 1.0     // (0, this]
+#define MODEL_MAX_ROPE_THETA 1e12      // (0, this]
+#define MODEL_MAX_ROPE_FACTOR 1e6      // rope scaling factors: (0, this]
+
 // The architecture family, as HF model_type: it decides which tensors a layer has.
 typedef enum { ARCH_LLAMA = 0, ARCH_QWEN2, ARCH_QWEN3 } ModelArch;
 
@@ -40,7 +53,7 @@ typedef struct {
 } ModelDims;
 
 // Validates the config (fatal, naming the model.* key, for anything the model cannot
-// run: a non-positive size, no head_dim given and heads that do not divide hidden_size,
+// run: a size outside [1, its MODEL_MAX_*] (checked in 64-bit, so no product wraps), no head_dim given and heads that do not divide hidden_size,
 // an odd head dim (RoPE rotates halves), query heads that are not a multiple of the
 // key/value heads, a non-positive rms_norm_eps or rope_theta, a bad rope scaling) and
 // returns its dimensions. The one place that derives them: the parameter table and

@@ -177,7 +177,11 @@ static int parse_entry(const char *path, const char *name, json_t *entry, size_t
                        data_len);
     info->begin = (size_t)json_integer_value(b);
     info->end = (size_t)json_integer_value(e);
-    if (info->end - info->begin != numel_of(info->ndim, info->shape) * elem)
+    size_t bytes = elem;  // in size_t without wrapping: a shape past it is refused
+    for (int d = 0; d < info->ndim; d++)
+        if (__builtin_mul_overflow(bytes, (size_t)info->shape[d], &bytes))
+            return fail_at(err, err_len, path, 0, "tensor '%s': its shape is too large", name);
+    if (info->end - info->begin != bytes)
         return fail_at(err, err_len, path, 0,
                        "tensor '%s': %zu bytes do not match dtype %s and its shape", name,
                        info->end - info->begin, info->dtype);
@@ -203,6 +207,10 @@ int safetensors_read(const char *path, SafeTensorsFile *out, char *err, size_t e
     out->map_len = file_len;
     uint64_t header_len = 0;
     memcpy(&header_len, map, 8);
+    if (header_len > SAFETENSORS_MAX_HEADER)
+        return fail_at(err, err_len, path, 0,
+                       "not a safetensors file: a header of %llu bytes, over the format's "
+                       "limit of %d", (unsigned long long)header_len, SAFETENSORS_MAX_HEADER);
     if (header_len > (uint64_t)file_len - 8)
         return fail_at(err, err_len, path, 0, "not a safetensors file (bad header length)");
     out->data = (const uint8_t *)map + 8 + header_len;

@@ -8,6 +8,9 @@
 #include "model/model.h"
 
 #define SAFETENSORS_MAX_DIMS 4
+// The format's cap on the JSON header (the reference reader's MAX_HEADER_SIZE): a longer
+// claimed length is refused from its 8 bytes, before anything of that size is read.
+#define SAFETENSORS_MAX_HEADER 100000000
 
 typedef struct {
     const char *name;
@@ -53,8 +56,9 @@ typedef struct {
     int n_meta;
 } SafeTensorsFile;
 
-// Maps a file (mmap, read-only) and validates it (header JSON, offsets in range and
-// non-overlapping with the declared dtype and shape). Returns 0, or -1 with "path: what"
+// Maps a file (mmap, read-only) and validates it (a header of at most
+// SAFETENSORS_MAX_HEADER bytes, header JSON, offsets in range and non-overlapping with
+// the declared dtype and shape). Returns 0, or -1 with "path: what"
 // in err. Tensor bytes are paged in only when copied.
 int safetensors_read(const char *path, SafeTensorsFile *out, char *err, size_t err_len);
 void safetensors_file_free(SafeTensorsFile *f);

@@ -61,6 +61,11 @@ if out=$("$train" pack --config "$tmp/nope.json" --out "$tmp/o" 2>&1) || grep -q
 expect_error "config is a directory" "$tmp: not a regular file" "$train" pack --config "$tmp" --out "$tmp/o"
 expect_error "empty key part" "--set data..seq_len=64: malformed key 'data..seq_len'" "$train" pack --set data..seq_len=64 --out "$tmp/o"
 expect_error "leading dot" "malformed key '.seed'" "$train" pack --set .seed=1 --out "$tmp/o"
+# A value that is not UTF-8 (JSON strings are): refused naming the key, not a crash.
+expect_error "--set value not UTF-8" "config key 'train.lr': the value is not valid UTF-8" \
+    "$train" config --set $'train.lr=0.1\xff'
+expect_error "--set string value not UTF-8" "config key 'out_dir': the value is not valid UTF-8" \
+    "$train" config --set $'out_dir=runs/\xc3'
 expect_error "huge number" "--set train.lr=1e999: config key 'train.lr' must be a finite number, got '1e999'" "$train" pack --set train.lr=1e999 --out "$tmp/o"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -25,6 +25,75 @@ static void flip_byte(const char *path, long from_end) {
     fclose(f);
 }
 
+// Rewrites one __metadata__ value of a safetensors file (its tensors unchanged).
+static void set_meta(const char *path, const char *key, const char *value) {
+    FILE *f = fopen(path, "rb");
+    CHECK(f, "open %s", path);
+    fseek(f, 0, SEEK_END);
+    const long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *raw = xmalloc((size_t)len);
+    CHECK(fread(raw, 1, (size_t)len, f) == (size_t)len, "read %s", path);
+    fclose(f);
+    uint64_t hlen;
+    memcpy(&hlen, raw, 8);
+    json_t *header = json_loadb((const char *)raw + 8, hlen, 0, NULL);
+    CHECK(header, "header of %s", path);
+    json_object_set_new(json_object_get(header, "__metadata__"), key, json_string(value));
+    char *text = json_dumps(header, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(header);
+    uint64_t new_len = (strlen(text) + 7) / 8 * 8;
+    f = fopen(path, "wb");
+    fwrite(&new_len, 8, 1, f);
+    fputs(text, f);
+    for (size_t i = strlen(text); i < new_len; i++) fputc(' ', f);
+    fwrite(raw + 8 + hlen, 1, (size_t)len - 8 - hlen, f);
+    fclose(f);
+    free(text);
+    free(raw);
+}
+
+// Checksums cover the metadata as well as the tensors: an edited data position, step,
+// token count or run record hash is refused, not resumed from.
+static void test_metadata_checked(const char *dir, const ParamTable *table, const float *params,
+                                  const AdamWState *opt, const TrainProgress *progress,
+                                  const ModelConfig *cfg) {
+    const struct { const char *file, *key, *value; } edits[] = {
+        {"optimizer.safetensors", "data_cursor", "40"},
+        {"optimizer.safetensors", "data_epoch", "2"},
+        {"optimizer.safetensors", "tokens_seen", "1"},
+        {"optimizer.safetensors", "elapsed_s", "0"},
+        {"optimizer.safetensors", "run_record_hash", "0000000000000000"},
+        {"model.safetensors", "run_record_hash", "0000000000000000"},
+    };
+    char ckpt[400], path[500], err[1024];
+    float back_params[32];
+    AdamWState back_opt;
+    adamw_init(&back_opt, 32);
+    TrainProgress back = {0};
+    for (size_t i = 0; i < sizeof edits / sizeof edits[0] + 1; i++) {
+        snprintf(ckpt, sizeof ckpt, "%s/meta-%zu", dir, i);
+        EXPECT(checkpoint_save(ckpt, cfg, table, params, opt, progress, err, sizeof err) == 0,
+               "save: %s", err);
+        if (i == sizeof edits / sizeof edits[0]) {  // the step, in both files alike
+            snprintf(path, sizeof path, "%s/model.safetensors", ckpt);
+            set_meta(path, "step", "16");
+            snprintf(path, sizeof path, "%s/optimizer.safetensors", ckpt);
+            set_meta(path, "step", "16");
+        } else {
+            snprintf(path, sizeof path, "%s/%s", ckpt, edits[i].file);
+            set_meta(path, edits[i].key, edits[i].value);
+        }
+        EXPECT(checkpoint_load(ckpt, table, back_params, &back_opt, &back, err, sizeof err) != 0 &&
+                   (strstr(err, "checksum mismatch") || strstr(err, "run record")),
+               "edited %s refused: %s", i < sizeof edits / sizeof edits[0] ? edits[i].key : "step",
+               err);
+        free(back.run_record);
+        back.run_record = NULL;
+    }
+    adamw_free(&back_opt);
+}
+
 int main(void) {
     TestRng rng = test_rng_from_env();
     char dir[] = "/tmp/test_checkpoint_XXXXXX";
@@ -110,7 +179,7 @@ int main(void) {
     char other[300];
     snprintf(other, sizeof other, "%s/other", dir);
     EXPECT(checkpoint_save(other, &cfg, &table, params, &opt, &progress, err, sizeof err) == 0, "save 2: %s", err);
-    char cmd[1000];
+    char cmd[2400];
     snprintf(cmd, sizeof cmd, "cp %s/model.safetensors %s/model.safetensors", other, ckpt);
     EXPECT(system(cmd) == 0, "copy");
     EXPECT(checkpoint_load(ckpt, &table, params_back, &opt_back, &back, err, sizeof err) != 0 &&
@@ -161,6 +230,44 @@ int main(void) {
               strstr(err, "lm_head.weight"),
           "missing tensor named: %s", err);
     adamw_free(&big_opt);
+
+    // A checkpoint whose index names weights outside its folder ("../") is refused by
+    // the same resolver as a model folder's.
+    char outside[300];
+    snprintf(outside, sizeof outside, "%s/outside", dir);
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p %s && cp %s/optimizer.safetensors %s/config.json %s/ && printf "
+             "'{\"weight_map\": {\"model.embed_tokens.weight\": \"../other/model.safetensors\", "
+             "\"model.layers.0.input_layernorm.weight\": \"../other/model.safetensors\", "
+             "\"model.norm.weight\": \"../other/model.safetensors\"}}' > "
+             "%s/model.safetensors.index.json",
+             outside, other, other, outside, outside);
+    EXPECT(system(cmd) == 0, "%s", cmd);
+    EXPECT(checkpoint_load(outside, &table, params_back, &opt_back, &back, err, sizeof err) != 0 &&
+               strstr(err, "'../other/model.safetensors' is not a file name"),
+           "a checkpoint's index reaching outside its folder refused: %s", err);
+    free(back.run_record);
+    back.run_record = NULL;
+
+    progress.step = 17;
+    test_metadata_checked(dir, &table, params, &opt, &progress, &cfg);
+
+    // The run record's reader refuses a header length over the format's cap by its 8
+    // bytes (a sparse optimizer.safetensors claims 256 MiB).
+    char huge[300];
+    snprintf(huge, sizeof huge, "%s/huge", dir);
+    EXPECT(mkdir(huge, 0777) == 0, "mkdir huge");
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", huge);
+    const uint64_t claimed = (uint64_t)1 << 28;
+    FILE *hf_file = fopen(path, "wb");
+    fwrite(&claimed, 8, 1, hf_file);
+    fclose(hf_file);
+    EXPECT(truncate(path, (off_t)(8 + claimed + 64)) == 0, "sparse file");
+    char *record = NULL;
+    EXPECT(checkpoint_read_run_record(huge, &record, err, sizeof err) != 0 &&
+               strstr(err, "optimizer.safetensors") && strstr(err, "100000000"),
+           "run record header over the cap refused: %s", err);
+    free(record);
 
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

@@ -154,7 +154,8 @@ static void test_shipped_eval_set(void) {
     const int assistant = tokenizer_piece_to_id(tok, "<|assistant|>");
     const int think = tokenizer_piece_to_id(tok, "<think>");
     AccuracySet set;
-    accuracy_set_load(&set, tok, NULL, "datasets/synthetic/eval.jsonl", SPECIAL_IN_TEXT_PLAIN, 0, 0);
+    const DataOptions opt = {.special_in_text = SPECIAL_IN_TEXT_PLAIN};
+    accuracy_set_load(&set, tok, &opt, "datasets/synthetic/eval.jsonl", 0);
     int bad_prompt = 0, not_numeric = 0, gold_wrong = 0, off_by_one_right = 0, later = 0;
     for (int i = 0; i < set.n_items; i++) {
         const AccuracyItem *it = &set.items[i];

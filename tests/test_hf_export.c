@@ -107,7 +107,7 @@ static void test_checkpoint_export(void) {
     for (size_t i = 0; i < table.total; i++) opt.m[i] = 0.5f * params[i], opt.v[i] = (float)i;
     const TrainProgress progress = {.step = 3, .seed = 9};
     HfExport e = {.hf = hf, .dtype = SAVE_BF16, .generation_eos_token_id = 7};
-    EXPECT(checkpoint_save_hf(ckpt, &table, params, &opt, &progress, &e, err, sizeof err) == 0,
+    EXPECT(checkpoint_save_hf(ckpt, &table, params, &opt, &progress, &e, NULL, NULL, err, sizeof err) == 0,
            "bf16 checkpoint: %s", err);
 
     // Resume: the fp32 master weights, not their bf16 rounding.

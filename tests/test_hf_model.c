@@ -10,8 +10,10 @@
 #include "common/check.h"
 #include "model/hf_model.h"
 #include "model/safetensors.h"
+#include "tests/test_child.h"
 #include "tests/test_hf_util.h"
 #include "tests/test_util.h"
+#include "trainer/setup.h"
 
 static char dir[] = "/tmp/test_hf_model_XXXXXX";
 
@@ -137,6 +139,32 @@ static void test_spellings(void) {
            "qwen3 defaults: head_dim 128 as Qwen3Config");
 }
 
+static void model_dims_of(void *arg) { model_dims((const ModelConfig *)arg); }
+
+// model_dims keeps the same bounds for a ModelConfig from anywhere, in 64-bit: heads x
+// head_dim past int is refused naming the keys, not wrapped.
+static void test_model_dims_bounds(void) {
+    ModelConfig cfg = {.vocab_size = 64, .hidden_size = 16, .intermediate_size = 32,
+                       .num_hidden_layers = 1, .num_attention_heads = 65536,
+                       .num_key_value_heads = 1, .head_dim = 65536, .rms_norm_eps = 1e-6f,
+                       .rope_theta = 10000.0f};
+    char out[1024];
+    EXPECT(test_run_in_child(model_dims_of, &cfg, out, sizeof out) == 1 &&
+               strstr(out, "model.num_attention_heads 65536 is over its limit 1024"),
+           "heads x head_dim past int refused: %s", out);
+    cfg.num_attention_heads = 2;
+    cfg.num_hidden_layers = 1 << 30;
+    EXPECT(test_run_in_child(model_dims_of, &cfg, out, sizeof out) == 1 &&
+               strstr(out, "model.num_hidden_layers 1073741824 is over its limit 1024"),
+           "layers past the limit refused: %s", out);
+    cfg.num_hidden_layers = 1;
+    cfg.head_dim = 64;
+    cfg.rope_theta = INFINITY;
+    EXPECT(test_run_in_child(model_dims_of, &cfg, out, sizeof out) == 1 &&
+               strstr(out, "model.rope_theta"),
+           "an infinite rope_theta refused: %s", out);
+}
+
 static void test_config_refusals(void) {
     const struct { const char *model_type, *extra, *message; } cases[] = {
         {"mistral", "", "model_type 'mistral' is not supported (llama, qwen2, qwen3)"},
@@ -156,7 +184,24 @@ static void test_config_refusals(void) {
          "'low_freq_factor' is missing"},
         {"llama", "\"rope_parameters\": {\"full_attention\": {\"rope_type\": \"default\"}}",
          "'rope_parameters' per layer type is not supported"},
-        {"llama", "\"num_key_value_heads\": 0", "'num_key_value_heads' must be an integer >= 1"},
+        {"llama", "\"num_key_value_heads\": 0",
+         "'num_key_value_heads' must be an integer in [1, 1024], got 0"},
+        // The ranges of the model.* keys hold for config.json too: a size past its key's
+        // maximum, a heads x head_dim that int cannot hold, a RoPE base or factor that a
+        // float cannot hold, a zero epsilon.
+        {"llama", "\"num_hidden_layers\": 1073741824",
+         "'num_hidden_layers' must be an integer in [1, 1024], got 1073741824"},
+        {"llama", "\"vocab_size\": 16777217", "'vocab_size' must be an integer in [1, 16777216]"},
+        {"llama", "\"hidden_size\": 65537", "'hidden_size' must be an integer in [1, 65536]"},
+        {"llama", "\"intermediate_size\": 262145",
+         "'intermediate_size' must be an integer in [1, 262144]"},
+        {"llama", "\"num_attention_heads\": 1024, \"head_dim\": 4194304",
+         "'head_dim' must be an integer in [1, 65536], got 4194304"},
+        {"llama", "\"rope_theta\": 1e39", "'rope_theta' must be a number in (0, 1e+12], got 1e+39"},
+        {"llama", "\"rope_theta\": 0", "'rope_theta' must be a number in (0, 1e+12], got 0"},
+        {"llama", "\"rms_norm_eps\": 0", "'rms_norm_eps' must be a number in (0, 1], got 0"},
+        {"llama", "\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 1e39}",
+         "'factor' must be a number in (0, 1e+06], got 1e+39"},
         {"llama", "\"eos_token_id\": \"x\"", "'eos_token_id' must be an integer or a list"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -268,6 +313,27 @@ static void test_weight_refusals(void) {
                strstr(err, "tensor 'lm_head.weight' is not in model-00001-of-00002.safetensors"),
            "index pointing at the wrong shard: %s", err);
 
+    // An index that is not JSON: its parse error (line and text) is the message.
+    snprintf(cmd, sizeof cmd, "printf '{\"weight_map\": {\n  \"a\": 1,,\n}}' > %s/model.safetensors.index.json",
+             folder);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    EXPECT(hf_weights_load(folder, &q3_table, q3_params, err, sizeof err) != 0 &&
+               strstr(err, "model.safetensors.index.json:2: invalid JSON: "),
+           "an unparsable index keeps its JSON error: %s", err);
+    // A weight_map file outside the folder ("../") is refused, whoever loads it.
+    snprintf(cmd, sizeof cmd,
+             "cp tests/data/hf/qwen3_qknorm_sharded/model.safetensors.index.json %s/ && sed -i "
+             "'s|\"model-00001|\"../index/model-00001|' %s/model.safetensors.index.json",
+             folder, folder);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    EXPECT(hf_weights_load(folder, &q3_table, q3_params, err, sizeof err) != 0 &&
+               strstr(err, "'../index/model-00001-of-00002.safetensors' is not a file name"),
+           "a shard outside the folder refused: %s", err);
+    HfWeightFiles files;
+    EXPECT(hf_weight_files(folder, &files, err, sizeof err) != 0 &&
+               strstr(err, "'../index/model-00001-of-00002.safetensors' is not a file name"),
+           "hf_weight_files refuses it too: %s", err);
+
     for (int i = 0; i < tied.n_tensors; i++) free((char *)tied_entries[i].name);
     safetensors_entries_free(entries, n);
     free(entries), free(back), free(params), free(tied_entries), free(tied_params), free(tied_back);
@@ -275,6 +341,53 @@ static void test_weight_refusals(void) {
     param_table_free(&table);
     param_table_free(&tied);
     param_table_free(&q3_table);
+}
+
+typedef struct {
+    const HfModelConfig *hf;
+    const ParamTable *table;
+    const char *folder;
+    float *params;
+} LoadArgs;
+
+static void load_in_child(void *arg) {
+    const LoadArgs *a = arg;
+    params_load_or_init(&a->hf->cfg, a->table, a->folder, 1, a->params);
+}
+
+// model.init_from's weights are checked finite at load: a NaN or an infinity is refused
+// naming the tensor, before a step trains on it.
+static void test_nonfinite_weights(void) {
+    HfModelConfig hf;
+    ParamTable table;
+    const char *src = "tests/data/hf/llama3_scaling";
+    float *params = load_hf_folder(src, &hf, &table);
+    SafeTensorOut *entries = xcalloc((size_t)table.n_tensors, sizeof *entries);
+    safetensors_table_entries(&table, "", params, entries);
+    const ParamTensor *norm = param_table_find(&table, "model.layers.1.post_attention_layernorm.weight");
+    const float bad[2] = {NAN, INFINITY};
+    for (int k = 0; k < 2; k++) {
+        char folder[600], cmd[2048], path[700], err[1024], out[2048];
+        snprintf(folder, sizeof folder, "%s/nonfinite%d", dir, k);
+        snprintf(cmd, sizeof cmd, "mkdir -p %s && cp %s/config.json %s/", folder, src, folder);
+        CHECK(system(cmd) == 0, "%s", cmd);
+        const float keep = params[norm->offset + 3];
+        params[norm->offset + 3] = bad[k];
+        snprintf(path, sizeof path, "%s/model.safetensors", folder);
+        CHECK(safetensors_write(path, entries, table.n_tensors, NULL, 0, err, sizeof err) == 0, "%s", err);
+        params[norm->offset + 3] = keep;
+        float *loaded = xmalloc(table.total * sizeof(float));
+        LoadArgs args = {&hf, &table, folder, loaded};
+        EXPECT(test_run_in_child(load_in_child, &args, out, sizeof out) == 1 &&
+                   strstr(out, "tensor 'model.layers.1.post_attention_layernorm.weight' holds") &&
+                   strstr(out, k == 0 ? "nan" : "inf"),
+               "non-finite weight %d refused: %s", k, out);
+        free(loaded);
+    }
+    safetensors_entries_free(entries, table.n_tensors);
+    free(entries);
+    free(params);
+    param_table_free(&table);
 }
 
 int main(void) {
@@ -285,6 +398,8 @@ int main(void) {
     test_fixture_configs();
     test_spellings();
     test_config_refusals();
+    test_model_dims_bounds();
+    test_nonfinite_weights();
     test_weight_refusals();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

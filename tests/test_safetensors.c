@@ -179,6 +179,16 @@ static void test_malformed(void) {
                strstr(err, "'w' has dtype I32, expected F32, BF16 or F16"),
           "I32 refused: %s", err);
     safetensors_file_free(&f);
+    // Shapes whose byte size wraps size_t (2^62 floats; 2^32 x 2^32) are refused, not
+    // taken as 0 bytes.
+    write_raw(path, "{\"w\": {\"dtype\": \"F32\", \"shape\": [4611686018427387904], \"data_offsets\": [0, 0]}}", 0);
+    EXPECT(safetensors_read(path, &f, err, sizeof err) != 0 && strstr(err, "'w'") && strstr(err, "too large"),
+           "wrapping byte size refused: %s", err);
+    safetensors_file_free(&f);
+    write_raw(path, "{\"w\": {\"dtype\": \"BF16\", \"shape\": [4294967296, 4294967296], \"data_offsets\": [0, 0]}}", 0);
+    EXPECT(safetensors_read(path, &f, err, sizeof err) != 0 && strstr(err, "'w'") && strstr(err, "too large"),
+           "wrapping element count refused: %s", err);
+    safetensors_file_free(&f);
     write_raw(path, "[1, 2]", 0);
     EXPECT(safetensors_read(path, &f, err, sizeof err) != 0 && strstr(err, "not a JSON object"), "array header: %s", err);
     safetensors_file_free(&f);
@@ -218,6 +228,24 @@ static void test_half_dtypes(void) {
     safetensors_file_free(&f);
 }
 
+// A header length over the format's 100 MB cap is refused from the 8 bytes that claim
+// it, before anything of that size is allocated or read: a sparse file claims 256 MiB.
+static void test_header_cap(void) {
+    char path[256], err[512];
+    snprintf(path, sizeof path, "%s/huge_header.safetensors", dir);
+    const uint64_t claimed = (uint64_t)1 << 28;
+    FILE *f = fopen(path, "wb");
+    fwrite(&claimed, 8, 1, f);
+    fclose(f);
+    EXPECT(truncate(path, (off_t)(8 + claimed + 64)) == 0, "sparse file");
+    SafeTensorsFile st;
+    EXPECT(safetensors_read(path, &st, err, sizeof err) != 0 && strstr(err, "huge_header") &&
+               strstr(err, "268435456") && strstr(err, "100000000"),
+           "header over the cap refused by its length: %s", err);
+    safetensors_file_free(&st);
+    unlink(path);
+}
+
 int main(void) {
     TestRng rng = test_rng_from_env();
     if (!mkdtemp(dir)) fatal("mkdtemp failed");
@@ -225,6 +253,7 @@ int main(void) {
     test_table_prefix(&rng);
     test_malformed();
     test_half_dtypes();
+    test_header_cap();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

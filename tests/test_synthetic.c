@@ -262,8 +262,32 @@ static void test_shipped_lengths(const Tokenizer *tok, const char *name) {
     dataset_free(&d);
 }
 
+// The oracle refuses what a long long cannot hold instead of wrapping: an operand out of
+// range (strtoll's ERANGE) or a result that overflows gives -1 (not a synthetic
+// question), so accuracy never scores against a wrapped number.
+static void test_oracle_overflow(void) {
+    const struct { const char *first, *second; int want_n; long long want_last; } cases[] = {
+        {"Multiply 3037000499 by 3037000499.", NULL, 1, 9223372030926249001LL},
+        {"Multiply 9999999999 by 9999999999.", NULL, -1, 0},
+        {"Multiply 3037000500 by 3037000500.", NULL, -1, 0},
+        {"Add 99999999999999999999 and 1.", NULL, -1, 0},
+        {"Add 9223372036854775807 and 0.", "Now add 1 to the result.", -1, 0},
+        {"What is 5 minus 9223372036854775807?", "Take away 9.", -1, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Message msgs[2] = {{.role = MSG_USER, .content = (char *)cases[i].first},
+                           {.role = MSG_USER, .content = (char *)cases[i].second}};
+        long long results[2] = {0, 0};
+        const int n = synthetic_expected_results(msgs, cases[i].second ? 2 : 1, results, 2);
+        EXPECT(n == cases[i].want_n && (n < 0 || results[n - 1] == cases[i].want_last),
+               "'%s' '%s': %d results, last %lld", cases[i].first,
+               cases[i].second ? cases[i].second : "", n, n > 0 ? results[n - 1] : 0);
+    }
+}
+
 int main(void) {
     TestRng rng = test_rng_from_env();
+    test_oracle_overflow();
     uint64_t seed = test_rng_next(&rng);
     test_determinism(seed);
 

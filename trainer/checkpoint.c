@@ -37,11 +37,21 @@ static uint64_t entries_checksum(const SafeTensorOut *entries, int n) {
     return sum;
 }
 
-// Verifies the file's "checksum" metadata over its tensors as read.
+// One metadata entry's share of a file's checksum (the key bound to its value; the
+// "checksum" entry itself is not covered).
+static uint64_t meta_checksum(const char *key, const char *value) {
+    if (strcmp(key, "checksum") == 0) return 0;
+    char name[128];
+    snprintf(name, sizeof name, "__metadata__.%s", key);
+    return tensor_checksum(name, value, strlen(value));
+}
+
+// Verifies the file's "checksum" metadata over its tensors and its other metadata as read.
 static int verify_checksum(const SafeTensorsFile *f, char *err, size_t err_len) {
     const char *want = safetensors_meta(f, "checksum");
     if (!want) return fail_at(err, err_len, f->path, 0, "metadata 'checksum' missing");
     uint64_t sum = 0;
+    for (int i = 0; i < f->n_meta; i++) sum += meta_checksum(f->meta[i].key, f->meta[i].value);
     for (int i = 0; i < f->n_tensors; i++)
         sum += tensor_checksum(f->tensors[i].name, f->data + f->tensors[i].begin,
                                f->tensors[i].end - f->tensors[i].begin);
@@ -118,13 +128,13 @@ static int install_checkpoint_dir(const char *tmp, const char *dir, char *err, s
     return had ? remove_checkpoint_dir(old, err, err_len) : 0;
 }
 
-// The sum of tensor_checksum over every tensor of the model weight files in dir, as
-// stored.
+// The sum of tensor_checksum over every tensor and metadata entry of the model weight
+// files in dir, as stored.
 static int model_files_checksum(const char *dir, uint64_t *sum, char *err, size_t err_len) {
     char path[4200];
     HfWeightFiles files;
-    hf_weight_files(dir, &files);
     *sum = 0;
+    if (hf_weight_files(dir, &files, err, err_len)) return -1;
     int rc = 0;
     for (int k = 0; k < files.n && rc == 0; k++) {
         snprintf(path, sizeof path, "%s/%s", dir, files.names[k]);
@@ -133,19 +143,48 @@ static int model_files_checksum(const char *dir, uint64_t *sum, char *err, size_
         for (int i = 0; rc == 0 && i < f.n_tensors; i++)
             *sum += tensor_checksum(f.tensors[i].name, f.data + f.tensors[i].begin,
                                     f.tensors[i].end - f.tensors[i].begin);
+        for (int i = 0; rc == 0 && i < f.n_meta; i++)
+            *sum += meta_checksum(f.meta[i].key, f.meta[i].value);
         safetensors_file_free(&f);
     }
     hf_weight_files_free(&files);
     return rc;
 }
 
+static int compare_names(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+// The names of the files in dir, sorted, comma-separated (malloc'd).
+static char *file_list(const char *dir) {
+    DIR *d = opendir(dir);
+    char **names = NULL;
+    int n = 0, cap = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            ARRAY_PUSH(names, n, cap, strdup(e->d_name));
+    if (d) closedir(d);
+    qsort(names, (size_t)n, sizeof *names, compare_names);
+    size_t len = 1;
+    for (int i = 0; i < n; i++) len += strlen(names[i]) + 1;
+    char *list = xcalloc(len, 1);
+    for (int i = 0; i < n; i++) {
+        if (i) strcat(list, ",");
+        strcat(list, names[i]);
+        free(names[i]);
+    }
+    free(names);
+    return list;
+}
+
 // The files of a checkpoint into dir (an empty, new directory): the Hugging Face model
-// folder of the export's dtype, ids and shard size (model/hf_export.h), then the
-// optimizer state; below F32 the fp32 master weights go into optimizer.safetensors as
+// folder of the export's dtype, ids and shard size (model/hf_export.h), then extra's
+// files, then the optimizer state (listing every file before it); below F32 the fp32 master weights go into optimizer.safetensors as
 // "master.<name>" and checkpoint_load takes them from there.
 static int checkpoint_write_files(const char *dir, const ParamTable *table, const float *params,
                                   const AdamWState *opt, const TrainProgress *progress,
-                                  const HfExport *hf, char *err, size_t err_len) {
+                                  const HfExport *hf, CheckpointExtraFiles extra,
+                                  void *extra_arg, char *err, size_t err_len) {
     char path[4200];
     char step[32], epoch[32], cursor[32], seed[32], tokens[32], trained[32], elapsed[40];
     snprintf(step, sizeof step, "%ld", progress->step);
@@ -171,7 +210,8 @@ static int checkpoint_write_files(const char *dir, const ParamTable *table, cons
     model.n_meta = (int)(sizeof model_meta / sizeof model_meta[0]);
     uint64_t model_sum;
     if (hf_export_write(dir, table, params, &model, err, err_len) ||
-        model_files_checksum(dir, &model_sum, err, err_len))
+        model_files_checksum(dir, &model_sum, err, err_len) ||
+        (extra && extra(dir, extra_arg, err, err_len)))
         return -1;
     snprintf(model_checksum, sizeof model_checksum, "%016llx", (unsigned long long)model_sum);
 
@@ -183,47 +223,88 @@ static int checkpoint_write_files(const char *dir, const ParamTable *table, cons
     safetensors_table_entries(table, "exp_avg.", opt->m, entries);
     safetensors_table_entries(table, "exp_avg_sq.", opt->v, entries + n);
     if (n_sets == 3) safetensors_table_entries(table, MASTER_PREFIX, params, entries + 2 * n);
-    snprintf(checksum, sizeof checksum, "%016llx",
-             (unsigned long long)entries_checksum(entries, n_sets * n));
     const SafeTensorMeta opt_meta[] = {
         {"format", CHECKPOINT_FORMAT}, {"step", step},       {"data_epoch", epoch},
         {"data_cursor", cursor},       {"seed", seed},       {"tokens_seen", tokens},
         {"trained_tokens_seen", trained}, {"elapsed_s", elapsed}, {"save_id", save_id},
         {"run_record_hash", record_hash}, {"run_record", record}, {"checksum", checksum},
-        {"model_checksum", model_checksum},
+        {"model_checksum", model_checksum}, {"files", NULL},
     };
+    char *files = file_list(dir);  // everything but the optimizer state itself
+    enum { N_META = sizeof opt_meta / sizeof opt_meta[0] };
+    SafeTensorMeta meta[N_META];
+    memcpy(meta, opt_meta, sizeof meta);
+    meta[N_META - 1].value = files;
+    uint64_t sum = entries_checksum(entries, n_sets * n);  // tensors and metadata
+    for (int i = 0; i < N_META; i++) sum += meta_checksum(meta[i].key, meta[i].value);
+    snprintf(checksum, sizeof checksum, "%016llx", (unsigned long long)sum);
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
-    const int rc = safetensors_write(path, entries, n_sets * n, opt_meta,
-                                     (int)(sizeof opt_meta / sizeof opt_meta[0]), err, err_len);
+    const int rc = safetensors_write(path, entries, n_sets * n, meta,
+                                     (int)(sizeof meta / sizeof meta[0]), err, err_len);
+    free(files);
     safetensors_entries_free(entries, n_sets * n);
     free(entries);
     return rc;
 }
 
 // The model weight file holding the step metadata: model.safetensors, or the first
-// shard of model.safetensors.index.json. Returns whether the weights are sharded.
-static bool model_weights_path(const char *dir, char *path, size_t len) {
+// shard of model.safetensors.index.json; *sharded says which. Returns 0, or -1 with a
+// message.
+static int model_weights_path(const char *dir, char *path, size_t len, bool *sharded, char *err,
+                              size_t err_len) {
     HfWeightFiles files;
-    hf_weight_files(dir, &files);
+    if (hf_weight_files(dir, &files, err, err_len)) return -1;
     const char *first = files.names[0];
     for (int k = 1; k < files.n; k++)
         if (strcmp(files.names[k], first) < 0) first = files.names[k];
     snprintf(path, len, "%s/%s", dir, first);
-    const bool sharded = files.sharded;
+    *sharded = files.sharded;
     hf_weight_files_free(&files);
-    return sharded;
+    return 0;
 }
 
 int checkpoint_save_hf(const char *dir, const ParamTable *table, const float *params,
                        const AdamWState *opt, const TrainProgress *progress, const HfExport *hf,
-                       char *err, size_t err_len) {
+                       CheckpointExtraFiles extra, void *extra_arg, char *err, size_t err_len) {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", dir);
     if (remove_checkpoint_dir(tmp, err, err_len)) return -1;  // a killed save's leftovers
-    if (make_dirs(tmp, err, err_len) ||
-        checkpoint_write_files(tmp, table, params, opt, progress, hf, err, err_len))
+    if (make_dirs(tmp, err, err_len)) return -1;
+    if (checkpoint_write_files(tmp, table, params, opt, progress, hf, extra, extra_arg, err,
+                               err_len) == 0 &&
+        install_checkpoint_dir(tmp, dir, err, err_len) == 0)
+        return 0;
+    char ignored[256];
+    remove_checkpoint_dir(tmp, ignored, sizeof ignored);  // a failed save leaves nothing
+    return -1;
+}
+
+int checkpoint_check_complete(const char *dir, char *err, size_t err_len) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+    struct stat st;
+    if (stat(path, &st) != 0) return 0;  // a Hugging Face folder, not a checkpoint
+    SafeTensorsFile f;
+    if (safetensors_read(path, &f, err, err_len)) {
+        safetensors_file_free(&f);
         return -1;
-    return install_checkpoint_dir(tmp, dir, err, err_len);
+    }
+    const char *format = safetensors_meta(&f, "format");
+    const char *files = safetensors_meta(&f, "files");
+    int rc = 0;
+    if (format && strcmp(format, CHECKPOINT_FORMAT) == 0 && !files)
+        rc = fail_at(err, err_len, path, 0, "metadata 'files' missing");
+    for (const char *p = files; rc == 0 && p && *p;) {
+        const char *comma = strchr(p, ',');
+        const size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        snprintf(path, sizeof path, "%s/%.*s", dir, (int)len, p);
+        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+            rc = fail(err, err_len, "%s: incomplete checkpoint: %.*s is %s", dir, (int)len, p,
+                      stat(path, &st) != 0 ? "missing" : "not a regular file");
+        p = comma ? comma + 1 : p + len;
+    }
+    safetensors_file_free(&f);
+    return rc;
 }
 
 int checkpoint_save(const char *dir, const ModelConfig *cfg, const ParamTable *table,
@@ -232,7 +313,7 @@ int checkpoint_save(const char *dir, const ModelConfig *cfg, const ParamTable *t
     HfExport hf = {.dtype = SAVE_F32, .generation_eos_token_id = -1};
     hf.hf.cfg = *cfg;
     hf.hf.bos_token_id = hf.hf.pad_token_id = -1;
-    return checkpoint_save_hf(dir, table, params, opt, progress, &hf, err, err_len);
+    return checkpoint_save_hf(dir, table, params, opt, progress, &hf, NULL, NULL, err, err_len);
 }
 
 // Parses a decimal metadata value; fails naming the key when absent or malformed.
@@ -253,8 +334,11 @@ int checkpoint_load(const char *dir, const ParamTable *table, float *params, Ada
     long long model_step = 0, step = 0;
     int rc = -1;
     // A sharded model's extra tensors are refused by hf_weights_load, which reads them all.
-    const bool sharded = model_weights_path(dir, path, sizeof path);
-    if (safetensors_read(path, &model, err, err_len)) goto done;
+    bool sharded;
+    if (model_weights_path(dir, path, sizeof path, &sharded, err, err_len) ||
+        checkpoint_check_complete(dir, err, err_len) ||
+        safetensors_read(path, &model, err, err_len))
+        goto done;
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
     if (safetensors_read(path, &state, err, err_len)) goto done;
     const char *format = safetensors_meta(&state, "format");
@@ -294,7 +378,7 @@ int checkpoint_load(const char *dir, const ParamTable *table, float *params, Ada
     if (model_files_checksum(dir, &model_sum, err, err_len)) goto done;
     snprintf(got_model, sizeof got_model, "%016llx", (unsigned long long)model_sum);
     if (strcmp(got_model, want_model) != 0) {
-        model_weights_path(dir, path, sizeof path);  // the file, or the first shard
+        snprintf(path, sizeof path, "%s", model.path);  // the file, or the first shard
         fail_at(err, err_len, path, 0, "checksum mismatch of the model weights (stored %s, "
                 "computed %s): the file is corrupt", want_model, got_model);
         goto done;
@@ -321,6 +405,18 @@ int checkpoint_load(const char *dir, const ParamTable *table, float *params, Ada
         goto done;
     opt->step = (long)step;
     const char *record = safetensors_meta(&state, "run_record");
+    const char *record_hash = safetensors_meta(&state, "run_record_hash");
+    const char *model_record_hash = safetensors_meta(&model, "run_record_hash");
+    char got_hash[24];
+    snprintf(got_hash, sizeof got_hash, "%016llx",
+             (unsigned long long)checksum_bytes(record ? record : "", record ? strlen(record) : 0));
+    if (!record_hash || strcmp(record_hash, got_hash) != 0 || !model_record_hash ||
+        strcmp(model_record_hash, got_hash) != 0) {
+        fail(err, err_len, "%s: the run record does not match its hash (stored %s and %s, "
+             "computed %s): the checkpoint is corrupt", dir, record_hash ? record_hash : "absent",
+             model_record_hash ? model_record_hash : "absent", got_hash);
+        goto done;
+    }
     progress->run_record = record && *record ? strdup(record) : NULL;
     rc = 0;
 done:
@@ -351,34 +447,23 @@ int checkpoint_read_run_record(const char *dir, char **record, char *err, size_t
     char path[4200];
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
     *record = NULL;
-    if (input_file_check(path, err, err_len) != 0) return -1;
-    FILE *f = fopen(path, "rb");
-    if (!f) return fail_at(err, err_len, path, 0, "cannot open: %s", strerror(errno));
-    uint64_t header_len = 0;
-    fseek(f, 0, SEEK_END);
-    const long file_len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    if (file_len < 8 || fread(&header_len, 8, 1, f) != 1 || header_len > (uint64_t)file_len - 8) {
-        fclose(f);
-        return fail_at(err, err_len, path, 0, "not a safetensors file (bad header length)");
+    SafeTensorsFile f;  // mapped: only the header is read
+    if (safetensors_read(path, &f, err, err_len)) {
+        safetensors_file_free(&f);
+        return -1;
     }
-    char *text = xmalloc(header_len + 1);
-    const bool ok = fread(text, 1, header_len, f) == header_len;
-    fclose(f);
-    text[header_len] = '\0';
-    json_t *header = ok ? json_loads(text, 0, NULL) : NULL;
-    free(text);
-    if (!header) return fail_at(err, err_len, path, 0, "unreadable header");
-    const char *value = json_string_value(json_object_get(json_object_get(header, "__metadata__"), "run_record"));
+    const char *value = safetensors_meta(&f, "run_record");
     if (value && *value) *record = strdup(value);
-    json_decref(header);
+    safetensors_file_free(&f);
     return 0;
 }
 
 int hf_export_checkpoint(const char *from, const char *out, const SaveDtype *dtype, char *err,
                          size_t err_len) {
     HfExport e = {.generation_eos_token_id = -1};
-    if (hf_config_read(from, &e.hf, err, err_len)) return -1;
+    if (hf_folder_check(from, err, err_len) || checkpoint_check_complete(from, err, err_len) ||
+        hf_config_read(from, &e.hf, err, err_len))
+        return -1;
     e.dtype = SAVE_F32;
     if (dtype) e.dtype = *dtype;
     else if (strcmp(e.hf.dtype, "bfloat16") == 0) e.dtype = SAVE_BF16;

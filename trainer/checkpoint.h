@@ -6,7 +6,8 @@
 //                          the metadata, the step, the data position and the seed
 //   config.json            the model's HF config (transformers loads the folder as is)
 //   generation_config.json
-// The directory is written as <dir>.tmp/ (each file fsync'd) and then renamed to <dir>
+// The directory is written whole as <dir>.tmp/ (each file fsync'd, the tokenizer files
+// too, the optimizer state last with the list of every file) and then renamed to <dir>
 // (an older <dir> moved aside first and removed after), so the files of one checkpoint
 // always come from one save. Both safetensors files carry the step, a per-save id and
 // the run record's hash; the optimizer file a checksum of its tensors and one of the
@@ -46,12 +47,26 @@ int checkpoint_save(const char *dir, const ModelConfig *cfg, const ParamTable *t
 int checkpoint_load(const char *dir, const ParamTable *table, float *params, AdamWState *opt,
                     TrainProgress *progress, char *err, size_t err_len);
 
+// More files of a checkpoint (the tokenizer files), written into dir (the .tmp folder)
+// before the optimizer state. Returns 0, or -1 with a message.
+typedef int (*CheckpointExtraFiles)(const char *dir, void *arg, char *err, size_t err_len);
+
 // The same as a Hugging Face model folder of the export's dtype, ids and shard size
 // (model/hf_export.h); below F32 the fp32 master weights go into
 // optimizer.safetensors as "master.<name>" and checkpoint_load takes them from there.
+// extra (may be NULL) writes more files into the folder before it is installed. The
+// optimizer state, written last, lists every file of the folder ("files"), so a
+// checkpoint missing one is refused by name. A failed save removes its .tmp folder and
+// leaves an older dir as it was.
 int checkpoint_save_hf(const char *dir, const ParamTable *table, const float *params,
                        const AdamWState *opt, const TrainProgress *progress, const HfExport *hf,
-                       char *err, size_t err_len);
+                       CheckpointExtraFiles extra, void *extra_arg, char *err, size_t err_len);
+
+// A checkpoint (a folder with an onepass optimizer.safetensors) missing a file its
+// optimizer state lists, or holding one that is not a regular file: "dir: incomplete
+// checkpoint: NAME is missing". A folder without optimizer.safetensors (a Hugging Face
+// export) passes. Returns 0, or -1 with the message.
+int checkpoint_check_complete(const char *dir, char *err, size_t err_len);
 
 // The model weights of a checkpoint or any Hugging Face folder: the fp32 master weights
 // of optimizer.safetensors when it has them, else the model files (converted to fp32).

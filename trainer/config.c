@@ -236,7 +236,8 @@ static void apply_override(json_t *root, const char *assignment, json_t *set_key
     // Not JSON, or JSON of another type where a string is expected: take it literally.
     if (!value || (k->type == CFG_STR && !type_accepts(k, value))) {
         json_decref(value);
-        value = json_string(eq + 1);
+        value = json_string(eq + 1);  // NULL: not UTF-8, which no JSON string can hold
+        if (!value) fatal("--set %s: config key '%s': the value is not valid UTF-8", assignment, key);
     }
     set_checked(root, k, value, where, set_keys);
 }

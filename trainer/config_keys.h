@@ -12,6 +12,7 @@
 //   or their order), CFG_LOCAL (where this run goes, not what it trains: never compared
 //   on resume), CFG_MIN_OPEN, CFG_MAX_OPEN.
 #pragma once
+#include "model/model.h"  // MODEL_MAX_*: the model stage owns the model.* ranges
 
 #define CFG_2P53 9007199254740992.0  // the largest integer a JSON double holds exactly
 #define CFG_1G 1073741824.0
@@ -62,16 +63,20 @@
       "or keep (onepass; every layout is then one causal pass)")
 
 #define CONFIG_KEYS_MODEL(X)                                                                      \
-    X(model, vocab_size, INT, 512, 1, 1 << 24, CFG_FIXED,                                         \
+    X(model, vocab_size, INT, 512, 1, MODEL_MAX_VOCAB_SIZE, CFG_FIXED,                            \
       "vocabulary rows of the embedding (and LM head)")                                           \
-    X(model, hidden_size, INT, 128, 1, 1 << 16, CFG_FIXED, "width of the residual stream")         \
-    X(model, intermediate_size, INT, 384, 1, 1 << 18, CFG_FIXED, "width of the SwiGLU MLP")        \
-    X(model, num_hidden_layers, INT, 4, 1, 1024, CFG_FIXED, "transformer layers")                  \
-    X(model, num_attention_heads, INT, 2, 1, 1024, CFG_FIXED, "query heads")                       \
-    X(model, num_key_value_heads, INT, 1, 1, 1024, CFG_FIXED,                                     \
+    X(model, hidden_size, INT, 128, 1, MODEL_MAX_HIDDEN_SIZE, CFG_FIXED,                          \
+      "width of the residual stream")                                                             \
+    X(model, intermediate_size, INT, 384, 1, MODEL_MAX_INTERMEDIATE_SIZE, CFG_FIXED,              \
+      "width of the SwiGLU MLP")                                                                  \
+    X(model, num_hidden_layers, INT, 4, 1, MODEL_MAX_LAYERS, CFG_FIXED, "transformer layers")     \
+    X(model, num_attention_heads, INT, 2, 1, MODEL_MAX_HEADS, CFG_FIXED, "query heads")           \
+    X(model, num_key_value_heads, INT, 1, 1, MODEL_MAX_HEADS, CFG_FIXED,                          \
       "key/value heads (GQA: divides num_attention_heads)")                                       \
-    X(model, rms_norm_eps, NUM, 1e-5, 0, 1, CFG_FIXED | CFG_MIN_OPEN, "RMSNorm epsilon")           \
-    X(model, rope_theta, NUM, 10000.0, 0, 1e12, CFG_FIXED | CFG_MIN_OPEN, "RoPE base frequency")   \
+    X(model, rms_norm_eps, NUM, 1e-5, 0, MODEL_MAX_RMS_NORM_EPS, CFG_FIXED | CFG_MIN_OPEN,        \
+      "RMSNorm epsilon")                                                                          \
+    X(model, rope_theta, NUM, 10000.0, 0, MODEL_MAX_ROPE_THETA, CFG_FIXED | CFG_MIN_OPEN,         \
+      "RoPE base frequency")                                                                      \
     X(model, tie_word_embeddings, BOOL, true, 0, 0, CFG_FIXED,                                    \
       "the LM head shares the embedding's weights")                                               \
     X(model, init_from, STR, NULL, 0, 0, CFG_FIXED,                                               \

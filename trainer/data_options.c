@@ -1,6 +1,9 @@
 #include "trainer/data_options.h"
 
+#include <sys/stat.h>
+
 #include "common/check.h"
+#include "model/hf_model.h"
 
 DataOptions data_options_from_config(const RunConfig *c) {
     DataOptions opt = {0};
@@ -51,6 +54,7 @@ static const ChatTemplate *chosen_template(const RunConfig *c) {
     for (int i = 0; i < 2; i++) {
         const ChatTemplate *t;
         char err[4600];
+        config_folder_check(c, folders[i]);  // template_of_folder reads tokenizer_config.json
         if (template_of_folder(*folders[i], &t, err, sizeof err) != 0)
             fatal("config key '%s': %s", config_key_of(c, folders[i])->key, err);
         if (t) return t;
@@ -68,4 +72,12 @@ const ChatTemplate *template_from_config(const RunConfig *c) {
     const ChatTemplate *t = template_with_history(chosen_template(c), (HistoryThinking)h, err, sizeof err);
     if (!t) fatal("config key 'data.history_thinking': %s", err);
     return t;
+}
+
+void config_folder_check(const RunConfig *c, const char *const *field) {
+    struct stat st;
+    char err[4600];
+    if (*field && stat(*field, &st) == 0 && S_ISDIR(st.st_mode) &&
+        hf_folder_check(*field, err, sizeof err) != 0)
+        fatal("config key '%s': %s", config_key_of(c, field)->key, err);
 }

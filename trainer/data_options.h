@@ -14,3 +14,8 @@ DataOptions data_options_from_config(const RunConfig *c);
 // Fatal for an unknown name, a folder whose chat_template is not recognised (the message
 // says to set data.chat_template), or keep with a template that always strips.
 const ChatTemplate *template_from_config(const RunConfig *c);
+
+// When the key's value (data.tokenizer, model.init_from) names a folder, checks every file
+// of it that onepass reads or copies (model/hf_model.h hf_folder_check) before any is read:
+// fatal naming the key and the file.
+void config_folder_check(const RunConfig *c, const char *const *field);

@@ -74,12 +74,14 @@ static int turns_from(const Sample *s, int from) {
     return n;
 }
 
-void accuracy_set_load(AccuracySet *a, const Tokenizer *tok, const ChatTemplate *t,
-                       const char *path, SpecialInText special_in_text, int max_conversations,
-                       int max_prompt_tokens) {
+void accuracy_set_load(AccuracySet *a, const Tokenizer *tok, const DataOptions *opt,
+                       const char *path, int max_conversations) {
     memset(a, 0, sizeof *a);
-    a->chat_template = t;
-    dataset_load(path, &(LoadOptions){0}, &a->data);
+    const int max_prompt_tokens = opt->seq_len;  // 0: no limit
+    const ChatTemplate *t = a->chat_template = opt->chat_template;
+    const SpecialInText special_in_text = opt->special_in_text;
+    const LoadOptions load = data_load_options(opt);
+    dataset_load(path, &load, &a->data);
     int cap = 0;
     char err[1024];
     for (int c = 0; c < a->data.n_samples; c++) {

@@ -56,14 +56,15 @@ typedef struct {
     const ChatTemplate *chat_template;  // NULL: onepass
 } AccuracySet;
 
-// The first max_conversations conversations of path (0: all). Fatal, naming path:line,
-// for a line that does not parse or tokenize. A turn whose generation prompt is longer than
-// max_prompt_tokens (0: no limit; data.seq_len) is left out with every later turn of its
-// conversation (their prompts are longer still), counted in n_too_long: the prompts of a
-// line of many turns cost at most max_prompt_tokens each, never the whole line's square.
-void accuracy_set_load(AccuracySet *a, const Tokenizer *tok, const ChatTemplate *t,
-                       const char *path, SpecialInText special_in_text, int max_conversations,
-                       int max_prompt_tokens);
+// The first max_conversations conversations of path (0: all), read under opt as every
+// JSONL reader is (data_load_options: the line limit, skip_bad, ignore_unknown_keys),
+// with its chat_template and special_in_text. Fatal, naming path:line, for a line that
+// does not parse or tokenize. A turn whose generation prompt is longer than opt->seq_len
+// (0: no limit) is left out with every later turn of its conversation (their prompts are
+// longer still), counted in n_too_long: the prompts of a line of many turns cost at most
+// seq_len each, never the whole line's square.
+void accuracy_set_load(AccuracySet *a, const Tokenizer *tok, const DataOptions *opt,
+                       const char *path, int max_conversations);
 void accuracy_set_free(AccuracySet *a);
 
 // The answer part of a generated text: what follows the first think_close, or the whole

@@ -341,9 +341,8 @@ TrainRun *train_run_start(const RunConfig *config) {
     const int accuracy_conversations = (int)config->eval.generate_conversations;
     run->do_accuracy = run->do_eval && accuracy_conversations > 0;
     if (run->do_accuracy) {
-        accuracy_set_load(&run->accuracy, tok, data_opt.chat_template,
-                          config->data.eval_path, data_opt.special_in_text,
-                          accuracy_conversations, data_opt.seq_len);
+        accuracy_set_load(&run->accuracy, tok, &data_opt, config->data.eval_path,
+                          accuracy_conversations);
         printf("eval accuracy: %d turns of %d conversations generated at each eval\n",
                run->accuracy.n_items, run->accuracy.n_conversations);
         if (run->accuracy.n_too_long)

@@ -211,17 +211,21 @@ int train_state_resume(TrainState *s, const char *dir, char *err, size_t err_len
     return 0;
 }
 
+// The tokenizer files of a checkpoint, with its added tokens, into its .tmp folder.
+static int tokenizer_files(const char *dir, void *arg, char *err, size_t err_len) {
+    const TrainState *s = arg;
+    if (hf_copy_tokenizer(s->tokenizer_dir, s->tokenizer_model, dir, err, err_len)) return -1;
+    return s->tokenizer ? hf_write_added_tokens(dir, s->tokenizer, err, err_len) : 0;
+}
+
 int train_state_save(TrainState *s, const TrainBackendOps *ops, void *backend,
                      const ModelConfig *mc, const char *out_dir, char *dir, size_t dir_len,
                      char *err, size_t err_len) {
     ops->get_state(backend, s->params, &s->opt);
     snprintf(dir, dir_len, "%s/checkpoint-%06ld", out_dir, s->progress.step);
     (void)mc;  // the export carries the model config
-    if (checkpoint_save_hf(dir, &s->table, s->params, &s->opt, &s->progress, &s->save_as, err,
-                           err_len))
-        return -1;
-    if (hf_copy_tokenizer(s->tokenizer_dir, s->tokenizer_model, dir, err, err_len)) return -1;
-    return s->tokenizer ? hf_write_added_tokens(dir, s->tokenizer, err, err_len) : 0;
+    return checkpoint_save_hf(dir, &s->table, s->params, &s->opt, &s->progress, &s->save_as,
+                              tokenizer_files, s, err, err_len);
 }
 
 void train_state_free(TrainState *s) {

@@ -1,6 +1,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "trainer/setup.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 bool model_source_from(const RunConfig *c, HfModelConfig *out) {
     const char *dir = c->model.init_from;
     if (!dir) return false;
+    config_folder_check(c, &c->model.init_from);
     char err[1024];
     if (hf_config_read(dir, out, err, sizeof err) != 0) fatal("config key 'model.init_from': %s", err);
     return true;
@@ -59,6 +61,7 @@ static Tokenizer *tokenizer_load_added(const RunConfig *c, bool say) {
     if (!path)
         fatal("config key 'data.tokenizer': a SentencePiece .model, a tokenizer.json or a model "
               "folder is required");
+    config_folder_check(c, &c->data.tokenizer);
     char err[1024];
     Tokenizer *tok = tokenizer_load(path, err, sizeof err);
     if (!tok) fatal("config key 'data.tokenizer': %s", err);
@@ -221,12 +224,32 @@ void params_init_added_rows(const ModelConfig *mc, const ParamTable *table, cons
            source.cfg.vocab_size);
 }
 
+// Loaded weights must be finite: the first NaN or infinity is fatal, naming the tensor.
+static void check_finite(const ParamTable *table, const float *params, const char *weights) {
+    for (int i = 0; i < table->n_tensors; i++) {
+        const ParamTensor *t = &table->tensors[i];
+        for (size_t j = 0; j < t->numel; j++)
+            if (!isfinite(params[t->offset + j]))
+                fatal("loading weights: %s: tensor '%s' holds %g at element %zu (a diverged or "
+                      "corrupt model)", weights, t->name, (double)params[t->offset + j], j);
+    }
+}
+
+static void params_load(const ModelConfig *mc, const ParamTable *table, const char *weights,
+                        float *params);
+
 void params_load_or_init(const ModelConfig *mc, const ParamTable *table, const char *weights,
                          uint64_t seed, float *params) {
     if (!weights) {
         params_init(mc, table, seed, params);
         return;
     }
+    params_load(mc, table, weights, params);
+    check_finite(table, params, weights);
+}
+
+static void params_load(const ModelConfig *mc, const ParamTable *table, const char *weights,
+                        float *params) {
     char path[4096], err[1024];
     struct stat st;
     snprintf(path, sizeof path, "%s/config.json", weights);

@@ -31,7 +31,8 @@ Tokenizer *tokenizer_with_added(const RunConfig *c);
 // i.e. one with config.json, single or sharded, any of F32/BF16/F16; else a
 // model.safetensors file or a directory holding one), else the seeded init. A folder
 // with fewer vocabulary rows than mc (model.add_tokens) gets the embedding's (and an
-// untied LM head's) mean row in the rows it lacks.
+// untied LM head's) mean row in the rows it lacks. Loaded weights must be finite: a NaN
+// or an infinity is fatal, naming the tensor.
 void params_load_or_init(const ModelConfig *mc, const ParamTable *table, const char *weights,
                          uint64_t seed, float *params);
 // A fresh run from the Hugging Face folder `weights`: the rows of the new ids that

@@ -264,7 +264,9 @@ static void test_prompts_bounded(void) {
           "{\"role\":\"assistant\",\"content\":\"2\"}]}\n", f);
     fclose(f);
     AccuracySet set;
-    accuracy_set_load(&set, tok, NULL, path, SPECIAL_IN_TEXT_PLAIN, 0, CAP);
+    const DataOptions opt = {.special_in_text = SPECIAL_IN_TEXT_PLAIN, .seq_len = CAP,
+                             .max_line_bytes = 1 << 22};
+    accuracy_set_load(&set, tok, &opt, path, 0);
     int longest = 0;
     for (int i = 0; i < set.n_items; i++)
         if (set.items[i].prompt.n > longest) longest = set.items[i].prompt.n;

@@ -2,6 +2,7 @@
 // place for the parameter table and both backends.
 #define _DEFAULT_SOURCE  // M_PI
 #include <math.h>
+#include <string.h>
 #include "common/check.h"
 #include "model/model.h"
 
@@ -83,4 +84,18 @@ void rope_inv_freq(double *inv_freq, int head_dim, float theta, const RopeScalin
             inv_freq[i] = (1.0 - smooth) * inv_freq[i] / factor + smooth * inv_freq[i];
         }  // high frequencies: unchanged
     }
+}
+
+static const char *const RECOMPUTE_NAMES[] = {
+    [MODEL_RECOMPUTE_MLP] = "mlp", [MODEL_RECOMPUTE_NONE] = "none", [MODEL_RECOMPUTE_LAYER] = "layer"};
+
+const char *model_recompute_name(ModelRecompute r) {
+    return (unsigned)r < sizeof RECOMPUTE_NAMES / sizeof RECOMPUTE_NAMES[0] ? RECOMPUTE_NAMES[r]
+                                                                             : "?";
+}
+
+int model_recompute_from_name(const char *name) {
+    for (int r = 0; name && r < (int)(sizeof RECOMPUTE_NAMES / sizeof RECOMPUTE_NAMES[0]); r++)
+        if (strcmp(name, RECOMPUTE_NAMES[r]) == 0) return r;
+    return -1;
 }

@@ -6,8 +6,12 @@
 // The backward recomputes the two norm outputs (bitwise the forward's: same kernel, same
 // input), the normed and rotated q and k (qk_norm), and the stacked gate|up product: one
 // more MLP matmul per layer buys a much smaller activation arena (the measured trade:
-// docs/BENCHMARKS.md, "Training step"). With keep_mlp_activations every layer keeps its
-// gate|up product instead, and the backward skips that matmul.
+// docs/BENCHMARKS.md, "Training step"); this is MODEL_RECOMPUTE_MLP, the default. With
+// MODEL_RECOMPUTE_NONE every layer keeps its gate|up product instead, and the backward
+// skips that matmul. With MODEL_RECOMPUTE_LAYER only the residual stream is kept per
+// layer: one block of the saved activations serves every layer, and each layer's
+// backward first runs the layer's attention half again from its input residual (the
+// forward's kernels on the same inputs, so bitwise the forward's values).
 // T = n_rows * seq_len tokens, C hidden, F intermediate, V vocab, H query heads,
 // KV key/value heads, D head dim (ModelDims). Activations bf16, rstd/lse/losses fp32.
 #include <limits.h>
@@ -23,7 +27,8 @@
 #include "model/stage_timer_cuda.cuh"
 
 
-// Activations of one layer saved by the forward for the backward.
+// Activations of one layer saved by the forward for the backward (with
+// MODEL_RECOMPUTE_LAYER every layer's point at the same one block).
 typedef struct {
     float *ln1_rstd;  // [T] input_layernorm
     bf16 *q;          // [T, H, D] after RoPE (split out of the stacked q|k|v product);
@@ -34,7 +39,7 @@ typedef struct {
     float *lse;       // [n_rows, H, seq_len] attention log-sum-exp
     bf16 *mid;        // [T, C] residual after attention
     float *ln2_rstd;  // [T] post_attention_layernorm
-    bf16 *gate_up;    // [T, 2F] with keep_mlp_activations (the backward overwrites it with
+    bf16 *gate_up;    // [T, 2F] with MODEL_RECOMPUTE_NONE (the backward overwrites it with
                       // [d gate | d up]), else NULL: CudaModel's one buffer serves
 } LayerActivations;
 
@@ -44,6 +49,7 @@ struct CudaModel {
     ModelDims dims;
     int max_rows, seq_len;
     int chunk_capacity, chunk_rows;  // logit rows allocated / used per chunk
+    ModelRecompute recompute;
     bool deterministic;
     ParamOffsets off;  // tensor offsets in the flat parameter/gradient buffers
     cudaStream_t stream;
@@ -64,7 +70,7 @@ struct CudaModel {
     bf16 *ln;                  // [T, C] input or post-attention norm output
     bf16 *gate_up;             // [T, 2F] rows [gate_proj | up_proj] (one product with the
                                // stacked weights); the backward overwrites it with
-                               // [d gate | d up]. NULL with keep_mlp_activations (each
+                               // [d gate | d up]. NULL with MODEL_RECOMPUTE_NONE (each
                                // layer has its own: mlp_gate_up)
     bf16 *qkv;                 // [T, (H + 2 KV) D] stacked q|k|v product before RoPE; in
                                // the backward, the stacked gradient [dq | dk | dv]
@@ -107,7 +113,8 @@ static void carve(CudaModel *m, const CudaArenaLayout *a) {
         m->residual[l] = arena_at<bf16>(base, a->residual + (size_t)l * a->residual_stride);
     for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
         LayerActivations *la = &m->layers[l];
-        void *block = arena_at<char>(base, a->layers + (size_t)l * a->layer_stride);
+        void *block =
+            arena_at<char>(base, a->layers + (size_t)l % a->layer_blocks * a->layer_stride);
         la->ln1_rstd = arena_at<float>(block, a->layer.ln1_rstd);
         la->q = arena_at<bf16>(block, a->layer.q);
         la->k = arena_at<bf16>(block, a->layer.k);
@@ -116,10 +123,12 @@ static void carve(CudaModel *m, const CudaArenaLayout *a) {
         la->lse = arena_at<float>(block, a->layer.lse);
         la->mid = arena_at<bf16>(block, a->layer.mid);
         la->ln2_rstd = arena_at<float>(block, a->layer.ln2_rstd);
-        la->gate_up = a->keep_mlp_activations ? arena_at<bf16>(block, a->layer.gate_up) : nullptr;
+        la->gate_up = a->recompute == MODEL_RECOMPUTE_NONE
+                          ? arena_at<bf16>(block, a->layer.gate_up) : nullptr;
     }
     m->ln = arena_at<bf16>(base, a->ln);
-    m->gate_up = a->keep_mlp_activations ? nullptr : arena_at<bf16>(base, a->gate_up);
+    m->gate_up =
+        a->recompute == MODEL_RECOMPUTE_NONE ? nullptr : arena_at<bf16>(base, a->gate_up);
     m->qkv = arena_at<bf16>(base, a->qkv);
     m->act = arena_at<bf16>(base, a->act);
     m->proj_out = arena_at<bf16>(base, a->proj_out);
@@ -153,7 +162,7 @@ size_t cuda_model_attention_workspace_bytes(const ModelConfig *cfg, int max_rows
 }
 
 CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len,
-                             bool keep_mlp_activations) {
+                             ModelRecompute recompute) {
     CHECK(max_rows > 0 && seq_len > 0,
           "cuda_model_create: max_rows %d and seq_len %d must be positive", max_rows, seq_len);
     CHECK((long long)max_rows * seq_len <= INT_MAX,
@@ -170,6 +179,9 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len,
     m->max_rows = max_rows;
     m->seq_len = seq_len;
     m->deterministic = true;
+    CHECK(model_recompute_name(recompute)[0] != '?', "cuda_model_create: recompute mode %d",
+          (int)recompute);
+    m->recompute = recompute;
     const int T = max_rows * seq_len;
     const OpsCudaState *ops = ops_cuda_state("cuda_model_create");
     // The norms' widths: hidden, and head_dim for q_norm/k_norm.
@@ -193,7 +205,7 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len,
     }
 
     const CudaArenaLayout layout =
-        cuda_arena_layout(cfg, max_rows, seq_len, keep_mlp_activations,
+        cuda_arena_layout(cfg, max_rows, seq_len, recompute,
                           cuda_model_attention_workspace_bytes(cfg, max_rows, seq_len));
     m->chunk_capacity = m->chunk_rows = (int)layout.chunk_rows;
     // The fused q/k norm + RoPE indexes tokens x (q, k and v heads) rows in 32 bits
@@ -288,15 +300,58 @@ static bf16 *mlp_gate_up(const CudaModel *m, const LayerActivations *a) {
     return a->gate_up ? a->gate_up : m->gate_up;
 }
 
+// Layer l's attention half from its input norm's output in m->ln (and input residual):
+// q, k, v (with qk_norm the normed q and k), the attention output and lse, mid, and in
+// m->ln the post-attention norm's output with ln2_rstd. again: the LAYER backward's
+// recomputation (timed as one stage of its own).
+static void layer_attention_forward(CudaModel *m, const bf16 *params, const ModelBatch *b, int l,
+                                    bool again) {
+    const ModelConfig *cfg = &m->cfg;
+    const int T = b->n_rows * b->seq_len, C = cfg->hidden_size;
+    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->dims.head_dim;
+    const int QKV = m->dims.qkv_dim;
+    const AttnShape shape = model_attention_shape(cfg, &m->dims, b->n_rows, b->seq_len);
+    const cudaStream_t s = m->stream;
+    const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
+    LayerActivations *a = &m->layers[l];
+    const char *recomputing = "bwd layer recompute";
+    {
+        StageRange stage(m->timer, again ? recomputing : "fwd qkv matmul");
+        matmul_forward_cuda(m->qkv, m->ln, params + w[W_Q], T, C, QKV, s);
+        // The q, k, v biases are consecutive in the table, as the weights are.
+        if (cfg->attention_bias) bias_forward_cuda(m->qkv, params + w[W_Q_BIAS], T, QKV, s);
+    }
+    {
+        StageRange stage(m->timer, again ? recomputing : "fwd rope");
+        // With qk_norm the split only copies: RoPE follows the norms.
+        rope_split_qkv_cuda(a->q, a->k, a->v, m->qkv, cfg->qk_norm ? nullptr : m->rope_cos_sin,
+                            T, H, KV, D, s);
+        if (cfg->qk_norm) qk_norm_rope(m, params, w, a, T);
+    }
+    {
+        StageRange stage(m->timer, again ? recomputing : "fwd attention");
+        attention_forward_cuda(&shape, &m->batch.mask, attention_q(m, a), attention_k(m, a),
+                               a->v, a->attn, a->lse, s);
+    }
+    {
+        StageRange stage(m->timer, again ? recomputing : "fwd o matmul");
+        matmul_forward_cuda(m->proj_out, a->attn, params + w[W_O], T, m->dims.q_dim, C, s);
+    }
+    {
+        StageRange stage(m->timer, again ? recomputing : "fwd add+norm");
+        add_rmsnorm_forward_cuda(a->mid, m->ln, a->ln2_rstd, m->residual[l], m->proj_out,
+                                 params + w[W_POST_NORM], T, C, cfg->rms_norm_eps, s);
+    }
+}
+
 // Embedding and all layers up to the final norm; fills every saved activation. Each
 // residual add is fused into the norm that follows it (the next layer's input norm,
 // or the final norm after the last layer).
 static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) {
     const ModelConfig *cfg = &m->cfg;
     const int T = b->n_rows * b->seq_len, C = cfg->hidden_size, F = cfg->intermediate_size;
-    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->dims.head_dim;
-    const int L = cfg->num_hidden_layers, QKV = m->dims.qkv_dim;
-    const AttnShape shape = model_attention_shape(cfg, &m->dims, b->n_rows, b->seq_len);
+    const int D = m->dims.head_dim;
+    const int L = cfg->num_hidden_layers;
     const cudaStream_t s = m->stream;
 
     {
@@ -310,33 +365,7 @@ static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) 
     for (int l = 0; l < L; l++) {
         const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
         LayerActivations *a = &m->layers[l];
-        {
-            StageRange stage(m->timer, "fwd qkv matmul");
-            matmul_forward_cuda(m->qkv, m->ln, params + w[W_Q], T, C, QKV, s);
-            // The q, k, v biases are consecutive in the table, as the weights are.
-            if (cfg->attention_bias) bias_forward_cuda(m->qkv, params + w[W_Q_BIAS], T, QKV, s);
-        }
-        {
-            StageRange stage(m->timer, "fwd rope");
-            // With qk_norm the split only copies: RoPE follows the norms.
-            rope_split_qkv_cuda(a->q, a->k, a->v, m->qkv, cfg->qk_norm ? nullptr : m->rope_cos_sin,
-                                T, H, KV, D, s);
-            if (cfg->qk_norm) qk_norm_rope(m, params, w, a, T);
-        }
-        {
-            StageRange stage(m->timer, "fwd attention");
-            attention_forward_cuda(&shape, &m->batch.mask, attention_q(m, a), attention_k(m, a),
-                                   a->v, a->attn, a->lse, s);
-        }
-        {
-            StageRange stage(m->timer, "fwd o matmul");
-            matmul_forward_cuda(m->proj_out, a->attn, params + w[W_O], T, m->dims.q_dim, C, s);
-        }
-        {
-            StageRange stage(m->timer, "fwd add+norm");
-            add_rmsnorm_forward_cuda(a->mid, m->ln, a->ln2_rstd, m->residual[l], m->proj_out,
-                                     params + w[W_POST_NORM], T, C, cfg->rms_norm_eps, s);
-        }
+        layer_attention_forward(m, params, b, l, false);
         {
             StageRange stage(m->timer, "fwd gate_up matmul");
             matmul_forward_cuda(mlp_gate_up(m, a), m->ln, params + w[W_GATE], T, C, 2 * F, s);
@@ -467,11 +496,24 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
     for (int l = L - 1; l >= 0; l--) {
         const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
         LayerActivations *a = &m->layers[l];
+        // LAYER: the layer's attention half again from its input residual, as the forward
+        // ran it (ln1 as the forward's fused add+norm made it: the same kernel on the same
+        // bf16 sum); this also leaves ln2 in m->ln and, with qk_norm, the normed q and k.
+        // The last layer's block still holds what the forward left there.
+        const bool layer_again = m->recompute == MODEL_RECOMPUTE_LAYER && l + 1 < L;
+        if (layer_again) {
+            {
+                StageRange stage(m->timer, "bwd layer recompute");
+                rmsnorm_forward_cuda(m->ln, a->ln1_rstd, m->residual[l],
+                                     params + w[W_INPUT_NORM], T, C, cfg->rms_norm_eps, s);
+            }
+            layer_attention_forward(m, params, b, l, true);
+        }
         // MLP block: residual[l+1] = mid + down(swiglu(gate(ln2), up(ln2))).
         // d_residual holds d residual[l+1], which is also the residual path's d mid.
         // Recompute ln2, gate|up (unless the layer kept it) and the down_proj input.
         bf16 *gate_up = mlp_gate_up(m, a);
-        {
+        if (!layer_again) {
             StageRange stage(m->timer, "bwd norm recompute");
             rmsnorm_forward_cuda(m->ln, a->ln2_rstd, a->mid, params + w[W_POST_NORM], T, C,
                                  cfg->rms_norm_eps, s);
@@ -511,7 +553,7 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
             matmul_backward_overwrite_cuda(m->d_attn, grads + w[W_O], m->d_residual, a->attn,
                                            params + w[W_O], T, m->dims.q_dim, C, s);
         }
-        if (cfg->qk_norm) {
+        if (cfg->qk_norm && !layer_again) {
             StageRange stage(m->timer, "bwd qk_norm recompute");
             qk_norm_rope(m, params, w, a, T);
         }

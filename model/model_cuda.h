@@ -31,11 +31,13 @@ typedef struct CudaModel CudaModel;
 bool model_dims_cuda_supported(const ModelDims *d);
 
 // Validates the config (model_dims, then model_dims_cuda_supported: fatal, naming the
-// fields) and allocates the activation arena once. keep_mlp_activations: every layer
-// keeps its gate|up product for the backward (faster; L x [T, 2F] bf16 more memory)
-// instead of the backward recomputing it (model/model_arena.h).
+// fields) and allocates the activation arena once, keeping what `recompute` (model.h)
+// says: MLP recomputes the gate|up product in the backward, NONE keeps it for every
+// layer (faster; L x [T, 2F] bf16 more memory), LAYER keeps only each layer's input
+// residual and runs the layer's forward again in its backward (model/model_arena.h).
+// The gradients are bitwise the same in every mode.
 CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len,
-                             bool keep_mlp_activations);
+                             ModelRecompute recompute);
 void cuda_model_free(CudaModel *m);
 
 // Forward only. params_bf16: device, [ParamTable.total] bf16. b: HOST arrays

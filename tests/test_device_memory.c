@@ -26,7 +26,7 @@ int main(void) {
     // The attention backward's workspace: dsum, lse2 (1 x 1 x 128 fp32 each), fp32 dq
     // accumulators (128 x 64) for the fast mode.
     const size_t workspace = 2 * 512 + 4 * 128 * 64;
-    const CudaMemoryEstimate e = cuda_memory_estimate(&tiny, 1, 128, false, workspace);
+    const CudaMemoryEstimate e = cuda_memory_estimate(&tiny, 1, 128, MODEL_RECOMPUTE_MLP, workspace);
     // Parameters: embed 256x64 = 16384; layer: 2 norms of 64, q k v o 64x64 = 4 x 4096,
     // gate up down 128x64 = 3 x 8192; final norm 64.
     const size_t n = 16384 + (2 * 64 + 4 * 4096 + 3 * 8192) + 64;
@@ -52,7 +52,7 @@ int main(void) {
     // each) and the mask (24 int32, one 256-byte slot), RoPE (32768), the losses (512),
     // then the residual stream, the layer's block, the shared buffers, the loss chunk,
     // the backward's, the attention workspace last.
-    const CudaArenaLayout l = cuda_arena_layout(&tiny, 1, 128, false, workspace);
+    const CudaArenaLayout l = cuda_arena_layout(&tiny, 1, 128, MODEL_RECOMPUTE_MLP, workspace);
     EXPECT(l.bytes == arena && l.batch.pos == 512 && l.batch.mask_storage == 3072 &&
                l.rope_cos_sin == 3328 && l.target_losses == 36096 && l.residual == 36608 &&
                l.residual_stride == 16384 && l.layers == 69376 && l.layer.q == 512 &&
@@ -67,12 +67,12 @@ int main(void) {
            l.ln, l.chunk_rows, l.attn_workspace);
     ModelConfig qk = tiny;  // q_norm / k_norm: outputs T x 64 bf16 twice, rstd T x 1 twice
     qk.qk_norm = true;
-    const CudaMemoryEstimate eq = cuda_memory_estimate(&qk, 1, 128, false, workspace);
+    const CudaMemoryEstimate eq = cuda_memory_estimate(&qk, 1, 128, MODEL_RECOMPUTE_MLP, workspace);
     EXPECT(eq.arena == arena + 2 * 16384 + 2 * 512 && eq.state == e.state + 16 * 128,
            "q/k norms: arena %zu, state %zu (two norm weights of 64 more)", eq.arena, eq.state);
-    // keep_mlp_activations: the layer's block holds its gate|up (T x 2F bf16 = 65536
-    // bytes) and the shared one goes; with one layer the same bytes, with three two more.
-    const CudaArenaLayout kept = cuda_arena_layout(&tiny, 1, 128, true, workspace);
+    // recompute none: the layer's block holds its gate|up (T x 2F bf16 = 65536 bytes)
+    // and the shared one goes; with one layer the same bytes, with three two more.
+    const CudaArenaLayout kept = cuda_arena_layout(&tiny, 1, 128, MODEL_RECOMPUTE_NONE, workspace);
     EXPECT(kept.bytes == arena && kept.layer_stride == l.layer_stride + 65536 &&
                kept.layer.gate_up == l.layer_stride && kept.ln == l.ln + 65536 &&
                kept.qkv == l.qkv,
@@ -81,8 +81,8 @@ int main(void) {
            kept.bytes, arena, kept.layer_stride, kept.layer.gate_up, kept.ln, kept.qkv);
     ModelConfig three = tiny;
     three.num_hidden_layers = 3;
-    const size_t three_recomputed = cuda_memory_estimate(&three, 1, 128, false, workspace).arena;
-    const size_t three_kept = cuda_memory_estimate(&three, 1, 128, true, workspace).arena;
+    const size_t three_recomputed = cuda_memory_estimate(&three, 1, 128, MODEL_RECOMPUTE_MLP, workspace).arena;
+    const size_t three_kept = cuda_memory_estimate(&three, 1, 128, MODEL_RECOMPUTE_NONE, workspace).arena;
     EXPECT(three_kept == three_recomputed + 2 * 65536, "three layers: kept %zu, recomputed %zu",
            three_kept, three_recomputed);
     EXPECT(e.total == e.state + e.arena + e.scratch && e.scratch >= ((size_t)32 << 20),
@@ -92,7 +92,7 @@ int main(void) {
     // the attention workspace aside (0 here).
     const ModelConfig mid = config(512, 8, 2, 1408, 4, 151936);
     CudaMemoryEstimate r[4];
-    for (int i = 0; i < 4; i++) r[i] = cuda_memory_estimate(&mid, 2 << i, 1024, false, 0);  // 2, 4, 8, 16
+    for (int i = 0; i < 4; i++) r[i] = cuda_memory_estimate(&mid, 2 << i, 1024, MODEL_RECOMPUTE_MLP, 0);  // 2, 4, 8, 16
     int bad = 0;
     for (int i = 1; i < 3; i++) {
         const double d1 = (double)r[i].arena - (double)r[i - 1].arena;
@@ -106,18 +106,18 @@ int main(void) {
     const size_t gib = (size_t)1 << 30;
     EXPECT(cuda_memory_check(&e, e.total, 140 * gib, 1, 128, err, sizeof err) == 0,
            "fits exactly: accepted");
-    const CudaMemoryEstimate huge = cuda_memory_estimate(&mid, 60000, 1024, false, 0);
+    const CudaMemoryEstimate huge = cuda_memory_estimate(&mid, 60000, 1024, MODEL_RECOMPUTE_MLP, 0);
     EXPECT(cuda_memory_check(&huge, 100 * gib, 140 * gib, 60000, 1024, err, sizeof err) == -1 &&
                strstr(err, "train.micro_rows") && strstr(err, "data.seq_len") &&
                strstr(err, "100.00 GiB are free (of 140.00)") && strstr(err, "60000 x 1024") &&
                strstr(err, "lower train.micro_rows"),
            "too many tokens per micro-batch: refused naming the keys (%s)", err);
     const ModelConfig big = config(8192, 64, 8, 28672, 80, 128256);  // a 70B shape
-    const CudaMemoryEstimate model = cuda_memory_estimate(&big, 1, 1024, false, 0);
+    const CudaMemoryEstimate model = cuda_memory_estimate(&big, 1, 1024, MODEL_RECOMPUTE_MLP, 0);
     EXPECT(cuda_memory_check(&model, 139 * gib, 140 * gib, 1, 1024, err, sizeof err) == -1 &&
                strstr(err, "model.hidden_size") && strstr(err, "lower the model's size"),
            "a 70B model: refused naming the model keys (%s)", err);
-    const CudaMemoryEstimate over = cuda_memory_estimate(&tiny, 65536, 1 << 20, false, 0);
+    const CudaMemoryEstimate over = cuda_memory_estimate(&tiny, 65536, 1 << 20, MODEL_RECOMPUTE_MLP, 0);
     EXPECT(cuda_memory_check(&over, 140 * gib, 140 * gib, 65536, 1 << 20, err, sizeof err) == -1 &&
                strstr(err, "65536 x 1048576") && strstr(err, "train.micro_rows"),
            "2^36 tokens per micro-batch: refused (%s)", err);

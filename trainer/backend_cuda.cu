@@ -79,7 +79,7 @@ static void *cuda_create(const BackendSetup *setup) {
     size_t free_bytes, total_bytes;
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
     const CudaMemoryEstimate need = cuda_memory_estimate(
-        setup->mc, setup->micro_rows, setup->seq_len, setup->keep_mlp_activations,
+        setup->mc, setup->micro_rows, setup->seq_len, setup->recompute,
         cuda_model_attention_workspace_bytes(setup->mc, setup->micro_rows, setup->seq_len));
     char err[1024];
     if (cuda_memory_check(&need, free_bytes, total_bytes, setup->micro_rows, setup->seq_len, err,
@@ -95,7 +95,7 @@ static void *cuda_create(const BackendSetup *setup) {
                              ? head_dim : setup->mc->hidden_size;
     ops_acquire(setup->micro_rows * setup->seq_len, channels);
     t->model = cuda_model_create(setup->mc, setup->micro_rows, setup->seq_len,
-                                 setup->keep_mlp_activations);
+                                 setup->recompute);
     cuda_model_set_deterministic(t->model, setup->deterministic);
     t->stream = cuda_model_stream(t->model);
     cudaCheck(cudaMalloc(&t->weights, t->n * sizeof(__nv_bfloat16)));

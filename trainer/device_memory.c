@@ -12,7 +12,7 @@
 #define RUNTIME_MARGIN ((size_t)256 << 20)
 
 CudaMemoryEstimate cuda_memory_estimate(const ModelConfig *mc, int micro_rows, int seq_len,
-                                        bool keep_mlp_activations, size_t attn_workspace_bytes) {
+                                        ModelRecompute recompute, size_t attn_workspace_bytes) {
     ParamTable table;  // the exact count (biases, q/k norms, tying), metadata only
     param_table_build(mc, &table);
     const size_t n = table.total;
@@ -22,7 +22,7 @@ CudaMemoryEstimate cuda_memory_estimate(const ModelConfig *mc, int micro_rows, i
     // bf16 weights (the master's high halves), its low halves, fp32 gradients, m | v | two
     // norms (trainer/backend_cuda.cu).
     e.state = 2 * n + 2 * n + 4 * n + 4 * (2 * n + 2);
-    e.arena = cuda_arena_layout(mc, micro_rows, seq_len, keep_mlp_activations,
+    e.arena = cuda_arena_layout(mc, micro_rows, seq_len, recompute,
                                 attn_workspace_bytes).bytes;
     // cuBLASLt workspace; the embedding sort's keys, values and temp (about as much
     // again); rmsnorm partials of 256 groups x C.

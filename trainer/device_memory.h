@@ -22,9 +22,9 @@ typedef struct {
 
 // attn_workspace_bytes: the attention backward's workspace for micro_rows x seq_len
 // (cuda_model_attention_workspace_bytes, model/model_cuda.h, in a CUDA build);
-// keep_mlp_activations as cuda_model_create's.
+// recompute as cuda_model_create's.
 CudaMemoryEstimate cuda_memory_estimate(const ModelConfig *mc, int micro_rows, int seq_len,
-                                        bool keep_mlp_activations, size_t attn_workspace_bytes);
+                                        ModelRecompute recompute, size_t attn_workspace_bytes);
 
 // Refuses an estimate above free_bytes (what cudaMemGetInfo reports free), or a
 // micro-batch of more tokens than the kernels index (2^31 - 1), with a message naming

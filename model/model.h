@@ -147,6 +147,11 @@ typedef struct CpuModel CpuModel;
 // each chunk's LM-head gradient product reads and writes the whole fp32 weight gradient,
 // so fewer, larger chunks are faster at large vocabularies; docs/BENCHMARKS.md).
 enum { CPU_LOGIT_CHUNK_ELEMENTS = 1 << 24, CUDA_LOGIT_CHUNK_ELEMENTS = 1 << 28 };
+// The CUDA model runs each layer's MLP over tiles of tokens whose gate|up product holds
+// at most this many elements (256 MiB bf16; whole 64-row tiles, at least one row), so its
+// intermediate-sized buffers stop growing with the micro-batch there. A micro-batch of at
+// most 2^27 / (2 intermediate_size) tokens is one tile (21824 tokens at Qwen3-0.6B's 3072).
+enum { CUDA_MLP_TILE_ELEMENTS = 1 << 27 };
 
 // Allocates activations once for up to max_rows x seq_len, keeping what `recompute`
 // says: per token each layer keeps its input residual (C floats) and, unless LAYER,

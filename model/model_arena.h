@@ -60,9 +60,9 @@ typedef struct {
     size_t layer_blocks;               // L, or 1 with MODEL_RECOMPUTE_LAYER
     CudaLayerLayout layer;
     size_t ln, proj_out, final_norm;   // [T, C]
-    size_t gate_up;                    // [T, 2F], 0 bytes with MODEL_RECOMPUTE_NONE
+    size_t gate_up;                    // [mlp_tile_rows, 2F], 0 bytes with MODEL_RECOMPUTE_NONE
     size_t qkv;                        // [T, (H + 2 KV) D]
-    size_t act;                        // [T, F]
+    size_t act;                        // [mlp_tile_rows, F]
     size_t final_rstd;                 // [T] fp32
     size_t q_normed, k_normed;         // [T, H, D], [T, KV, D]; empty without qk_norm
     size_t q_rstd, k_rstd;             // [T, H], [T, KV] fp32; empty without qk_norm
@@ -71,10 +71,12 @@ typedef struct {
     size_t d_residual, d_normed;       // [T, C]
     size_t d_attn, d_q;                // [T, H, D]
     size_t d_k, d_v;                   // [T, KV, D]
-    size_t d_act;                      // [T, F]
+    size_t d_act;                      // [mlp_tile_rows, F]
     size_t attn_workspace;             // attn_workspace_bytes
     size_t chunk_rows;  // rows of logits the loss head holds at once: whole 64-row tiles
                         // of at most CUDA_LOGIT_CHUNK_ELEMENTS, at least 1, at most T
+    size_t mlp_tile_rows;  // tokens of one MLP tile: whole 64-row tiles of at most
+                           // CUDA_MLP_TILE_ELEMENTS gate|up elements, at least 1, at most T
     size_t bytes;       // the arena's size
     ModelRecompute recompute;  // NONE: each layer keeps its gate|up product (layer.gate_up)
 } CudaArenaLayout;

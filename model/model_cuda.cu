@@ -12,6 +12,9 @@
 // layer: one block of the saved activations serves every layer, and each layer's
 // backward first runs the layer's attention half again from its input residual (the
 // forward's kernels on the same inputs, so bitwise the forward's values).
+// The MLP runs over tiles of tokens (CUDA_MLP_TILE_ELEMENTS, model.h), the same tiles in
+// the forward and the backward and in every mode: its gate|up, activation and their
+// gradient buffers hold one tile, and the weight gradients add tile by tile.
 // T = n_rows * seq_len tokens, C hidden, F intermediate, V vocab, H query heads,
 // KV key/value heads, D head dim (ModelDims). Activations bf16, rstd/lse/losses fp32.
 #include <limits.h>
@@ -49,6 +52,7 @@ struct CudaModel {
     ModelDims dims;
     int max_rows, seq_len;
     int chunk_capacity, chunk_rows;  // logit rows allocated / used per chunk
+    int mlp_tile_capacity, mlp_tile_rows;  // MLP tile tokens allocated / used
     ModelRecompute recompute;
     bool deterministic;
     ParamOffsets off;  // tensor offsets in the flat parameter/gradient buffers
@@ -68,7 +72,7 @@ struct CudaModel {
     LayerActivations *layers;  // [L]
     // One buffer of each serves every layer, in the forward and in the recomputation:
     bf16 *ln;                  // [T, C] input or post-attention norm output
-    bf16 *gate_up;             // [T, 2F] rows [gate_proj | up_proj] (one product with the
+    bf16 *gate_up;             // [mlp tile, 2F] rows [gate_proj | up_proj] (one product with the
                                // stacked weights); the backward overwrites it with
                                // [d gate | d up]. NULL with MODEL_RECOMPUTE_NONE (each
                                // layer has its own: mlp_gate_up)
@@ -95,7 +99,7 @@ struct CudaModel {
     bf16 *d_attn;      // [T, H, D]
     bf16 *d_q;         // [T, H, D]
     bf16 *d_k, *d_v;   // [T, KV, D]
-    bf16 *d_act;       // [T, F]
+    bf16 *d_act;       // [mlp tile, F]
     void *attn_workspace;  // attention backward scratch, sized for max_rows in either mode
 
     // host side
@@ -208,6 +212,7 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len,
         cuda_arena_layout(cfg, max_rows, seq_len, recompute,
                           cuda_model_attention_workspace_bytes(cfg, max_rows, seq_len));
     m->chunk_capacity = m->chunk_rows = (int)layout.chunk_rows;
+    m->mlp_tile_capacity = m->mlp_tile_rows = (int)layout.mlp_tile_rows;
     // The fused q/k norm + RoPE indexes tokens x (q, k and v heads) rows in 32 bits
     // (qk_norm_rope_*_cuda's own bound, refused here before anything runs).
     const int qk_rows_per_token = cfg->num_attention_heads + 2 * cfg->num_key_value_heads;
@@ -265,6 +270,10 @@ void cuda_model_set_logit_chunk_rows(CudaModel *m, int rows) {
     m->chunk_rows = rows < 1 ? 1 : rows < m->chunk_capacity ? rows : m->chunk_capacity;
 }
 
+void cuda_model_set_mlp_tile_rows(CudaModel *m, int rows) {
+    m->mlp_tile_rows = rows < 1 ? 1 : rows < m->mlp_tile_capacity ? rows : m->mlp_tile_capacity;
+}
+
 bool model_dims_cuda_supported(const ModelDims *d) {
     return d->head_dim == 64 || d->head_dim == 128;
 }
@@ -295,9 +304,10 @@ static const bf16 *attention_k(const CudaModel *m, const LayerActivations *a) {
     return m->cfg.qk_norm ? m->k_normed : a->k;
 }
 
-// Layer a's gate|up product: its own when kept, else the one buffer every layer shares.
-static bf16 *mlp_gate_up(const CudaModel *m, const LayerActivations *a) {
-    return a->gate_up ? a->gate_up : m->gate_up;
+// Layer a's gate|up product of the MLP tile from token t0: its own rows when kept, else
+// the one tile buffer every layer shares.
+static bf16 *mlp_gate_up(const CudaModel *m, const LayerActivations *a, int t0) {
+    return a->gate_up ? a->gate_up + (size_t)t0 * 2 * m->cfg.intermediate_size : m->gate_up;
 }
 
 // Layer l's attention half from its input norm's output in m->ln (and input residual):
@@ -366,17 +376,24 @@ static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) 
         const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
         LayerActivations *a = &m->layers[l];
         layer_attention_forward(m, params, b, l, false);
-        {
-            StageRange stage(m->timer, "fwd gate_up matmul");
-            matmul_forward_cuda(mlp_gate_up(m, a), m->ln, params + w[W_GATE], T, C, 2 * F, s);
-        }
-        {
-            StageRange stage(m->timer, "fwd swiglu");
-            swiglu_stacked_forward_cuda(m->act, mlp_gate_up(m, a), T, F, s);
-        }
-        {
-            StageRange stage(m->timer, "fwd down matmul");
-            matmul_forward_cuda(m->proj_out, m->act, params + w[W_DOWN], T, F, C, s);
+        // The MLP a tile of tokens at a time (one tile up to CUDA_MLP_TILE_ELEMENTS).
+        for (int t0 = 0; t0 < T; t0 += m->mlp_tile_rows) {
+            const int rows = T - t0 < m->mlp_tile_rows ? T - t0 : m->mlp_tile_rows;
+            bf16 *gate_up = mlp_gate_up(m, a, t0);
+            {
+                StageRange stage(m->timer, "fwd gate_up matmul");
+                matmul_forward_cuda(gate_up, m->ln + (size_t)t0 * C, params + w[W_GATE], rows, C,
+                                    2 * F, s);
+            }
+            {
+                StageRange stage(m->timer, "fwd swiglu");
+                swiglu_stacked_forward_cuda(m->act, gate_up, rows, F, s);
+            }
+            {
+                StageRange stage(m->timer, "fwd down matmul");
+                matmul_forward_cuda(m->proj_out + (size_t)t0 * C, m->act, params + w[W_DOWN], rows,
+                                    F, C, s);
+            }
         }
         const bool last = l + 1 == L;
         bf16 *next_norm = last ? m->final_norm : m->ln;
@@ -511,35 +528,41 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
         }
         // MLP block: residual[l+1] = mid + down(swiglu(gate(ln2), up(ln2))).
         // d_residual holds d residual[l+1], which is also the residual path's d mid.
-        // Recompute ln2, gate|up (unless the layer kept it) and the down_proj input.
-        bf16 *gate_up = mlp_gate_up(m, a);
+        // Recompute ln2, then per MLP tile (the forward's tiles) gate|up (unless the layer
+        // kept it) and the down_proj input; the weight gradients add tile by tile.
         if (!layer_again) {
             StageRange stage(m->timer, "bwd norm recompute");
             rmsnorm_forward_cuda(m->ln, a->ln2_rstd, a->mid, params + w[W_POST_NORM], T, C,
                                  cfg->rms_norm_eps, s);
         }
-        if (!a->gate_up) {
-            StageRange stage(m->timer, "bwd gate_up recompute");
-            matmul_forward_cuda(gate_up, m->ln, params + w[W_GATE], T, C, 2 * F, s);
-        }
-        {
-            StageRange stage(m->timer, "bwd swiglu recompute");
-            swiglu_stacked_forward_cuda(m->act, gate_up, T, F, s);
-        }
-        {
-            StageRange stage(m->timer, "bwd down matmul");
-            matmul_backward_overwrite_cuda(m->d_act, grads + w[W_DOWN], m->d_residual, m->act,
-                                           params + w[W_DOWN], T, F, C, s);
-        }
-        {
-            StageRange stage(m->timer, "bwd swiglu");
-            // In place: gate and up are not needed again.
-            swiglu_stacked_backward_cuda(gate_up, m->d_act, gate_up, T, F, s);
-        }
-        {
-            StageRange stage(m->timer, "bwd gate_up matmul");
-            matmul_backward_overwrite_cuda(m->d_normed, grads + w[W_GATE], gate_up, m->ln,
-                                           params + w[W_GATE], T, C, 2 * F, s);
+        for (int t0 = 0; t0 < T; t0 += m->mlp_tile_rows) {
+            const int rows = T - t0 < m->mlp_tile_rows ? T - t0 : m->mlp_tile_rows;
+            bf16 *gate_up = mlp_gate_up(m, a, t0);
+            const bf16 *ln = m->ln + (size_t)t0 * C;
+            if (!a->gate_up) {
+                StageRange stage(m->timer, "bwd gate_up recompute");
+                matmul_forward_cuda(gate_up, ln, params + w[W_GATE], rows, C, 2 * F, s);
+            }
+            {
+                StageRange stage(m->timer, "bwd swiglu recompute");
+                swiglu_stacked_forward_cuda(m->act, gate_up, rows, F, s);
+            }
+            {
+                StageRange stage(m->timer, "bwd down matmul");
+                matmul_backward_overwrite_cuda(m->d_act, grads + w[W_DOWN],
+                                               m->d_residual + (size_t)t0 * C, m->act,
+                                               params + w[W_DOWN], rows, F, C, s);
+            }
+            {
+                StageRange stage(m->timer, "bwd swiglu");
+                // In place: gate and up are not needed again.
+                swiglu_stacked_backward_cuda(gate_up, m->d_act, gate_up, rows, F, s);
+            }
+            {
+                StageRange stage(m->timer, "bwd gate_up matmul");
+                matmul_backward_overwrite_cuda(m->d_normed + (size_t)t0 * C, grads + w[W_GATE],
+                                               gate_up, ln, params + w[W_GATE], rows, C, 2 * F, s);
+            }
         }
         {
             StageRange stage(m->timer, "bwd norm");

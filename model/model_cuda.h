@@ -85,6 +85,11 @@ void cuda_model_set_grads_ready(CudaModel *m, CudaGradsReady fn, void *ctx);
 // clamped to [1, the chunk the arena was sized for: at most CUDA_LOGIT_CHUNK_ELEMENTS logits, bf16].
 void cuda_model_set_logit_chunk_rows(CudaModel *m, int rows);
 
+// Tokens per MLP tile (tests: the tiles must not change the result beyond the order of
+// the weight gradients' sums); clamped to [1, the tile the arena was sized for: at most
+// CUDA_MLP_TILE_ELEMENTS gate|up elements, at most the micro-batch].
+void cuda_model_set_mlp_tile_rows(CudaModel *m, int rows);
+
 // Bytes of the activation arena (for memory reports): cuda_arena_layout's
 // (model/model_arena.h) for this config and max_rows x seq_len.
 size_t cuda_model_arena_bytes(const CudaModel *m);

@@ -63,6 +63,11 @@ static size_t arena_by_hand(const ModelConfig *mc, int rows, int seq, ModelRecom
     if (chunk > 64) chunk -= chunk % 64;
     if (chunk < 1) chunk = 1;
     if (chunk > T) chunk = T;
+    // The MLP's tile: 2^27 gate|up elements in whole 64-row tiles, at most T.
+    size_t tile = ((size_t)1 << 27) / (2 * F);
+    if (tile > 64) tile -= tile % 64;
+    if (tile < 1) tile = 1;
+    if (tile > T) tile = T;
     const size_t block = round256(f32 * T) + 2 * round256(bf16 * T * QD) +
                          2 * round256(bf16 * T * KVD) + round256(f32 * T * H) +
                          round256(bf16 * T * C) + round256(f32 * T) +
@@ -74,14 +79,14 @@ static size_t arena_by_hand(const ModelConfig *mc, int rows, int seq, ModelRecom
            round256(f32 * T * D) + round256(f32 * T)           // RoPE cos|sin, losses
            + (L + 1) * round256(bf16 * T * C) + blocks * block  // residuals, blocks
            + 3 * round256(bf16 * T * C)                         // ln, proj_out, final norm
-           + (mode == MODEL_RECOMPUTE_NONE ? 0 : round256(bf16 * T * 2 * F))  // gate|up
-           + round256(bf16 * T * (QD + 2 * KVD)) + round256(bf16 * T * F)     // qkv, act
+           + (mode == MODEL_RECOMPUTE_NONE ? 0 : round256(bf16 * tile * 2 * F))  // gate|up
+           + round256(bf16 * T * (QD + 2 * KVD)) + round256(bf16 * tile * F)     // qkv, act
            + round256(f32 * T)                                                // final rstd
            + round256(bf16 * qk * QD) + round256(bf16 * qk * KVD) + round256(f32 * qk * H) +
            round256(f32 * qk * KV)                                   // q/k norms
            + 2 * round256(bf16 * chunk * C) + round256(bf16 * chunk * V)  // loss chunk
            + 2 * round256(bf16 * T * C) + 2 * round256(bf16 * T * QD) +
-           2 * round256(bf16 * T * KVD) + round256(bf16 * T * F)  // the backward's
+           2 * round256(bf16 * T * KVD) + round256(bf16 * tile * F)  // the backward's
            + workspace;
 }
 
@@ -163,12 +168,18 @@ int main(void) {
     // Every mode of several shapes (GQA, q/k norms with head_dim apart from hidden /
     // heads, a loss chunk smaller than the micro-batch, several rows) against the count
     // from the shapes.
+    // MLP tiles of 1024 tokens (2^27 / 2F) over 2000: the MLP buffers a tile's.
+    const ModelConfig wide = config(256, 4, 2, 65536, 2, 5000);
+    EXPECT(cuda_arena_layout(&wide, 2, 1000, MODEL_RECOMPUTE_MLP, 0).mlp_tile_rows == 1024 &&
+               cuda_arena_layout(&tiny, 1, 128, MODEL_RECOMPUTE_MLP, 0).mlp_tile_rows == 128,
+           "MLP tiles: 1024 tokens of F 65536, the whole micro-batch of F 128");
     ModelConfig qwen = config(256, 4, 2, 768, 3, 5000);
     qwen.qk_norm = true, qwen.head_dim = 128;
     const struct {
         const ModelConfig *mc;
         int rows, seq;
-    } shapes[] = {{&tiny, 1, 128}, {&three, 2, 1000}, {&qwen, 3, 512}, {&mid, 4, 4096}};
+    } shapes[] = {{&tiny, 1, 128}, {&three, 2, 1000}, {&qwen, 3, 512}, {&mid, 4, 4096},
+                  {&wide, 2, 1000}};
     const ModelRecompute modes[] = {MODEL_RECOMPUTE_MLP, MODEL_RECOMPUTE_NONE,
                                     MODEL_RECOMPUTE_LAYER};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)

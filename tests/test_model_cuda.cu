@@ -7,7 +7,8 @@
 //    Qwen3's q_norm/k_norm; the loss head in chunks gives the same result;
 //  - forward-only equals forward_backward's loss; a second call adds the same
 //    gradient again; the deterministic mode is bitwise reproducible; the recompute
-//    modes none and layer give bitwise the losses and gradients of mlp; the atomic dQ
+//    modes none and layer give bitwise the losses and gradients of mlp (and with the MLP
+//    in tiles of tokens, layer's those of mlp, both close to one tile's); the atomic dQ
 //    mode agrees; a mask built with other block sizes is rebuilt and gives the same loss;
 //  - parity on the GPU: duplicate against npass, loss within 5e-3 relative, gradient
 //    tensors at cosine >= 0.999 (exact in real arithmetic, see DESIGN.md §3); mask_only,
@@ -309,6 +310,38 @@ static void run_config(const char *label, const ModelConfig *cfg) {
                "recompute %s: a second step's gradients differ", name);
         free(other_losses);
         cuda_model_free(other);
+    }
+
+    // The MLP in tiles of 200 tokens (the last one partial; the arena's tile holds the
+    // whole micro-batch here): the same losses and gradients up to the order of the weight
+    // gradients' sums and the products' shapes; and the layer mode's, with the same tiles,
+    // bitwise the tiled mlp model's.
+    {
+        cuda_model_set_mlp_tile_rows(model, 200);
+        float *tiled = (float *)xmalloc(n * sizeof(float));
+        const double tiled_loss = gpu_gradients(model, params_dev, grads_dev, tiled, n,
+                                                &dup.batch, loss_scale);
+        printf("  MLP in tiles of 200 tokens (%d in all): loss %.9g vs %.9g\n", T_dup,
+               tiled_loss, loss);
+        EXPECT(T_dup > 400 && fabs(tiled_loss - loss) <= 1e-3 * fabs(loss),
+               "MLP tiles: loss %.9g vs %.9g (%d tokens)", tiled_loss, loss, T_dup);
+        double tiled_worst = 1.0;
+        for (int i = 0; i < table.n_tensors; i++) {
+            const ParamTensor *p = &table.tensors[i];
+            tiled_worst = fmin(tiled_worst,
+                               test_cosine(tiled + p->offset, grads + p->offset, p->numel));
+        }
+        EXPECT(tiled_worst >= 0.999, "MLP tiles: gradients at cosine %.6f", tiled_worst);
+        CudaModel *layer = cuda_model_create(cfg, max_rows, SEQ_LEN, MODEL_RECOMPUTE_LAYER);
+        cuda_model_set_mlp_tile_rows(layer, 200);
+        const double layer_loss = gpu_gradients(layer, params_dev, grads_dev, grads_again, n,
+                                                &dup.batch, loss_scale);
+        EXPECT(layer_loss == tiled_loss && memcmp(tiled, grads_again, n * sizeof(float)) == 0,
+               "MLP tiles: the layer mode's loss %.9g or gradients differ from mlp's (%.9g)",
+               layer_loss, tiled_loss);
+        cuda_model_free(layer);
+        cuda_model_set_mlp_tile_rows(model, INT_MAX);
+        free(tiled);
     }
 
     // Accumulation: a second call on the same buffer adds the same gradient again.

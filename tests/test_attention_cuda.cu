@@ -72,18 +72,18 @@ void fill_doc(MaskKind kind, int d0, int d1, TestRng *rng, int32_t *lo, int32_t 
 // many tiles its own (the walks' windows of 32 tiles far from tile 0).
 constexpr int SINK_KEYS = 100, LOCAL_KEYS = 300;
 
-// LONG_DOCS_SINK: causal documents of 1 to 4096 keys packed back to back, the last one of
+// LONG_DOCS_SINK: causal documents of 1 to 2048 keys packed back to back, the last one of
 // LONG_LAST_DOC keys, and the first SINK_KEYS keys visible to every later query of the
 // row: a long row that stays sparse (the CPU oracle keeps up), whose first keys' dK sum
 // over every query and whose last document's dQ rows over thousands of keys.
-constexpr int LONG_LAST_DOC = 8192;
+constexpr int LONG_LAST_DOC = 4096;
 
 // One row's lo/hi [S]: documents packed back to back, then padding (lo = hi).
 void fill_row(MaskKind kind, int S, TestRng *rng, int32_t *lo, int32_t *hi) {
     if (kind == LONG_DOCS_SINK) {
         const int last = S > 2 * LONG_LAST_DOC ? S - LONG_LAST_DOC : S / 2;
         for (int d0 = 0; d0 < last;) {
-            int d1 = d0 + test_rng_int(rng, 1, 4096);
+            int d1 = d0 + test_rng_int(rng, 1, 2048);
             if (d1 > last) d1 = last;
             causal_span(lo, hi, d0, d1, d1, d1);
             d0 = d1;

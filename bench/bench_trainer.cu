@@ -98,7 +98,7 @@ int main(int argc, char **argv) {
     // The run's own settings, as `train run` reads them for the CUDA backend.
     const RunSettings settings = run_settings_from(config, BACKEND_CUDA);
     const bool deterministic = settings.deterministic;
-    const bool keep_mlp = settings.keep_mlp_activations;
+    const ModelRecompute recompute = settings.recompute;
     // The anchor's MFU denominator (its mfu_vs_790) unless train.peak_tflops sets one.
     const double peak_tflops =
         settings.peak_from_datasheet ? ANCHOR_PEAK_TFLOPS : settings.peak_flops / 1e12;
@@ -116,7 +116,7 @@ int main(int argc, char **argv) {
     AdamWState opt;
     adamw_init(&opt, P);
     const TrainBackendOps *gpu = cuda_train_backend();
-    const BackendSetup setup = {&cfg, &table, 1, S, deterministic, keep_mlp};
+    const BackendSetup setup = {&cfg, &table, 1, S, deterministic, recompute};
     void *trainer = gpu->create(&setup);
     gpu->set_state(trainer, host_params.data(), &opt);
     // train.lr held constant; torch.optim.AdamW as the anchor uses it: weight decay on
@@ -168,14 +168,14 @@ int main(int argc, char **argv) {
                          3.5 * 4.0 * (double)S * S * head_dim * H * L * density;
     // Weights, gradients and AdamW state as the backend lays them out (its estimate's; the
     // attention workspace argument only sizes the arena).
-    const double state_bytes = (double)cuda_memory_estimate(&cfg, 1, S, keep_mlp, 0).state;
+    const double state_bytes = (double)cuda_memory_estimate(&cfg, 1, S, recompute, 0).state;
     printf("{\"config\": \"%s\", \"params_M\": %.1f, \"S\": %d, \"deterministic\": %s, "
-           "\"keep_mlp_activations\": %s, \"step_ms\": %.2f, \"fwd_bwd_ms\": %.2f, \"optimizer_ms\": %.2f, "
+           "\"recompute\": \"%s\", \"step_ms\": %.2f, \"fwd_bwd_ms\": %.2f, \"optimizer_ms\": %.2f, "
            "\"tokens_per_s\": %.0f, \"mem_GiB\": %.2f, \"mfu_vs_%.0f\": %.3f, "
            "\"density_128\": %.4f, \"density_%dx%d\": %.4f, \"weights_grads_adam_GiB\": %.2f, "
            "\"activations_and_ops_GiB\": %.2f, \"attention_pool_peak_GiB\": %.2f, "
            "\"loss_first\": %.4f, \"loss_last\": %.4f, \"steps\": %d}\n",
-           config_path, P / 1e6, S, deterministic ? "true" : "false", keep_mlp ? "true" : "false",
+           config_path, P / 1e6, S, deterministic ? "true" : "false", model_recompute_name(recompute),
            dt * 1e3,
            median(model_ms), median(optimizer_ms), S / dt,
            (double)(free_start - free_end) / GIB, peak_tflops, flops / dt / (peak_tflops * 1e12),

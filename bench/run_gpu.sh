@@ -39,6 +39,8 @@
 #              time, tokens/s, MFU and peak GPU memory. STAGES=1 adds a run with per-stage
 #              CUDA-event times (ONEPASS_STAGE_TIMES=1), DET=1 one with the deterministic
 #              attention backward, BACKEND=FLASH gives the anchor FlexAttention's FA4 backend.
+#              RECOMPUTE="mlp layer" adds a run per train.recompute mode (each beside the
+#              config's own), STEPS its timed steps (default bench_trainer's).
 #   decode     test_decode_cuda beside the same under compute-sanitizer memcheck, then
 #              bench_decode (DECODE_ARGS: its arguments, e.g. "tinyllama 64 512 128").
 #   hf         test_ops_cuda, test_model_cuda, test_hf_model_cuda, then the Hugging Face round
@@ -242,7 +244,11 @@ mode_trainer() {
         cfg=configs/bench_$c.json
         args=(--config "$cfg")
         [ -n "${S:-}" ] && args+=(--set data.seq_len="$S")
-        step "onepass_$c" 300 "$bin/bench_trainer" "${args[@]}" && tag onepass "$c" < "$logs/onepass_$c.log"
+        step "onepass_$c" 300 "$bin/bench_trainer" "${args[@]}" ${STEPS:+"$STEPS"} && tag onepass "$c" < "$logs/onepass_$c.log"
+        for r in ${RECOMPUTE:-}; do
+            step "onepass_${c}_$r" 300 "$bin/bench_trainer" "${args[@]}" --set train.recompute="$r" ${STEPS:+"$STEPS"} &&
+                tag "onepass_$r" "$c" < "$logs/onepass_${c}_$r.log"
+        done
         if [ "${STAGES:-0}" = 1 ]; then
             step "onepass_${c}_stages" 300 env ONEPASS_STAGE_TIMES=1 "$bin/bench_trainer" "${args[@]}" 6
             show "$logs/onepass_${c}_stages.log" '^\{'
@@ -261,10 +267,10 @@ mode_trainer() {
     python3 - "$logs/results.jsonl" <<'PY' | tee -a "$out/summary.txt"
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
-print(f"{'bench':14} {'impl':11} {'params_M':>8} {'S':>6} {'step_ms':>8} {'tokens/s':>9} {'MFU':>6} {'peak GiB':>8}")
+print(f"{'bench':14} {'impl':15} {'params_M':>8} {'S':>6} {'step_ms':>8} {'tokens/s':>9} {'MFU':>6} {'peak GiB':>8}")
 for r in rows:
     mfu = next(v for k, v in r.items() if k.startswith("mfu_vs_"))
-    print(f"{r['bench']:14} {r['impl']:11} {r['params_M']:8.1f} {r['S']:6d} {r['step_ms']:8.2f} "
+    print(f"{r['bench']:14} {r['impl']:15} {r['params_M']:8.1f} {r['S']:6d} {r['step_ms']:8.2f} "
           f"{r['tokens_per_s']:9.0f} {mfu:6.3f} {r['mem_GiB']:8.2f}")
 PY
 }

@@ -98,3 +98,17 @@ void rope_inv_freq(double *inv_freq, int head_dim, float theta, const RopeScalin
         }  // high frequencies: unchanged
     }
 }
+
+static const char *const RECOMPUTE_NAMES[] = {
+    [MODEL_RECOMPUTE_MLP] = "mlp", [MODEL_RECOMPUTE_NONE] = "none", [MODEL_RECOMPUTE_LAYER] = "layer"};
+
+const char *model_recompute_name(ModelRecompute r) {
+    return (unsigned)r < sizeof RECOMPUTE_NAMES / sizeof RECOMPUTE_NAMES[0] ? RECOMPUTE_NAMES[r]
+                                                                             : "?";
+}
+
+int model_recompute_from_name(const char *name) {
+    for (int r = 0; name && r < (int)(sizeof RECOMPUTE_NAMES / sizeof RECOMPUTE_NAMES[0]); r++)
+        if (strcmp(name, RECOMPUTE_NAMES[r]) == 0) return r;
+    return -1;
+}

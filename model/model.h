@@ -138,6 +138,21 @@ void model_decode_check(const char *who, int n, const int32_t *slot, const int32
                         const int32_t *pos, const ModelConfig *cfg, const int *length,
                         int max_seqs, int max_len);
 
+// What the backward recomputes instead of the forward keeping it for every layer
+// (train.recompute); the gradients are bitwise the same in every mode (the recomputation
+// runs the forward's own functions on the same inputs).
+//   MLP (0, the default): the MLP's gate|up products and their activation: one
+//     intermediate-sized buffer of each serves every layer.
+//   NONE: nothing; every layer keeps all it saves (the most memory, the fastest).
+//   LAYER: each layer keeps only its input residual; its backward first runs the
+//     layer's forward again (norms, q/k/v, attention, MLP) into one set of buffers that
+//     serves every layer.
+typedef enum { MODEL_RECOMPUTE_MLP = 0, MODEL_RECOMPUTE_NONE, MODEL_RECOMPUTE_LAYER } ModelRecompute;
+// "mlp", "none", "layer".
+const char *model_recompute_name(ModelRecompute r);
+// The mode named (as model_recompute_name spells it), or -1.
+int model_recompute_from_name(const char *name);
+
 typedef struct CpuModel CpuModel;
 
 // Each model holds the logits of at most this many elements at once (at least one row),
@@ -145,9 +160,17 @@ typedef struct CpuModel CpuModel;
 // each chunk's LM-head gradient product reads and writes the whole fp32 weight gradient,
 // so fewer, larger chunks are faster at large vocabularies; docs/BENCHMARKS.md).
 enum { CPU_LOGIT_CHUNK_ELEMENTS = 1 << 24, CUDA_LOGIT_CHUNK_ELEMENTS = 1 << 28 };
+// The CUDA model runs each layer's MLP over tiles of tokens whose gate|up product holds
+// at most this many elements (256 MiB bf16; whole 64-row tiles, at least one row), so its
+// intermediate-sized buffers stop growing with the micro-batch there. A micro-batch of at
+// most 2^27 / (2 intermediate_size) tokens is one tile (21824 tokens at Qwen3-0.6B's 3072).
+enum { CUDA_MLP_TILE_ELEMENTS = 1 << 27 };
 
-// Allocates activations once for up to max_rows x seq_len.
-CpuModel *cpu_model_create(const ModelConfig *cfg, int max_rows, int seq_len);
+// Allocates activations once for up to max_rows x seq_len, keeping what `recompute`
+// says: per token each layer keeps its input residual (C floats) and, unless LAYER,
+// about 3C + 2 q_dim + 2 kv_dim more, and 3F more unless MLP.
+CpuModel *cpu_model_create(const ModelConfig *cfg, int max_rows, int seq_len,
+                           ModelRecompute recompute);
 void cpu_model_free(CpuModel *m);
 // Caps how many target rows get their logits at once (default: 64 MiB of logits;
 // clamped to [1, the default]); tests use it to exercise several chunks.

@@ -3,15 +3,20 @@
 enum { BF16 = 2, FP32 = 4, INT32 = 4 };
 
 CudaArenaLayout cuda_arena_layout(const ModelConfig *cfg, int max_rows, int seq_len,
-                                  bool keep_mlp_activations, size_t attn_workspace_bytes) {
+                                  ModelRecompute recompute, size_t attn_workspace_bytes) {
     const ModelDims d = model_dims(cfg);
     const size_t T = (size_t)max_rows * (size_t)seq_len, C = cfg->hidden_size,
                  F = cfg->intermediate_size, V = cfg->vocab_size, H = cfg->num_attention_heads,
                  KV = cfg->num_key_value_heads, L = cfg->num_hidden_layers;
     const size_t QD = d.q_dim, KVD = d.kv_dim;
-    CudaArenaLayout a = {.keep_mlp_activations = keep_mlp_activations};
+    CudaArenaLayout a = {.recompute = recompute};
+    const bool keep_gate_up = recompute == MODEL_RECOMPUTE_NONE;
     size_t used = 0;
-    const size_t gate_up_bytes = BF16 * T * 2 * F;  // [T, 2F]: each layer's, or one shared
+    size_t tile = CUDA_MLP_TILE_ELEMENTS / (2 * F);  // whole 64-row tiles, as the loss chunk
+    if (tile > 64) tile -= tile % 64;
+    if (tile < 1) tile = 1;
+    a.mlp_tile_rows = tile < T ? tile : T;
+    const size_t M = a.mlp_tile_rows;
 
     CudaBatchLayout *b = &a.batch;
     b->token = arena_reserve(&used, INT32 * T);
@@ -26,7 +31,8 @@ CudaArenaLayout cuda_arena_layout(const ModelConfig *cfg, int max_rows, int seq_
     a.target_losses = arena_reserve(&used, FP32 * T);
 
     // residual[l] and each layer's block of saved activations follow each other at a
-    // fixed stride (every buffer starts on a boundary).
+    // fixed stride (every buffer starts on a boundary); with MODEL_RECOMPUTE_LAYER one
+    // block serves every layer.
     a.residual = arena_reserve(&used, 0);
     a.residual_stride = arena_round(BF16 * T * C);
     used = a.residual + (L + 1) * a.residual_stride;
@@ -41,14 +47,15 @@ CudaArenaLayout cuda_arena_layout(const ModelConfig *cfg, int max_rows, int seq_
     la->lse = arena_reserve(&block, FP32 * T * H);
     la->mid = arena_reserve(&block, BF16 * T * C);
     la->ln2_rstd = arena_reserve(&block, FP32 * T);
-    la->gate_up = arena_reserve(&block, keep_mlp_activations ? gate_up_bytes : 0);
+    la->gate_up = arena_reserve(&block, keep_gate_up ? BF16 * T * 2 * F : 0);
     a.layer_stride = arena_round(block);
-    used = a.layers + L * a.layer_stride;
+    a.layer_blocks = recompute == MODEL_RECOMPUTE_LAYER ? 1 : L;
+    used = a.layers + a.layer_blocks * a.layer_stride;
 
     a.ln = arena_reserve(&used, BF16 * T * C);
-    a.gate_up = arena_reserve(&used, keep_mlp_activations ? 0 : gate_up_bytes);
+    a.gate_up = arena_reserve(&used, keep_gate_up ? 0 : BF16 * M * 2 * F);
     a.qkv = arena_reserve(&used, BF16 * T * (size_t)d.qkv_dim);
-    a.act = arena_reserve(&used, BF16 * T * F);
+    a.act = arena_reserve(&used, BF16 * M * F);
     a.proj_out = arena_reserve(&used, BF16 * T * C);
     a.final_norm = arena_reserve(&used, BF16 * T * C);
     a.final_rstd = arena_reserve(&used, FP32 * T);
@@ -72,7 +79,7 @@ CudaArenaLayout cuda_arena_layout(const ModelConfig *cfg, int max_rows, int seq_
     a.d_q = arena_reserve(&used, BF16 * T * QD);
     a.d_k = arena_reserve(&used, BF16 * T * KVD);
     a.d_v = arena_reserve(&used, BF16 * T * KVD);
-    a.d_act = arena_reserve(&used, BF16 * T * F);
+    a.d_act = arena_reserve(&used, BF16 * M * F);
     a.attn_workspace = arena_reserve(&used, attn_workspace_bytes);
     a.bytes = used;
     return a;

@@ -46,7 +46,7 @@ typedef struct {
     size_t lse;       // [T, H] fp32
     size_t mid;       // [T, C]
     size_t ln2_rstd;  // [T] fp32
-    size_t gate_up;   // [T, 2F] with keep_mlp_activations, else 0 bytes (not kept)
+    size_t gate_up;   // [T, 2F] with MODEL_RECOMPUTE_NONE, else 0 bytes (not kept)
 } CudaLayerLayout;
 
 // Byte offsets of CudaModel's buffers (model_cuda.cu says what each holds).
@@ -55,12 +55,14 @@ typedef struct {
     size_t rope_cos_sin;               // [T, D / 2] float2
     size_t target_losses;              // [T] fp32
     size_t residual, residual_stride;  // residual[l], l in [0, L], at residual + l * stride: [T, C]
-    size_t layers, layer_stride;       // layer l's block at layers + l * layer_stride
+    size_t layers, layer_stride;       // layer l's block at
+                                       // layers + (l % layer_blocks) * layer_stride
+    size_t layer_blocks;               // L, or 1 with MODEL_RECOMPUTE_LAYER
     CudaLayerLayout layer;
     size_t ln, proj_out, final_norm;   // [T, C]
-    size_t gate_up;                    // [T, 2F], 0 bytes with keep_mlp_activations
+    size_t gate_up;                    // [mlp_tile_rows, 2F], 0 bytes with MODEL_RECOMPUTE_NONE
     size_t qkv;                        // [T, (H + 2 KV) D]
-    size_t act;                        // [T, F]
+    size_t act;                        // [mlp_tile_rows, F]
     size_t final_rstd;                 // [T] fp32
     size_t q_normed, k_normed;         // [T, H, D], [T, KV, D]; empty without qk_norm
     size_t q_rstd, k_rstd;             // [T, H], [T, KV] fp32; empty without qk_norm
@@ -69,22 +71,27 @@ typedef struct {
     size_t d_residual, d_normed;       // [T, C]
     size_t d_attn, d_q;                // [T, H, D]
     size_t d_k, d_v;                   // [T, KV, D]
-    size_t d_act;                      // [T, F]
+    size_t d_act;                      // [mlp_tile_rows, F]
     size_t attn_workspace;             // attn_workspace_bytes
     size_t chunk_rows;  // rows of logits the loss head holds at once: whole 64-row tiles
                         // of at most CUDA_LOGIT_CHUNK_ELEMENTS, at least 1, at most T
+    size_t mlp_tile_rows;  // tokens of one MLP tile: whole 64-row tiles of at most
+                           // CUDA_MLP_TILE_ELEMENTS gate|up elements, at least 1, at most T
     size_t bytes;       // the arena's size
-    bool keep_mlp_activations;  // each layer keeps its gate|up product (layer.gate_up)
+    ModelRecompute recompute;  // NONE: each layer keeps its gate|up product (layer.gate_up)
 } CudaArenaLayout;
 
 // attn_workspace_bytes: the attention backward's workspace for max_rows x seq_len in
 // either mode (cuda_model_attention_workspace_bytes, model_cuda.h: CUDA builds only).
-// keep_mlp_activations: every layer keeps its gate|up product for the backward (L x
-// [T, 2F] more, one buffer of it less) instead of the backward recomputing it.
+// recompute (model.h): MODEL_RECOMPUTE_MLP: one shared [T, 2F] gate|up buffer;
+// MODEL_RECOMPUTE_NONE: every layer keeps its own instead (L x [T, 2F], the shared one
+// gone); MODEL_RECOMPUTE_LAYER: as MLP, and one layer block serves every layer (the
+// backward remakes it from the layer's input residual), so the saved activations are
+// the L + 1 residuals and one block.
 // No limit on T here (cuda_model_create and the estimate's check refuse what the kernels
 // cannot index).
 CudaArenaLayout cuda_arena_layout(const ModelConfig *cfg, int max_rows, int seq_len,
-                                  bool keep_mlp_activations, size_t attn_workspace_bytes);
+                                  ModelRecompute recompute, size_t attn_workspace_bytes);
 
 #ifdef __cplusplus
 }

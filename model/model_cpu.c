@@ -1,6 +1,8 @@
 // CPU fp32 reference of the Llama-family model (DESIGN.md §5): the oracle for the
-// CUDA backend. Forward keeps every activation the backward needs; backward walks
-// the layers in reverse, ADDING parameter gradients into the caller's buffer.
+// CUDA backend. Forward keeps the activations the backward needs (all of them with
+// MODEL_RECOMPUTE_NONE; the backward recomputes the rest from what is kept, with the
+// forward's own functions, so every mode gives the same bits); backward walks the
+// layers in reverse, ADDING parameter gradients into the caller's buffer.
 // T = n_rows * seq_len tokens, C hidden, F intermediate, V vocab, H query heads,
 // KV key/value heads, D head dim (ModelDims).
 #include <string.h>
@@ -10,7 +12,9 @@
 #include "model/ops.h"
 
 
-// Activations of one layer saved by the forward for the backward.
+// Activations of one layer saved by the forward for the backward. MODEL_RECOMPUTE_MLP:
+// gate, up, act are one set of buffers every layer shares; MODEL_RECOMPUTE_LAYER: every
+// layer's struct points at the same one block, which the backward refills per layer.
 typedef struct {
     float *ln1;       // [T, C] input_layernorm output
     float *ln1_rstd;  // [T]
@@ -36,6 +40,7 @@ struct CpuModel {
     ParamTable table;
     ModelDims dims;
     int max_rows, seq_len;
+    ModelRecompute recompute;
     int chunk_capacity, chunk_rows;  // logit rows allocated / used per chunk
     ParamOffsets off;  // tensor offsets in the flat parameter/gradient buffers
     float **allocations;    // every buffer below, for cpu_model_free
@@ -73,7 +78,8 @@ static float *alloc_floats(CpuModel *m, size_t n) {
     return p;
 }
 
-CpuModel *cpu_model_create(const ModelConfig *cfg, int max_rows, int seq_len) {
+CpuModel *cpu_model_create(const ModelConfig *cfg, int max_rows, int seq_len,
+                           ModelRecompute recompute) {
     CHECK(max_rows > 0 && seq_len > 0,
           "cpu_model_create: max_rows %d and seq_len %d must be positive", max_rows, seq_len);
     CpuModel *m = xcalloc(1, sizeof(CpuModel));
@@ -82,6 +88,9 @@ CpuModel *cpu_model_create(const ModelConfig *cfg, int max_rows, int seq_len) {
     param_table_build(cfg, &m->table);
     m->max_rows = max_rows;
     m->seq_len = seq_len;
+    CHECK(model_recompute_name(recompute)[0] != '?', "cpu_model_create: recompute mode %d",
+          (int)recompute);
+    m->recompute = recompute;
 
     const int L = cfg->num_hidden_layers;
     param_offsets_resolve(cfg, &m->table, &m->off);
@@ -92,7 +101,14 @@ CpuModel *cpu_model_create(const ModelConfig *cfg, int max_rows, int seq_len) {
     m->residual = xmalloc((size_t)(L + 1) * sizeof(float *));
     for (int l = 0; l <= L; l++) m->residual[l] = alloc_floats(m, T * C);
     m->layers = xcalloc((size_t)L, sizeof(LayerActivations));
-    for (int l = 0; l < L; l++) {
+    const int blocks = recompute == MODEL_RECOMPUTE_LAYER ? 1 : L;
+    float *shared_gate = NULL, *shared_up = NULL, *shared_act = NULL;
+    if (recompute == MODEL_RECOMPUTE_MLP) {
+        shared_gate = alloc_floats(m, T * F);
+        shared_up = alloc_floats(m, T * F);
+        shared_act = alloc_floats(m, T * F);
+    }
+    for (int l = 0; l < blocks; l++) {
         LayerActivations *a = &m->layers[l];
         a->ln1 = alloc_floats(m, T * C);
         a->ln1_rstd = alloc_floats(m, T);
@@ -110,10 +126,11 @@ CpuModel *cpu_model_create(const ModelConfig *cfg, int max_rows, int seq_len) {
         a->mid = alloc_floats(m, T * C);
         a->ln2 = alloc_floats(m, T * C);
         a->ln2_rstd = alloc_floats(m, T);
-        a->gate = alloc_floats(m, T * F);
-        a->up = alloc_floats(m, T * F);
-        a->act = alloc_floats(m, T * F);
+        a->gate = shared_gate ? shared_gate : alloc_floats(m, T * F);
+        a->up = shared_up ? shared_up : alloc_floats(m, T * F);
+        a->act = shared_act ? shared_act : alloc_floats(m, T * F);
     }
+    for (int l = blocks; l < L; l++) m->layers[l] = m->layers[0];
     m->final_norm = alloc_floats(m, T * C);
     m->final_rstd = alloc_floats(m, T);
     m->proj_out = alloc_floats(m, T * C);
@@ -232,27 +249,50 @@ void cpu_mlp_forward(const float *params, const size_t *w, const float *x, float
     matmul_forward_cpu(out, act, params + w[W_DOWN], T, F, C);
 }
 
+// Layer l's attention block and post-attention norm from its input residual[l]: ln1,
+// q, k, v, the attention output and lse, mid and ln2 (the forward, and the LAYER
+// backward's recomputation).
+static void layer_attention_forward(CpuModel *m, const float *params, const ModelBatch *b,
+                                    int l) {
+    const ModelConfig *cfg = &m->cfg;
+    const int T = b->n_rows * b->seq_len, C = cfg->hidden_size;
+    const AttnShape shape = model_attention_shape(cfg, &m->dims, b->n_rows, b->seq_len);
+    const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
+    LayerActivations *a = &m->layers[l];
+    const float *x = m->residual[l];
+    rmsnorm_forward_cpu(a->ln1, a->ln1_rstd, x, params + w[W_INPUT_NORM], T, C,
+                        cfg->rms_norm_eps);
+    attention_inputs(m, params, w, a, b);
+    attention_forward_cpu(&shape, b->mask, a->q, a->k, a->v, a->attn, a->lse);
+    matmul_forward_cpu(m->proj_out, a->attn, params + w[W_O], T, m->dims.q_dim, C);
+    add_arrays(a->mid, x, m->proj_out, (size_t)T * C);
+    rmsnorm_forward_cpu(a->ln2, a->ln2_rstd, a->mid, params + w[W_POST_NORM], T, C,
+                        cfg->rms_norm_eps);
+}
+
+// Layer l's MLP up to the down_proj input: gate, up and act from ln2 (cpu_mlp_forward's
+// first steps; the forward, and the recomputation of MLP and LAYER).
+static void layer_mlp_up_forward(CpuModel *m, const float *params, int T, int l) {
+    const int C = m->cfg.hidden_size, F = m->cfg.intermediate_size;
+    const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
+    LayerActivations *a = &m->layers[l];
+    matmul_forward_cpu(a->gate, a->ln2, params + w[W_GATE], T, C, F);
+    matmul_forward_cpu(a->up, a->ln2, params + w[W_UP], T, C, F);
+    swiglu_forward_cpu(a->act, a->gate, a->up, (int64_t)T * F);
+}
+
 // Embedding and all layers up to the final norm; fills every saved activation.
 static void forward_body(CpuModel *m, const float *params, const ModelBatch *b) {
     const ModelConfig *cfg = &m->cfg;
     const int T = b->n_rows * b->seq_len, C = cfg->hidden_size, F = cfg->intermediate_size;
-    const AttnShape shape = model_attention_shape(cfg, &m->dims, b->n_rows, b->seq_len);
 
     embedding_forward_cpu(m->residual[0], b->token, params + m->off.embed, T, C);
     for (int l = 0; l < cfg->num_hidden_layers; l++) {
         const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
-        LayerActivations *a = &m->layers[l];
-        const float *x = m->residual[l];
-        rmsnorm_forward_cpu(a->ln1, a->ln1_rstd, x, params + w[W_INPUT_NORM], T, C,
-                            cfg->rms_norm_eps);
-        attention_inputs(m, params, w, a, b);
-        attention_forward_cpu(&shape, b->mask, a->q, a->k, a->v, a->attn, a->lse);
-        matmul_forward_cpu(m->proj_out, a->attn, params + w[W_O], T, m->dims.q_dim, C);
-        add_arrays(a->mid, x, m->proj_out, (size_t)T * C);
-
-        rmsnorm_forward_cpu(a->ln2, a->ln2_rstd, a->mid, params + w[W_POST_NORM], T, C,
-                            cfg->rms_norm_eps);
-        cpu_mlp_forward(params, w, a->ln2, a->gate, a->up, a->act, m->proj_out, T, C, F);
+        const LayerActivations *a = &m->layers[l];
+        layer_attention_forward(m, params, b, l);
+        layer_mlp_up_forward(m, params, T, l);
+        matmul_forward_cpu(m->proj_out, a->act, params + w[W_DOWN], T, F, C);
         add_arrays(m->residual[l + 1], a->mid, m->proj_out, (size_t)T * C);
     }
     rmsnorm_forward_cpu(m->final_norm, m->final_rstd, m->residual[cfg->num_hidden_layers],
@@ -330,6 +370,11 @@ double cpu_model_forward_backward(CpuModel *m, const float *params, float *grads
     for (int l = L - 1; l >= 0; l--) {
         const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
         const LayerActivations *a = &m->layers[l];
+        // What the forward did not keep, from what it kept: the same calls on the same
+        // inputs, so the same bits. The shared buffers still hold the last layer's.
+        if (m->recompute == MODEL_RECOMPUTE_LAYER && l + 1 < L)
+            layer_attention_forward(m, params, b, l);
+        if (m->recompute != MODEL_RECOMPUTE_NONE && l + 1 < L) layer_mlp_up_forward(m, params, T, l);
         // MLP block: residual[l+1] = mid + down(swiglu(gate(ln2), up(ln2))).
         // d_residual holds d residual[l+1], which is also the residual path's d mid.
         zero_floats(m->d_act, (size_t)T * F);

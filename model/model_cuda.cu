@@ -6,8 +6,15 @@
 // The backward recomputes the two norm outputs (bitwise the forward's: same kernel, same
 // input), the normed and rotated q and k (qk_norm), and the stacked gate|up product: one
 // more MLP matmul per layer buys a much smaller activation arena (the measured trade:
-// docs/BENCHMARKS.md, "Training step"). With keep_mlp_activations every layer keeps its
-// gate|up product instead, and the backward skips that matmul.
+// docs/BENCHMARKS.md, "Training step"); this is MODEL_RECOMPUTE_MLP, the default. With
+// MODEL_RECOMPUTE_NONE every layer keeps its gate|up product instead, and the backward
+// skips that matmul. With MODEL_RECOMPUTE_LAYER only the residual stream is kept per
+// layer: one block of the saved activations serves every layer, and each layer's
+// backward first runs the layer's attention half again from its input residual (the
+// forward's kernels on the same inputs, so bitwise the forward's values).
+// The MLP runs over tiles of tokens (CUDA_MLP_TILE_ELEMENTS, model.h), the same tiles in
+// the forward and the backward and in every mode: its gate|up, activation and their
+// gradient buffers hold one tile, and the weight gradients add tile by tile.
 // T = n_rows * seq_len tokens, C hidden, F intermediate, V vocab, H query heads,
 // KV key/value heads, D head dim (ModelDims). Activations bf16, rstd/lse/losses fp32.
 #include <limits.h>
@@ -23,7 +30,8 @@
 #include "model/stage_timer_cuda.cuh"
 
 
-// Activations of one layer saved by the forward for the backward.
+// Activations of one layer saved by the forward for the backward (with
+// MODEL_RECOMPUTE_LAYER every layer's point at the same one block).
 typedef struct {
     float *ln1_rstd;  // [T] input_layernorm
     bf16 *q;          // [T, H, D] after RoPE (split out of the stacked q|k|v product);
@@ -34,7 +42,7 @@ typedef struct {
     float *lse;       // [n_rows, H, seq_len] attention log-sum-exp
     bf16 *mid;        // [T, C] residual after attention
     float *ln2_rstd;  // [T] post_attention_layernorm
-    bf16 *gate_up;    // [T, 2F] with keep_mlp_activations (the backward overwrites it with
+    bf16 *gate_up;    // [T, 2F] with MODEL_RECOMPUTE_NONE (the backward overwrites it with
                       // [d gate | d up]), else NULL: CudaModel's one buffer serves
 } LayerActivations;
 
@@ -44,6 +52,8 @@ struct CudaModel {
     ModelDims dims;
     int max_rows, seq_len;
     int chunk_capacity, chunk_rows;  // logit rows allocated / used per chunk
+    int mlp_tile_capacity, mlp_tile_rows;  // MLP tile tokens allocated / used
+    ModelRecompute recompute;
     bool deterministic;
     ParamOffsets off;  // tensor offsets in the flat parameter/gradient buffers
     cudaStream_t stream;
@@ -62,9 +72,9 @@ struct CudaModel {
     LayerActivations *layers;  // [L]
     // One buffer of each serves every layer, in the forward and in the recomputation:
     bf16 *ln;                  // [T, C] input or post-attention norm output
-    bf16 *gate_up;             // [T, 2F] rows [gate_proj | up_proj] (one product with the
+    bf16 *gate_up;             // [mlp tile, 2F] rows [gate_proj | up_proj] (one product with the
                                // stacked weights); the backward overwrites it with
-                               // [d gate | d up]. NULL with keep_mlp_activations (each
+                               // [d gate | d up]. NULL with MODEL_RECOMPUTE_NONE (each
                                // layer has its own: mlp_gate_up)
     bf16 *qkv;                 // [T, (H + 2 KV) D] stacked q|k|v product before RoPE; in
                                // the backward, the stacked gradient [dq | dk | dv]
@@ -89,7 +99,7 @@ struct CudaModel {
     bf16 *d_attn;      // [T, H, D]
     bf16 *d_q;         // [T, H, D]
     bf16 *d_k, *d_v;   // [T, KV, D]
-    bf16 *d_act;       // [T, F]
+    bf16 *d_act;       // [mlp tile, F]
     void *attn_workspace;  // attention backward scratch, sized for max_rows in either mode
 
     // host side
@@ -107,7 +117,8 @@ static void carve(CudaModel *m, const CudaArenaLayout *a) {
         m->residual[l] = arena_at<bf16>(base, a->residual + (size_t)l * a->residual_stride);
     for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
         LayerActivations *la = &m->layers[l];
-        void *block = arena_at<char>(base, a->layers + (size_t)l * a->layer_stride);
+        void *block =
+            arena_at<char>(base, a->layers + (size_t)l % a->layer_blocks * a->layer_stride);
         la->ln1_rstd = arena_at<float>(block, a->layer.ln1_rstd);
         la->q = arena_at<bf16>(block, a->layer.q);
         la->k = arena_at<bf16>(block, a->layer.k);
@@ -116,10 +127,12 @@ static void carve(CudaModel *m, const CudaArenaLayout *a) {
         la->lse = arena_at<float>(block, a->layer.lse);
         la->mid = arena_at<bf16>(block, a->layer.mid);
         la->ln2_rstd = arena_at<float>(block, a->layer.ln2_rstd);
-        la->gate_up = a->keep_mlp_activations ? arena_at<bf16>(block, a->layer.gate_up) : nullptr;
+        la->gate_up = a->recompute == MODEL_RECOMPUTE_NONE
+                          ? arena_at<bf16>(block, a->layer.gate_up) : nullptr;
     }
     m->ln = arena_at<bf16>(base, a->ln);
-    m->gate_up = a->keep_mlp_activations ? nullptr : arena_at<bf16>(base, a->gate_up);
+    m->gate_up =
+        a->recompute == MODEL_RECOMPUTE_NONE ? nullptr : arena_at<bf16>(base, a->gate_up);
     m->qkv = arena_at<bf16>(base, a->qkv);
     m->act = arena_at<bf16>(base, a->act);
     m->proj_out = arena_at<bf16>(base, a->proj_out);
@@ -153,7 +166,7 @@ size_t cuda_model_attention_workspace_bytes(const ModelConfig *cfg, int max_rows
 }
 
 CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len,
-                             bool keep_mlp_activations) {
+                             ModelRecompute recompute) {
     CHECK(max_rows > 0 && seq_len > 0,
           "cuda_model_create: max_rows %d and seq_len %d must be positive", max_rows, seq_len);
     CHECK((long long)max_rows * seq_len <= INT_MAX,
@@ -170,6 +183,9 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len,
     m->max_rows = max_rows;
     m->seq_len = seq_len;
     m->deterministic = true;
+    CHECK(model_recompute_name(recompute)[0] != '?', "cuda_model_create: recompute mode %d",
+          (int)recompute);
+    m->recompute = recompute;
     const int T = max_rows * seq_len;
     const OpsCudaState *ops = ops_cuda_state("cuda_model_create");
     // The norms' widths: hidden, and head_dim for q_norm/k_norm.
@@ -193,9 +209,10 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len,
     }
 
     const CudaArenaLayout layout =
-        cuda_arena_layout(cfg, max_rows, seq_len, keep_mlp_activations,
+        cuda_arena_layout(cfg, max_rows, seq_len, recompute,
                           cuda_model_attention_workspace_bytes(cfg, max_rows, seq_len));
     m->chunk_capacity = m->chunk_rows = (int)layout.chunk_rows;
+    m->mlp_tile_capacity = m->mlp_tile_rows = (int)layout.mlp_tile_rows;
     // The fused q/k norm + RoPE indexes tokens x (q, k and v heads) rows in 32 bits
     // (qk_norm_rope_*_cuda's own bound, refused here before anything runs).
     const int qk_rows_per_token = cfg->num_attention_heads + 2 * cfg->num_key_value_heads;
@@ -253,6 +270,10 @@ void cuda_model_set_logit_chunk_rows(CudaModel *m, int rows) {
     m->chunk_rows = rows < 1 ? 1 : rows < m->chunk_capacity ? rows : m->chunk_capacity;
 }
 
+void cuda_model_set_mlp_tile_rows(CudaModel *m, int rows) {
+    m->mlp_tile_rows = rows < 1 ? 1 : rows < m->mlp_tile_capacity ? rows : m->mlp_tile_capacity;
+}
+
 bool model_dims_cuda_supported(const ModelDims *d) {
     return d->head_dim == 64 || d->head_dim == 128;
 }
@@ -283,9 +304,54 @@ static const bf16 *attention_k(const CudaModel *m, const LayerActivations *a) {
     return m->cfg.qk_norm ? m->k_normed : a->k;
 }
 
-// Layer a's gate|up product: its own when kept, else the one buffer every layer shares.
-static bf16 *mlp_gate_up(const CudaModel *m, const LayerActivations *a) {
-    return a->gate_up ? a->gate_up : m->gate_up;
+// Layer a's gate|up product of the MLP tile from token t0: its own rows when kept, else
+// the one tile buffer every layer shares.
+static bf16 *mlp_gate_up(const CudaModel *m, const LayerActivations *a, int t0) {
+    return a->gate_up ? a->gate_up + (size_t)t0 * 2 * m->cfg.intermediate_size : m->gate_up;
+}
+
+// Layer l's attention half from its input norm's output in m->ln (and input residual):
+// q, k, v (with qk_norm the normed q and k), the attention output and lse, mid, and in
+// m->ln the post-attention norm's output with ln2_rstd. again: the LAYER backward's
+// recomputation (timed as one stage of its own).
+static void layer_attention_forward(CudaModel *m, const bf16 *params, const ModelBatch *b, int l,
+                                    bool again) {
+    const ModelConfig *cfg = &m->cfg;
+    const int T = b->n_rows * b->seq_len, C = cfg->hidden_size;
+    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->dims.head_dim;
+    const int QKV = m->dims.qkv_dim;
+    const AttnShape shape = model_attention_shape(cfg, &m->dims, b->n_rows, b->seq_len);
+    const cudaStream_t s = m->stream;
+    const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
+    LayerActivations *a = &m->layers[l];
+    const char *recomputing = "bwd layer recompute";
+    {
+        StageRange stage(m->timer, again ? recomputing : "fwd qkv matmul");
+        matmul_forward_cuda(m->qkv, m->ln, params + w[W_Q], T, C, QKV, s);
+        // The q, k, v biases are consecutive in the table, as the weights are.
+        if (cfg->attention_bias) bias_forward_cuda(m->qkv, params + w[W_Q_BIAS], T, QKV, s);
+    }
+    {
+        StageRange stage(m->timer, again ? recomputing : "fwd rope");
+        // With qk_norm the split only copies: RoPE follows the norms.
+        rope_split_qkv_cuda(a->q, a->k, a->v, m->qkv, cfg->qk_norm ? nullptr : m->rope_cos_sin,
+                            T, H, KV, D, s);
+        if (cfg->qk_norm) qk_norm_rope(m, params, w, a, T);
+    }
+    {
+        StageRange stage(m->timer, again ? recomputing : "fwd attention");
+        attention_forward_cuda(&shape, &m->batch.mask, attention_q(m, a), attention_k(m, a),
+                               a->v, a->attn, a->lse, s);
+    }
+    {
+        StageRange stage(m->timer, again ? recomputing : "fwd o matmul");
+        matmul_forward_cuda(m->proj_out, a->attn, params + w[W_O], T, m->dims.q_dim, C, s);
+    }
+    {
+        StageRange stage(m->timer, again ? recomputing : "fwd add+norm");
+        add_rmsnorm_forward_cuda(a->mid, m->ln, a->ln2_rstd, m->residual[l], m->proj_out,
+                                 params + w[W_POST_NORM], T, C, cfg->rms_norm_eps, s);
+    }
 }
 
 // Embedding and all layers up to the final norm; fills every saved activation. Each
@@ -294,9 +360,8 @@ static bf16 *mlp_gate_up(const CudaModel *m, const LayerActivations *a) {
 static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) {
     const ModelConfig *cfg = &m->cfg;
     const int T = b->n_rows * b->seq_len, C = cfg->hidden_size, F = cfg->intermediate_size;
-    const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->dims.head_dim;
-    const int L = cfg->num_hidden_layers, QKV = m->dims.qkv_dim;
-    const AttnShape shape = model_attention_shape(cfg, &m->dims, b->n_rows, b->seq_len);
+    const int D = m->dims.head_dim;
+    const int L = cfg->num_hidden_layers;
     const cudaStream_t s = m->stream;
 
     {
@@ -310,44 +375,25 @@ static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) 
     for (int l = 0; l < L; l++) {
         const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
         LayerActivations *a = &m->layers[l];
-        {
-            StageRange stage(m->timer, "fwd qkv matmul");
-            matmul_forward_cuda(m->qkv, m->ln, params + w[W_Q], T, C, QKV, s);
-            // The q, k, v biases are consecutive in the table, as the weights are.
-            if (cfg->attention_bias) bias_forward_cuda(m->qkv, params + w[W_Q_BIAS], T, QKV, s);
-        }
-        {
-            StageRange stage(m->timer, "fwd rope");
-            // With qk_norm the split only copies: RoPE follows the norms.
-            rope_split_qkv_cuda(a->q, a->k, a->v, m->qkv, cfg->qk_norm ? nullptr : m->rope_cos_sin,
-                                T, H, KV, D, s);
-            if (cfg->qk_norm) qk_norm_rope(m, params, w, a, T);
-        }
-        {
-            StageRange stage(m->timer, "fwd attention");
-            attention_forward_cuda(&shape, &m->batch.mask, attention_q(m, a), attention_k(m, a),
-                                   a->v, a->attn, a->lse, s);
-        }
-        {
-            StageRange stage(m->timer, "fwd o matmul");
-            matmul_forward_cuda(m->proj_out, a->attn, params + w[W_O], T, m->dims.q_dim, C, s);
-        }
-        {
-            StageRange stage(m->timer, "fwd add+norm");
-            add_rmsnorm_forward_cuda(a->mid, m->ln, a->ln2_rstd, m->residual[l], m->proj_out,
-                                     params + w[W_POST_NORM], T, C, cfg->rms_norm_eps, s);
-        }
-        {
-            StageRange stage(m->timer, "fwd gate_up matmul");
-            matmul_forward_cuda(mlp_gate_up(m, a), m->ln, params + w[W_GATE], T, C, 2 * F, s);
-        }
-        {
-            StageRange stage(m->timer, "fwd swiglu");
-            swiglu_stacked_forward_cuda(m->act, mlp_gate_up(m, a), T, F, s);
-        }
-        {
-            StageRange stage(m->timer, "fwd down matmul");
-            matmul_forward_cuda(m->proj_out, m->act, params + w[W_DOWN], T, F, C, s);
+        layer_attention_forward(m, params, b, l, false);
+        // The MLP a tile of tokens at a time (one tile up to CUDA_MLP_TILE_ELEMENTS).
+        for (int t0 = 0; t0 < T; t0 += m->mlp_tile_rows) {
+            const int rows = T - t0 < m->mlp_tile_rows ? T - t0 : m->mlp_tile_rows;
+            bf16 *gate_up = mlp_gate_up(m, a, t0);
+            {
+                StageRange stage(m->timer, "fwd gate_up matmul");
+                matmul_forward_cuda(gate_up, m->ln + (size_t)t0 * C, params + w[W_GATE], rows, C,
+                                    2 * F, s);
+            }
+            {
+                StageRange stage(m->timer, "fwd swiglu");
+                swiglu_stacked_forward_cuda(m->act, gate_up, rows, F, s);
+            }
+            {
+                StageRange stage(m->timer, "fwd down matmul");
+                matmul_forward_cuda(m->proj_out + (size_t)t0 * C, m->act, params + w[W_DOWN], rows,
+                                    F, C, s);
+            }
         }
         const bool last = l + 1 == L;
         bf16 *next_norm = last ? m->final_norm : m->ln;
@@ -467,37 +513,56 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
     for (int l = L - 1; l >= 0; l--) {
         const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
         LayerActivations *a = &m->layers[l];
+        // LAYER: the layer's attention half again from its input residual, as the forward
+        // ran it (ln1 as the forward's fused add+norm made it: the same kernel on the same
+        // bf16 sum); this also leaves ln2 in m->ln and, with qk_norm, the normed q and k.
+        // The last layer's block still holds what the forward left there.
+        const bool layer_again = m->recompute == MODEL_RECOMPUTE_LAYER && l + 1 < L;
+        if (layer_again) {
+            {
+                StageRange stage(m->timer, "bwd layer recompute");
+                rmsnorm_forward_cuda(m->ln, a->ln1_rstd, m->residual[l],
+                                     params + w[W_INPUT_NORM], T, C, cfg->rms_norm_eps, s);
+            }
+            layer_attention_forward(m, params, b, l, true);
+        }
         // MLP block: residual[l+1] = mid + down(swiglu(gate(ln2), up(ln2))).
         // d_residual holds d residual[l+1], which is also the residual path's d mid.
-        // Recompute ln2, gate|up (unless the layer kept it) and the down_proj input.
-        bf16 *gate_up = mlp_gate_up(m, a);
-        {
+        // Recompute ln2, then per MLP tile (the forward's tiles) gate|up (unless the layer
+        // kept it) and the down_proj input; the weight gradients add tile by tile.
+        if (!layer_again) {
             StageRange stage(m->timer, "bwd norm recompute");
             rmsnorm_forward_cuda(m->ln, a->ln2_rstd, a->mid, params + w[W_POST_NORM], T, C,
                                  cfg->rms_norm_eps, s);
         }
-        if (!a->gate_up) {
-            StageRange stage(m->timer, "bwd gate_up recompute");
-            matmul_forward_cuda(gate_up, m->ln, params + w[W_GATE], T, C, 2 * F, s);
-        }
-        {
-            StageRange stage(m->timer, "bwd swiglu recompute");
-            swiglu_stacked_forward_cuda(m->act, gate_up, T, F, s);
-        }
-        {
-            StageRange stage(m->timer, "bwd down matmul");
-            matmul_backward_overwrite_cuda(m->d_act, grads + w[W_DOWN], m->d_residual, m->act,
-                                           params + w[W_DOWN], T, F, C, s);
-        }
-        {
-            StageRange stage(m->timer, "bwd swiglu");
-            // In place: gate and up are not needed again.
-            swiglu_stacked_backward_cuda(gate_up, m->d_act, gate_up, T, F, s);
-        }
-        {
-            StageRange stage(m->timer, "bwd gate_up matmul");
-            matmul_backward_overwrite_cuda(m->d_normed, grads + w[W_GATE], gate_up, m->ln,
-                                           params + w[W_GATE], T, C, 2 * F, s);
+        for (int t0 = 0; t0 < T; t0 += m->mlp_tile_rows) {
+            const int rows = T - t0 < m->mlp_tile_rows ? T - t0 : m->mlp_tile_rows;
+            bf16 *gate_up = mlp_gate_up(m, a, t0);
+            const bf16 *ln = m->ln + (size_t)t0 * C;
+            if (!a->gate_up) {
+                StageRange stage(m->timer, "bwd gate_up recompute");
+                matmul_forward_cuda(gate_up, ln, params + w[W_GATE], rows, C, 2 * F, s);
+            }
+            {
+                StageRange stage(m->timer, "bwd swiglu recompute");
+                swiglu_stacked_forward_cuda(m->act, gate_up, rows, F, s);
+            }
+            {
+                StageRange stage(m->timer, "bwd down matmul");
+                matmul_backward_overwrite_cuda(m->d_act, grads + w[W_DOWN],
+                                               m->d_residual + (size_t)t0 * C, m->act,
+                                               params + w[W_DOWN], rows, F, C, s);
+            }
+            {
+                StageRange stage(m->timer, "bwd swiglu");
+                // In place: gate and up are not needed again.
+                swiglu_stacked_backward_cuda(gate_up, m->d_act, gate_up, rows, F, s);
+            }
+            {
+                StageRange stage(m->timer, "bwd gate_up matmul");
+                matmul_backward_overwrite_cuda(m->d_normed + (size_t)t0 * C, grads + w[W_GATE],
+                                               gate_up, ln, params + w[W_GATE], rows, C, 2 * F, s);
+            }
         }
         {
             StageRange stage(m->timer, "bwd norm");
@@ -511,7 +576,7 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
             matmul_backward_overwrite_cuda(m->d_attn, grads + w[W_O], m->d_residual, a->attn,
                                            params + w[W_O], T, m->dims.q_dim, C, s);
         }
-        if (cfg->qk_norm) {
+        if (cfg->qk_norm && !layer_again) {
             StageRange stage(m->timer, "bwd qk_norm recompute");
             qk_norm_rope(m, params, w, a, T);
         }

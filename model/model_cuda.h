@@ -31,11 +31,13 @@ typedef struct CudaModel CudaModel;
 bool model_dims_cuda_supported(const ModelDims *d);
 
 // Validates the config (model_dims, then model_dims_cuda_supported: fatal, naming the
-// fields) and allocates the activation arena once. keep_mlp_activations: every layer
-// keeps its gate|up product for the backward (faster; L x [T, 2F] bf16 more memory)
-// instead of the backward recomputing it (model/model_arena.h).
+// fields) and allocates the activation arena once, keeping what `recompute` (model.h)
+// says: MLP recomputes the gate|up product in the backward, NONE keeps it for every
+// layer (faster; L x [T, 2F] bf16 more memory), LAYER keeps only each layer's input
+// residual and runs the layer's forward again in its backward (model/model_arena.h).
+// The gradients are bitwise the same in every mode.
 CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len,
-                             bool keep_mlp_activations);
+                             ModelRecompute recompute);
 void cuda_model_free(CudaModel *m);
 
 // Forward only. params_bf16: device, [ParamTable.total] bf16. b: HOST arrays
@@ -82,6 +84,11 @@ void cuda_model_set_grads_ready(CudaModel *m, CudaGradsReady fn, void *ctx);
 // Logit rows per chunk of the loss head (tests: chunking must not change the result);
 // clamped to [1, the chunk the arena was sized for: at most CUDA_LOGIT_CHUNK_ELEMENTS logits, bf16].
 void cuda_model_set_logit_chunk_rows(CudaModel *m, int rows);
+
+// Tokens per MLP tile (tests: the tiles must not change the result beyond the order of
+// the weight gradients' sums); clamped to [1, the tile the arena was sized for: at most
+// CUDA_MLP_TILE_ELEMENTS gate|up elements, at most the micro-batch].
+void cuda_model_set_mlp_tile_rows(CudaModel *m, int rows);
 
 // Bytes of the activation arena (for memory reports): cuda_arena_layout's
 // (model/model_arena.h) for this config and max_rows x seq_len.

@@ -10,8 +10,11 @@ expect_error "tokens_per_step 1e15" "config key 'train.tokens_per_step': must be
 expect_error "a model larger than the machine" "config keys model.hidden_size.*more than this machine" \
     "$train" --set out_dir="$tmp/b" --set model.hidden_size=65536 --set model.intermediate_size=262144 \
     --set model.num_hidden_layers=1024 --set model.num_attention_heads=512 --set model.num_key_value_heads=512
-expect_error "micro-batches larger than the machine" "config keys train.micro_rows x data.seq_len" \
-    "$train" --set out_dir="$tmp/c" --set train.micro_rows=65536 --set data.seq_len=1048576
+expect_error "micro-batches larger than the machine" "config keys train.micro_rows x data.seq_len.*with train.recompute mlp.*or set train.recompute=layer" \
+    "$train" --set out_dir="$tmp/c" --set train.micro_rows=65536 --set data.seq_len=1048576 --set backend=cpu
+expect_error "micro-batches larger than the machine, recompute layer" "with train.recompute layer.*(lower train.micro_rows)" \
+    "$train" --set out_dir="$tmp/c" --set train.micro_rows=65536 --set data.seq_len=1048576 --set backend=cpu \
+    --set train.recompute=layer
 [ ! -e "$tmp/a" ] && [ ! -e "$tmp/b" ] && [ ! -e "$tmp/c" ] && ok || bad "a refused run created its out_dir"
 
 # A 10 MB user message with data.seq_len 64: refused naming the line and data.max_line_bytes

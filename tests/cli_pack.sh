@@ -91,6 +91,24 @@ head -n 1 "$tmp/conv.jsonl" > "$tmp/long.jsonl"; echo '{"messages": [{"role": "u
 if out=$(pack --set data.train_path="$tmp/long.jsonl" --set data.seq_len=64 --set data.skip_too_long=true --out "$tmp/short.jsonl" 2>&1) &&
    grep -q "^skipped *0 bad, 1 too long" <<<"$out" && [ "$(wc -l < "$tmp/short.jsonl")" -eq 1 ]; then ok; else bad "skip_too_long: $out"; fi
 
+# The longest conversation and the data.seq_len it needs: packing at that seq_len works,
+# one token less refuses that very line (lines reversed: the longest is the last).
+tac "$tmp/conv.jsonl" > "$tmp/reversed.jsonl"
+for layout in duplicate npass; do
+    out=$(pack --set data.train_path="$tmp/reversed.jsonl" --set data.layout=$layout --out "$tmp/x.jsonl" 2>&1)
+    line=$(sed -n 's/^longest conversation *line \([0-9]*\): \([0-9]*\) tokens in one row, so data.seq_len >= \2 (it is 2048)$/\1/p' <<<"$out")
+    need=$(sed -n 's/^longest conversation *line [0-9]*: \([0-9]*\) tokens.*/\1/p' <<<"$out")
+    if [ -z "$line" ] || [ -z "$need" ]; then bad "$layout: no longest conversation line: $out"; continue; fi
+    if "$train" pack --set data.tokenizer="$data/tokenizer.model" --set data.train_path="$tmp/reversed.jsonl" \
+           --set data.layout=$layout --set data.seq_len="$need" --out "$tmp/x.jsonl" >/dev/null 2>&1; then ok
+    else bad "$layout: data.seq_len=$need (the printed need) does not pack"; fi
+    if out=$("$train" pack --set data.tokenizer="$data/tokenizer.model" --set data.train_path="$tmp/reversed.jsonl" \
+           --set data.layout=$layout --set data.seq_len=$((need - 1)) --out "$tmp/x.jsonl" 2>&1); then
+        bad "$layout: data.seq_len=$((need - 1)) packs"
+    elif grep -q "reversed.jsonl:$line: .*does not fit seq_len $((need - 1))" <<<"$out"; then ok
+    else bad "$layout: one less than the need refuses another line than $line: $out"; fi
+done
+
 # Unpacked: one document per row.
 if out=$(pack --set data.train_path="$tmp/conv.jsonl" --set data.layout=npass --set data.unpacked=true --out "$tmp/unpacked.jsonl" 2>&1); then
     docs=$(awk '/^documents/ {print $2}' <<<"$out")

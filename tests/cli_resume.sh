@@ -3,6 +3,7 @@
 # checkpoint gives the same per-step losses (every logged number except timings) and
 # byte-identical final weights. Also SIGINT: the run finishes its step, checkpoints,
 # exits 0; resuming in the same out_dir yields the straight run's metrics and weights.
+# A resume in another train.recompute mode continues bit for bit too.
 train="$1"; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 pass=0; fail=0
 ok() { pass=$((pass+1)); }
@@ -28,6 +29,18 @@ check "resumed run logs steps 4-6" "[ \"\$(grep -o '\"step\":[0-9]*' '$resumed/m
 check "identical metrics for steps 4-6" "diff <(sed -n '4,6p' '$straight/metrics.jsonl' | untimed) <(untimed '$resumed/metrics.jsonl') >&2"
 check "identical final weights" "cmp <(tensor_bytes '$straight/checkpoint-000006/model.safetensors') <(tensor_bytes '$resumed/checkpoint-000006/model.safetensors')"
 check "loss changed over the run (not a no-op)" "[ \"\$(sed -n 1p '$straight/metrics.jsonl' | grep -o '\"loss\":[^,]*')\" != \"\$(sed -n 6p '$straight/metrics.jsonl' | grep -o '\"loss\":[^,]*')\" ]"
+
+# Resuming in another train.recompute mode (the straight run recomputes the MLP):
+# the same bits, the change reported.
+for mode in layer none; do
+    other="$tmp/resumed_$mode"
+    "$train" --set out_dir="$other" --set train.resume="$straight/checkpoint-000003" \
+        --set train.recompute=$mode "${tiny[@]}" > "$tmp/$mode.log" 2>&1 \
+        && ok || bad "resumed with recompute $mode: $(tail -3 "$tmp/$mode.log")"
+    check "recompute $mode: the change reported" "grep -q 'changed since the checkpoint: .*train.recompute' '$tmp/$mode.log'"
+    check "recompute $mode: identical metrics for steps 4-6" "diff <(sed -n '4,6p' '$straight/metrics.jsonl' | untimed) <(untimed '$other/metrics.jsonl') >&2"
+    check "recompute $mode: identical final weights" "cmp <(tensor_bytes '$straight/checkpoint-000006/model.safetensors') <(tensor_bytes '$other/checkpoint-000006/model.safetensors')"
+done
 
 # SIGINT mid-run (skipped if the run finishes before the signal lands).
 sig="$tmp/sig"

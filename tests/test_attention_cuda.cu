@@ -2,7 +2,7 @@
 // bf16-rounded inputs: random Q, K, V, dO (fresh each run), interval masks of every
 // layout family plus random intervals, keys scaled up along the sequence (scores whose
 // row maxima keep growing), ragged seq_len, GQA (bench_attention's H=12/KV=4/D=64 and
-// H=32/KV=8/D=128 among them), head_dim 64 and 128.
+// H=32/KV=8/D=128 among them), head_dim 64 and 128, and sparse rows of 131072 keys.
 // Also: the GPU tile-mask builder equals the CPU one; kernels follow the tile lists
 // (empty lists give zeros although lo/hi see keys); deterministic backward is bitwise
 // reproducible; a NaN reaches exactly its query's dq row (a NaN key the rows that see it),
@@ -19,9 +19,10 @@
 
 namespace {
 
-enum MaskKind { CAUSAL, DOCS, SHARED_PREFIX, STRIP_THINKING, DUPLICATE, RANDOM_INTERVALS, SINK_LOCAL };
+enum MaskKind { CAUSAL, DOCS, SHARED_PREFIX, STRIP_THINKING, DUPLICATE, RANDOM_INTERVALS, SINK_LOCAL,
+                LONG_DOCS_SINK };
 const char *const MASK_NAMES[] = {"causal", "docs", "shared_prefix", "strip_thinking",
-                                  "duplicate", "random_intervals", "sink_local"};
+                                  "duplicate", "random_intervals", "sink_local", "long_docs_sink"};
 
 // Sets hi for keys [k0, k1) (clipped to the document end), lo = own slot (causal).
 void causal_span(int32_t *lo, int32_t *hi, int k0, int k1, int doc_end, int visible_until) {
@@ -71,8 +72,26 @@ void fill_doc(MaskKind kind, int d0, int d1, TestRng *rng, int32_t *lo, int32_t 
 // many tiles its own (the walks' windows of 32 tiles far from tile 0).
 constexpr int SINK_KEYS = 100, LOCAL_KEYS = 300;
 
+// LONG_DOCS_SINK: causal documents of 1 to 2048 keys packed back to back, the last one of
+// LONG_LAST_DOC keys, and the first SINK_KEYS keys visible to every later query of the
+// row: a long row that stays sparse (the CPU oracle keeps up), whose first keys' dK sum
+// over every query and whose last document's dQ rows over thousands of keys.
+constexpr int LONG_LAST_DOC = 4096;
+
 // One row's lo/hi [S]: documents packed back to back, then padding (lo = hi).
 void fill_row(MaskKind kind, int S, TestRng *rng, int32_t *lo, int32_t *hi) {
+    if (kind == LONG_DOCS_SINK) {
+        const int last = S > 2 * LONG_LAST_DOC ? S - LONG_LAST_DOC : S / 2;
+        for (int d0 = 0; d0 < last;) {
+            int d1 = d0 + test_rng_int(rng, 1, 2048);
+            if (d1 > last) d1 = last;
+            causal_span(lo, hi, d0, d1, d1, d1);
+            d0 = d1;
+        }
+        causal_span(lo, hi, last, S, S, S);
+        for (int k = 0; k < SINK_KEYS && k < last; k++) hi[k] = S;
+        return;
+    }
     if (kind == SINK_LOCAL) {  // every query sees the first keys and its last ones
         for (int k = 0; k < S; k++) {
             lo[k] = k;
@@ -625,6 +644,15 @@ int main(void) {
     };
     if (!quick)
         for (const Case &c : sections) run_sections_case(c, &rng);
+    // Rows of 131072 keys (the long-context trainings' seq_len): query and key tiles to
+    // 2047, tile lists of 2048 x 2048 per orientation, the deterministic dQ's fixed point
+    // over a row's 2048 key tiles, lse and workspace rows of 131072 per head.
+    const Case long_rows[] = {
+        {1, 131072, 2, 1, 128, {LONG_DOCS_SINK}},
+        {1, 131072, 4, 2, 64, {SINK_LOCAL}},
+    };
+    if (!quick)
+        for (const Case &c : long_rows) run_case(c, &rng, 2);
     for (int d : {64, 128}) run_nan_case(d, &rng);
     return test_finish();
 }

@@ -43,7 +43,7 @@ static void reference_logits(const ModelConfig *cfg, const float *params, const 
     AttnMask mask;
     attn_mask_build(lo, hi, 1, len, 8, 8, &mask);
     const ModelBatch b = {1, len, token, target, pos, &mask};
-    CpuModel *m = cpu_model_create(cfg, 1, len);
+    CpuModel *m = cpu_model_create(cfg, 1, len, MODEL_RECOMPUTE_NONE);
     cpu_model_logits(m, params, &b, logits);
     cpu_model_free(m);
     attn_mask_free(&mask);

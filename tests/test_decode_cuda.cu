@@ -213,14 +213,14 @@ static void full_forward_logits(const ModelConfig *cfg, const float *params,
     AttnMask mask;
     attn_mask_build(lo.data(), hi.data(), N_SEQS, MAX_LEN, ATTN_TILE, ATTN_TILE, &mask);
     const ModelBatch batch = {N_SEQS, MAX_LEN, token.data(), target.data(), pos.data(), &mask};
-    CpuModel *m = cpu_model_create(cfg, N_SEQS, MAX_LEN);
+    CpuModel *m = cpu_model_create(cfg, N_SEQS, MAX_LEN, MODEL_RECOMPUTE_NONE);
     cpu->assign((size_t)T * cfg->vocab_size, 0.0f);
     cpu_model_logits(m, params, &batch, cpu->data());
     cpu_model_free(m);
     gpu->clear();
     const ModelDims dims = model_dims(cfg);
     if (model_dims_cuda_supported(&dims)) {
-        CudaModel *g = cuda_model_create(cfg, N_SEQS, MAX_LEN, false);
+        CudaModel *g = cuda_model_create(cfg, N_SEQS, MAX_LEN, MODEL_RECOMPUTE_MLP);
         gpu->assign((size_t)T * cfg->vocab_size, 0.0f);
         cuda_model_logits(g, params_dev, &batch, gpu->data());
         cuda_model_free(g);

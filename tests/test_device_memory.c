@@ -3,9 +3,14 @@
 //    model/model_cuda.cu carves) equal a count by hand of every buffer the CUDA backend
 //    allocates, with the attention backward's workspace (attention_bwd.cu) counted by hand;
 //  - the activation arena grows linearly in train.micro_rows, the state not at all;
+//  - every train.recompute mode's arena of several shapes equals a count from the shapes
+//    (none: gate|up in each layer's block; layer: one block for all layers);
 //  - the check refuses an estimate above the free memory, naming the estimate, what is
-//    free, and the keys (train.micro_rows, data.seq_len; the model's size when the
-//    weights and optimizer state decide), and a micro-batch of more than 2^31-1 tokens.
+//    free, the keys and the setting that fits (train.recompute=layer when it does, the
+//    largest train.micro_rows, the largest data.seq_len, each checked to fit with one
+//    more not fitting; the model's size when the weights and optimizer state decide),
+//    and a micro-batch of more than 2^31-1 tokens.
+#include <stdlib.h>
 #include <string.h>
 
 #include "model/model_arena.h"
@@ -20,13 +25,78 @@ static ModelConfig config(int hidden, int heads, int kv_heads, int inter, int la
     return mc;
 }
 
+// A stand-in for the attention backward's workspace (the check only passes it on):
+// fp32 dq accumulators and three per-row values for every query head.
+static size_t stand_in_workspace(const ModelConfig *mc, int micro_rows, int seq_len) {
+    const size_t D = mc->head_dim ? mc->head_dim : mc->hidden_size / mc->num_attention_heads;
+    return 4 * (size_t)micro_rows * seq_len * mc->num_attention_heads * (D + 3);
+}
+
+// The request's estimated total with other settings.
+static size_t request_total(const CudaMemoryRequest *r, int micro_rows, int seq_len,
+                            ModelRecompute mode) {
+    CudaMemoryRequest other = *r;
+    other.micro_rows = micro_rows, other.seq_len = seq_len, other.recompute = mode;
+    return cuda_memory_request_estimate(&other).total;
+}
+
+// The integer after the first `key` in text, or -1.
+static int int_after(const char *text, const char *key) {
+    const char *p = strstr(text, key);
+    return p ? atoi(p + strlen(key)) : -1;
+}
+
+static size_t round256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// The CUDA model's arena counted from the shapes, buffer by buffer (model_cuda.cu says
+// what each holds), every buffer on a 256-byte boundary, the attention workspace last.
+// Per mode: none keeps a [T, 2F] gate|up in each layer's block instead of one shared;
+// layer keeps one block for all layers.
+static size_t arena_by_hand(const ModelConfig *mc, int rows, int seq, ModelRecompute mode,
+                            size_t workspace) {
+    const size_t T = (size_t)rows * seq, C = mc->hidden_size, F = mc->intermediate_size,
+                 V = mc->vocab_size, H = mc->num_attention_heads, KV = mc->num_key_value_heads,
+                 L = mc->num_hidden_layers;
+    const size_t D = mc->head_dim ? (size_t)mc->head_dim : C / H, QD = H * D, KVD = KV * D;
+    const size_t bf16 = 2, f32 = 4, i32 = 4;
+    size_t chunk = CUDA_LOGIT_CHUNK_ELEMENTS / V;
+    if (chunk > 64) chunk -= chunk % 64;
+    if (chunk < 1) chunk = 1;
+    if (chunk > T) chunk = T;
+    // The MLP's tile: 2^27 gate|up elements in whole 64-row tiles, at most T.
+    size_t tile = ((size_t)1 << 27) / (2 * F);
+    if (tile > 64) tile -= tile % 64;
+    if (tile < 1) tile = 1;
+    if (tile > T) tile = T;
+    const size_t block = round256(f32 * T) + 2 * round256(bf16 * T * QD) +
+                         2 * round256(bf16 * T * KVD) + round256(f32 * T * H) +
+                         round256(bf16 * T * C) + round256(f32 * T) +
+                         (mode == MODEL_RECOMPUTE_NONE ? round256(bf16 * T * 2 * F) : 0);
+    const size_t blocks = mode == MODEL_RECOMPUTE_LAYER ? 1 : L;
+    const size_t qk = mc->qk_norm ? T : 0;
+    return 6 * round256(i32 * T) +
+           round256(i32 * attn_mask_storage_count(rows, seq, ATTN_TILE, ATTN_TILE)) +
+           round256(f32 * T * D) + round256(f32 * T)           // RoPE cos|sin, losses
+           + (L + 1) * round256(bf16 * T * C) + blocks * block  // residuals, blocks
+           + 3 * round256(bf16 * T * C)                         // ln, proj_out, final norm
+           + (mode == MODEL_RECOMPUTE_NONE ? 0 : round256(bf16 * tile * 2 * F))  // gate|up
+           + round256(bf16 * T * (QD + 2 * KVD)) + round256(bf16 * tile * F)     // qkv, act
+           + round256(f32 * T)                                                // final rstd
+           + round256(bf16 * qk * QD) + round256(bf16 * qk * KVD) + round256(f32 * qk * H) +
+           round256(f32 * qk * KV)                                   // q/k norms
+           + 2 * round256(bf16 * chunk * C) + round256(bf16 * chunk * V)  // loss chunk
+           + 2 * round256(bf16 * T * C) + 2 * round256(bf16 * T * QD) +
+           2 * round256(bf16 * T * KVD) + round256(bf16 * tile * F)  // the backward's
+           + workspace;
+}
+
 int main(void) {
     // Hidden 64, one head of 64, F 128, one layer, vocab 256, tied; 1 row of 128 tokens.
     const ModelConfig tiny = config(64, 1, 1, 128, 1, 256);
     // The attention backward's workspace: dsum, lse2 (1 x 1 x 128 fp32 each), fp32 dq
     // accumulators (128 x 64) for the fast mode.
     const size_t workspace = 2 * 512 + 4 * 128 * 64;
-    const CudaMemoryEstimate e = cuda_memory_estimate(&tiny, 1, 128, false, workspace);
+    const CudaMemoryEstimate e = cuda_memory_estimate(&tiny, 1, 128, MODEL_RECOMPUTE_MLP, workspace);
     // Parameters: embed 256x64 = 16384; layer: 2 norms of 64, q k v o 64x64 = 4 x 4096,
     // gate up down 128x64 = 3 x 8192; final norm 64.
     const size_t n = 16384 + (2 * 64 + 4 * 4096 + 3 * 8192) + 64;
@@ -52,7 +122,7 @@ int main(void) {
     // each) and the mask (24 int32, one 256-byte slot), RoPE (32768), the losses (512),
     // then the residual stream, the layer's block, the shared buffers, the loss chunk,
     // the backward's, the attention workspace last.
-    const CudaArenaLayout l = cuda_arena_layout(&tiny, 1, 128, false, workspace);
+    const CudaArenaLayout l = cuda_arena_layout(&tiny, 1, 128, MODEL_RECOMPUTE_MLP, workspace);
     EXPECT(l.bytes == arena && l.batch.pos == 512 && l.batch.mask_storage == 3072 &&
                l.rope_cos_sin == 3328 && l.target_losses == 36096 && l.residual == 36608 &&
                l.residual_stride == 16384 && l.layers == 69376 && l.layer.q == 512 &&
@@ -67,12 +137,12 @@ int main(void) {
            l.ln, l.chunk_rows, l.attn_workspace);
     ModelConfig qk = tiny;  // q_norm / k_norm: outputs T x 64 bf16 twice, rstd T x 1 twice
     qk.qk_norm = true;
-    const CudaMemoryEstimate eq = cuda_memory_estimate(&qk, 1, 128, false, workspace);
+    const CudaMemoryEstimate eq = cuda_memory_estimate(&qk, 1, 128, MODEL_RECOMPUTE_MLP, workspace);
     EXPECT(eq.arena == arena + 2 * 16384 + 2 * 512 && eq.state == e.state + 16 * 128,
            "q/k norms: arena %zu, state %zu (two norm weights of 64 more)", eq.arena, eq.state);
-    // keep_mlp_activations: the layer's block holds its gate|up (T x 2F bf16 = 65536
-    // bytes) and the shared one goes; with one layer the same bytes, with three two more.
-    const CudaArenaLayout kept = cuda_arena_layout(&tiny, 1, 128, true, workspace);
+    // recompute none: the layer's block holds its gate|up (T x 2F bf16 = 65536 bytes)
+    // and the shared one goes; with one layer the same bytes, with three two more.
+    const CudaArenaLayout kept = cuda_arena_layout(&tiny, 1, 128, MODEL_RECOMPUTE_NONE, workspace);
     EXPECT(kept.bytes == arena && kept.layer_stride == l.layer_stride + 65536 &&
                kept.layer.gate_up == l.layer_stride && kept.ln == l.ln + 65536 &&
                kept.qkv == l.qkv,
@@ -81,18 +151,62 @@ int main(void) {
            kept.bytes, arena, kept.layer_stride, kept.layer.gate_up, kept.ln, kept.qkv);
     ModelConfig three = tiny;
     three.num_hidden_layers = 3;
-    const size_t three_recomputed = cuda_memory_estimate(&three, 1, 128, false, workspace).arena;
-    const size_t three_kept = cuda_memory_estimate(&three, 1, 128, true, workspace).arena;
+    const size_t three_recomputed = cuda_memory_estimate(&three, 1, 128, MODEL_RECOMPUTE_MLP, workspace).arena;
+    const size_t three_kept = cuda_memory_estimate(&three, 1, 128, MODEL_RECOMPUTE_NONE, workspace).arena;
     EXPECT(three_kept == three_recomputed + 2 * 65536, "three layers: kept %zu, recomputed %zu",
            three_kept, three_recomputed);
+    // layer: one block for every layer: with three layers two blocks (of 83456 bytes, by
+    // hand above) fewer than mlp.
+    const size_t three_layer = cuda_memory_estimate(&three, 1, 128, MODEL_RECOMPUTE_LAYER,
+                                                    workspace).arena;
+    EXPECT(three_layer == three_recomputed - 2 * 83456, "three layers: layer %zu, mlp %zu",
+           three_layer, three_recomputed);
+    EXPECT(cuda_memory_estimate(&tiny, 1, 128, MODEL_RECOMPUTE_LAYER, workspace).arena == arena,
+           "one layer: layer mode's arena is mlp's");
+
+    const ModelConfig mid = config(512, 8, 2, 1408, 4, 151936);  // vocab: a fixed chunk
+    // Every mode of several shapes (GQA, q/k norms with head_dim apart from hidden /
+    // heads, a loss chunk smaller than the micro-batch, several rows) against the count
+    // from the shapes.
+    // MLP tiles of 1024 tokens (2^27 / 2F) over 2000: the MLP buffers a tile's.
+    const ModelConfig wide = config(256, 4, 2, 65536, 2, 5000);
+    EXPECT(cuda_arena_layout(&wide, 2, 1000, MODEL_RECOMPUTE_MLP, 0).mlp_tile_rows == 1024 &&
+               cuda_arena_layout(&tiny, 1, 128, MODEL_RECOMPUTE_MLP, 0).mlp_tile_rows == 128,
+           "MLP tiles: 1024 tokens of F 65536, the whole micro-batch of F 128");
+    ModelConfig qwen = config(256, 4, 2, 768, 3, 5000);
+    qwen.qk_norm = true, qwen.head_dim = 128;
+    const struct {
+        const ModelConfig *mc;
+        int rows, seq;
+    } shapes[] = {{&tiny, 1, 128}, {&three, 2, 1000}, {&qwen, 3, 512}, {&mid, 4, 4096},
+                  {&wide, 2, 1000}};
+    const ModelRecompute modes[] = {MODEL_RECOMPUTE_MLP, MODEL_RECOMPUTE_NONE,
+                                    MODEL_RECOMPUTE_LAYER};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int m = 0; m < 3; m++) {
+            const size_t ws = 4 * (size_t)shapes[i].rows * shapes[i].seq + 12345;
+            const size_t est = cuda_memory_estimate(shapes[i].mc, shapes[i].rows, shapes[i].seq,
+                                                    modes[m], ws).arena;
+            const size_t hand = arena_by_hand(shapes[i].mc, shapes[i].rows, shapes[i].seq,
+                                              modes[m], ws);
+            EXPECT(est == hand, "shape %zu, recompute %s: estimated arena %zu, by hand %zu", i,
+                   model_recompute_name(modes[m]), est, hand);
+        }
+    // The order at a long row: none > mlp > layer, layer's saved activations being the
+    // residuals (the rest of its arena one layer's working set).
+    const size_t none4k = cuda_memory_estimate(&mid, 1, 65536, MODEL_RECOMPUTE_NONE, 0).arena,
+                 mlp4k = cuda_memory_estimate(&mid, 1, 65536, MODEL_RECOMPUTE_MLP, 0).arena,
+                 layer4k = cuda_memory_estimate(&mid, 1, 65536, MODEL_RECOMPUTE_LAYER, 0).arena;
+    EXPECT(none4k > mlp4k && mlp4k > layer4k, "none %zu > mlp %zu > layer %zu", none4k, mlp4k,
+           layer4k);
+
     EXPECT(e.total == e.state + e.arena + e.scratch && e.scratch >= ((size_t)32 << 20),
            "total = state + arena + scratch (>= the 32 MiB cuBLASLt workspace)");
 
     // Linear in micro_rows (rows of 1024 tokens, a vocabulary whose loss chunk is fixed),
     // the attention workspace aside (0 here).
-    const ModelConfig mid = config(512, 8, 2, 1408, 4, 151936);
     CudaMemoryEstimate r[4];
-    for (int i = 0; i < 4; i++) r[i] = cuda_memory_estimate(&mid, 2 << i, 1024, false, 0);  // 2, 4, 8, 16
+    for (int i = 0; i < 4; i++) r[i] = cuda_memory_estimate(&mid, 2 << i, 1024, MODEL_RECOMPUTE_MLP, 0);  // 2, 4, 8, 16
     int bad = 0;
     for (int i = 1; i < 3; i++) {
         const double d1 = (double)r[i].arena - (double)r[i - 1].arena;
@@ -102,23 +216,72 @@ int main(void) {
     EXPECT(bad == 0, "the arena grows linearly in micro_rows (%zu %zu %zu %zu), the state not",
            r[0].arena, r[1].arena, r[2].arena, r[3].arena);
 
-    char err[1024];
+    char err[2048];
     const size_t gib = (size_t)1 << 30;
-    EXPECT(cuda_memory_check(&e, e.total, 140 * gib, 1, 128, err, sizeof err) == 0,
-           "fits exactly: accepted");
-    const CudaMemoryEstimate huge = cuda_memory_estimate(&mid, 60000, 1024, false, 0);
-    EXPECT(cuda_memory_check(&huge, 100 * gib, 140 * gib, 60000, 1024, err, sizeof err) == -1 &&
+    const CudaMemoryRequest tiny_request = {&tiny, 1, 128, MODEL_RECOMPUTE_MLP, NULL};
+    CudaMemoryEstimate got;
+    EXPECT(cuda_memory_check(&tiny_request, e.total - workspace, 140 * gib, &got, err,
+                             sizeof err) == 0 &&
+               got.total == e.total - workspace,
+           "fits exactly: accepted, the estimate returned");
+    EXPECT(cuda_memory_check(&tiny_request, e.total - workspace - 1, 140 * gib, NULL, err,
+                             sizeof err) == -1,
+           "a byte short: refused");
+
+    // Too many rows: refused naming the keys and the largest train.micro_rows that fits
+    // (it fits, one more does not).
+    const CudaMemoryRequest huge = {&mid, 60000, 1024, MODEL_RECOMPUTE_MLP, stand_in_workspace};
+    EXPECT(cuda_memory_check(&huge, 100 * gib, 140 * gib, NULL, err, sizeof err) == -1 &&
                strstr(err, "train.micro_rows") && strstr(err, "data.seq_len") &&
                strstr(err, "100.00 GiB are free (of 140.00)") && strstr(err, "60000 x 1024") &&
-               strstr(err, "lower train.micro_rows"),
+               strstr(err, "with train.recompute=mlp"),
            "too many tokens per micro-batch: refused naming the keys (%s)", err);
+    const int rows = int_after(err, "train.micro_rows=");
+    EXPECT(rows > 0 && request_total(&huge, rows, 1024, MODEL_RECOMPUTE_MLP) <= 100 * gib &&
+               request_total(&huge, rows + 1, 1024, MODEL_RECOMPUTE_MLP) > 100 * gib,
+           "train.micro_rows=%d is the largest that fits (%s)", rows, err);
+
+    // Qwen3-0.6B's shape at S = 131072: with mlp over the free memory, with layer under
+    // it: refused naming train.recompute=layer first, and the estimate that has.
+    ModelConfig qwen06 = config(1024, 16, 8, 3072, 28, 151936);
+    qwen06.head_dim = 128, qwen06.qk_norm = true;
+    const CudaMemoryRequest longrow = {&qwen06, 1, 131072, MODEL_RECOMPUTE_MLP, stand_in_workspace};
+    const size_t mlp_total = request_total(&longrow, 1, 131072, MODEL_RECOMPUTE_MLP);
+    const size_t layer_total = request_total(&longrow, 1, 131072, MODEL_RECOMPUTE_LAYER);
+    const size_t between = (mlp_total + layer_total) / 2;
+    char layer_text[64];
+    snprintf(layer_text, sizeof layer_text, "it fits with train.recompute=layer (about %.2f GiB)",
+             layer_total / (double)gib);
+    EXPECT(layer_total < mlp_total &&
+               cuda_memory_check(&longrow, between, 140 * gib, NULL, err, sizeof err) == -1 &&
+               strstr(err, layer_text) && strstr(err, "1 x 131072"),
+           "0.6B at 131072: mlp %.2f GiB, layer %.2f GiB, %.2f free: refused naming layer (%s)",
+           mlp_total / (double)gib, layer_total / (double)gib, between / (double)gib, err);
+    // From none, mlp is named first when it fits.
+    const CudaMemoryRequest kept_all = {&qwen06, 1, 131072, MODEL_RECOMPUTE_NONE,
+                                        stand_in_workspace};
+    EXPECT(cuda_memory_check(&kept_all, mlp_total, 140 * gib, NULL, err, sizeof err) == -1 &&
+               strstr(err, "it fits with train.recompute=mlp"),
+           "from none, mlp named first (%s)", err);
+    // Nothing fits one row of 131072 with any mode: the largest data.seq_len that does,
+    // with one row and layer (a multiple of 64: it fits, 64 more do not).
+    const size_t little = layer_total - ((size_t)4 << 30);
+    EXPECT(cuda_memory_check(&longrow, little, 140 * gib, NULL, err, sizeof err) == -1 &&
+               strstr(err, "with train.micro_rows=1 and train.recompute=layer"),
+           "nothing fits at 131072: refused naming data.seq_len (%s)", err);
+    const int seq = int_after(err, "data.seq_len=");
+    EXPECT(seq > 0 && seq % 64 == 0 &&
+               request_total(&longrow, 1, seq, MODEL_RECOMPUTE_LAYER) <= little &&
+               request_total(&longrow, 1, seq + 64, MODEL_RECOMPUTE_LAYER) > little,
+           "data.seq_len=%d is the largest multiple of 64 that fits (%s)", seq, err);
+
     const ModelConfig big = config(8192, 64, 8, 28672, 80, 128256);  // a 70B shape
-    const CudaMemoryEstimate model = cuda_memory_estimate(&big, 1, 1024, false, 0);
-    EXPECT(cuda_memory_check(&model, 139 * gib, 140 * gib, 1, 1024, err, sizeof err) == -1 &&
+    const CudaMemoryRequest model = {&big, 1, 1024, MODEL_RECOMPUTE_MLP, NULL};
+    EXPECT(cuda_memory_check(&model, 139 * gib, 140 * gib, NULL, err, sizeof err) == -1 &&
                strstr(err, "model.hidden_size") && strstr(err, "lower the model's size"),
            "a 70B model: refused naming the model keys (%s)", err);
-    const CudaMemoryEstimate over = cuda_memory_estimate(&tiny, 65536, 1 << 20, false, 0);
-    EXPECT(cuda_memory_check(&over, 140 * gib, 140 * gib, 65536, 1 << 20, err, sizeof err) == -1 &&
+    const CudaMemoryRequest over = {&tiny, 65536, 1 << 20, MODEL_RECOMPUTE_MLP, NULL};
+    EXPECT(cuda_memory_check(&over, 140 * gib, 140 * gib, NULL, err, sizeof err) == -1 &&
                strstr(err, "65536 x 1048576") && strstr(err, "train.micro_rows"),
            "2^36 tokens per micro-batch: refused (%s)", err);
     return test_finish();

@@ -1,6 +1,7 @@
 // The device-memory estimate (trainer/device_memory.h) against what the CUDA model
 // really allocates: for several shapes (MHA and GQA, head dims 64 and 128, tied and
-// untied, q/k norms, a loss chunk smaller and larger than the micro-batch), the estimated
+// untied, q/k norms, a loss chunk smaller and larger than the micro-batch) and every
+// train.recompute mode (mlp, none, layer), the estimated
 // arena, with the attention workspace the backend passes it, is cuda_model_arena_bytes
 // to the byte: cuda_model_create allocates the layout the estimate sizes
 // (model/model_arena.h), with the same attention workspace.
@@ -42,15 +43,16 @@ int main(void) {
         mc.tie_word_embeddings = s.tied;
         mc.qk_norm = s.qk_norm;
         ops_cuda_init(s.rows * s.seq, s.hidden);
-        for (int keep = 0; keep < 2; keep++) {  // the MLP recomputed, then kept
-            CudaModel *m = cuda_model_create(&mc, s.rows, s.seq, keep);
+        for (ModelRecompute mode :
+             {MODEL_RECOMPUTE_MLP, MODEL_RECOMPUTE_NONE, MODEL_RECOMPUTE_LAYER}) {
+            CudaModel *m = cuda_model_create(&mc, s.rows, s.seq, mode);
             const size_t real = cuda_model_arena_bytes(m);
             const size_t workspace = cuda_model_attention_workspace_bytes(&mc, s.rows, s.seq);
-            const CudaMemoryEstimate e = cuda_memory_estimate(&mc, s.rows, s.seq, keep, workspace);
+            const CudaMemoryEstimate e = cuda_memory_estimate(&mc, s.rows, s.seq, mode, workspace);
             EXPECT(e.arena == real,
-                   "hidden %d, %d x %d tokens, keep_mlp_activations %d: estimated arena %zu "
-                   "bytes, allocated %zu",
-                   s.hidden, s.rows, s.seq, keep, e.arena, real);
+                   "hidden %d, %d x %d tokens, recompute %s: estimated arena %zu bytes, "
+                   "allocated %zu",
+                   s.hidden, s.rows, s.seq, model_recompute_name(mode), e.arena, real);
             cuda_model_free(m);
         }
         ops_cuda_destroy();

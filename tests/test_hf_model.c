@@ -42,7 +42,7 @@ static void fixture_errors(const char *name, bool plain_rope, double *logit_err,
     AttnMask mask;
     attn_mask_build(ref.lo, ref.hi, 1, S, 8, 8, &mask);
     const ModelBatch b = {1, S, ref.token, ref.target, ref.pos, &mask};
-    CpuModel *m = cpu_model_create(cfg, 1, S);
+    CpuModel *m = cpu_model_create(cfg, 1, S, MODEL_RECOMPUTE_NONE);
     float *logits = xmalloc((size_t)S * V * sizeof(float));
     cpu_model_logits(m, params, &b, logits);
     *logit_err = test_relative_error(logits, want_d, (size_t)S * V);

@@ -65,7 +65,7 @@ static void fixture_cosines(const char *name, Mutation mutation, double *worst, 
     AttnMask mask;
     attn_mask_build(lo, hi, 1, ROW, ATTN_TILE, ATTN_TILE, &mask);
     const ModelBatch b = {1, ROW, token, target, pos, &mask};
-    CudaModel *m = cuda_model_create(cfg, 1, ROW, false);
+    CudaModel *m = cuda_model_create(cfg, 1, ROW, MODEL_RECOMPUTE_MLP);
     float *logits = (float *)xmalloc((size_t)ROW * V * sizeof(float));
     cuda_model_logits(m, params_dev, &b, logits);
     *worst = 1.0;

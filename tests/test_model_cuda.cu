@@ -6,7 +6,9 @@
 //    Qwen2's q/k/v biases, llama3 RoPE scaling, head_dim decoupled from hidden / heads,
 //    Qwen3's q_norm/k_norm; the loss head in chunks gives the same result;
 //  - forward-only equals forward_backward's loss; a second call adds the same
-//    gradient again; the deterministic mode is bitwise reproducible; the atomic dQ
+//    gradient again; the deterministic mode is bitwise reproducible; the recompute
+//    modes none and layer give bitwise the losses and gradients of mlp (and with the MLP
+//    in tiles of tokens, layer's those of mlp, both close to one tile's); the atomic dQ
 //    mode agrees; a mask built with other block sizes is rebuilt and gives the same loss;
 //  - parity on the GPU: duplicate against npass, loss within 5e-3 relative, gradient
 //    tensors at cosine >= 0.999 (exact in real arithmetic, see DESIGN.md §3); mask_only,
@@ -224,7 +226,7 @@ static void run_config(const char *label, const ModelConfig *cfg) {
     const int T_dup = dup.rows.n_rows * SEQ_LEN;
 
     // ---- the CPU oracle on the duplicate batch
-    CpuModel *cpu = cpu_model_create(cfg, dup.rows.n_rows, SEQ_LEN);
+    CpuModel *cpu = cpu_model_create(cfg, dup.rows.n_rows, SEQ_LEN, MODEL_RECOMPUTE_NONE);
     float *cpu_losses = (float *)xmalloc((size_t)T_dup * sizeof(float));
     float *cpu_grads = (float *)xcalloc(n, sizeof(float));
     const double cpu_loss = cpu_model_forward(cpu, params_host, &dup.batch, cpu_losses);
@@ -232,7 +234,7 @@ static void run_config(const char *label, const ModelConfig *cfg) {
     cpu_model_free(cpu);
 
     // ---- the GPU model
-    CudaModel *model = cuda_model_create(cfg, max_rows, SEQ_LEN, false);
+    CudaModel *model = cuda_model_create(cfg, max_rows, SEQ_LEN, MODEL_RECOMPUTE_MLP);
     printf("  activation arena %.1f MiB for %d rows\n", cuda_model_arena_bytes(model) / 1048576.0,
            max_rows);
     float *gpu_losses = (float *)xmalloc((size_t)T_dup * sizeof(float));
@@ -270,22 +272,76 @@ static void run_config(const char *label, const ModelConfig *cfg) {
           "deterministic gradients differ between two runs");
     check_grads_ready(model, cfg, params_dev, grads_dev, n, &dup.batch, loss_scale);
 
-    // Each layer keeping its gate|up instead of the backward recomputing it: the same
-    // kernels on the same inputs, so bitwise the same loss and gradients.
-    {
-        CudaModel *kept = cuda_model_create(cfg, max_rows, SEQ_LEN, true);
-        const double kept_loss = gpu_gradients(kept, params_dev, grads_dev, grads_again, n,
-                                               &dup.batch, loss_scale);
-        printf("  keep_mlp_activations: arena %.1f MiB (recomputing %.1f), loss %.9g\n",
-               cuda_model_arena_bytes(kept) / 1048576.0, cuda_model_arena_bytes(model) / 1048576.0,
-               kept_loss);
-        EXPECT(kept_loss == loss, "kept MLP activations: loss %.9g vs %.9g", kept_loss, loss);
+    // The other recompute modes: each layer keeping its gate|up (none), or keeping only
+    // its input residual and running its forward again in the backward (layer): the same
+    // kernels on the same inputs, so in deterministic mode bitwise the same loss, per-slot
+    // losses and gradients as recomputing the MLP (and so as each other); none takes more
+    // memory than mlp, layer less.
+    for (ModelRecompute mode : {MODEL_RECOMPUTE_NONE, MODEL_RECOMPUTE_LAYER}) {
+        const char *name = model_recompute_name(mode);
+        CudaModel *other = cuda_model_create(cfg, max_rows, SEQ_LEN, mode);
+        float *other_losses = (float *)xmalloc((size_t)T_dup * sizeof(float));
+        const double other_fwd = cuda_model_forward(other, params_dev, &dup.batch, other_losses);
+        const double other_loss = gpu_gradients(other, params_dev, grads_dev, grads_again, n,
+                                                &dup.batch, loss_scale);
+        printf("  recompute %s: arena %.1f MiB (mlp %.1f), loss %.9g\n", name,
+               cuda_model_arena_bytes(other) / 1048576.0,
+               cuda_model_arena_bytes(model) / 1048576.0, other_loss);
+        EXPECT(other_loss == loss && other_fwd == fwd_loss,
+               "recompute %s: loss %.9g (forward %.9g) vs %.9g", name, other_loss, other_fwd,
+               loss);
+        EXPECT(memcmp(other_losses, gpu_losses, (size_t)T_dup * sizeof(float)) == 0,
+               "recompute %s: per-slot losses differ", name);
+        size_t first = n;
+        for (size_t i = 0; i < n && first == n; i++)
+            if (memcmp(&grads[i], &grads_again[i], sizeof(float)) != 0) first = i;
+        EXPECT(first == n, "recompute %s: gradient %zu is %.9g, mlp's %.9g", name, first,
+               first < n ? grads_again[first] : 0.0f, first < n ? grads[first] : 0.0f);
+        const bool more = mode == MODEL_RECOMPUTE_NONE;
+        EXPECT(more ? cuda_model_arena_bytes(other) > cuda_model_arena_bytes(model)
+                    : cuda_model_arena_bytes(other) < cuda_model_arena_bytes(model),
+               "recompute %s takes %s memory than mlp (%zu vs %zu bytes)", name,
+               more ? "more" : "less", cuda_model_arena_bytes(other),
+               cuda_model_arena_bytes(model));
+        // A second step on the same model: the layer blocks it refilled last step hold
+        // nothing this step depends on.
+        gpu_gradients(other, params_dev, grads_dev, grads_again, n, &dup.batch, loss_scale);
         EXPECT(memcmp(grads, grads_again, n * sizeof(float)) == 0,
-               "kept MLP activations: gradients differ from the recomputing model's");
-        EXPECT(cuda_model_arena_bytes(kept) > cuda_model_arena_bytes(model),
-               "kept MLP activations take more memory (%zu vs %zu bytes)",
-               cuda_model_arena_bytes(kept), cuda_model_arena_bytes(model));
-        cuda_model_free(kept);
+               "recompute %s: a second step's gradients differ", name);
+        free(other_losses);
+        cuda_model_free(other);
+    }
+
+    // The MLP in tiles of 200 tokens (the last one partial; the arena's tile holds the
+    // whole micro-batch here): the same losses and gradients up to the order of the weight
+    // gradients' sums and the products' shapes; and the layer mode's, with the same tiles,
+    // bitwise the tiled mlp model's.
+    {
+        cuda_model_set_mlp_tile_rows(model, 200);
+        float *tiled = (float *)xmalloc(n * sizeof(float));
+        const double tiled_loss = gpu_gradients(model, params_dev, grads_dev, tiled, n,
+                                                &dup.batch, loss_scale);
+        printf("  MLP in tiles of 200 tokens (%d in all): loss %.9g vs %.9g\n", T_dup,
+               tiled_loss, loss);
+        EXPECT(T_dup > 400 && fabs(tiled_loss - loss) <= 1e-3 * fabs(loss),
+               "MLP tiles: loss %.9g vs %.9g (%d tokens)", tiled_loss, loss, T_dup);
+        double tiled_worst = 1.0;
+        for (int i = 0; i < table.n_tensors; i++) {
+            const ParamTensor *p = &table.tensors[i];
+            tiled_worst = fmin(tiled_worst,
+                               test_cosine(tiled + p->offset, grads + p->offset, p->numel));
+        }
+        EXPECT(tiled_worst >= 0.999, "MLP tiles: gradients at cosine %.6f", tiled_worst);
+        CudaModel *layer = cuda_model_create(cfg, max_rows, SEQ_LEN, MODEL_RECOMPUTE_LAYER);
+        cuda_model_set_mlp_tile_rows(layer, 200);
+        const double layer_loss = gpu_gradients(layer, params_dev, grads_dev, grads_again, n,
+                                                &dup.batch, loss_scale);
+        EXPECT(layer_loss == tiled_loss && memcmp(tiled, grads_again, n * sizeof(float)) == 0,
+               "MLP tiles: the layer mode's loss %.9g or gradients differ from mlp's (%.9g)",
+               layer_loss, tiled_loss);
+        cuda_model_free(layer);
+        cuda_model_set_mlp_tile_rows(model, INT_MAX);
+        free(tiled);
     }
 
     // Accumulation: a second call on the same buffer adds the same gradient again.

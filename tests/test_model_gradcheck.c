@@ -366,7 +366,8 @@ static void run_config(const char *label, ModelConfig cfg) {
     const Reference ref = {&cfg, &table, &batch};
 
     // Forward: per-slot losses and their sum against the double reference.
-    CpuModel *model = cpu_model_create(&cfg, ROWS + 1, SEQ);  // more rows than used
+    // more rows than used; every activation kept
+    CpuModel *model = cpu_model_create(&cfg, ROWS + 1, SEQ, MODEL_RECOMPUTE_NONE);
     float losses[T];
     double ref_losses[T];
     const double loss = cpu_model_forward(model, params, &mb, losses);
@@ -412,6 +413,28 @@ static void run_config(const char *label, ModelConfig cfg) {
             free(wrong);
         }
         free(numeric);
+    }
+
+    // The backward recomputing the MLP, or each whole layer from its input residual: the
+    // same losses and bitwise the same gradients as keeping everything.
+    const ModelRecompute modes[] = {MODEL_RECOMPUTE_MLP, MODEL_RECOMPUTE_LAYER};
+    for (int i = 0; i < 2; i++) {
+        CpuModel *r = cpu_model_create(&cfg, ROWS + 1, SEQ, modes[i]);
+        float r_losses[T];
+        const double r_loss = cpu_model_forward(r, params, &mb, r_losses);
+        float *r_grads = calloc(table.total, sizeof(float));
+        const double r_loss_fb = cpu_model_forward_backward(r, params, r_grads, &mb, loss_scale);
+        EXPECT(r_loss == loss && r_loss_fb == loss && memcmp(r_losses, losses, sizeof losses) == 0,
+               "recompute %s: loss %.9g (forward_backward %.9g) vs %.9g",
+               model_recompute_name(modes[i]), r_loss, r_loss_fb, loss);
+        size_t first = table.total;
+        for (size_t j = 0; j < table.total && first == table.total; j++)
+            if (memcmp(&r_grads[j], &grads[j], sizeof(float)) != 0) first = j;
+        EXPECT(first == table.total, "recompute %s: gradient %zu is %.9g, kept everything %.9g",
+               model_recompute_name(modes[i]), first, first < table.total ? r_grads[first] : 0.0f,
+               first < table.total ? grads[first] : 0.0f);
+        free(r_grads);
+        cpu_model_free(r);
     }
 
     // Gradients accumulate: a second call adds the same gradient again.

@@ -94,7 +94,8 @@ int main(void) {
     opt.step = test_rng_int(&rng, 1, 50);
 
     const TrainBackendOps *gpu = cuda_train_backend(), *cpu = backend_ops(BACKEND_CPU);
-    const BackendSetup setup = {&mc, &table, MICRO_ROWS, SEQ_LEN, true, false};
+    const BackendSetup setup = {&mc, &table, MICRO_ROWS, SEQ_LEN, true,
+                                MODEL_RECOMPUTE_MLP};
     void *g = gpu->create(&setup), *c = cpu->create(&setup);
 
     // Round trip.

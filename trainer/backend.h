@@ -28,7 +28,7 @@ typedef struct {
     const ParamTable *table;
     int micro_rows, seq_len;  // the largest micro-batch
     bool deterministic;       // bitwise reproducible gradients (GPU attention backward)
-    bool keep_mlp_activations;  // GPU: no MLP recompute in the backward (more memory)
+    ModelRecompute recompute;  // what the backward recomputes instead of keeping
 } BackendSetup;
 
 typedef struct {

@@ -20,7 +20,8 @@ typedef struct {
 static void *cpu_create(const BackendSetup *setup) {
     CpuTrainer *t = xcalloc(1, sizeof *t);
     t->table = setup->table;
-    t->model = cpu_model_create(setup->mc, setup->micro_rows, setup->seq_len);
+    t->model = cpu_model_create(setup->mc, setup->micro_rows, setup->seq_len,
+                                setup->recompute);
     t->params = xcalloc(setup->table->total, sizeof(float));
     t->grads = xcalloc(setup->table->total, sizeof(float));
     adamw_init(&t->opt, setup->table->total);

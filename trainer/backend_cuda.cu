@@ -78,12 +78,10 @@ static void *cuda_create(const BackendSetup *setup) {
     // Refused up front, naming the keys, rather than "out of memory" midway.
     size_t free_bytes, total_bytes;
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
-    const CudaMemoryEstimate need = cuda_memory_estimate(
-        setup->mc, setup->micro_rows, setup->seq_len, setup->keep_mlp_activations,
-        cuda_model_attention_workspace_bytes(setup->mc, setup->micro_rows, setup->seq_len));
-    char err[1024];
-    if (cuda_memory_check(&need, free_bytes, total_bytes, setup->micro_rows, setup->seq_len, err,
-                          sizeof err) != 0)
+    const CudaMemoryRequest request = {setup->mc, setup->micro_rows, setup->seq_len,
+                                       setup->recompute, cuda_model_attention_workspace_bytes};
+    char err[2048];
+    if (cuda_memory_check(&request, free_bytes, total_bytes, nullptr, err, sizeof err) != 0)
         fatal("%s", err);
     cudaCheck(cudaGetDevice(&g_device));
     CudaTrainer *t = (CudaTrainer *)xcalloc(1, sizeof *t);
@@ -95,7 +93,7 @@ static void *cuda_create(const BackendSetup *setup) {
                              ? head_dim : setup->mc->hidden_size;
     ops_acquire(setup->micro_rows * setup->seq_len, channels);
     t->model = cuda_model_create(setup->mc, setup->micro_rows, setup->seq_len,
-                                 setup->keep_mlp_activations);
+                                 setup->recompute);
     cuda_model_set_deterministic(t->model, setup->deterministic);
     t->stream = cuda_model_stream(t->model);
     cudaCheck(cudaMalloc(&t->weights, t->n * sizeof(__nv_bfloat16)));

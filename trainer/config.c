@@ -40,6 +40,10 @@ const int CONFIG_N_KEYS = (int)(sizeof CONFIG_TABLE / sizeof CONFIG_TABLE[0]);
 static const struct {
     const char *old, *now;
 } RENAMED[] = {CONFIG_RENAMED(CFG_RENAMED_ROW)};
+#define CFG_REPLACED_ROW(old, now, how) {old, now, how},
+static const struct {
+    const char *old, *now, *how;
+} REPLACED[] = {CONFIG_REPLACED(CFG_REPLACED_ROW)};
 
 struct ConfigSource {
     json_t *root;      // the resolved tree: every key, sections as objects
@@ -93,6 +97,10 @@ static _Noreturn void fail_unknown_key(const char *where, const char *dotted) {
     for (size_t i = 0; i < sizeof RENAMED / sizeof RENAMED[0]; i++)
         if (strcmp(RENAMED[i].old, dotted) == 0)
             fatal("%s: config key '%s' is now '%s'", where, dotted, RENAMED[i].now);
+    for (size_t i = 0; i < sizeof REPLACED / sizeof REPLACED[0]; i++)
+        if (strcmp(REPLACED[i].old, dotted) == 0)
+            fatal("%s: config key '%s' is replaced by '%s' (%s)", where, dotted, REPLACED[i].now,
+                  REPLACED[i].how);
     const char *leaf = strrchr(dotted, '.');
     leaf = leaf ? leaf + 1 : dotted;
     const ConfigKey *best = NULL;
@@ -438,6 +446,8 @@ void config_describe(FILE *f, bool markdown) {
               "| old | new |\n|---|---|\n", f);
         for (size_t i = 0; i < sizeof RENAMED / sizeof RENAMED[0]; i++)
             fprintf(f, "| `%s` | `%s` |\n", RENAMED[i].old, RENAMED[i].now);
+        for (size_t i = 0; i < sizeof REPLACED / sizeof REPLACED[0]; i++)
+            fprintf(f, "| `%s` | `%s`: %s |\n", REPLACED[i].old, REPLACED[i].now, REPLACED[i].how);
     }
 }
 

@@ -114,8 +114,9 @@
       "allow a new run into an out_dir that holds another run")                                   \
     X(train, deterministic, BOOL, true, 0, 0, 0,                                                  \
       "bitwise reproducible CUDA attention backward (fixed-point dQ)")                            \
-    X(train, keep_mlp_activations, BOOL, false, 0, 0, 0,                                          \
-      "CUDA: keep the MLP's gate|up for the backward instead of recomputing it")                  \
+    X(train, recompute, STR, "mlp", 0, 0, 0,                                                      \
+      "what the backward recomputes instead of keeping: none, mlp (the MLP's gate|up) or "        \
+      "layer (each layer's forward from its input); the same gradients in each")                 \
     X(train, shuffle, BOOL, true, 0, 0, CFG_FIXED, "shuffle the conversations each epoch")         \
     X(train, peak_tflops, NUM, 0.0, 0, 1e7, 0,                                                    \
       "the MFU denominator in TFLOP/s; 0: the H200's dense bf16 peak on cuda, no MFU on cpu")
@@ -167,3 +168,8 @@
     R("train.bucket_mb", "dist.bucket_mb")                                                        \
     R("train.dist_timeout_s", "dist.timeout_s")                                                   \
     R("data.template", "data.chat_template")
+
+// Keys replaced by a key of other values: the old one is refused naming the new key and
+// how its values map.
+#define CONFIG_REPLACED(R)                                                                        \
+    R("train.keep_mlp_activations", "train.recompute", "true is none, false is mlp")

@@ -6,9 +6,14 @@
 #include "attention/mask.h"
 #include "common/check.h"
 
-static void count_docs(const DocList *docs, long long *tokens, long long *trained, int *longest) {
+// longest_line: NULL, or the line of the first longest document.
+static void count_docs(const DocList *docs, long long *tokens, long long *trained, int *longest,
+                       int *longest_line) {
     for (int d = 0; d < docs->n_docs; d++) {
-        if (docs->docs[d].n > *longest) *longest = docs->docs[d].n;
+        if (docs->docs[d].n > *longest) {
+            *longest = docs->docs[d].n;
+            if (longest_line) *longest_line = docs->docs[d].line;
+        }
         *tokens += docs->docs[d].n;
         for (int i = 0; i < docs->docs[d].n; i++) *trained += docs->docs[d].target[i] != -1;
     }
@@ -23,7 +28,8 @@ void stats_compute(const TokenizedSample *samples, int n_samples, LayoutKind lay
     out->n_rows = rows->n_rows;
     out->seq_len = rows->seq_len;
     out->tile = tile;
-    count_docs(docs, &out->layout_tokens, &out->layout_trained, &out->longest_doc);
+    count_docs(docs, &out->layout_tokens, &out->layout_trained, &out->longest_doc,
+               &out->longest_line);
     for (int s = 0; s < n_samples; s++) {
         out->n_turns += samples[s].n_turns;
         DocList npass = {0};
@@ -31,7 +37,7 @@ void stats_compute(const TokenizedSample *samples, int n_samples, LayoutKind lay
         if (layout_sample(LAYOUT_NPASS, loss, &samples[s], s, &npass, err, sizeof err) != 0)
             fatal("statistics: %s", err);
         int npass_longest = 0;
-        count_docs(&npass, &out->npass_tokens, &out->npass_trained, &npass_longest);
+        count_docs(&npass, &out->npass_tokens, &out->npass_trained, &npass_longest, NULL);
         doc_list_free(&npass);
     }
     size_t n_slots = (size_t)rows->n_rows * (size_t)rows->seq_len;
@@ -68,6 +74,11 @@ void stats_print(const DatasetStats *s, FILE *f) {
                                "(duplicate = mask_only = npass)"
                              : "strip");
     fprintf(f, "%-22s %d (longest %d tokens)\n", "documents", s->n_docs, s->longest_doc);
+    // A document is laid out whole in one row: the longest decides data.seq_len.
+    if (s->longest_line > 0)
+        fprintf(f, "%-22s line %d: %d tokens in one row, so data.seq_len >= %d (it is %d)\n",
+                "longest conversation", s->longest_line, s->longest_doc, s->longest_doc,
+                s->seq_len);
     fprintf(f, "%-22s %lld (%.3f x npass)\n", "tokens", s->layout_tokens,
             s->npass_tokens ? (double)s->layout_tokens / (double)s->npass_tokens : 0.0);
     fprintf(f, "%-22s %lld\n", "npass tokens", s->npass_tokens);

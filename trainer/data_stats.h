@@ -12,6 +12,8 @@ typedef struct {
     int n_docs, n_rows, seq_len;
     long long layout_tokens, layout_trained;  // over all documents of the layout
     int longest_doc;                          // tokens; must fit seq_len unless skipped
+    int longest_line;                         // the source line of the longest document's
+                                              // conversation (0: no document)
     long long npass_tokens, npass_trained;    // the same samples under npass
     long long real_slots;                     // non-padding slots of the packed rows
     int tile;                                 // tile size (tile x tile) for the sparsity count

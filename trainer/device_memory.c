@@ -1,6 +1,9 @@
 #include "trainer/device_memory.h"
 
 #include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "common/check.h"
 #include "model/model_arena.h"
@@ -12,7 +15,7 @@
 #define RUNTIME_MARGIN ((size_t)256 << 20)
 
 CudaMemoryEstimate cuda_memory_estimate(const ModelConfig *mc, int micro_rows, int seq_len,
-                                        bool keep_mlp_activations, size_t attn_workspace_bytes) {
+                                        ModelRecompute recompute, size_t attn_workspace_bytes) {
     ParamTable table;  // the exact count (biases, q/k norms, tying), metadata only
     param_table_build(mc, &table);
     const size_t n = table.total;
@@ -22,8 +25,7 @@ CudaMemoryEstimate cuda_memory_estimate(const ModelConfig *mc, int micro_rows, i
     // bf16 weights (the master's high halves), its low halves, fp32 gradients, m | v | two
     // norms (trainer/backend_cuda.cu).
     e.state = 2 * n + 2 * n + 4 * n + 4 * (2 * n + 2);
-    e.arena = cuda_arena_layout(mc, micro_rows, seq_len, keep_mlp_activations,
-                                attn_workspace_bytes).bytes;
+    e.arena = cuda_arena_layout(mc, micro_rows, seq_len, recompute, attn_workspace_bytes).bytes;
     // cuBLASLt workspace; the embedding sort's keys, values and temp (about as much
     // again); rmsnorm partials of 256 groups x C.
     e.scratch = CUBLASLT_WORKSPACE + 4 * T * 5 + 4 * 256 * C + RUNTIME_MARGIN;
@@ -31,22 +33,116 @@ CudaMemoryEstimate cuda_memory_estimate(const ModelConfig *mc, int micro_rows, i
     return e;
 }
 
-int cuda_memory_check(const CudaMemoryEstimate *e, size_t free_bytes, size_t total_bytes,
-                      int micro_rows, int seq_len, char *err, size_t err_len) {
-    const double gib = 1024.0 * 1024.0 * 1024.0;
-    if (e->tokens > INT_MAX)
+CudaMemoryEstimate cuda_memory_request_estimate(const CudaMemoryRequest *r) {
+    const size_t workspace = r->workspace ? r->workspace(r->mc, r->micro_rows, r->seq_len) : 0;
+    return cuda_memory_estimate(r->mc, r->micro_rows, r->seq_len, r->recompute, workspace);
+}
+
+static const double GIB = 1024.0 * 1024.0 * 1024.0;
+
+// The request with other settings, and whether it fits free_bytes (its total in *total).
+static bool fits(const CudaMemoryRequest *r, int micro_rows, int seq_len, ModelRecompute mode,
+                 size_t free_bytes, size_t *total) {
+    CudaMemoryRequest other = *r;
+    other.micro_rows = micro_rows;
+    other.seq_len = seq_len;
+    other.recompute = mode;
+    *total = cuda_memory_request_estimate(&other).total;
+    return *total <= free_bytes;
+}
+
+// The largest micro_rows in [1, below) that fits with mode, or 0.
+static int largest_rows(const CudaMemoryRequest *r, int below, ModelRecompute mode,
+                        size_t free_bytes, size_t *total) {
+    int lo = 0, hi = below;  // fits(lo) (or lo == 0), not fits(hi)
+    while (hi - lo > 1) {
+        const int mid = lo + (hi - lo) / 2;
+        if (fits(r, mid, r->seq_len, mode, free_bytes, total)) lo = mid;
+        else hi = mid;
+    }
+    if (lo > 0) fits(r, lo, r->seq_len, mode, free_bytes, total);
+    return lo;
+}
+
+// The largest seq_len in [1, below) that fits one row with mode (a multiple of 64 when
+// at least 64), or 0.
+static int largest_seq_len(const CudaMemoryRequest *r, int below, ModelRecompute mode,
+                           size_t free_bytes, size_t *total) {
+    int lo = 0, hi = below;
+    while (hi - lo > 1) {
+        const int mid = lo + (hi - lo) / 2;
+        if (fits(r, 1, mid, mode, free_bytes, total)) lo = mid;
+        else hi = mid;
+    }
+    if (lo >= 64) lo -= lo % 64;
+    if (lo > 0) fits(r, 1, lo, mode, free_bytes, total);
+    return lo;
+}
+
+// Appends printf-style text to buf (of len, holding a string).
+__attribute__((format(printf, 3, 4))) static void append(char *buf, size_t len, const char *fmt, ...) {
+    const size_t used = strlen(buf);
+    if (used + 1 >= len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + used, len - used, fmt, ap);
+    va_end(ap);
+}
+
+int cuda_memory_check(const CudaMemoryRequest *r, size_t free_bytes, size_t total_bytes,
+                      CudaMemoryEstimate *out, char *err, size_t err_len) {
+    const int micro_rows = r->micro_rows, seq_len = r->seq_len;
+    const long long tokens = (long long)micro_rows * seq_len;
+    if (tokens > INT_MAX)
         return fail(err, err_len, "config keys train.micro_rows x data.seq_len: %d x %d = %lld "
                     "tokens per micro-batch, more than the CUDA kernels index (%d); lower "
-                    "train.micro_rows", micro_rows, seq_len, e->tokens, INT_MAX);
-    if (e->total <= free_bytes) return 0;
-    const bool arena_decides = e->arena >= e->state;
-    return fail(err, err_len, "config keys train.micro_rows x data.seq_len and model.*: the CUDA "
-                "backend needs about %.2f GiB of device memory, %.2f GiB are free (of %.2f): "
-                "%.2f GiB of activations for %d x %d tokens per micro-batch (train.micro_rows x "
-                "data.seq_len), %.2f GiB of weights, gradients and AdamW state (model.hidden_size, "
-                "model.intermediate_size, model.num_hidden_layers, model.vocab_size), %.2f GiB "
-                "of scratch; lower %s",
-                e->total / gib, free_bytes / gib, total_bytes / gib, e->arena / gib, micro_rows,
-                seq_len, e->state / gib, e->scratch / gib,
-                arena_decides ? "train.micro_rows (or data.seq_len)" : "the model's size");
+                    "train.micro_rows", micro_rows, seq_len, tokens, INT_MAX);
+    const CudaMemoryEstimate e = cuda_memory_request_estimate(r);
+    if (out) *out = e;
+    if (e.total <= free_bytes) return 0;
+
+    char fix[768] = "";
+    size_t total;
+    // A cheaper mode at the same micro-batch: mlp from none, then layer.
+    const ModelRecompute cheaper[] = {MODEL_RECOMPUTE_MLP, MODEL_RECOMPUTE_LAYER};
+    for (int i = 0; i < 2 && !*fix; i++) {
+        const ModelRecompute mode = cheaper[i];
+        if (mode == r->recompute ||
+            (mode == MODEL_RECOMPUTE_MLP && r->recompute != MODEL_RECOMPUTE_NONE))
+            continue;
+        if (fits(r, micro_rows, seq_len, mode, free_bytes, &total))
+            append(fix, sizeof fix, "train.recompute=%s (about %.2f GiB)",
+                   model_recompute_name(mode), total / GIB);
+    }
+    // Fewer rows per micro-batch, with this mode, else with layer.
+    int rows = largest_rows(r, micro_rows, r->recompute, free_bytes, &total);
+    if (rows > 0) {
+        append(fix, sizeof fix, "%strain.micro_rows=%d (about %.2f GiB)", *fix ? ", or " : "",
+               rows, total / GIB);
+    } else if (r->recompute != MODEL_RECOMPUTE_LAYER &&
+               (rows = largest_rows(r, micro_rows, MODEL_RECOMPUTE_LAYER, free_bytes, &total)) > 0) {
+        append(fix, sizeof fix,
+               "%strain.micro_rows=%d with train.recompute=layer (about %.2f GiB)",
+               *fix ? ", or " : "", rows, total / GIB);
+    }
+    // Shorter rows: the last resort (a conversation must fit one row).
+    if (!*fix) {
+        const int seq = largest_seq_len(r, seq_len, MODEL_RECOMPUTE_LAYER, free_bytes, &total);
+        if (seq > 0)
+            append(fix, sizeof fix,
+                   "data.seq_len=%d with train.micro_rows=1 and train.recompute=layer (about "
+                   "%.2f GiB; longer conversations then need data.skip_too_long)",
+                   seq, total / GIB);
+    }
+    if (!*fix)
+        snprintf(fix, sizeof fix, "none of train.recompute, train.micro_rows, data.seq_len "
+                 "does: lower the model's size");
+    return fail(err, err_len, "config keys train.micro_rows x data.seq_len, train.recompute and "
+                "model.*: the CUDA backend needs about %.2f GiB of device memory, %.2f GiB are "
+                "free (of %.2f): %.2f GiB of activations for %d x %d tokens per micro-batch "
+                "(train.micro_rows x data.seq_len) with train.recompute=%s, %.2f GiB of weights, "
+                "gradients and AdamW state (model.hidden_size, model.intermediate_size, "
+                "model.num_hidden_layers, model.vocab_size), %.2f GiB of scratch; it fits with %s",
+                e.total / GIB, free_bytes / GIB, total_bytes / GIB, e.arena / GIB, micro_rows,
+                seq_len, model_recompute_name(r->recompute), e.state / GIB, e.scratch / GIB, fix);
 }

@@ -1,9 +1,9 @@
 // The CUDA backend's device memory, estimated before anything is allocated:
 // a micro-batch or a model too large for the GPU is refused naming the keys that decide
-// it, instead of a CUDA "out of memory" midway. Pure arithmetic (no CUDA), so the CPU
-// tests check it. The activation arena is the layout cuda_model_create carves
-// (model/model_arena.h); tests/test_device_memory_cuda.cu checks it against the arena
-// the model really allocates.
+// it and the settings of them that would fit, instead of a CUDA "out of memory" midway.
+// Pure arithmetic (no CUDA), so the CPU tests check it. The activation arena is the
+// layout cuda_model_create carves (model/model_arena.h) for each train.recompute mode;
+// tests/test_device_memory_cuda.cu checks it against the arena the model really allocates.
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -22,13 +22,33 @@ typedef struct {
 
 // attn_workspace_bytes: the attention backward's workspace for micro_rows x seq_len
 // (cuda_model_attention_workspace_bytes, model/model_cuda.h, in a CUDA build);
-// keep_mlp_activations as cuda_model_create's.
+// recompute as cuda_model_create's.
 CudaMemoryEstimate cuda_memory_estimate(const ModelConfig *mc, int micro_rows, int seq_len,
-                                        bool keep_mlp_activations, size_t attn_workspace_bytes);
+                                        ModelRecompute recompute, size_t attn_workspace_bytes);
 
-// Refuses an estimate above free_bytes (what cudaMemGetInfo reports free), or a
-// micro-batch of more tokens than the kernels index (2^31 - 1), with a message naming
-// the estimate, what is free of total_bytes, and the keys: train.micro_rows x
-// data.seq_len for the arena, the model.* sizes for the state. Returns 0 or -1.
-int cuda_memory_check(const CudaMemoryEstimate *e, size_t free_bytes, size_t total_bytes,
-                      int micro_rows, int seq_len, char *err, size_t err_len);
+// The attention backward's workspace for micro_rows x seq_len tokens of mc
+// (cuda_model_attention_workspace_bytes in a CUDA build).
+typedef size_t (*AttnWorkspaceBytes)(const ModelConfig *mc, int micro_rows, int seq_len);
+
+// A run's request: the model and the micro-batch with its train.recompute mode.
+typedef struct {
+    const ModelConfig *mc;
+    int micro_rows, seq_len;    // train.micro_rows, data.seq_len
+    ModelRecompute recompute;   // train.recompute
+    AttnWorkspaceBytes workspace;  // NULL: none (0 bytes)
+} CudaMemoryRequest;
+
+// The estimate of the request (cuda_memory_estimate with its workspace).
+CudaMemoryEstimate cuda_memory_request_estimate(const CudaMemoryRequest *r);
+
+// Refuses a request whose estimate (written to *e when e is not NULL) is above free_bytes
+// (what cudaMemGetInfo reports free), or a micro-batch of more tokens than the kernels
+// index (2^31 - 1). The message names the estimate, what is free of total_bytes, its
+// parts, and what would fit, each with its estimate, in this order of preference:
+// train.recompute (mlp from none, then layer), the largest train.micro_rows (with
+// the request's mode, else with train.recompute=layer), and with neither the largest
+// data.seq_len (a multiple of 64 where it can be, with train.micro_rows=1 and
+// train.recompute=layer); when nothing of these fits, the weights and optimizer state
+// decide and it says to lower the model's size (the model.* keys). Returns 0 or -1.
+int cuda_memory_check(const CudaMemoryRequest *r, size_t free_bytes, size_t total_bytes,
+                      CudaMemoryEstimate *e, char *err, size_t err_len);

@@ -52,8 +52,11 @@ void evaluate_model(const InferenceModel *m, const char *path, DataOptions opt, 
     const TrainBackendOps *ops = backend_ops(m->backend);
     EvalSet eval;
     eval_set_load(&eval, m->tok, path, opt, micro_rows);
+    // Forward only: one layer block serves every layer (the forward's work and bits are
+    // the same in every recompute mode; its memory the least).
     const BackendSetup setup = {.mc = &m->mc, .table = &m->table, .micro_rows = micro_rows,
-                                .seq_len = opt.seq_len, .deterministic = true};
+                                .seq_len = opt.seq_len, .deterministic = true,
+                                .recompute = MODEL_RECOMPUTE_LAYER};
     void *backend = ops->create(&setup);
     AdamWState moments;
     adamw_init(&moments, m->table.total);

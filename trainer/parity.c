@@ -14,6 +14,7 @@
 #include "trainer/backend_registry.h"
 #include "trainer/loader.h"
 #include "trainer/parity.h"
+#include "trainer/run.h"
 #include "trainer/setup.h"
 #include "trainer/step.h"
 
@@ -129,8 +130,7 @@ json_t *parity_report(const RunConfig *c) {
     const BackendSetup setup = {.mc = &mc, .table = &table, .micro_rows = (int)micro_rows,
                                 .seq_len = data_opt.seq_len,
                                 .deterministic = c->train.deterministic,
-                                .keep_mlp_activations =
-                                    c->train.keep_mlp_activations};
+                                .recompute = run_recompute_from(c)};
     ParityModel model = {.ops = backend_ops(backend)};
     model.trainer = model.ops->create(&setup);
     model.ops->set_state(model.trainer, params, &opt);

@@ -14,6 +14,14 @@
 
 #define H200_DENSE_BF16_TFLOPS 989.5
 
+ModelRecompute run_recompute_from(const RunConfig *c) {
+    const int r = model_recompute_from_name(c->train.recompute);
+    if (r < 0)
+        fatal("config key 'train.recompute': unknown value '%s' (none, mlp, layer)",
+              c->train.recompute ? c->train.recompute : "null");
+    return (ModelRecompute)r;
+}
+
 RunSettings run_settings_from(const RunConfig *c, Backend backend) {
     // config_load has range-checked every numeric key (trainer/config.c RANGES).
     const double tflops = c->train.peak_tflops;
@@ -27,7 +35,7 @@ RunSettings run_settings_from(const RunConfig *c, Backend backend) {
         .tokens_per_step = c->train.tokens_per_step,
         .shuffle = c->train.shuffle,
         .deterministic = c->train.deterministic,
-        .keep_mlp_activations = c->train.keep_mlp_activations,
+        .recompute = run_recompute_from(c),
         .lr = c->train.lr,
         .min_lr_ratio = c->train.min_lr_ratio,
         .max_grad_norm = c->train.grad_clip,
@@ -161,11 +169,17 @@ void run_memory_check(const ModelConfig *mc, const RunSettings *s, int seq_len, 
     const double params = (double)table.total;
     param_table_free(&table);
     const double state_bytes = 16.0 * params;  // fp32 weights, gradients, two moments
-    // Per token the layers' saved activations; the logits exist one chunk at a time.
+    // Per token (model/model_cpu.c): the L + 1 residuals; the saved blocks of norms, q, k,
+    // v, attention output and mid (one block serves every layer with recompute layer);
+    // gate, up and act (one set with recompute mlp or layer); the backward's buffers. The
+    // logits exist one chunk at a time.
     const double tokens = (double)s->micro_rows * seq_len;
     const double logit_rows = fmin(tokens, fmax(1.0, floor(CPU_LOGIT_CHUNK_ELEMENTS / V)));
-    const double activation_bytes = tokens * 4.0 * 2.0 * L * (6 * C + 3 * F + q + 2 * kv) +
-                                    4.0 * logit_rows * V;
+    const double blocks = s->recompute == MODEL_RECOMPUTE_LAYER ? 1 : L;
+    const double mlp_sets = s->recompute == MODEL_RECOMPUTE_NONE ? L : 1;
+    const double floats_per_token = (L + 1) * C + blocks * (3 * C + (mc->qk_norm ? 3 : 2) * (q + kv)) +
+                                    mlp_sets * 3 * F + 2 * C + (2 * C + 2 * q + 2 * kv + 3 * F);
+    const double activation_bytes = tokens * 4.0 * floats_per_token + 4.0 * logit_rows * V;
     const double gib = 1024.0 * 1024.0 * 1024.0;
     const double machine = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     if (machine <= 0) return;
@@ -175,8 +189,10 @@ void run_memory_check(const ModelConfig *mc, const RunSettings *s, int seq_len, 
               "moments, more than this machine's %.1f GiB", params, state_bytes / gib, machine / gib);
     if (backend == BACKEND_CPU && activation_bytes > machine)
         fatal("config keys train.micro_rows x data.seq_len: %d x %d tokens per micro-batch need "
-              "about %.1f GiB of activations, more than this machine's %.1f GiB (lower "
-              "train.micro_rows)", s->micro_rows, seq_len, activation_bytes / gib, machine / gib);
+              "about %.1f GiB of activations with train.recompute %s, more than this machine's "
+              "%.1f GiB (lower train.micro_rows%s)", s->micro_rows, seq_len, activation_bytes / gib,
+              model_recompute_name(s->recompute), machine / gib,
+              s->recompute == MODEL_RECOMPUTE_LAYER ? "" : ", or set train.recompute=layer");
 }
 
 void train_state_init(TrainState *s, const ModelConfig *mc, uint64_t seed) {

@@ -16,7 +16,7 @@ typedef struct {
     int micro_rows;
     long long tokens_per_step;  // trained tokens per step (the loader's budget)
     bool shuffle, deterministic;
-    bool keep_mlp_activations;  // the GPU backward keeps gate|up instead of recomputing it
+    ModelRecompute recompute;   // train.recompute
     double lr, min_lr_ratio;    // the schedule's peak and its floor as a ratio
     double max_grad_norm;       // train.grad_clip; 0: no clipping
     double peak_flops;          // the MFU denominator in FLOP/s; 0: no MFU
@@ -28,6 +28,8 @@ typedef struct {
 // Fatal, naming the key, for a value out of range. The MFU peak is train.peak_tflops,
 // or for the CUDA backend when that is 0 the H200's dense bf16 datasheet peak.
 RunSettings run_settings_from(const RunConfig *c, Backend backend);
+// train.recompute's mode; fatal, naming the key and the values, for another value.
+ModelRecompute run_recompute_from(const RunConfig *c);
 
 // Fatal, naming the keys, when the run's host memory estimate (weights, gradients and
 // AdamW moments for the model.* sizes; on the CPU backend activations for

@@ -89,6 +89,7 @@ int cmd_pack(int argc, char **argv) {
     stats.n_skipped_bad = data.n_skipped_bad;
     stats.n_skipped_too_long = data.n_skipped_too_long;
     printf("%s -> %s\n", data_path, out_path);
+    printf("tokenizer %s, chat template %s\n", tokenizer_path, opt.chat_template->name);
     stats_print(&stats, stdout);
 
     packed_dataset_free(&data);

@@ -338,6 +338,8 @@ int hf_add_tokens(const char *dir, const int32_t *ids, const char *const *pieces
         if (f == 1 && access(path, R_OK) != 0) continue;  // tokenizer_config.json is optional
         json_error_t jerr;
         json_t *root = json_load_file(path, 0, &jerr);
+        // transformers writes model_max_length 1e30 as an integer beyond int64: a real.
+        if (!root && f == 1) root = json_load_file(path, JSON_DECODE_INT_AS_REAL, &jerr);
         if (!root) return fail_at(err, err_len, path, jerr.line, "%s", jerr.text);
         json_t *list = json_object_get(root, f == 0 ? "added_tokens" : "added_tokens_decoder");
         if (f == 0 && !json_is_array(list)) json_object_set_new(root, "added_tokens", list = json_array());

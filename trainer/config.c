@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/check.h"
 #include "common/json_names.h"
@@ -315,6 +316,68 @@ static json_t *load_user_file(const char *path) {
     return user;
 }
 
+// The tokenizer file a data.tokenizer path names (data/tokenizer.h's rule: itself, or a
+// folder's tokenizer.json, else its tokenizer.model) into out; false when there is none.
+static bool tokenizer_file_of(const char *path, char *out, size_t len) {
+    struct stat st;
+    if (stat(path, &st) != 0) return false;
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(out, len, "%s", path);
+        return S_ISREG(st.st_mode);
+    }
+    static const char *const NAMES[] = {"tokenizer.json", "tokenizer.model"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(out, len, "%s/%s", path, NAMES[i]);
+        if (stat(out, &st) == 0 && S_ISREG(st.st_mode)) return true;
+    }
+    return false;
+}
+
+// Whether two files hold the same bytes (false when either cannot be read).
+static bool same_bytes(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    bool same = fa && fb;
+    char x[65536], y[65536];
+    while (same) {
+        const size_t n = fread(x, 1, sizeof x, fa), m = fread(y, 1, sizeof y, fb);
+        same = n == m && memcmp(x, y, n) == 0;
+        if (n < sizeof x) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+
+// With model.init_from, the tokenizer is the folder's own: data.tokenizer left at its
+// default becomes the folder; one naming a tokenizer of the same bytes becomes the folder
+// too (its tokenizer_config.json and template come along); another one is refused, naming
+// both, unless data.tokenizer_override says so. A folder without a tokenizer needs
+// data.tokenizer named.
+static void resolve_tokenizer(RunConfig *c) {
+    const char *dir = c->model.init_from;
+    struct stat st;
+    if (!dir || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return;  // refused where it is read
+    char own[4200], named[4200];
+    const bool has_own = tokenizer_file_of(dir, own, sizeof own);
+    const bool was_set = config_was_set(c, &c->data.tokenizer);
+    if (!has_own) {
+        if (!was_set)
+            fatal("config key 'model.init_from': %s has no tokenizer.json or tokenizer.model; "
+                  "set data.tokenizer to the tokenizer its token ids are from", dir);
+        return;
+    }
+    if (!was_set || !c->data.tokenizer ||
+        (tokenizer_file_of(c->data.tokenizer, named, sizeof named) && same_bytes(own, named))) {
+        config_set_string(c, &c->data.tokenizer, dir);
+        return;
+    }
+    if (!c->data.tokenizer_override)
+        fatal("config key 'data.tokenizer': %s is not the tokenizer of model.init_from (%s); "
+              "leave data.tokenizer out to train with the model's own, or set "
+              "data.tokenizer_override=true to train its weights on another tokenizer's ids",
+              c->data.tokenizer, own);
+}
+
 RunConfig *config_load(const char *path, int n_overrides, char *const *overrides) {
     json_t *root = defaults_tree();
     json_t *set_keys = json_object();
@@ -332,6 +395,7 @@ RunConfig *config_load(const char *path, int n_overrides, char *const *overrides
     c->source->root = root;
     c->source->set_keys = set_keys;
     fill_fields(c, root, where);
+    resolve_tokenizer(c);
     return c;
 }
 
@@ -348,6 +412,14 @@ void config_free(RunConfig *c) {
 
 bool config_was_set(const RunConfig *c, const void *field) {
     return json_object_get(c->source->set_keys, config_key_of(c, field)->key) != NULL;
+}
+
+void config_set_string(RunConfig *c, const char **field, const char *value) {
+    const ConfigKey *k = config_key_of(c, field);
+    CHECK(k->type == CFG_STR, "config_set_string: %s is not a string key", k->key);
+    json_t *parent = *k->section ? json_object_get(c->source->root, k->section) : c->source->root;
+    json_object_set_new(parent, k->name, value ? json_string(value) : json_null());
+    *field = json_string_value(json_object_get(parent, k->name));
 }
 
 char *config_dump(const RunConfig *c) {

@@ -84,6 +84,10 @@ void config_free(RunConfig *c);
 // false: it holds the default.
 bool config_was_set(const RunConfig *c, const void *field);
 
+// Sets a string key's value (&c->data.tokenizer) in the resolved configuration, as a
+// value derived from the others (not one the user set: config_was_set stays as it was).
+void config_set_string(RunConfig *c, const char **field, const char *value);
+
 // The resolved configuration as indented JSON (malloc'd), for printing and saving.
 char *config_dump(const RunConfig *c);
 

@@ -30,7 +30,10 @@
     X(data, eval_path, STR, "datasets/synthetic/eval.jsonl", 0, 0, 0,                             \
       "JSONL of conversations for the eval loss (in the inference view) and accuracy")                         \
     X(data, tokenizer, STR, "datasets/synthetic/tokenizer.model", 0, 0, 0,                        \
-      "a SentencePiece .model, a tokenizer.json or a model folder holding one")                   \
+      "a SentencePiece .model, a tokenizer.json or a model folder holding one; default with "   \
+      "model.init_from: that folder's")                                                         \
+    X(data, tokenizer_override, BOOL, false, 0, 0, 0,                                            \
+      "train with a data.tokenizer other than model.init_from's own (refused otherwise)")        \
     X(data, layout, STR, "duplicate", 0, 0, CFG_FIXED,                                            \
       "npass, mask_only (option a), duplicate (option b, exact) or shared_prefix")                \
     X(data, seq_len, INT, 1024, 1, 1 << 20, CFG_FIXED,                                            \

@@ -357,7 +357,7 @@ TrainRun *train_run_start(const RunConfig *config) {
         params_init_added_rows(mc, &state->table, tok, init_from, state->params);
     }
     hf_export_from(config, mc, tok, &state->save_as);
-    state->tokenizer_dir = init_from;
+    // Only the run's tokenizer: data.tokenizer is model.init_from's own unless overridden.
     state->tokenizer_model = config->data.tokenizer;
     state->tokenizer = tok;
     state->progress.run_record = run_record_from(config);

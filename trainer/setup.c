@@ -1,6 +1,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "trainer/setup.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +124,53 @@ static ModelConfig model_config_grown(const RunConfig *c, int grown) {
     return mc;
 }
 
+// A token id of model.init_from's config.json or generation_config.json (`key`) that the
+// tokenizer does not have: fatal, naming both files.
+static void check_special_id(const RunConfig *c, const Tokenizer *tok, const char *file,
+                             const char *key, long long id) {
+    if (id < 0) return;
+    if (id < tokenizer_vocab_size(tok) && tokenizer_id_to_piece(tok, (int)id)) return;
+    fatal("config key 'data.tokenizer': %s has no token id %lld, which model.init_from's "
+          "%s/%s names as %s: the tokenizer is not the model's", c->data.tokenizer, id,
+          c->model.init_from, file, key);
+}
+
+// generation_config.json's token ids (bos, eos as an integer or a list, pad), when the
+// folder has that file.
+static void check_generation_ids(const RunConfig *c, const Tokenizer *tok) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/generation_config.json", c->model.init_from);
+    json_t *root = json_load_file(path, 0, NULL);
+    if (!root) return;  // absent (or unreadable: hf_config_read's files decide the model)
+    static const char *const KEYS[] = {"bos_token_id", "eos_token_id", "pad_token_id"};
+    for (int k = 0; k < 3; k++) {
+        const json_t *v = json_object_get(root, KEYS[k]);
+        size_t i;
+        const json_t *id;
+        if (json_is_integer(v)) check_special_id(c, tok, "generation_config.json", KEYS[k], json_integer_value(v));
+        else if (json_is_array(v))
+            json_array_foreach(v, i, id) if (json_is_integer(id))
+                check_special_id(c, tok, "generation_config.json", KEYS[k], json_integer_value(id));
+    }
+    json_decref(root);
+}
+
+// With model.init_from: the tokenizer's ids must be rows of its embedding (model.add_tokens
+// grows it only by the tokens it adds) and its special token ids ids of the tokenizer.
+static void check_tokenizer_of_source(const RunConfig *c, const Tokenizer *tok) {
+    HfModelConfig hf;
+    if (!model_source_from(c, &hf)) return;
+    if (tokenizer_loaded_size(tok) > hf.cfg.vocab_size)
+        fatal("config key 'data.tokenizer': %s has %d token ids but model.init_from %s has %d "
+              "embedding rows: the tokenizer is not the model's", c->data.tokenizer,
+              tokenizer_loaded_size(tok), c->model.init_from, hf.cfg.vocab_size);
+    check_special_id(c, tok, "config.json", "bos_token_id", hf.bos_token_id);
+    check_special_id(c, tok, "config.json", "pad_token_id", hf.pad_token_id);
+    for (int i = 0; i < hf.n_eos; i++)
+        check_special_id(c, tok, "config.json", "eos_token_id", hf.eos_token_ids[i]);
+    check_generation_ids(c, tok);
+}
+
 static void check_vocab_fits(const RunConfig *c, const ModelConfig *mc, const Tokenizer *tok) {
     if (tokenizer_vocab_size(tok) > mc->vocab_size)
         fatal("config key 'model.vocab_size': %d is smaller than the tokenizer's %d pieces (%s)",
@@ -157,6 +205,7 @@ static void missing_controls(const Tokenizer *tok, const ChatTemplate *t, char *
 
 Tokenizer *tokenizer_with_added(const RunConfig *c) {
     Tokenizer *tok = tokenizer_load_added(c, true);
+    check_tokenizer_of_source(c, tok);
     const ChatTemplate *t = template_from_config(c);
     char err[1024], missing[512];
     if (template_check_tokenizer(tok, t, err, sizeof err) != 0) {

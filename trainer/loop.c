@@ -320,7 +320,10 @@ TrainRun *train_run_start(const RunConfig *config) {
     const char *out_dir = checked_out_dir(config);
     char *resolved = config_dump(config);
     const bool rank0 = dist_env_from_environment().rank == 0;
-    if (rank0) printf("resolved config:\n%s\n", resolved);
+    if (rank0)
+        printf("config: %s/run_config.json | tokenizer %s | chat template %s | eval %s\n", out_dir,
+               config->data.tokenizer, template_from_config(config)->name,
+               config->data.eval_path && config->eval.every > 0 ? config->data.eval_path : "off");
     Tokenizer *tok = run->tok = tokenizer_with_added(config);
     const ModelConfig *mc = &run->mc;
     run->mc = model_config_with(config, tok);

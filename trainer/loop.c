@@ -14,6 +14,7 @@
 
 #include "common/check.h"
 #include "common/output_file.h"
+#include "data/template_jinja.h"
 #include "dist/ranks.h"
 #include "model/hf_export.h"
 #include "trainer/backend.h"
@@ -362,6 +363,7 @@ TrainRun *train_run_start(const RunConfig *config) {
     hf_export_from(config, mc, tok, &state->save_as);
     // Only the run's tokenizer: data.tokenizer is model.init_from's own unless overridden.
     state->tokenizer_model = config->data.tokenizer;
+    state->chat_template_jinja = template_official_jinja(template_from_config(config)->name);
     state->tokenizer = tok;
     state->progress.run_record = run_record_from(config);
     printf("model: %zu parameters (%d layers, hidden %d, vocab %d)\n", state->table.total,

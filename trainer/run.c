@@ -190,6 +190,7 @@ void train_state_init(TrainState *s, const ModelConfig *mc, uint64_t seed) {
     s->save_as.hf.bos_token_id = s->save_as.hf.pad_token_id = -1;
     s->tokenizer_dir = s->tokenizer_model = NULL;
     s->tokenizer = NULL;
+    s->chat_template_jinja = NULL;
 }
 
 int train_state_resume(TrainState *s, const char *dir, char *err, size_t err_len) {
@@ -221,6 +222,8 @@ int train_state_save(TrainState *s, const TrainBackendOps *ops, void *backend,
                            err_len))
         return -1;
     if (hf_copy_tokenizer(s->tokenizer_dir, s->tokenizer_model, dir, err, err_len)) return -1;
+    if (s->chat_template_jinja && hf_write_chat_template(dir, s->chat_template_jinja, err, err_len))
+        return -1;
     return s->tokenizer ? hf_write_added_tokens(dir, s->tokenizer, err, err_len) : 0;
 }
 

@@ -47,6 +47,7 @@ typedef struct {
     const char *tokenizer_dir;    // tokenizer files copied into each checkpoint, or NULL
     const char *tokenizer_model;  // the run's data.tokenizer (file or folder), copied too
     const Tokenizer *tokenizer;   // its model.add_tokens go into the copied files; may be NULL
+    const char *chat_template_jinja;  // written as chat_template.jinja (the trained template); may be NULL
 } TrainState;
 
 // The run record saved with each checkpoint (TrainProgress.run_record): the resolved

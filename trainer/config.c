@@ -113,7 +113,7 @@ static _Noreturn void fail_unknown_key(const char *where, const char *dotted) {
 
 static const char *type_name(const ConfigKey *k) {
     switch (k->type) {
-    case CFG_STR: return k->def_str ? "a string" : "a string or null";
+    case CFG_STR: return k->def_str && !(k->flags & CFG_NULLABLE) ? "a string" : "a string or null";
     case CFG_INT: return "an integer";
     case CFG_NUM: return "a number";
     case CFG_BOOL: return "a boolean";
@@ -124,7 +124,8 @@ static const char *type_name(const ConfigKey *k) {
 
 static bool type_accepts(const ConfigKey *k, const json_t *v) {
     switch (k->type) {
-    case CFG_STR: return json_is_string(v) || (!k->def_str && json_is_null(v));
+    case CFG_STR:
+        return json_is_string(v) || ((!k->def_str || (k->flags & CFG_NULLABLE)) && json_is_null(v));
     case CFG_INT: return json_is_integer(v);
     case CFG_NUM: return json_is_number(v);
     case CFG_BOOL: return json_is_boolean(v);

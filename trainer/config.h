@@ -10,7 +10,7 @@
 
 #include "trainer/config_keys.h"
 
-enum { CFG_FIXED = 1, CFG_LOCAL = 2, CFG_MIN_OPEN = 4, CFG_MAX_OPEN = 8 };
+enum { CFG_FIXED = 1, CFG_LOCAL = 2, CFG_MIN_OPEN = 4, CFG_MAX_OPEN = 8, CFG_NULLABLE = 16 };
 
 typedef enum { CFG_STR, CFG_INT, CFG_NUM, CFG_BOOL, CFG_LIST } ConfigType;
 

@@ -10,7 +10,8 @@
 //   bound); ignored for the other types.
 //   flags: CFG_FIXED (a resume may not change it: it decides the model, the data's tokens
 //   or their order), CFG_LOCAL (where this run goes, not what it trains: never compared
-//   on resume), CFG_MIN_OPEN, CFG_MAX_OPEN.
+//   on resume), CFG_MIN_OPEN, CFG_MAX_OPEN, CFG_NULLABLE (a STR key with a default that
+//   also accepts null).
 #pragma once
 
 #define CFG_2P53 9007199254740992.0  // the largest integer a JSON double holds exactly
@@ -27,8 +28,12 @@
 #define CONFIG_KEYS_DATA(X)                                                                       \
     X(data, train_path, STR, "datasets/synthetic/train.jsonl", 0, 0, 0,                           \
       "JSONL of conversations to train on; a resume refuses a file with other bytes")            \
-    X(data, eval_path, STR, "datasets/synthetic/eval.jsonl", 0, 0, 0,                             \
-      "JSONL of conversations for the eval loss (in the inference view) and accuracy")                         \
+    X(data, eval_path, STR, "datasets/synthetic/eval.jsonl", 0, 0, CFG_NULLABLE,                  \
+      "JSONL of conversations for the eval loss (in the inference view) and accuracy; null: "    \
+      "data.eval_holdout of data.train_path")                                                   \
+    X(data, eval_holdout, NUM, 0.01, 0, 0.5, CFG_FIXED,                                           \
+      "with data.eval_path null: the share of data.train_path's conversations held out of "      \
+      "training for the eval (at least 1, at most 200, evenly spaced in file order); 0: no eval") \
     X(data, tokenizer, STR, "datasets/synthetic/tokenizer.model", 0, 0, 0,                        \
       "a SentencePiece .model, a tokenizer.json or a model folder holding one; default with "   \
       "model.init_from: that folder's")                                                         \

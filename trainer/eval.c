@@ -19,6 +19,22 @@ void eval_set_load(EvalSet *eval, const Tokenizer *tok, const char *path, DataOp
     eval->losses = xcalloc((size_t)eval->data.rows.n_rows * (size_t)opt.seq_len, sizeof(float));
 }
 
+void eval_set_from_samples(EvalSet *eval, TokenizedSample *samples, int n, const char *name,
+                           DataOptions opt, int micro_rows) {
+    memset(eval, 0, sizeof *eval);
+    PackedDataset *d = &eval->data;
+    d->samples = samples;
+    d->n_samples = n;
+    char why[1024];
+    for (int i = 0; i < n; i++)
+        if (layout_sample(LAYOUT_NPASS, &opt.loss, &samples[i], i, &d->docs, why, sizeof why) != 0)
+            fatal("%s: held-out conversation %d: %s", name, i, why);
+    if (pack_docs(&d->docs, opt.seq_len, opt.pack, &d->rows, &d->n_skipped_too_long, why, sizeof why) != 0)
+        fatal("%s: held-out conversations: %s", name, why);
+    micro_batches_build(&d->rows, micro_rows, &eval->micro);
+    eval->losses = xcalloc((size_t)d->rows.n_rows * (size_t)opt.seq_len, sizeof(float));
+}
+
 void eval_set_free(EvalSet *eval) {
     micro_batches_free(&eval->micro);
     packed_dataset_free(&eval->data);

@@ -21,6 +21,11 @@ typedef struct {
 // of up to micro_rows rows.
 void eval_set_load(EvalSet *eval, const Tokenizer *tok, const char *path, DataOptions opt,
                    int micro_rows);
+// The eval set of n tokenized samples (owned from now on: samples[] malloc'd, freed with
+// the set), laid out as npass under opt; micro-batches of up to micro_rows rows. name (the
+// file they come from) prefixes errors.
+void eval_set_from_samples(EvalSet *eval, TokenizedSample *samples, int n, const char *name,
+                           DataOptions opt, int micro_rows);
 void eval_set_free(EvalSet *eval);
 
 // eval_loss: mean CE over every target (think + answer); eval_answer_loss: over targets

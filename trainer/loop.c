@@ -8,6 +8,7 @@
 // metrics, checkpoints), evaluates and logs the steps.
 #include "trainer/loop.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,10 +81,63 @@ static bool load_eval_data(const RunConfig *config, const Tokenizer *tok, DataOp
                            const RunSettings *s, EvalSet *eval) {
     const char *path = config->data.eval_path;
     if (!path || s->eval_every <= 0) return false;
+    const char *synthetic_train = config_key_find("data.train_path")->def_str;
+    if (strcmp(path, config_key_find("data.eval_path")->def_str) == 0 && config->data.train_path &&
+        strcmp(config->data.train_path, synthetic_train) != 0)
+        printf("note: the eval set is the synthetic %s while training on %s; name data.eval_path, "
+               "or set it to null to hold data.eval_holdout of the training file out\n", path,
+               config->data.train_path);
     opt.max_samples = (int)config->eval.max_conversations;
     eval_set_load(eval, tok, path, opt, s->micro_rows);
     printf("eval data: %s: %d samples in the inference view (npass), %d rows\n", path,
            eval->data.n_samples, eval->data.rows.n_rows);
+    return true;
+}
+
+// data.eval_path null: data.eval_holdout of the training conversations (at least 1, at most
+// EVAL_HOLDOUT_MAX), evenly spaced in file order, taken out of train (every rank: the
+// training set is the same on all of them); rank 0 evaluates on the first
+// eval.max_conversations of them. Returns whether there is an eval set.
+enum { EVAL_HOLDOUT_MAX = 200 };
+static bool hold_out_eval(const RunConfig *config, DataOptions opt, const RunSettings *s,
+                          bool rank0, PackedDataset *train, EvalSet *eval) {
+    const double share = config->data.eval_holdout;
+    const int n = train->n_samples;
+    if (config->data.eval_path || share <= 0 || s->eval_every <= 0) return false;
+    int k = (int)ceil(share * n);
+    if (k < 1) k = 1;
+    if (k > EVAL_HOLDOUT_MAX) k = EVAL_HOLDOUT_MAX;
+    if (k >= n)
+        fatal("config key 'data.eval_holdout': %s has %d conversations, too few to hold %d out "
+              "(name data.eval_path, or set data.eval_holdout=0)", config->data.train_path, n, k);
+    TokenizedSample *held = xcalloc((size_t)k, sizeof *held);
+    int kept = 0, next = 0;
+    for (int i = 0; i < n; i++) {
+        // The j-th held-out conversation is the one at (j + 1/2) n / k.
+        if (next < k && i == (int)(((2 * (long long)next + 1) * n) / (2 * (long long)k)))
+            held[next++] = train->samples[i];
+        else
+            train->samples[kept++] = train->samples[i];
+    }
+    CHECK(next == k && kept == n - k, "held out %d of %d", next, k);
+    train->n_samples = kept;
+    doc_list_free(&train->docs);  // laid out before the split: not used again
+    packed_rows_free(&train->rows);
+    memset(&train->docs, 0, sizeof train->docs);
+    memset(&train->rows, 0, sizeof train->rows);
+    const int used = config->eval.max_conversations > 0 && config->eval.max_conversations < k
+                         ? (int)config->eval.max_conversations : k;
+    for (int i = used; i < k; i++) tokenized_sample_free(&held[i]);
+    if (!rank0) {
+        for (int i = 0; i < used; i++) tokenized_sample_free(&held[i]);
+        free(held);
+        return false;
+    }
+    opt.layout = LAYOUT_NPASS;
+    eval_set_from_samples(eval, held, used, config->data.train_path, opt, s->micro_rows);
+    printf("eval data: %d of the %d conversations of %s held out of training (data.eval_holdout "
+           "%g), %d of them in the inference view (npass), %d rows\n", k, n,
+           config->data.train_path, share, used, eval->data.rows.n_rows);
     return true;
 }
 
@@ -324,7 +378,9 @@ TrainRun *train_run_start(const RunConfig *config) {
     if (rank0)
         printf("config: %s/run_config.json | tokenizer %s | chat template %s | eval %s\n", out_dir,
                config->data.tokenizer, template_from_config(config)->name,
-               config->data.eval_path && config->eval.every > 0 ? config->data.eval_path : "off");
+               config->eval.every <= 0 ? "off"
+               : config->data.eval_path ? config->data.eval_path
+               : config->data.eval_holdout > 0 ? "held out of data.train_path" : "off");
     Tokenizer *tok = run->tok = tokenizer_with_added(config);
     const ModelConfig *mc = &run->mc;
     run->mc = model_config_with(config, tok);
@@ -341,9 +397,13 @@ TrainRun *train_run_start(const RunConfig *config) {
 
     const DataOptions data_opt = data_options_from_config(config);
     load_train_data(config, tok, data_opt, &run->train);
-    run->do_eval = rank0 && load_eval_data(config, tok, data_opt, settings, &run->eval);
+    run->do_eval = hold_out_eval(config, data_opt, settings, rank0, &run->train, &run->eval) ||
+                   (rank0 && load_eval_data(config, tok, data_opt, settings, &run->eval));
     const int accuracy_conversations = (int)config->eval.generate_conversations;
-    run->do_accuracy = run->do_eval && accuracy_conversations > 0;
+    run->do_accuracy = run->do_eval && accuracy_conversations > 0 && config->data.eval_path;
+    if (run->do_eval && accuracy_conversations > 0 && !config->data.eval_path)
+        printf("note: eval.generate_conversations scores data.eval_path's conversations: off "
+               "with a held-out eval set\n");
     if (run->do_accuracy) {
         accuracy_set_load(&run->accuracy, tok, data_opt.chat_template,
                           config->data.eval_path, data_opt.special_in_text,

@@ -72,6 +72,9 @@ char *run_record_from(const RunConfig *c) {
     json_t *files = json_object();
     json_object_set_new(files, "data.train_path", file_checksum(c->data.train_path));
     json_object_set_new(files, "data.tokenizer", file_checksum(c->data.tokenizer));
+    // The training set lacks the held-out conversations (trainer/loop.c hold_out_eval).
+    if (!c->data.eval_path && c->data.eval_holdout > 0 && c->eval.every > 0)
+        json_object_set_new(files, "held out of data.train_path", json_real(c->data.eval_holdout));
     json_t *record = json_pack("{s:o, s:o}", "config", config, "files", files);
     char *text = json_dumps(record, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(record);
@@ -136,7 +139,13 @@ static int compare_run_records(const char *saved_text, const char *now_text, cha
     json_object_foreach(json_object_get(saved, "files"), key, value) {
         if (json_equal(value, json_object_get(json_object_get(now, "files"), key))) continue;
         const size_t used = strlen(refused);
-        snprintf(refused + used, LEN - used, "%s%s: the file's contents changed", used ? ", " : "", key);
+        snprintf(refused + used, LEN - used, "%s%s: %s", used ? ", " : "", key,
+                 strncmp(key, "data.", 5) == 0 ? "the file's contents changed" : "changed");
+    }
+    json_object_foreach(json_object_get(now, "files"), key, value) {  // new since the checkpoint
+        if (json_object_get(json_object_get(saved, "files"), key)) continue;
+        const size_t used = strlen(refused);
+        snprintf(refused + used, LEN - used, "%s%s: changed", used ? ", " : "", key);
     }
     int rc = 0;
     if (*refused)

@@ -86,6 +86,9 @@
 
 #define CONFIG_KEYS_TRAIN(X)                                                                      \
     X(train, steps, INT, 300, 1, CFG_1G, 0, "optimizer steps of the run")                         \
+    X(train, epochs, NUM, 0.0, 0, 1000000, 0,                                                     \
+      "passes over data.train_path to train, instead of train.steps (0: train.steps decides); "  \
+      "the steps are counted before step 1")                                                      \
     X(train, tokens_per_step, INT, 2048, 1, 1 << 24, CFG_FIXED,                                   \
       "trained (target) tokens per optimizer step, over all micro-batches and ranks")             \
     X(train, micro_rows, INT, 4, 1, 1 << 16, 0,                                                   \

@@ -210,6 +210,7 @@ typedef struct {
     GenerateOptions generate;
     MetricsLog *metrics;
     double flops_per_token;
+    int n_train_samples;  // conversations of an epoch
     DistComm comm;  // the ranks: the step's loss and gradients are summed over them
     bool writes;    // rank 0: out_dir, the step log and eval are this rank's
     const volatile sig_atomic_t *stop;  // the caller's stop request (a signal)
@@ -232,6 +233,7 @@ static StepMetrics step_metrics(const StepLoop *loop, const PreparedStep *batch,
         .conversations = batch->n_samples, .tokens_per_s = tokens_per_s,
         .mfu = peak_flops > 0 ? loop->flops_per_token * tokens_per_s / (peak_flops * world) : -1.0,
         .world_size = loop->comm.world_size,
+        .epoch = (double)batch->epoch + (double)batch->cursor / loop->n_train_samples,
     };
 }
 
@@ -433,6 +435,13 @@ TrainRun *train_run_start(const RunConfig *config) {
                      data_opt.seq_len, data_opt.pack, settings->tokens_per_step,
                      settings->shuffle, settings->seed);
     loader->loss = data_opt.loss;
+    if (config->train.epochs > 0) {
+        run->settings.total_steps = step_loader_steps_for_epochs(loader, config->train.epochs);
+        if (rank0)
+            printf("train.epochs %g: %ld steps of %lld trained tokens over %d conversations "
+                   "(train.steps is not used)\n", config->train.epochs, run->settings.total_steps,
+                   settings->tokens_per_step, run->train.n_samples);
+    }
     resume_if_asked(config, state, loader);
     // The backend first: it refuses what does not fit the device before out_dir exists.
     run->backend = create_backend(ops, mc, settings, data_opt.seq_len, state);
@@ -455,6 +464,7 @@ TrainRun *train_run_start(const RunConfig *config) {
         .metrics = &run->metrics,
         .flops_per_token = model_flops_per_token(model_matmul_params(&state->table, mc)),
         .comm = run->ranks.comm,
+        .n_train_samples = run->train.n_samples,
         .writes = rank0,
     };
     return run;

@@ -366,3 +366,9 @@ const char *template_official_jinja(const char *name) {
         if (strcmp(JINJA[i].name, name) == 0) return JINJA[i].jinja;
     return NULL;
 }
+
+const char *template_official_name(const char *jinja) {
+    for (size_t i = 0; jinja && i < sizeof JINJA / sizeof JINJA[0]; i++)
+        if (strcmp(JINJA[i].jinja, jinja) == 0) return JINJA[i].name;
+    return NULL;
+}

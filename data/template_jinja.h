@@ -8,3 +8,6 @@
 
 // The text for a template name (ChatTemplate.name); NULL for an unknown name.
 const char *template_official_jinja(const char *name);
+// The template name whose official text is exactly jinja (a checkpoint's
+// chat_template.jinja); NULL for any other text.
+const char *template_official_name(const char *jinja);

@@ -50,4 +50,6 @@ done
 if "$train" "${common[@]}" --set data.seq_len=1024 --set model.num_hidden_layers=1 --set out_dir="$tmp/sp" > "$tmp/sp.log" 2>&1 &&
    cmp -s "$tmp/sp/checkpoint-000001/chat_template.jinja" tests/data/templates/onepass.jinja
 then ok; else bad "SentencePiece run: $(ls "$tmp/sp/checkpoint-000001" 2>&1)"; fi
+if out=$("$train" pack --set data.tokenizer="$tmp/sp/checkpoint-000001" --set data.seq_len=1024 --out "$tmp/sp.rows" 2>&1) &&
+   grep -q "chat template onepass\$" <<<"$out"; then ok; else bad "the SentencePiece checkpoint's template: $(tail -2 <<<"$out")"; fi
 finish

@@ -68,4 +68,14 @@ expect_error "config.json eos" "config key 'data.tokenizer': $tmp/eos has no tok
     "$train" "${common[@]}" --set model.init_from="$tmp/eos" --set out_dir="$tmp/x"
 expect_error "generation_config.json eos" "has no token id 151643, which model.init_from's $tmp/gen/generation_config.json names as eos_token_id" \
     "$train" "${common[@]}" --set model.init_from="$tmp/gen" --set out_dir="$tmp/x"
+
+# A random init takes its vocabulary from the tokenizer unless model.vocab_size is given.
+tiny=(--set model.hidden_size=32 --set model.intermediate_size=64 --set model.num_hidden_layers=1 --set train.steps=1
+      --set data.tokenizer=tests/data/templates/chatml --set data.chat_template=chatml)
+if "$train" "${common[@]}" "${tiny[@]}" --set out_dir="$tmp/derived" > "$tmp/derived.log" 2>&1 &&
+   grep -q '"vocab_size": 1504' "$tmp/derived/checkpoint-000001/config.json"; then ok; else bad "derived vocab: $(tail -2 "$tmp/derived.log")"; fi
+if "$train" "${common[@]}" "${tiny[@]}" --set model.vocab_size=1536 --set out_dir="$tmp/given" > "$tmp/given.log" 2>&1 &&
+   grep -q '"vocab_size": 1536' "$tmp/given/checkpoint-000001/config.json"; then ok; else bad "given vocab: $(tail -2 "$tmp/given.log")"; fi
+expect_error "given too small" "config key 'model.vocab_size': 512 is smaller than the tokenizer's 1504 pieces" \
+    "$train" "${common[@]}" "${tiny[@]}" --set model.vocab_size=512 --set out_dir="$tmp/x"
 finish

@@ -67,7 +67,8 @@
 
 #define CONFIG_KEYS_MODEL(X)                                                                      \
     X(model, vocab_size, INT, 512, 1, 1 << 24, CFG_FIXED,                                         \
-      "vocabulary rows of the embedding (and LM head)")                                           \
+      "vocabulary rows of the embedding (and LM head); not set: the tokenizer's size "           \
+      "(model.init_from: its config.json's)")                                                     \
     X(model, hidden_size, INT, 128, 1, 1 << 16, CFG_FIXED, "width of the residual stream")         \
     X(model, intermediate_size, INT, 384, 1, 1 << 18, CFG_FIXED, "width of the SwiGLU MLP")        \
     X(model, num_hidden_layers, INT, 4, 1, 1024, CFG_FIXED, "transformer layers")                  \

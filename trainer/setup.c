@@ -111,7 +111,8 @@ static ModelConfig model_config_grown(const RunConfig *c, int grown) {
               "%d pieces", vocab_key, grown);
     // config_load has range-checked every model.* size (trainer/config.c RANGES).
     ModelConfig mc = {
-        .vocab_size = grown > vocab_key ? grown : (int)vocab_key,
+        // Not set: the tokenizer's size (grown: it, model.add_tokens' included).
+        .vocab_size = !vocab_set && grown > 0 ? grown : grown > vocab_key ? grown : (int)vocab_key,
         .hidden_size = (int)c->model.hidden_size,
         .intermediate_size = (int)c->model.intermediate_size,
         .num_hidden_layers = (int)c->model.num_hidden_layers,
@@ -177,14 +178,20 @@ static void check_vocab_fits(const RunConfig *c, const ModelConfig *mc, const To
               mc->vocab_size, tokenizer_vocab_size(tok), c->data.tokenizer);
 }
 
+// A random init's vocabulary comes from the tokenizer unless model.vocab_size is given.
+static bool derives_vocab(const RunConfig *c) {
+    return !c->model.init_from && !config_was_set(c, &c->model.vocab_size);
+}
+
 ModelConfig model_config_with(const RunConfig *c, const Tokenizer *tok) {
-    const ModelConfig mc = model_config_grown(c, adds_tokens(c) ? tokenizer_vocab_size(tok) : 0);
+    const bool sized = adds_tokens(c) || derives_vocab(c);
+    const ModelConfig mc = model_config_grown(c, sized ? tokenizer_vocab_size(tok) : 0);
     check_vocab_fits(c, &mc, tok);
     return mc;
 }
 
 ModelConfig model_config_from(const RunConfig *c) {
-    if (!adds_tokens(c)) return model_config_grown(c, 0);
+    if (!adds_tokens(c) && !derives_vocab(c)) return model_config_grown(c, 0);
     Tokenizer *tok = tokenizer_load_added(c, false);
     const ModelConfig mc = model_config_grown(c, tokenizer_vocab_size(tok));
     tokenizer_free(tok);

@@ -103,7 +103,7 @@ static bool asks_help(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    if (argc >= 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+    if (argc == 1 || (argc >= 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0))) {
         usage(stdout);
         return 0;
     }

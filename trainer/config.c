@@ -379,13 +379,46 @@ static void resolve_tokenizer(RunConfig *c) {
               c->data.tokenizer, own);
 }
 
-RunConfig *config_load(const char *path, int n_overrides, char *const *overrides) {
+// The keys of saved (a resolved config) that its run set: those named in set_list (a
+// JSON array) when there is one, else those whose value is not the default.
+static json_t *saved_set_keys(const json_t *saved, const json_t *set_list) {
+    json_t *set_keys = json_object();
+    for (int i = 0; i < CONFIG_N_KEYS; i++) {
+        const ConfigKey *k = &CONFIG_TABLE[i];
+        bool set = false;
+        if (json_is_array(set_list)) {
+            size_t j;
+            const json_t *v;
+            json_array_foreach(set_list, j, v) set |= json_is_string(v) && strcmp(json_string_value(v), k->key) == 0;
+        } else {
+            json_t *def = default_value(k);
+            const json_t *value = value_of(saved, k);
+            set = value && !json_equal(value, def);
+            json_decref(def);
+        }
+        if (set) json_object_set_new(set_keys, k->key, json_true());
+    }
+    return set_keys;
+}
+
+// config_load over a base: a user file (path), or a saved resolved config (saved, with
+// the keys its run set: set_list, NULL for those that differ from the default).
+static RunConfig *config_load_over(const char *path, const json_t *saved, const json_t *set_list,
+                                   const char *saved_where, int n_overrides, char *const *overrides) {
     json_t *root = defaults_tree();
     json_t *set_keys = json_object();
     if (path) {
         json_t *user = load_user_file(path);
         merge_checked(root, user, path, "", set_keys);
         json_decref(user);
+    } else if (saved) {
+        if (!json_is_object(saved)) fatal("%s: the saved config is not a JSON object", saved_where);
+        json_t *all = json_object();
+        merge_checked(root, (json_t *)saved, saved_where, "", all);
+        json_decref(all);
+        json_decref(set_keys);
+        set_keys = saved_set_keys(saved, set_list);
+        path = saved_where;
     }
     for (int i = 0; i < n_overrides; i++) apply_override(root, overrides[i], set_keys);
     // A value out of range names the file when nothing was set over it.
@@ -398,6 +431,39 @@ RunConfig *config_load(const char *path, int n_overrides, char *const *overrides
     fill_fields(c, root, where);
     resolve_tokenizer(c);
     return c;
+}
+
+RunConfig *config_load(const char *path, int n_overrides, char *const *overrides) {
+    return config_load_over(path, NULL, NULL, NULL, n_overrides, overrides);
+}
+
+RunConfig *config_load_saved(const char *config_json, const char *set_keys_json, const char *where,
+                             int n_overrides, char *const *overrides) {
+    json_error_t error;
+    json_t *saved = json_loads(config_json, 0, &error);
+    if (!saved) fatal("%s: the saved config does not parse: %s", where, error.text);
+    json_t *set_list = set_keys_json ? json_loads(set_keys_json, 0, NULL) : NULL;
+    // Where this run goes is the new run's: out_dir, train.resume, ... take their defaults.
+    for (int i = 0; i < CONFIG_N_KEYS; i++) {
+        const ConfigKey *k = &CONFIG_TABLE[i];
+        if (!(k->flags & CFG_LOCAL)) continue;
+        json_t *parent = *k->section ? json_object_get(saved, k->section) : saved;
+        if (json_is_object(parent)) json_object_del(parent, k->name);
+    }
+    RunConfig *c = config_load_over(NULL, saved, set_list, where, n_overrides, overrides);
+    json_decref(saved);
+    json_decref(set_list);
+    return c;
+}
+
+char *config_set_keys_json(const RunConfig *c) {
+    json_t *list = json_array();
+    for (int i = 0; i < CONFIG_N_KEYS; i++)
+        if (json_object_get(c->source->set_keys, CONFIG_TABLE[i].key))
+            json_array_append_new(list, json_string(CONFIG_TABLE[i].key));
+    char *text = json_dumps(list, JSON_COMPACT);
+    json_decref(list);
+    return text;
 }
 
 void config_free(RunConfig *c) {

@@ -78,6 +78,15 @@ const ConfigKey *config_key_of(const RunConfig *c, const void *field);
 // is parsed as JSON when it is valid JSON, else taken as a string. Exits with a message
 // on any error.
 RunConfig *config_load(const char *path, int n_overrides, char *const *overrides);
+// config_load over a saved resolved config (a checkpoint's run record) instead of a file:
+// its keys but the `this run` ones (CFG_LOCAL: out_dir, train.resume, ... take their
+// defaults), then the overrides. set_keys_json: the JSON list of the keys its run set
+// (config_set_keys_json), or NULL: those whose value is not the default. `where` names
+// the record in errors.
+RunConfig *config_load_saved(const char *config_json, const char *set_keys_json, const char *where,
+                             int n_overrides, char *const *overrides);
+// The keys the file or a --set gave, as a JSON list (malloc'd text).
+char *config_set_keys_json(const RunConfig *c);
 void config_free(RunConfig *c);
 
 // Whether the config file or a --set gave the key of this field (&c->model.vocab_size);

@@ -109,10 +109,13 @@
       "apply weight decay to the embedding (and untied LM head) too")                             \
     X(train, checkpoint_every, INT, 100, 0, CFG_1G, 0,                                            \
       "steps between checkpoints (and one at the end); 0: only at the end")                       \
+    X(train, save_total_limit, INT, 0, 0, CFG_1G, 0,                                              \
+      "checkpoints kept in out_dir: after each save the oldest beyond it are removed; 0: all")    \
     X(train, save_dtype, STR, NULL, 0, 0, 0,                                                      \
       "checkpoint weight dtype: bf16, f16 or f32; null: bf16 with model.init_from, else f32")     \
     X(train, resume, STR, NULL, 0, 0, CFG_LOCAL,                                                  \
-      "a checkpoint folder to continue from, bit for bit")                                        \
+      "a checkpoint folder to continue from, bit for bit, or latest (out_dir's newest); "       \
+      "without --config the checkpoint's own config, changed only by the --set keys")            \
     X(train, overwrite, BOOL, false, 0, 0, CFG_LOCAL,                                             \
       "allow a new run into an out_dir that holds another run")                                   \
     X(train, deterministic, BOOL, true, 0, 0, 0,                                                  \

@@ -21,6 +21,7 @@
 #include "trainer/backend.h"
 #include "trainer/backend_registry.h"
 #include "trainer/checkpoint.h"
+#include "trainer/console_log.h"
 #include "trainer/data_options.h"
 #include "trainer/eval.h"
 #include "trainer/lr_schedule.h"
@@ -275,6 +276,9 @@ static bool checkpoint_or_stop(const StepLoop *loop, TrainState *state, bool sto
                              checkpoint_dir, dir_len, err, sizeof err) != 0)
             fatal("writing checkpoint: %s", err);
         printf("checkpoint: %s\n", checkpoint_dir);
+        const int keep = loop->settings->save_total_limit;
+        if (keep > 0 && run_dir_rotate(loop->out_dir, step, keep, err, sizeof err) != 0)
+            fprintf(stderr, "train.save_total_limit: %s\n", err);  // the run goes on
     }
     if (!stop || last) return false;
     printf("stopped by signal after step %ld; resume with --set train.resume=%s\n", step,
@@ -448,6 +452,11 @@ TrainRun *train_run_start(const RunConfig *config) {
     if (rank0) {
         prepare_out_dir(out_dir, resolved);
         char err[1024];
+        if (console_log_attach(out_dir, config->train.resume != NULL, err, sizeof err) != 0)
+            fprintf(stderr, "%s\n", err);  // the run goes on without its log
+        if (config->train.resume &&
+            run_dir_set_aside_later(out_dir, state->progress.step, err, sizeof err) != 0)
+            fatal("config key 'train.resume': %s", err);
         if (metrics_open(&run->metrics, out_dir, state->progress.step, err, sizeof err) != 0)
             fatal("%s", err);
     }

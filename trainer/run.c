@@ -24,6 +24,7 @@ RunSettings run_settings_from(const RunConfig *c, Backend backend) {
         .warmup_steps = (long)c->train.warmup_steps,
         .eval_every = (long)c->eval.every,
         .checkpoint_every = (long)c->train.checkpoint_every,
+        .save_total_limit = (int)c->train.save_total_limit,
         .tokens_per_step = c->train.tokens_per_step,
         .shuffle = c->train.shuffle,
         .deterministic = c->train.deterministic,
@@ -75,7 +76,10 @@ char *run_record_from(const RunConfig *c) {
     // The training set lacks the held-out conversations (trainer/loop.c hold_out_eval).
     if (!c->data.eval_path && c->data.eval_holdout > 0 && c->eval.every > 0)
         json_object_set_new(files, "held out of data.train_path", json_real(c->data.eval_holdout));
-    json_t *record = json_pack("{s:o, s:o}", "config", config, "files", files);
+    char *set_text = config_set_keys_json(c);
+    json_t *set_keys = json_loads(set_text, 0, NULL);
+    free(set_text);
+    json_t *record = json_pack("{s:o, s:o, s:o}", "config", config, "files", files, "set_keys", set_keys);
     char *text = json_dumps(record, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(record);
     return text;

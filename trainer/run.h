@@ -13,6 +13,7 @@
 // The train.* keys (and seed) of a run, read and validated once.
 typedef struct {
     long total_steps, warmup_steps, eval_every, checkpoint_every;
+    int save_total_limit;       // checkpoints kept in out_dir; 0: all
     int micro_rows;
     long long tokens_per_step;  // trained tokens per step (the loader's budget)
     bool shuffle, deterministic;

@@ -2,6 +2,7 @@
 #include "trainer/setup.h"
 
 #include <jansson.h>
+#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,9 @@
 #include "data/tokenize.h"
 #include "model/hf_model.h"
 #include "model/safetensors.h"
+#include "trainer/checkpoint.h"
 #include "trainer/data_options.h"
+#include "trainer/run_dir.h"
 #include "data/template.h"
 
 bool model_source_from(const RunConfig *c, HfModelConfig *out) {
@@ -306,6 +309,65 @@ void params_load_or_init(const ModelConfig *mc, const ParamTable *table, const c
     safetensors_file_free(&f);
 }
 
+// The value of the last "key=value" override of key, or NULL.
+static const char *override_of(const char *key, int n, char *const *overrides) {
+    const char *value = NULL;
+    const size_t len = strlen(key);
+    for (int i = 0; i < n; i++)
+        if (strncmp(overrides[i], key, len) == 0 && overrides[i][len] == '=') value = overrides[i] + len + 1;
+    return value;
+}
+
+// A training run's config. train.resume=latest names out_dir's newest checkpoint; a
+// resume without --config takes the checkpoint's own config (its run record) with the
+// --set keys over it, out_dir defaulting to the checkpoint's folder.
+static RunConfig *config_for_run(const char *path, int n, char **overrides) {
+    const char *resume = override_of("train.resume", n, overrides);
+    char err[1024], dir[4200], where[4400];
+    if (!resume || path) {
+        RunConfig *c = config_load(path, n, overrides);
+        if (c->train.resume && strcmp(c->train.resume, "latest") == 0) {
+            if (run_dir_latest_checkpoint(c->out_dir, dir, sizeof dir, err, sizeof err) != 0)
+                fatal("config key 'train.resume': latest: %s", err);
+            config_set_string(c, &c->train.resume, dir);
+            printf("train.resume latest: %s\n", dir);
+        }
+        return c;
+    }
+    const char *out_dir = override_of("out_dir", n, overrides);
+    if (strcmp(resume, "latest") == 0) {
+        if (!out_dir) out_dir = config_key_find("out_dir")->def_str;
+        if (run_dir_latest_checkpoint(out_dir, dir, sizeof dir, err, sizeof err) != 0)
+            fatal("config key 'train.resume': latest: %s", err);
+        printf("train.resume latest: %s\n", dir);
+    } else {
+        snprintf(dir, sizeof dir, "%s", resume);
+    }
+    char *record = NULL;
+    if (checkpoint_read_run_record(dir, &record, err, sizeof err) != 0)
+        fatal("config key 'train.resume': %s", err);
+    if (!record) fatal("config key 'train.resume': %s has no run record; resume it with its --config", dir);
+    json_t *root = json_loads(record, 0, NULL);
+    free(record);
+    char *config_text = root ? json_dumps(json_object_get(root, "config"), JSON_COMPACT) : NULL;
+    char *set_text = root && json_object_get(root, "set_keys")
+                         ? json_dumps(json_object_get(root, "set_keys"), JSON_COMPACT) : NULL;
+    json_decref(root);
+    if (!config_text) fatal("config key 'train.resume': %s: the run record does not parse", dir);
+    snprintf(where, sizeof where, "%s (its run record)", dir);
+    RunConfig *c = config_load_saved(config_text, set_text, where, n, overrides);
+    free(config_text);
+    free(set_text);
+    config_set_string(c, &c->train.resume, dir);
+    if (!out_dir) {  // the checkpoint's folder
+        char *copy = strdup(dir);
+        config_set_string(c, &c->out_dir, dirname(copy));
+        free(copy);
+    }
+    printf("config: %s's own, with the --set keys over it\n", dir);
+    return c;
+}
+
 RunConfig *config_from_args(int argc, char **argv, const char *command, const char *extra,
                          const char **extra_value) {
     const char *path = NULL;
@@ -320,7 +382,8 @@ RunConfig *config_from_args(int argc, char **argv, const char *command, const ch
         fatal("train %s: unexpected argument '%s' (usage: train %s --config FILE [--set key=value]...%s%s)",
               command, argv[i], command, extra ? " " : "", extra ? extra : "");
     }
-    RunConfig *c = config_load(path, n_overrides, overrides);
+    RunConfig *c = strcmp(command, "run") == 0 ? config_for_run(path, n_overrides, overrides)
+                                                : config_load(path, n_overrides, overrides);
     free(overrides);
     return c;
 }

@@ -6,8 +6,10 @@
 #
 # usage: scripts/repro/loss_curves.sh [--config FILE] [--runs DIR] [--png FILE] [--md FILE]
 #                               [--plot-only] [--set key=value]...
-#   defaults: configs/strip_thinking.json, runs/loss_curves, docs/loss_curves.png,
-#   docs/LOSS_CURVES.md; relative paths are from the repository root. --set overrides go
+#   defaults: configs/strip_thinking.json, runs/loss_curves, and the plot and table in
+#   that folder (loss_curves.png, LOSS_CURVES.md; the tracked docs/ files are written only
+#   when named: --png docs/loss_curves.png --md docs/LOSS_CURVES.md); relative paths are
+#   from the repository root. --set overrides go
 #   to every run (e.g. --set train.steps=100). --plot-only redraws from existing runs.
 # Needs the built trainer (./train, or the binary named by $TRAIN); the plot needs gnuplot
 # (Debian: gnuplot-nox): without it (the GPU machine) the runs and the table are made and
@@ -17,8 +19,8 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"  # the configs name data files relative to the repository root
 config="$root/configs/strip_thinking.json"
 runs="$root/runs/loss_curves"
-png="$root/docs/loss_curves.png"
-md="$root/docs/LOSS_CURVES.md"
+png=""
+md=""
 train="${TRAIN:-$root/train}"
 overrides=()
 plot_only=0
@@ -33,6 +35,8 @@ while [ $# -gt 0 ]; do
         *) echo "loss_curves.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
+png="${png:-$runs/loss_curves.png}"
+md="${md:-$runs/LOSS_CURVES.md}"
 layouts=(npass duplicate mask_only)
 mkdir -p "$runs" "$(dirname "$png")" "$(dirname "$md")"
 

@@ -8,7 +8,7 @@
 #                               [--plot-only] [--set key=value]...
 #   defaults: configs/strip_thinking.json, runs/loss_curves, and the plot and table in
 #   that folder (loss_curves.png, LOSS_CURVES.md; the tracked docs/ files are written only
-#   when named: --png docs/loss_curves.png --md docs/LOSS_CURVES.md); relative paths are
+#   when named: --png docs/loss_curves.png); relative paths are
 #   from the repository root. --set overrides go
 #   to every run (e.g. --set train.steps=100). --plot-only redraws from existing runs.
 # Needs the built trainer (./train, or the binary named by $TRAIN); the plot needs gnuplot

@@ -1,6 +1,8 @@
 // `train tokenizer --corpus-from FILE.jsonl --out PREFIX [--vocab-size N]`:
 // trains PREFIX.model on the onepass-template-rendered text of a conversation dataset, with
 // the onepass template's control tokens.
+#define _POSIX_C_SOURCE 200809L  // strdup
+#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +10,7 @@
 #include "cli/commands.h"
 #include "common/check.h"
 #include "data/conversation.h"
+#include "model/hf_export.h"
 #include "trainer/tokenizer_corpus.h"
 
 static void usage_exit(void) {
@@ -35,9 +38,13 @@ int cmd_tokenizer(int argc, char **argv) {
     }
     if (!corpus_from || !prefix) usage_exit();
 
+    char err[1024], *folder = strdup(prefix);
+    // The folder of PREFIX is created when missing, as gen-data's --out-dir is.
+    if (strchr(prefix, '/') && make_dirs(dirname(folder), err, sizeof err) != 0)
+        fatal("train tokenizer: --out %s: %s", prefix, err);
+    free(folder);
     Dataset d;
     dataset_load(corpus_from, &(LoadOptions){0}, &d);
-    char err[1024];
     if (tokenizer_train_on(&d, prefix, vocab_size, err, sizeof err) != 0) fatal("%s", err);
     printf("tokenizer: %d samples from %s -> %s.model (vocab %d)\n", d.n_samples, corpus_from,
            prefix, vocab_size);

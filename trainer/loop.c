@@ -69,11 +69,11 @@ static void print_mfu_basis(const RunSettings *s) {
 }
 
 static void load_train_data(const RunConfig *config, const Tokenizer *tok, DataOptions opt,
-                            PackedDataset *train) {
+                            bool say, PackedDataset *train) {
     const char *path = config->data.train_path;
     if (!path) fatal("config key 'data.train_path': a JSONL file is required");
     packed_dataset_load(tok, path, opt, train);
-    printf("train data: %s: %d samples, layout %s, seq_len %d\n", path, train->n_samples,
+    if (say) printf("train data: %s: %d samples, layout %s, seq_len %d\n", path, train->n_samples,
            layout_name(opt.layout), opt.seq_len);
 }
 
@@ -392,17 +392,17 @@ TrainRun *train_run_start(const RunConfig *config) {
     run->mc = model_config_with(config, tok);
     char why[512];
     const Backend backend = backend_choose(config->backend, mc, why, sizeof why);
-    printf("%s\n", why);
+    if (rank0) printf("%s\n", why);  // the run's lines once, from rank 0
     // Before the backend: NCCL picks this rank's GPU.
     ranks_connect(config, mc, backend, &run->ranks);
     const TrainBackendOps *ops = run->ops = backend_ops(backend);
     const RunSettings *settings = &run->settings;
     run->settings = run_settings_from(config, backend);
-    print_mfu_basis(settings);
+    if (rank0) print_mfu_basis(settings);
     run_memory_check(mc, settings, (int)config->data.seq_len, backend);
 
     const DataOptions data_opt = data_options_from_config(config);
-    load_train_data(config, tok, data_opt, &run->train);
+    load_train_data(config, tok, data_opt, rank0, &run->train);
     run->do_eval = hold_out_eval(config, data_opt, settings, rank0, &run->train, &run->eval) ||
                    (rank0 && load_eval_data(config, tok, data_opt, settings, &run->eval));
     const int accuracy_conversations = (int)config->eval.generate_conversations;
@@ -423,7 +423,7 @@ TrainRun *train_run_start(const RunConfig *config) {
     const char *init_from = config->model.init_from;
     if (init_from) {
         params_load_or_init(mc, &state->table, init_from, settings->seed, state->params);
-        printf("weights: %s\n", init_from);
+        if (rank0) printf("weights: %s\n", init_from);
         params_init_added_rows(mc, &state->table, tok, init_from, state->params);
     }
     hf_export_from(config, mc, tok, &state->save_as);
@@ -432,7 +432,7 @@ TrainRun *train_run_start(const RunConfig *config) {
     state->chat_template_jinja = template_official_jinja(template_from_config(config)->name);
     state->tokenizer = tok;
     state->progress.run_record = run_record_from(config);
-    printf("model: %zu parameters (%d layers, hidden %d, vocab %d)\n", state->table.total,
+    if (rank0) printf("model: %zu parameters (%d layers, hidden %d, vocab %d)\n", state->table.total,
            mc->num_hidden_layers, mc->hidden_size, mc->vocab_size);
     StepLoader *loader = &run->loader;
     step_loader_init(loader, run->train.samples, run->train.n_samples, data_opt.layout,

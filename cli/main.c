@@ -15,7 +15,8 @@ static const char USAGE[] =
     "       train export --from CHECKPOINT --out DIR [--dtype bf16|f16|f32]\n"
     "       train generate --config FILE [--set k=v]... --prompts F.jsonl --out G.jsonl\n"
     "       train eval --config FILE [--set k=v]... [--json out.json]\n"
-    "       train config [--markdown] | train config --config FILE [--set k=v]...\n";
+    "       train config [--markdown] | train config --config FILE [--set k=v]...\n"
+    "       train plot RUN_DIR [--out FILE.png]\n";
 
 static const char MORE[] =
     "\n`train COMMAND --help` describes a command. The config is JSON (configs/*.json): every\n"
@@ -66,6 +67,9 @@ static const struct {
              "model of model.init_from and checks its answer: accuracy per turn index, and the\n"
              "eval loss of the same conversations.\n"
              "  --json out.json  the report as JSON too\n"},
+    {"plot", "Draws a run's curves from RUN_DIR/metrics.jsonl into one PNG: training and eval\n"
+             "loss, learning rate, tokens/s, and the eval accuracy when the run generated.\n"
+             "  --out FILE.png   where it goes (RUN_DIR/curves.png)\n"},
     {"config", "Prints every config key with its type, default, range, resume rule and meaning;\n"
                "with --config/--set, the resolved config of that file instead.\n"
                "  --markdown       the key table as docs/CONFIG.md holds it\n"},
@@ -122,6 +126,7 @@ int main(int argc, char **argv) {
     if (strcmp(sub, "generate") == 0) return cmd_generate(sub_argc, sub_argv);
     if (strcmp(sub, "eval") == 0) return cmd_eval(sub_argc, sub_argv);
     if (strcmp(sub, "config") == 0) return cmd_config(sub_argc, sub_argv);
+    if (strcmp(sub, "plot") == 0) return cmd_plot(sub_argc, sub_argv);
     fprintf(stderr, "train: unknown command '%s'\n", sub);
     usage(stderr);
     return 2;

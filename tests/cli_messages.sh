@@ -14,7 +14,7 @@ if out=$("$train" --help 2>&1) && grep -q "train pack" <<<"$out" && grep -q "tra
 # Each command's --help describes its options.
 for pair in "run|--gpus N" "pack|--skip-bad" "export|--dtype D" "generate|--prompts F.jsonl" \
             "gen-data|--out-dir DIR" "tokenizer|--vocab-size N" "show|--conversation N" "eval|--json out.json" \
-            "parity|--json out.json" "config|--markdown"; do
+            "parity|--json out.json" "config|--markdown" "plot|--out FILE.png"; do
     sub=${pair%%|*} option=${pair#*|}
     if out=$("$train" "$sub" --help 2>&1) && [ "$(grep -c -- "^  $option" <<<"$out")" -eq 1 ]; then ok
     else bad "train $sub --help does not describe $option: $out"; fi

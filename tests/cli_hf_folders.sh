@@ -30,10 +30,13 @@ PY
 "$train" pack "${common[@]}" --set model.init_from="$tmp/old" --out "$tmp/old.jsonl" > "$tmp/old.log" 2>&1
 if grep -q "chat template llama3" "$tmp/old.log" && cmp -s "$tmp/old.jsonl" "$tmp/llama3.jsonl"; then ok
 else bad "older form: $(tail -2 "$tmp/old.log")"; fi
-# Without any template the folder is onepass's, and its missing tokens are named.
+# Without any template the folder gets the onepass template: the refusal says so and asks
+# for data.chat_template (not for onepass's tokens); naming it trains.
 rm "$tmp/old/tokenizer_config.json"
-expect_error "no template" "no id for the template token '<|system|>'" \
+expect_error "no template" "config key 'data.chat_template': model.init_from $tmp/old has no chat template .* so the onepass template was chosen and .*no id for the template token '<|system|>'.*; set data.chat_template to the model's family" \
     "$train" pack "${common[@]}" --set model.init_from="$tmp/old" --out "$tmp/x.jsonl"
+"$train" pack "${common[@]}" --set model.init_from="$tmp/old" --set data.chat_template=llama3 --out "$tmp/named.jsonl" > /dev/null 2>&1
+cmp -s "$tmp/named.jsonl" "$tmp/llama3.jsonl" && ok || bad "naming the template"
 
 # model.add_tokens into a folder whose tokenizer_config.json holds 1e30: the qwen3 template
 # over the llama3 folder's tokenizer (480 ids + 8 added <= 512 rows), one step.

@@ -220,6 +220,12 @@ Tokenizer *tokenizer_with_added(const RunConfig *c) {
     char err[1024], missing[512];
     if (template_check_tokenizer(tok, t, err, sizeof err) != 0) {
         missing_controls(tok, t, missing, sizeof missing);
+        // The onepass template by default: a model folder without a template onepass knows.
+        if (!c->data.chat_template && c->model.init_from && t == &TEMPLATE_ONEPASS)
+            fatal("config key 'data.chat_template': model.init_from %s has no chat template "
+                  "(chat_template.jinja, or tokenizer_config.json's chat_template), so the onepass "
+                  "template was chosen and %s; set data.chat_template to the model's family (%s)",
+                  c->model.init_from, err, template_names());
         fatal("config key 'data.tokenizer': %s: %s; model.add_tokens adds what the tokenizer "
               "lacks (--set model.add_tokens='%s')", c->data.tokenizer, err, missing);
     }

@@ -27,6 +27,12 @@ else bad "resume latest is not bit for bit"; fi
 # train.log: the first run's console, then the resume's appended.
 if [ "$(grep -c '^done: 6 steps' "$tmp/resumed/train.log")" -eq 2 ] && grep -q "^resumed from" "$tmp/resumed/train.log"; then ok
 else bad "train.log after the resume: $(grep -c . "$tmp/resumed/train.log") lines"; fi
+# latest with --config too (the run's own run_config.json).
+cp -r "$tmp/straight" "$tmp/withconfig"; rm -rf "$tmp/withconfig"/checkpoint-00000[46]
+if "$train" --config "$tmp/withconfig/run_config.json" --set out_dir="$tmp/withconfig" --set train.resume=latest \
+    > "$tmp/withconfig.log" 2>&1 &&
+   cmp -s <(tensor_bytes "$tmp/straight/checkpoint-000006/model.safetensors") <(tensor_bytes "$tmp/withconfig/checkpoint-000006/model.safetensors")
+then ok; else bad "latest with --config: $(tail -3 "$tmp/withconfig.log")"; fi
 # An override over the checkpoint's config: a changed may-change key is said, a fixed one refused.
 cp -r "$tmp/straight" "$tmp/over"; rm -rf "$tmp/over"/checkpoint-00000[46]
 out=$("$train" --set train.resume="$tmp/over/checkpoint-000002" --set train.steps=4 2>&1) && ok || bad "resume with train.steps: $(tail -2 <<<"$out")"

@@ -16,12 +16,13 @@
 #include "trainer/eval.h"
 #include "trainer/setup.h"
 
-static void print_report(const AccuracyReport *r, double loss, double answer_loss) {
+static void print_report(const AccuracyReport *r, double loss, double answer_loss,
+                         double later_loss) {
     printf("accuracy %.4f (%d/%d turns of %d conversations) | first turn %.4f | later turns "
-           "%.4f | eval_loss %.4f | eval_answer_loss %.4f\n",
+           "%.4f | eval_loss %.4f | eval_answer_loss %.4f | later_turn_answer_loss %.4f\n",
            accuracy_ratio(r->n_correct, r->n_turns), r->n_correct, r->n_turns, r->n_conversations,
            accuracy_ratio(r->first_correct, r->first_n),
-           accuracy_ratio(r->later_correct, r->later_n), loss, answer_loss);
+           accuracy_ratio(r->later_correct, r->later_n), loss, answer_loss, later_loss);
     printf("| turn | turns | correct | accuracy |\n|---|---|---|---|\n");
     for (int t = 0; t < r->n_indices; t++)
         printf("| %d | %d | %d | %.4f |\n", t + 1, r->per_turn_n[t], r->per_turn_correct[t],
@@ -41,8 +42,8 @@ int cmd_eval(int argc, char **argv) {
     if (!path) fatal("train eval: config key 'data.eval_path': a JSONL file is required");
     DataOptions opt = data_options_from_config(c);
     opt.max_samples = 0;  // every conversation, as the accuracy
-    double loss, answer_loss;
-    evaluate_model(&model, path, opt, (int)c->train.micro_rows, &loss, &answer_loss);
+    double loss, answer_loss, later_loss;
+    evaluate_model(&model, path, opt, (int)c->train.micro_rows, &loss, &answer_loss, &later_loss);
 
     AccuracySet set;
     accuracy_set_load(&set, model.tok, &opt, path, 0);
@@ -57,12 +58,14 @@ int cmd_eval(int argc, char **argv) {
     const GenerateOptions gen = generate_options_from(c, model.tok);
     AccuracyReport report;
     accuracy_evaluate(&set, ops, &model.mc, model.params, &gen, model.tok, &report);
-    print_report(&report, loss, answer_loss);
+    print_report(&report, loss, answer_loss, later_loss);
     if (json_path) {
         json_t *j = accuracy_report_json(&report);
         json_object_set_new(j, "eval_loss", isfinite(loss) ? json_real(loss) : json_null());
         json_object_set_new(j, "eval_answer_loss",
                             isfinite(answer_loss) ? json_real(answer_loss) : json_null());
+        json_object_set_new(j, "later_turn_answer_loss",
+                            isfinite(later_loss) ? json_real(later_loss) : json_null());
         json_object_set_new(j, "model", json_string(c->model.init_from));
         json_object_set_new(j, "eval_path", json_string(path));
         char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);

@@ -1,5 +1,8 @@
-// `train export --from CHECKPOINT --out DIR [--dtype bf16|f16|f32]`: a Hugging Face model
-// folder without the optimizer state (trainer/checkpoint.h).
+// `train export --from CHECKPOINT --out DIR [--dtype bf16|f16|f32] [--overwrite]`: a Hugging
+// Face model folder without the optimizer state (trainer/checkpoint.h); a non-empty --out
+// is refused unless --overwrite.
+#include <dirent.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -7,11 +10,28 @@
 #include "common/check.h"
 #include "trainer/checkpoint.h"
 
-static const char *USAGE = "usage: train export --from CHECKPOINT --out DIR [--dtype bf16|f16|f32]";
+static const char *USAGE =
+    "usage: train export --from CHECKPOINT --out DIR [--dtype bf16|f16|f32] [--overwrite]";
+
+// Whether dir exists and holds an entry.
+static bool non_empty_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return false;
+    bool any = false;
+    for (struct dirent *e; !any && (e = readdir(d));)
+        any = strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    closedir(d);
+    return any;
+}
 
 int cmd_export(int argc, char **argv) {
     const char *from = NULL, *out = NULL, *dtype_name = NULL;
+    bool overwrite = false;
     for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--overwrite") == 0) {
+            overwrite = true;
+            continue;
+        }
         const char **slot = strcmp(argv[i], "--from") == 0    ? &from
                             : strcmp(argv[i], "--out") == 0   ? &out
                             : strcmp(argv[i], "--dtype") == 0 ? &dtype_name
@@ -20,6 +40,9 @@ int cmd_export(int argc, char **argv) {
         *slot = argv[++i];
     }
     if (!from || !out) fatal("train export: --from and --out are required (%s)", USAGE);
+    if (!overwrite && non_empty_dir(out))
+        fatal("train export: --out %s already holds files; choose another folder, or pass "
+              "--overwrite to write over them", out);
     char err[1024];
     SaveDtype dtype;
     if (dtype_name && save_dtype_parse(dtype_name, &dtype, err, sizeof err))

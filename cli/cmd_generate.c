@@ -1,8 +1,9 @@
 // `train generate --config FILE [--set k=v]... --prompts F --out G`: continues every
 // conversation of F (JSONL in any accepted format, each ending in a user message) with
-// the model of model.init_from; G gets one JSON object per prompt, in order: the
-// generated `text` (end of turn left out), its `tokens` (ids, end of turn included when
-// it came), the `prompt_tokens` (ids) and `stop` ("end_of_turn" or "length").
+// the model of model.init_from; G gets one JSON object per prompt, in order: `prompt` (its
+// 0-based index in F) and `line` (its line in F), the generated `text` and its `tokens`
+// (ids; the end of turn that ended it is in neither), the `prompt_tokens` (ids) and `stop`
+// ("end_of_turn" or "length").
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,8 +88,11 @@ int cmd_generate(int argc, char **argv) {
     for (int i = 0; i < data.n_samples; i++) {
         char *decoded = generation_text(model.tok, &gens[i]), *text = valid_utf8(decoded);
         free(decoded);
-        json_t *line = json_pack("{s:s, s:o, s:o, s:s}", "text", text, "tokens",
-                                 id_array(gens[i].tokens, gens[i].n), "prompt_tokens",
+        // The tokens of the text: the end-of-turn id that ended it is "stop", not a token.
+        const int n_text = gens[i].ended && gens[i].n > 0 ? gens[i].n - 1 : gens[i].n;
+        json_t *line = json_pack("{s:i, s:i, s:s, s:o, s:o, s:s}", "prompt", i, "line",
+                                 data.samples[i].line, "text", text, "tokens",
+                                 id_array(gens[i].tokens, n_text), "prompt_tokens",
                                  id_array(prompts[i].ids, prompts[i].n), "stop",
                                  gens[i].ended ? "end_of_turn" : "length");
         CHECK(line, "generate: the output line of prompt %d does not format", i);

@@ -90,6 +90,7 @@ int cmd_pack(int argc, char **argv) {
     stats.n_skipped_too_long = data.n_skipped_too_long;
     stats.keep_thinking = opt.chat_template && opt.chat_template->keep_thinking;
     printf("%s -> %s\n", data_path, out_path);
+    printf("tokenizer %s, chat template %s\n", tokenizer_path, opt.chat_template->name);
     stats_print(&stats, stdout);
 
     packed_dataset_free(&data);

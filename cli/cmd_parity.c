@@ -14,9 +14,12 @@
 int cmd_parity(int argc, char **argv) {
     const char *json_path = NULL;
     RunConfig *c = config_from_args(argc, argv, "parity", "--json", &json_path);
+    if (!json_path)
+        fatal("train parity: --json out.json is required (usage: train parity --config FILE "
+              "[--set key=value]... --json out.json)");
     json_t *report = parity_report(c);
     parity_print(report, stdout);
-    if (json_path) {
+    {
         char *text = json_dumps(report, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         char err[1024];
         if (!text || write_file_atomic(json_path, text, strlen(text), err, sizeof err) != 0)

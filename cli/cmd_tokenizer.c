@@ -2,6 +2,8 @@
 // [--set K=V]`:
 // trains PREFIX.model on the onepass-template-rendered text of a conversation dataset, with
 // the onepass template's control tokens.
+#define _POSIX_C_SOURCE 200809L  // strdup
+#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,7 @@
 #include "data/conversation.h"
 #include "trainer/config.h"
 #include "trainer/data_options.h"
+#include "model/hf_export.h"
 #include "trainer/tokenizer_corpus.h"
 
 static void usage_exit(void) {
@@ -46,9 +49,13 @@ int cmd_tokenizer(int argc, char **argv) {
     const DataOptions data_opt = data_options_from_config(c);
     const LoadOptions load = data_load_options(&data_opt);  // the run's reading options
 
+    char err[1024], *folder = strdup(prefix);
+    // The folder of PREFIX is created when missing, as gen-data's --out-dir is.
+    if (strchr(prefix, '/') && make_dirs(dirname(folder), err, sizeof err) != 0)
+        fatal("train tokenizer: --out %s: %s", prefix, err);
+    free(folder);
     Dataset d;
     dataset_load(corpus_from, &load, &d);
-    char err[1024];
     if (tokenizer_train_on(&d, prefix, vocab_size, err, sizeof err) != 0) fatal("%s", err);
     printf("tokenizer: %d samples from %s -> %s.model (vocab %d)\n", d.n_samples, corpus_from,
            prefix, vocab_size);

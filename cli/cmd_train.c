@@ -4,10 +4,13 @@
 #define _POSIX_C_SOURCE 200809L
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
 #include "cli/launch_ranks.h"
+#include "dist/ranks.h"
+#include "trainer/console_log.h"
 #include "trainer/loop.h"
 #include "trainer/setup.h"
 
@@ -43,6 +46,10 @@ int cmd_train(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);  // progress lines interleave with errors in order
     const int gpus = take_gpus_arg(&argc, argv);
     if (gpus > 1) return launch_local_ranks(gpus, argc, argv);
+    // Rank 0's console goes to out_dir/train.log too (trainer/console_log.h).
+    const int rank = dist_env_from_environment().rank;
+    char err[256];
+    if (rank == 0 && console_log_begin(err, sizeof err) != 0) fprintf(stderr, "%s\n", err);
     RunConfig *config = config_from_args(argc, argv, "run", NULL, NULL);
     if (argc == 0)
         printf("train: no --config given: training the built-in defaults into out_dir '%s' "

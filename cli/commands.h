@@ -12,3 +12,4 @@ int cmd_export(int argc, char **argv);    // cli/cmd_export.c: a checkpoint as a
 int cmd_generate(int argc, char **argv);  // cli/cmd_generate.c: continue conversations
 int cmd_eval(int argc, char **argv);      // cli/cmd_eval.c: multi-turn accuracy
 int cmd_config(int argc, char **argv);    // cli/cmd_config.c: the config keys, or a resolved config
+int cmd_plot(int argc, char **argv);      // cli/cmd_plot.c: a run's curves as a PNG

@@ -106,6 +106,29 @@ static bool in_list(const char *key, const char *const *known) {
     return false;
 }
 
+// The key of known (NULL-terminated) within 2 edits of key (a typo), or NULL.
+static const char *closest_key(const char *key, const char *const *known) {
+    const size_t n = strlen(key);
+    for (int i = 0; known[i] && n < 64; i++) {
+        const size_t m = strlen(known[i]);
+        if (m >= 64) continue;
+        int row[65];
+        for (size_t j = 0; j <= m; j++) row[j] = (int)j;
+        for (size_t a = 1; a <= n; a++) {
+            int diag = row[0];
+            row[0] = (int)a;
+            for (size_t j = 1; j <= m; j++) {
+                const int up = row[j], sub = diag + (key[a - 1] != known[i][j - 1]);
+                row[j] = sub < up + 1 ? sub : up + 1;
+                if (row[j - 1] + 1 < row[j]) row[j] = row[j - 1] + 1;
+                diag = up;
+            }
+        }
+        if (row[m] <= 2 && row[m] < (int)m / 2) return known[i];
+    }
+    return NULL;
+}
+
 // Every key of obj not in known (NULL-terminated): an error naming field.key, or counted
 // as tally_prefix + key ("messages[].weight") under ignore_unknown_keys.
 static int check_keys(const ParseOptions *opt, const json_t *obj, const char *const *known,
@@ -114,9 +137,11 @@ static int check_keys(const ParseOptions *opt, const json_t *obj, const char *co
     const json_t *value;
     json_object_foreach((json_t *)obj, key, value) {
         if (in_list(key, known)) continue;
+        const char *near = closest_key(key, known);
         if (!opt->ignore_unknown_keys)
-            return fail(err, err_len, "%s%s%s: unknown key (set data.ignore_unknown_keys to "
-                        "ignore such keys)", field, *field ? "." : "", key);
+            return fail(err, err_len, "%s%s%s: unknown key%s%s%s (set data.ignore_unknown_keys to "
+                        "ignore such keys)", field, *field ? "." : "", key, near ? " (did you mean '" : "",
+                        near ? near : "", near ? "'?)" : "");
         if (opt->ignored) {
             char name[256];
             snprintf(name, sizeof name, "%s%s%s", tally_prefix, *tally_prefix ? "." : "", key);
@@ -794,9 +819,17 @@ static int parse_sample(const ParseOptions *opt, const char *text, size_t len, S
         rc = parse_prompt_completion(opt, root, out, err, err_len);
     else if (has_prompt)
         rc = parse_shared_prefix(opt, root, out, err, err_len);
-    else
+    else {
+        static const char *const formats[] = {"messages", "conversations", "prompt", "completions",
+                                              "completion", NULL};
+        const char *key, *near = NULL;
+        const json_t *value;
+        json_object_foreach(root, key, value) if (!near && (near = closest_key(key, formats))) break;
         rc = fail(err, err_len, "missing field: expected 'messages', 'conversations' or "
-                                "'prompt' with 'completions' or 'completion'");
+                                "'prompt' with 'completions' or 'completion'%s%s%s%s%s",
+                  near ? " (is '" : "", near ? key : "", near ? "' meant to be '" : "",
+                  near ? near : "", near ? "'?)" : "");
+    }
     json_decref(root);
     return rc;
 }

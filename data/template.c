@@ -207,15 +207,35 @@ const ChatTemplate *template_recognise(const char *text) {
     return NULL;
 }
 
+// A text file's bytes as a JSON string (null when unreadable or not UTF-8).
+static json_t *file_json_string(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return json_null();
+    char *text = NULL;
+    size_t n = 0, cap = 0, got;
+    do {
+        text = xrealloc(text, cap += 65536);
+        n += got = fread(text + n, 1, cap - n, f);
+    } while (got > 0);
+    fclose(f);
+    json_t *s = json_stringn(text, n);
+    free(text);
+    return s ? s : json_null();
+}
+
 int template_of_folder(const char *dir, const ChatTemplate **out, char *err, size_t err_len) {
     *out = NULL;
     struct stat st;
     if (!dir || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
     char path[4200];
+    // chat_template.jinja (what transformers writes today) before tokenizer_config.json's
+    // key; that file's integers may exceed int64 (model_max_length 1e30): read as reals.
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    json_t *root = stat(path, &st) == 0 ? json_pack("{s:o}", "chat_template", file_json_string(path)) : NULL;
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    if (stat(path, &st) != 0) return 0;
+    if (!root && stat(path, &st) != 0) return 0;
     json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root) root = json_load_file(path, JSON_DECODE_INT_AS_REAL, &jerr);
     if (!root) return fail(err, err_len, "%s:%d: %s", path, jerr.line, jerr.text);
     const json_t *ct = json_object_get(root, "chat_template");
     int rc = 0;

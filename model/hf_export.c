@@ -360,6 +360,8 @@ int hf_add_tokens(const char *dir, const int32_t *ids, const char *const *pieces
         if (!copied) return -1;
         json_error_t jerr;
         json_t *root = json_loadb(copied, len, 0, &jerr);
+        // transformers writes model_max_length 1e30 as an integer beyond int64: a real.
+        if (!root && f == 1) root = json_loadb(copied, len, JSON_DECODE_INT_AS_REAL, &jerr);
         free(copied);
         if (!root) return fail_at(err, err_len, path, jerr.line, "invalid JSON: %s", jerr.text);
         json_t *list = json_object_get(root, f == 0 ? "added_tokens" : "added_tokens_decoder");
@@ -383,4 +385,25 @@ int hf_add_tokens(const char *dir, const int32_t *ids, const char *const *pieces
         if (rc) return -1;
     }
     return 0;
+}
+
+int hf_write_chat_template(const char *dir, const char *jinja, char *err, size_t err_len) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    if (write_file_atomic(path, jinja, strlen(jinja), err, err_len)) return -1;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    if (access(path, R_OK) != 0) return 0;
+    json_error_t jerr;
+    json_t *root = json_load_file(path, JSON_PRESERVE_ORDER, &jerr);
+    if (!root) root = json_load_file(path, JSON_PRESERVE_ORDER | JSON_DECODE_INT_AS_REAL, &jerr);
+    if (!root) return fail_at(err, err_len, path, jerr.line, "%s", jerr.text);
+    int rc = 0;
+    if (json_object_get(root, "chat_template")) {
+        json_object_del(root, "chat_template");
+        char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        rc = write_file_atomic(path, text, strlen(text), err, err_len);
+        free(text);
+    }
+    json_decref(root);
+    return rc;
 }

@@ -53,5 +53,10 @@ int hf_copy_generation_config(const char *src_dir, const char *dst_dir, char *er
 int hf_add_tokens(const char *dir, const int32_t *ids, const char *const *pieces, int n,
                   char *err, size_t err_len);
 
+// The chat template the run trained, as dir/chat_template.jinja (replacing a copied one),
+// and no chat_template key in dir/tokenizer_config.json, so that transformers renders with
+// it. Returns 0, or -1 with a message.
+int hf_write_chat_template(const char *dir, const char *jinja, char *err, size_t err_len);
+
 // mkdir -p. Returns 0, or -1 with a message.
 int make_dirs(const char *path, char *err, size_t err_len);

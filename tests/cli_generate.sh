@@ -71,10 +71,18 @@ check "no output left by the errors" "[ ! -e '$tmp/x.jsonl' ]"
 # train eval: every turn of every conversation, the report's fields.
 if "$train" eval "${model[@]}" --set data.eval_path="$tmp/eval2.jsonl" --set generate.max_new_tokens=8 \
     --json "$tmp/eval.json" > "$tmp/elog" 2>&1; then ok; else bad "eval: $(tail -3 "$tmp/elog")"; fi
-for key in accuracy first_turn_accuracy later_turn_accuracy per_turn eval_loss eval_answer_loss generated_tokens; do
+for key in accuracy first_turn_accuracy later_turn_accuracy per_turn eval_loss eval_answer_loss later_turn_answer_loss generated_tokens; do
     check "eval json has $key" "grep -q '\"$key\":' '$tmp/eval.json'"
 done
 check "eval scores every assistant turn ($want_turns)" "grep -q '\"turns\": $want_turns,' '$tmp/eval.json'"
 check "eval console line" "grep -Eq '^accuracy [0-9.]+ \\([0-9]+/$want_turns turns of 2 conversations\\) \\| first turn' '$tmp/elog'"
+# One-turn conversations have no later turn: its answer loss is null, and the answer loss
+# is the first turn's alone.
+printf '%s\n' '{"messages":[{"role":"user","content":"Add 2 and 3."},{"role":"assistant","content":"The result is 5.","reasoning_content":"2 + 3 = 5."}]}' \
+    '{"messages":[{"role":"user","content":"Add 4 and 4."},{"role":"assistant","content":"The result is 8.","reasoning_content":"4 + 4 = 8."}]}' > "$tmp/one_turn.jsonl"
+if "$train" eval "${model[@]}" --set data.eval_path="$tmp/one_turn.jsonl" --set generate.max_new_tokens=4 \
+    --json "$tmp/one.json" > /dev/null 2>&1 && grep -q '"later_turn_answer_loss": null' "$tmp/one.json"; then ok
+else bad "later-turn loss of one-turn conversations: $(grep later_turn_answer "$tmp/one.json")"; fi
+check "two-turn eval has a later-turn answer loss" "grep -Eq '\"later_turn_answer_loss\": [0-9]' '$tmp/eval.json'"
 expect_error "eval without a model" "model.init_from" "$train" eval --set data.eval_path="$tmp/eval2.jsonl"
 finish

@@ -15,7 +15,7 @@ expect_error() {  # expect_error <description> <pattern> <command...>
 }
 export OMP_NUM_THREADS=2
 hf=tests/data/hf/qwen3_qknorm_sharded
-small=(--set backend=cpu --set train.tokens_per_step=1024 --set train.micro_rows=1
+small=(--set backend=cpu --set data.tokenizer=datasets/synthetic/tokenizer.model --set train.tokens_per_step=1024 --set train.micro_rows=1
        --set train.warmup_steps=1 --set eval.every=0 --set data.seq_len=1024)
 
 out="$tmp/run"

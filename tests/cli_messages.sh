@@ -9,7 +9,23 @@ for sub in run pack parity gen-data tokenizer; do
     done
 done
 if out=$("$train" pack --config x.json --help 2>&1) && grep -q "usage: train pack" <<<"$out"; then ok; else bad "help after other arguments: $out"; fi
-if out=$("$train" --help 2>&1) && grep -q "train pack" <<<"$out"; then ok; else bad "train --help"; fi
+if out=$("$train" --help 2>&1) && grep -q "train pack" <<<"$out" && grep -q "train config" <<<"$out" &&
+   grep -q "docs/CONFIG.md" <<<"$out"; then ok; else bad "train --help"; fi
+# Each command's --help describes its options.
+for pair in "run|--gpus N" "pack|--skip-bad" "export|--dtype D" "generate|--prompts F.jsonl" \
+            "gen-data|--out-dir DIR" "tokenizer|--vocab-size N" "show|--conversation N" "eval|--json out.json" \
+            "parity|--json out.json" "config|--markdown" "plot|--out FILE.png"; do
+    sub=${pair%%|*} option=${pair#*|}
+    if out=$("$train" "$sub" --help 2>&1) && [ "$(grep -c -- "^  $option" <<<"$out")" -eq 1 ]; then ok
+    else bad "train $sub --help does not describe $option: $out"; fi
+done
+# A mistyped data field names the field it resembles.
+printf '%s\n' '{"mesages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}' > "$tmp/m.jsonl"
+printf '%s\n' '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo", "reasoning_contnet": "x"}]}' > "$tmp/r.jsonl"
+out=$("$train" pack --set data.train_path="$tmp/m.jsonl" --out "$tmp/x.jsonl" 2>&1)
+grep -q "m.jsonl:1: missing field: .* (is 'mesages' meant to be 'messages'?)" <<<"$out" && ok || bad "mesages: $out"
+out=$("$train" pack --set data.train_path="$tmp/r.jsonl" --out "$tmp/x.jsonl" 2>&1)
+grep -q "r.jsonl:1: messages\[1\].reasoning_contnet: unknown key (did you mean 'reasoning_content'?)" <<<"$out" && ok || bad "reasoning_contnet: $out"
 while IFS='|' read -r sets pattern; do
     # shellcheck disable=SC2086
     out=$("$train" --set out_dir="$tmp/run" $sets 2>&1)

@@ -42,10 +42,10 @@ then ok; else bad "resume with --config out_dir/run_config.json: $(tail -2 <<<"$
 # Saving over an existing checkpoint directory (overwrite) leaves one whole checkpoint.
 [ -s "$run/checkpoint-000002/model.safetensors" ] && ! ls -d "$run"/*.old "$run"/*.tmp >/dev/null 2>&1 && ok || bad "replaced checkpoint"
 
-# `train` with no arguments: says it trains the built-in defaults into runs/strip_thinking,
-# and refuses when that directory holds a run.
+# `train run` with no arguments: says it trains the built-in defaults into runs/strip_thinking,
+# and refuses when that directory holds a run (a bare `train` prints the help).
 mkdir -p "$tmp/cwd/runs/strip_thinking"; echo '{"mine": 1}' > "$tmp/cwd/runs/strip_thinking/run_config.json"
-out=$(cd "$tmp/cwd" && "$train" 2>&1); rc=$?
+out=$(cd "$tmp/cwd" && "$train" run 2>&1); rc=$?
 [ "$rc" -ne 0 ] && ok || bad "bare train over an existing run: exit 0"
 grep -q "no --config given: training the built-in defaults into out_dir 'runs/strip_thinking'" <<<"$out" && ok || bad "bare train message: $out"
 grep -q "already holds a run" <<<"$out" && ok || bad "bare train refusal: $out"

@@ -16,7 +16,8 @@ out="$tmp/run"
 if "$train" --set out_dir="$out" --set train.steps=4 --set eval.every=2 "${tiny[@]}" \
     > "$tmp/log" 2>&1; then ok; else bad "tiny run exits 0: $(tail -3 "$tmp/log")"; fi
 check "backend line" "grep -q '^backend: cpu (' '$tmp/log'"
-check "resolved config printed" "grep -q '\"tokens_per_step\": 1024' '$tmp/log'"
+check "one config line" "grep -q '^config: $out/run_config.json | tokenizer datasets/synthetic/tokenizer.model | chat template onepass | eval datasets/synthetic/eval.jsonl\$' '$tmp/log'"
+check "no config dump" "! grep -q '\"tokens_per_step\"' '$tmp/log'"
 check "run_config.json saved" "grep -q '\"steps\": 4' '$out/run_config.json'"
 check "4 metrics lines" "[ \$(wc -l < '$out/metrics.jsonl') -eq 4 ]"
 for key in step loss lr grad_norm tokens trained_tokens tokens_per_s elapsed_s; do

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/check.h"
 #include "common/json_names.h"
@@ -120,7 +121,7 @@ static _Noreturn void fail_unknown_key(const char *where, const char *dotted) {
 
 static const char *type_name(const ConfigKey *k) {
     switch (k->type) {
-    case CFG_STR: return k->def_str ? "a string" : "a string or null";
+    case CFG_STR: return k->def_str && !(k->flags & CFG_NULLABLE) ? "a string" : "a string or null";
     case CFG_INT: return "an integer";
     case CFG_NUM: return "a number";
     case CFG_BOOL: return "a boolean";
@@ -131,7 +132,8 @@ static const char *type_name(const ConfigKey *k) {
 
 static bool type_accepts(const ConfigKey *k, const json_t *v) {
     switch (k->type) {
-    case CFG_STR: return json_is_string(v) || (!k->def_str && json_is_null(v));
+    case CFG_STR:
+        return json_is_string(v) || ((!k->def_str || (k->flags & CFG_NULLABLE)) && json_is_null(v));
     case CFG_INT: return json_is_integer(v);
     case CFG_NUM: return json_is_number(v);
     case CFG_BOOL: return json_is_boolean(v);
@@ -324,13 +326,108 @@ static json_t *load_user_file(const char *path) {
     return user;
 }
 
-RunConfig *config_load(const char *path, int n_overrides, char *const *overrides) {
+// The tokenizer file a data.tokenizer path names (data/tokenizer.h's rule: itself, or a
+// folder's tokenizer.json, else its tokenizer.model) into out; false when there is none.
+static bool tokenizer_file_of(const char *path, char *out, size_t len) {
+    struct stat st;
+    if (stat(path, &st) != 0) return false;
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(out, len, "%s", path);
+        return S_ISREG(st.st_mode);
+    }
+    static const char *const NAMES[] = {"tokenizer.json", "tokenizer.model"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(out, len, "%s/%s", path, NAMES[i]);
+        if (stat(out, &st) == 0 && S_ISREG(st.st_mode)) return true;
+    }
+    return false;
+}
+
+// Whether two files hold the same bytes (false when either cannot be read).
+static bool same_bytes(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    bool same = fa && fb;
+    char x[65536], y[65536];
+    while (same) {
+        const size_t n = fread(x, 1, sizeof x, fa), m = fread(y, 1, sizeof y, fb);
+        same = n == m && memcmp(x, y, n) == 0;
+        if (n < sizeof x) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+
+// With model.init_from, the tokenizer is the folder's own: data.tokenizer left at its
+// default becomes the folder; one naming a tokenizer of the same bytes becomes the folder
+// too (its tokenizer_config.json and template come along); another one is refused, naming
+// both, unless data.tokenizer_override says so. A folder without a tokenizer needs
+// data.tokenizer named.
+static void resolve_tokenizer(RunConfig *c) {
+    const char *dir = c->model.init_from;
+    struct stat st;
+    if (!dir || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return;  // refused where it is read
+    char own[4200], named[4200];
+    const bool has_own = tokenizer_file_of(dir, own, sizeof own);
+    const bool was_set = config_was_set(c, &c->data.tokenizer);
+    if (!has_own) {
+        if (!was_set)
+            fatal("config key 'model.init_from': %s has no tokenizer.json or tokenizer.model; "
+                  "set data.tokenizer to the tokenizer its token ids are from", dir);
+        return;
+    }
+    if (!was_set || !c->data.tokenizer ||
+        (tokenizer_file_of(c->data.tokenizer, named, sizeof named) && same_bytes(own, named))) {
+        config_set_string(c, &c->data.tokenizer, dir);
+        return;
+    }
+    if (!c->data.tokenizer_override)
+        fatal("config key 'data.tokenizer': %s is not the tokenizer of model.init_from (%s); "
+              "leave data.tokenizer out to train with the model's own, or set "
+              "data.tokenizer_override=true to train its weights on another tokenizer's ids",
+              c->data.tokenizer, own);
+}
+
+// The keys of saved (a resolved config) that its run set: those named in set_list (a
+// JSON array) when there is one, else those whose value is not the default.
+static json_t *saved_set_keys(const json_t *saved, const json_t *set_list) {
+    json_t *set_keys = json_object();
+    for (int i = 0; i < CONFIG_N_KEYS; i++) {
+        const ConfigKey *k = &CONFIG_TABLE[i];
+        bool set = false;
+        if (json_is_array(set_list)) {
+            size_t j;
+            const json_t *v;
+            json_array_foreach(set_list, j, v) set |= json_is_string(v) && strcmp(json_string_value(v), k->key) == 0;
+        } else {
+            json_t *def = default_value(k);
+            const json_t *value = value_of(saved, k);
+            set = value && !json_equal(value, def);
+            json_decref(def);
+        }
+        if (set) json_object_set_new(set_keys, k->key, json_true());
+    }
+    return set_keys;
+}
+
+// config_load over a base: a user file (path), or a saved resolved config (saved, with
+// the keys its run set: set_list, NULL for those that differ from the default).
+static RunConfig *config_load_over(const char *path, const json_t *saved, const json_t *set_list,
+                                   const char *saved_where, int n_overrides, char *const *overrides) {
     json_t *root = defaults_tree();
     json_t *set_keys = json_object();
     if (path) {
         json_t *user = load_user_file(path);
         merge_checked(root, user, path, "", set_keys);
         json_decref(user);
+    } else if (saved) {
+        if (!json_is_object(saved)) fatal("%s: the saved config is not a JSON object", saved_where);
+        json_t *all = json_object();
+        merge_checked(root, (json_t *)saved, saved_where, "", all);
+        json_decref(all);
+        json_decref(set_keys);
+        set_keys = saved_set_keys(saved, set_list);
+        path = saved_where;
     }
     for (int i = 0; i < n_overrides; i++) apply_override(root, overrides[i], set_keys);
     // A value out of range names the file when nothing was set over it.
@@ -341,7 +438,41 @@ RunConfig *config_load(const char *path, int n_overrides, char *const *overrides
     c->source->root = root;
     c->source->set_keys = set_keys;
     fill_fields(c, root, where);
+    resolve_tokenizer(c);
     return c;
+}
+
+RunConfig *config_load(const char *path, int n_overrides, char *const *overrides) {
+    return config_load_over(path, NULL, NULL, NULL, n_overrides, overrides);
+}
+
+RunConfig *config_load_saved(const char *config_json, const char *set_keys_json, const char *where,
+                             int n_overrides, char *const *overrides) {
+    json_error_t error;
+    json_t *saved = json_loads(config_json, 0, &error);
+    if (!saved) fatal("%s: the saved config does not parse: %s", where, error.text);
+    json_t *set_list = set_keys_json ? json_loads(set_keys_json, 0, NULL) : NULL;
+    // Where this run goes is the new run's: out_dir, train.resume, ... take their defaults.
+    for (int i = 0; i < CONFIG_N_KEYS; i++) {
+        const ConfigKey *k = &CONFIG_TABLE[i];
+        if (!(k->flags & CFG_LOCAL)) continue;
+        json_t *parent = *k->section ? json_object_get(saved, k->section) : saved;
+        if (json_is_object(parent)) json_object_del(parent, k->name);
+    }
+    RunConfig *c = config_load_over(NULL, saved, set_list, where, n_overrides, overrides);
+    json_decref(saved);
+    json_decref(set_list);
+    return c;
+}
+
+char *config_set_keys_json(const RunConfig *c) {
+    json_t *list = json_array();
+    for (int i = 0; i < CONFIG_N_KEYS; i++)
+        if (json_object_get(c->source->set_keys, CONFIG_TABLE[i].key))
+            json_array_append_new(list, json_string(CONFIG_TABLE[i].key));
+    char *text = json_dumps(list, JSON_COMPACT);
+    json_decref(list);
+    return text;
 }
 
 void config_free(RunConfig *c) {
@@ -357,6 +488,14 @@ void config_free(RunConfig *c) {
 
 bool config_was_set(const RunConfig *c, const void *field) {
     return json_object_get(c->source->set_keys, config_key_of(c, field)->key) != NULL;
+}
+
+void config_set_string(RunConfig *c, const char **field, const char *value) {
+    const ConfigKey *k = config_key_of(c, field);
+    CHECK(k->type == CFG_STR, "config_set_string: %s is not a string key", k->key);
+    json_t *parent = *k->section ? json_object_get(c->source->root, k->section) : c->source->root;
+    json_object_set_new(parent, k->name, value ? json_string(value) : json_null());
+    *field = json_string_value(json_object_get(parent, k->name));
 }
 
 char *config_dump(const RunConfig *c) {

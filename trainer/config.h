@@ -10,7 +10,7 @@
 
 #include "trainer/config_keys.h"
 
-enum { CFG_FIXED = 1, CFG_LOCAL = 2, CFG_MIN_OPEN = 4, CFG_MAX_OPEN = 8 };
+enum { CFG_FIXED = 1, CFG_LOCAL = 2, CFG_MIN_OPEN = 4, CFG_MAX_OPEN = 8, CFG_NULLABLE = 16 };
 
 typedef enum { CFG_STR, CFG_INT, CFG_NUM, CFG_BOOL, CFG_LIST } ConfigType;
 
@@ -78,11 +78,24 @@ const ConfigKey *config_key_of(const RunConfig *c, const void *field);
 // is parsed as JSON when it is valid JSON, else taken as a string. Exits with a message
 // on any error.
 RunConfig *config_load(const char *path, int n_overrides, char *const *overrides);
+// config_load over a saved resolved config (a checkpoint's run record) instead of a file:
+// its keys but the `this run` ones (CFG_LOCAL: out_dir, train.resume, ... take their
+// defaults), then the overrides. set_keys_json: the JSON list of the keys its run set
+// (config_set_keys_json), or NULL: those whose value is not the default. `where` names
+// the record in errors.
+RunConfig *config_load_saved(const char *config_json, const char *set_keys_json, const char *where,
+                             int n_overrides, char *const *overrides);
+// The keys the file or a --set gave, as a JSON list (malloc'd text).
+char *config_set_keys_json(const RunConfig *c);
 void config_free(RunConfig *c);
 
 // Whether the config file or a --set gave the key of this field (&c->model.vocab_size);
 // false: it holds the default.
 bool config_was_set(const RunConfig *c, const void *field);
+
+// Sets a string key's value (&c->data.tokenizer) in the resolved configuration, as a
+// value derived from the others (not one the user set: config_was_set stays as it was).
+void config_set_string(RunConfig *c, const char **field, const char *value);
 
 // The resolved configuration as indented JSON (malloc'd), for printing and saving.
 char *config_dump(const RunConfig *c);

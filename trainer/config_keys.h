@@ -10,7 +10,8 @@
 //   bound); ignored for the other types.
 //   flags: CFG_FIXED (a resume may not change it: it decides the model, the data's tokens
 //   or their order), CFG_LOCAL (where this run goes, not what it trains: never compared
-//   on resume), CFG_MIN_OPEN, CFG_MAX_OPEN.
+//   on resume), CFG_MIN_OPEN, CFG_MAX_OPEN, CFG_NULLABLE (a STR key with a default that
+//   also accepts null).
 #pragma once
 #include "model/model.h"  // MODEL_MAX_*: the model stage owns the model.* ranges
 
@@ -28,10 +29,17 @@
 #define CONFIG_KEYS_DATA(X)                                                                       \
     X(data, train_path, STR, "datasets/synthetic/train.jsonl", 0, 0, 0,                           \
       "JSONL of conversations to train on; a resume refuses a file with other bytes")            \
-    X(data, eval_path, STR, "datasets/synthetic/eval.jsonl", 0, 0, 0,                             \
-      "JSONL of conversations for the eval loss (in the inference view) and accuracy")                         \
+    X(data, eval_path, STR, "datasets/synthetic/eval.jsonl", 0, 0, CFG_NULLABLE,                  \
+      "JSONL of conversations for the eval loss (in the inference view) and accuracy; null: "    \
+      "data.eval_holdout of data.train_path")                                                   \
+    X(data, eval_holdout, NUM, 0.01, 0, 0.5, CFG_FIXED,                                           \
+      "with data.eval_path null: the share of data.train_path's conversations held out of "      \
+      "training for the eval (at least 1, at most 200, evenly spaced in file order); 0: no eval") \
     X(data, tokenizer, STR, "datasets/synthetic/tokenizer.model", 0, 0, 0,                        \
-      "a SentencePiece .model, a tokenizer.json or a model folder holding one")                   \
+      "a SentencePiece .model, a tokenizer.json or a model folder holding one; default with "   \
+      "model.init_from: that folder's")                                                         \
+    X(data, tokenizer_override, BOOL, false, 0, 0, 0,                                            \
+      "train with a data.tokenizer other than model.init_from's own (refused otherwise)")        \
     X(data, layout, STR, "duplicate", 0, 0, CFG_FIXED,                                            \
       "npass, mask_only (option a), duplicate (option b, exact), shared_prefix, as_rendered "      \
       "(one pass as the template renders it) or preserve (one pass, all thinking kept)")           \
@@ -64,7 +72,8 @@
 
 #define CONFIG_KEYS_MODEL(X)                                                                      \
     X(model, vocab_size, INT, 512, 1, MODEL_MAX_VOCAB_SIZE, CFG_FIXED,                            \
-      "vocabulary rows of the embedding (and LM head)")                                           \
+      "vocabulary rows of the embedding (and LM head); not set: the tokenizer's size "           \
+      "(model.init_from: its config.json's)")                                                     \
     X(model, hidden_size, INT, 128, 1, MODEL_MAX_HIDDEN_SIZE, CFG_FIXED,                          \
       "width of the residual stream")                                                             \
     X(model, intermediate_size, INT, 384, 1, MODEL_MAX_INTERMEDIATE_SIZE, CFG_FIXED,              \
@@ -87,6 +96,9 @@
 
 #define CONFIG_KEYS_TRAIN(X)                                                                      \
     X(train, steps, INT, 300, 1, CFG_1G, 0, "optimizer steps of the run")                         \
+    X(train, epochs, NUM, 0.0, 0, 1000000, 0,                                                     \
+      "passes over data.train_path to train, instead of train.steps (0: train.steps decides); "  \
+      "the steps are counted before step 1")                                                      \
     X(train, tokens_per_step, INT, 2048, 1, 1 << 24, CFG_FIXED,                                   \
       "trained (target) tokens per optimizer step, over all micro-batches and ranks")             \
     X(train, micro_rows, INT, 4, 1, 1 << 16, 0,                                                   \
@@ -106,10 +118,13 @@
       "apply weight decay to the embedding (and untied LM head) too")                             \
     X(train, checkpoint_every, INT, 100, 0, CFG_1G, 0,                                            \
       "steps between checkpoints (and one at the end); 0: only at the end")                       \
+    X(train, save_total_limit, INT, 0, 0, CFG_1G, 0,                                              \
+      "checkpoints kept in out_dir: after each save the oldest beyond it are removed; 0: all")    \
     X(train, save_dtype, STR, NULL, 0, 0, 0,                                                      \
       "checkpoint weight dtype: bf16, f16 or f32; null: bf16 with model.init_from, else f32")     \
     X(train, resume, STR, NULL, 0, 0, CFG_LOCAL,                                                  \
-      "a checkpoint folder to continue from, bit for bit")                                        \
+      "a checkpoint folder to continue from, bit for bit, or latest (out_dir's newest); "       \
+      "without --config the checkpoint's own config, changed only by the --set keys")            \
     X(train, overwrite, BOOL, false, 0, 0, CFG_LOCAL,                                             \
       "allow a new run into an out_dir that holds another run")                                   \
     X(train, deterministic, BOOL, true, 0, 0, 0,                                                  \

@@ -19,6 +19,22 @@ void eval_set_load(EvalSet *eval, const Tokenizer *tok, const char *path, DataOp
     eval->losses = xcalloc((size_t)eval->data.rows.n_rows * (size_t)opt.seq_len, sizeof(float));
 }
 
+void eval_set_from_samples(EvalSet *eval, TokenizedSample *samples, int n, const char *name,
+                           DataOptions opt, int micro_rows) {
+    memset(eval, 0, sizeof *eval);
+    PackedDataset *d = &eval->data;
+    d->samples = samples;
+    d->n_samples = n;
+    char why[1024];
+    for (int i = 0; i < n; i++)
+        if (layout_sample(LAYOUT_NPASS, &opt.loss, &samples[i], i, &d->docs, why, sizeof why) != 0)
+            fatal("%s: held-out conversation %d: %s", name, i, why);
+    if (pack_docs(&d->docs, opt.seq_len, opt.pack, &d->rows, &d->n_skipped_too_long, why, sizeof why) != 0)
+        fatal("%s: held-out conversations: %s", name, why);
+    micro_batches_build(&d->rows, micro_rows, &eval->micro);
+    eval->losses = xcalloc((size_t)d->rows.n_rows * (size_t)opt.seq_len, sizeof(float));
+}
+
 void eval_set_free(EvalSet *eval) {
     micro_batches_free(&eval->micro);
     packed_dataset_free(&eval->data);
@@ -29,8 +45,8 @@ void evaluate(const TrainBackendOps *ops, void *backend, EvalSet *eval, double *
               double *eval_answer_loss) {
     const PackedRows *rows = &eval->data.rows;
     train_step_forward(ops, backend, &eval->micro, eval->losses);
-    double all = 0, answer = 0;
-    long long n_all = 0, n_answer = 0;
+    double all = 0, answer = 0, by_turn[2] = {0, 0};
+    long long n_all = 0, n_answer = 0, n_by_turn[2] = {0, 0};
     for (int r = 0; r < rows->n_rows; r++) {
         for (int i = 0; i + 1 < rows->seq_len; i++) {
             size_t slot = (size_t)r * (size_t)rows->seq_len + (size_t)i;
@@ -40,15 +56,20 @@ void evaluate(const TrainBackendOps *ops, void *backend, EvalSet *eval, double *
             if (rows->role[slot + 1] == ROLE_ANSWER) {
                 answer += eval->losses[slot];
                 n_answer++;
+                const int later = rows->turn[slot + 1] > 0;
+                by_turn[later] += eval->losses[slot];
+                n_by_turn[later]++;
             }
         }
     }
     *eval_loss = n_all ? all / (double)n_all : NAN;
     *eval_answer_loss = n_answer ? answer / (double)n_answer : NAN;
+    eval->first_turn_answer_loss = n_by_turn[0] ? by_turn[0] / (double)n_by_turn[0] : NAN;
+    eval->later_turn_answer_loss = n_by_turn[1] ? by_turn[1] / (double)n_by_turn[1] : NAN;
 }
 
 void evaluate_model(const InferenceModel *m, const char *path, DataOptions opt, int micro_rows,
-                    double *eval_loss, double *eval_answer_loss) {
+                    double *eval_loss, double *eval_answer_loss, double *later_turn_answer_loss) {
     const TrainBackendOps *ops = backend_ops(m->backend);
     EvalSet eval;
     eval_set_load(&eval, m->tok, path, opt, micro_rows);
@@ -62,6 +83,7 @@ void evaluate_model(const InferenceModel *m, const char *path, DataOptions opt, 
     adamw_init(&moments, m->table.total);
     ops->set_state(backend, m->params, &moments);
     evaluate(ops, backend, &eval, eval_loss, eval_answer_loss);
+    if (later_turn_answer_loss) *later_turn_answer_loss = eval.later_turn_answer_loss;
     ops->destroy(backend);
     adamw_free(&moments);
     eval_set_free(&eval);

@@ -15,12 +15,20 @@ typedef struct {
     PackedDataset data;
     MicroBatches micro;
     float *losses;  // [n_rows, seq_len] per-position CE of the last run
+    // The last run's answer loss split by the target's turn: the first turn, and later
+    // turns (where option (a)'s history mismatch shows). NAN where there is none.
+    double first_turn_answer_loss, later_turn_answer_loss;
 } EvalSet;
 
 // The samples of `path` under opt, with opt.layout replaced by npass; micro-batches
 // of up to micro_rows rows.
 void eval_set_load(EvalSet *eval, const Tokenizer *tok, const char *path, DataOptions opt,
                    int micro_rows);
+// The eval set of n tokenized samples (owned from now on: samples[] malloc'd, freed with
+// the set), laid out as npass under opt; micro-batches of up to micro_rows rows. name (the
+// file they come from) prefixes errors.
+void eval_set_from_samples(EvalSet *eval, TokenizedSample *samples, int n, const char *name,
+                           DataOptions opt, int micro_rows);
 void eval_set_free(EvalSet *eval);
 
 // eval_loss: mean CE over every target (think + answer); eval_answer_loss: over targets
@@ -31,8 +39,9 @@ void evaluate(const TrainBackendOps *ops, void *backend, EvalSet *eval, double *
 // evaluate on the samples of `path` under opt (eval_set_load) for the weights of m, on a
 // backend of m's kind made for them (deterministic, micro-batches of micro_rows rows, the
 // AdamW moments zero) and destroyed after.
+// later_turn_answer_loss: EvalSet's, of turns after the first (may be NULL).
 void evaluate_model(const InferenceModel *m, const char *path, DataOptions opt, int micro_rows,
-                    double *eval_loss, double *eval_answer_loss);
+                    double *eval_loss, double *eval_answer_loss, double *later_turn_answer_loss);
 
 // ---- Multi-turn accuracy: every turn of every conversation generated from
 // its inference view with the gold history (earlier thinking stripped) up to the

@@ -1,5 +1,6 @@
 #include "trainer/loader.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,40 @@ void packed_rows_count(const PackedRows *rows, long long *tokens, long long *tra
         *tokens += rows->doc[i] != -1;
         *trained += rows->target[i] != -1;
     }
+}
+
+long step_loader_steps_for_epochs(const StepLoader *l, double epochs) {
+    long long *trained = xcalloc((size_t)l->n_samples, sizeof(long long));
+    long long total = 0;
+    char why[1024];
+    for (int i = 0; i < l->n_samples; i++) {
+        DocList docs = {0};
+        if (layout_sample(l->layout, &l->loss, &l->samples[i], i, &docs, why, sizeof why) != 0)
+            fatal("sample at line %d: %s", l->samples[i].line, why);
+        for (int d = 0; d < docs.n_docs; d++) trained[i] += doc_trained(&docs.docs[d]);
+        total += trained[i];
+        doc_list_free(&docs);
+    }
+    if (total == 0) fatal("no sample of the data set has a trained token under layout %s", layout_name(l->layout));
+    StepLoader sim = *l;
+    sim.order = xmalloc((size_t)l->n_samples * sizeof(int));
+    sim.epoch = sim.cursor = 0;
+    make_order(&sim);
+    const long long target = (long long)ceil(epochs * (double)l->n_samples);
+    long steps = 0;
+    for (long long taken = 0; taken < target; steps++) {
+        for (long long step_trained = 0; step_trained < l->budget; taken++) {
+            if (sim.cursor == sim.n_samples) {
+                sim.epoch++;
+                sim.cursor = 0;
+                make_order(&sim);
+            }
+            step_trained += trained[sim.order[sim.cursor++]];
+        }
+    }
+    free(sim.order);
+    free(trained);
+    return steps;
 }
 
 // Lays out samples until the budget is reached, then packs them; on error a message

@@ -42,6 +42,11 @@ typedef struct {
 void step_loader_init(StepLoader *l, const TokenizedSample *samples, int n_samples,
                       LayoutKind layout, int seq_len, PackOptions pack, long long budget,
                       bool shuffle, uint64_t seed);
+// The optimizer steps from the start that take `epochs` passes over the samples (the
+// steps until epochs x n_samples samples are taken, whole samples per step as
+// step_loader_next takes them), counted without packing. Fatal when no sample has a
+// trained token.
+long step_loader_steps_for_epochs(const StepLoader *l, double epochs);
 // Moves to a saved position (a resumed run).
 void step_loader_seek(StepLoader *l, long long epoch, long long cursor);
 // The next step's batch. Returns 0, or -1 (out then holds nothing) with a message naming

@@ -8,17 +8,20 @@
 // metrics, checkpoints), evaluates and logs the steps.
 #include "trainer/loop.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/check.h"
 #include "common/output_file.h"
+#include "data/template_jinja.h"
 #include "dist/ranks.h"
 #include "model/hf_export.h"
 #include "trainer/backend.h"
 #include "trainer/backend_registry.h"
 #include "trainer/checkpoint.h"
+#include "trainer/console_log.h"
 #include "trainer/data_options.h"
 #include "trainer/eval.h"
 #include "trainer/lr_schedule.h"
@@ -66,11 +69,11 @@ static void print_mfu_basis(const RunSettings *s) {
 }
 
 static void load_train_data(const RunConfig *config, const Tokenizer *tok, DataOptions opt,
-                            PackedDataset *train) {
+                            bool say, PackedDataset *train) {
     const char *path = config->data.train_path;
     if (!path) fatal("config key 'data.train_path': a JSONL file is required");
     packed_dataset_load(tok, path, opt, train);
-    printf("train data: %s: %d samples, layout %s, seq_len %d\n", path, train->n_samples,
+    if (say) printf("train data: %s: %d samples, layout %s, seq_len %d\n", path, train->n_samples,
            layout_name(opt.layout), opt.seq_len);
 }
 
@@ -79,10 +82,63 @@ static bool load_eval_data(const RunConfig *config, const Tokenizer *tok, DataOp
                            const RunSettings *s, EvalSet *eval) {
     const char *path = config->data.eval_path;
     if (!path || s->eval_every <= 0) return false;
+    const char *synthetic_train = config_key_find("data.train_path")->def_str;
+    if (strcmp(path, config_key_find("data.eval_path")->def_str) == 0 && config->data.train_path &&
+        strcmp(config->data.train_path, synthetic_train) != 0)
+        printf("note: the eval set is the synthetic %s while training on %s; name data.eval_path, "
+               "or set it to null to hold data.eval_holdout of the training file out\n", path,
+               config->data.train_path);
     opt.max_samples = (int)config->eval.max_conversations;
     eval_set_load(eval, tok, path, opt, s->micro_rows);
     printf("eval data: %s: %d samples in the inference view (npass), %d rows\n", path,
            eval->data.n_samples, eval->data.rows.n_rows);
+    return true;
+}
+
+// data.eval_path null: data.eval_holdout of the training conversations (at least 1, at most
+// EVAL_HOLDOUT_MAX), evenly spaced in file order, taken out of train (every rank: the
+// training set is the same on all of them); rank 0 evaluates on the first
+// eval.max_conversations of them. Returns whether there is an eval set.
+enum { EVAL_HOLDOUT_MAX = 200 };
+static bool hold_out_eval(const RunConfig *config, DataOptions opt, const RunSettings *s,
+                          bool rank0, PackedDataset *train, EvalSet *eval) {
+    const double share = config->data.eval_holdout;
+    const int n = train->n_samples;
+    if (config->data.eval_path || share <= 0 || s->eval_every <= 0) return false;
+    int k = (int)ceil(share * n);
+    if (k < 1) k = 1;
+    if (k > EVAL_HOLDOUT_MAX) k = EVAL_HOLDOUT_MAX;
+    if (k >= n)
+        fatal("config key 'data.eval_holdout': %s has %d conversations, too few to hold %d out "
+              "(name data.eval_path, or set data.eval_holdout=0)", config->data.train_path, n, k);
+    TokenizedSample *held = xcalloc((size_t)k, sizeof *held);
+    int kept = 0, next = 0;
+    for (int i = 0; i < n; i++) {
+        // The j-th held-out conversation is the one at (j + 1/2) n / k.
+        if (next < k && i == (int)(((2 * (long long)next + 1) * n) / (2 * (long long)k)))
+            held[next++] = train->samples[i];
+        else
+            train->samples[kept++] = train->samples[i];
+    }
+    CHECK(next == k && kept == n - k, "held out %d of %d", next, k);
+    train->n_samples = kept;
+    doc_list_free(&train->docs);  // laid out before the split: not used again
+    packed_rows_free(&train->rows);
+    memset(&train->docs, 0, sizeof train->docs);
+    memset(&train->rows, 0, sizeof train->rows);
+    const int used = config->eval.max_conversations > 0 && config->eval.max_conversations < k
+                         ? (int)config->eval.max_conversations : k;
+    for (int i = used; i < k; i++) tokenized_sample_free(&held[i]);
+    if (!rank0) {
+        for (int i = 0; i < used; i++) tokenized_sample_free(&held[i]);
+        free(held);
+        return false;
+    }
+    opt.layout = LAYOUT_NPASS;
+    eval_set_from_samples(eval, held, used, config->data.train_path, opt, s->micro_rows);
+    printf("eval data: %d of the %d conversations of %s held out of training (data.eval_holdout "
+           "%g), %d of them in the inference view (npass), %d rows\n", k, n,
+           config->data.train_path, share, used, eval->data.rows.n_rows);
     return true;
 }
 
@@ -155,6 +211,7 @@ typedef struct {
     GenerateOptions generate;
     MetricsLog *metrics;
     double flops_per_token;
+    int n_train_samples;  // conversations of an epoch
     DistComm comm;  // the ranks: the step's loss and gradients are summed over them
     bool writes;    // rank 0: out_dir, the step log and eval are this rank's
     const volatile sig_atomic_t *stop;  // the caller's stop request (a signal)
@@ -177,6 +234,7 @@ static StepMetrics step_metrics(const StepLoop *loop, const PreparedStep *batch,
         .conversations = batch->n_samples, .tokens_per_s = tokens_per_s,
         .mfu = peak_flops > 0 ? loop->flops_per_token * tokens_per_s / (peak_flops * world) : -1.0,
         .world_size = loop->comm.world_size,
+        .epoch = (double)batch->epoch + (double)batch->cursor / loop->n_train_samples,
     };
 }
 
@@ -218,6 +276,9 @@ static bool checkpoint_or_stop(const StepLoop *loop, TrainState *state, bool sto
                              checkpoint_dir, dir_len, err, sizeof err) != 0)
             fatal("writing checkpoint: %s", err);
         printf("checkpoint: %s\n", checkpoint_dir);
+        const int keep = loop->settings->save_total_limit;
+        if (keep > 0 && run_dir_rotate(loop->out_dir, step, keep, err, sizeof err) != 0)
+            fprintf(stderr, "train.save_total_limit: %s\n", err);  // the run goes on
     }
     if (!stop || last) return false;
     printf("stopped by signal after step %ld; resume with --set train.resume=%s\n", step,
@@ -320,26 +381,35 @@ TrainRun *train_run_start(const RunConfig *config) {
     const char *out_dir = checked_out_dir(config);
     char *resolved = config_dump(config);
     const bool rank0 = dist_env_from_environment().rank == 0;
-    if (rank0) printf("resolved config:\n%s\n", resolved);
+    if (rank0)
+        printf("config: %s/run_config.json | tokenizer %s | chat template %s | eval %s\n", out_dir,
+               config->data.tokenizer, template_from_config(config)->name,
+               config->eval.every <= 0 ? "off"
+               : config->data.eval_path ? config->data.eval_path
+               : config->data.eval_holdout > 0 ? "held out of data.train_path" : "off");
     Tokenizer *tok = run->tok = tokenizer_with_added(config);
     const ModelConfig *mc = &run->mc;
     run->mc = model_config_with(config, tok);
     char why[512];
     const Backend backend = backend_choose(config->backend, mc, why, sizeof why);
-    printf("%s\n", why);
+    if (rank0) printf("%s\n", why);  // the run's lines once, from rank 0
     // Before the backend: NCCL picks this rank's GPU.
     ranks_connect(config, mc, backend, &run->ranks);
     const TrainBackendOps *ops = run->ops = backend_ops(backend);
     const RunSettings *settings = &run->settings;
     run->settings = run_settings_from(config, backend);
-    print_mfu_basis(settings);
+    if (rank0) print_mfu_basis(settings);
     run_memory_check(mc, settings, (int)config->data.seq_len, backend);
 
     const DataOptions data_opt = data_options_from_config(config);
-    load_train_data(config, tok, data_opt, &run->train);
-    run->do_eval = rank0 && load_eval_data(config, tok, data_opt, settings, &run->eval);
+    load_train_data(config, tok, data_opt, rank0, &run->train);
+    run->do_eval = hold_out_eval(config, data_opt, settings, rank0, &run->train, &run->eval) ||
+                   (rank0 && load_eval_data(config, tok, data_opt, settings, &run->eval));
     const int accuracy_conversations = (int)config->eval.generate_conversations;
-    run->do_accuracy = run->do_eval && accuracy_conversations > 0;
+    run->do_accuracy = run->do_eval && accuracy_conversations > 0 && config->data.eval_path;
+    if (run->do_eval && accuracy_conversations > 0 && !config->data.eval_path)
+        printf("note: eval.generate_conversations scores data.eval_path's conversations: off "
+               "with a held-out eval set\n");
     if (run->do_accuracy) {
         accuracy_set_load(&run->accuracy, tok, &data_opt, config->data.eval_path,
                           accuracy_conversations);
@@ -355,27 +425,40 @@ TrainRun *train_run_start(const RunConfig *config) {
     const char *init_from = config->model.init_from;
     if (init_from) {
         params_load_or_init(mc, &state->table, init_from, settings->seed, state->params);
-        printf("weights: %s\n", init_from);
+        if (rank0) printf("weights: %s\n", init_from);
         params_init_added_rows(mc, &state->table, tok, init_from, state->params);
     }
     hf_export_from(config, mc, tok, &state->save_as);
-    state->tokenizer_dir = init_from;
+    // Only the run's tokenizer: data.tokenizer is model.init_from's own unless overridden.
     state->tokenizer_model = config->data.tokenizer;
+    state->chat_template_jinja = template_official_jinja(template_from_config(config)->name);
     state->tokenizer = tok;
     state->progress.run_record = run_record_from(config);
-    printf("model: %zu parameters (%d layers, hidden %d, vocab %d)\n", state->table.total,
+    if (rank0) printf("model: %zu parameters (%d layers, hidden %d, vocab %d)\n", state->table.total,
            mc->num_hidden_layers, mc->hidden_size, mc->vocab_size);
     StepLoader *loader = &run->loader;
     step_loader_init(loader, run->train.samples, run->train.n_samples, data_opt.layout,
                      data_opt.seq_len, data_opt.pack, settings->tokens_per_step,
                      settings->shuffle, settings->seed);
     loader->loss = data_opt.loss;
+    if (config->train.epochs > 0) {
+        run->settings.total_steps = step_loader_steps_for_epochs(loader, config->train.epochs);
+        if (rank0)
+            printf("train.epochs %g: %ld steps of %lld trained tokens over %d conversations "
+                   "(train.steps is not used)\n", config->train.epochs, run->settings.total_steps,
+                   settings->tokens_per_step, run->train.n_samples);
+    }
     resume_if_asked(config, state, loader);
     // The backend first: it refuses what does not fit the device before out_dir exists.
     run->backend = create_backend(ops, mc, settings, data_opt.seq_len, state);
     if (rank0) {
         prepare_out_dir(out_dir, resolved);
         char err[1024];
+        if (console_log_attach(out_dir, config->train.resume != NULL, err, sizeof err) != 0)
+            fprintf(stderr, "%s\n", err);  // the run goes on without its log
+        if (config->train.resume &&
+            run_dir_set_aside_later(out_dir, state->progress.step, err, sizeof err) != 0)
+            fatal("config key 'train.resume': %s", err);
         if (metrics_open(&run->metrics, out_dir, state->progress.step, err, sizeof err) != 0)
             fatal("%s", err);
     }
@@ -392,6 +475,7 @@ TrainRun *train_run_start(const RunConfig *config) {
         .metrics = &run->metrics,
         .flops_per_token = model_flops_per_token(model_matmul_params(&state->table, mc)),
         .comm = run->ranks.comm,
+        .n_train_samples = run->train.n_samples,
         .writes = rank0,
     };
     return run;

@@ -76,6 +76,7 @@ void metrics_write(MetricsLog *log, const StepMetrics *m) {
     json_object_set_new(o, "tokens", json_integer(m->tokens));
     json_object_set_new(o, "trained_tokens", json_integer(m->trained_tokens));
     json_object_set_new(o, "conversations", json_integer(m->conversations));
+    json_object_set_new(o, "epoch", json_real(m->epoch));
     json_object_set_new(o, "tokens_per_s", json_real(m->tokens_per_s));
     json_object_set_new(o, "elapsed_s", json_real(m->elapsed_s));
     json_object_set_new(o, "mfu", m->mfu >= 0 ? json_real(m->mfu) : json_null());
@@ -134,7 +135,7 @@ void metrics_print_console(FILE *f, const StepMetrics *m, long total_steps, doub
     if (m->has_accuracy)
         fprintf(f, " | eval_accuracy %.4f | eval_later_turn_accuracy %.4f", m->eval_accuracy,
                 m->eval_later_turn_accuracy);
-    fputc('\n', f);
+    fprintf(f, " | epoch %.2f\n", m->epoch);
     fflush(f);
 }
 

@@ -22,6 +22,7 @@ typedef struct {
     double eval_loss, eval_answer_loss;
     bool has_accuracy;         // multi-turn accuracy on eval.generate_conversations (NAN: no turn)
     double eval_accuracy, eval_later_turn_accuracy;
+    double epoch;              // passes over the training data done (epoch + position)
 } StepMetrics;
 
 typedef struct {
@@ -44,8 +45,8 @@ void metrics_write(MetricsLog *log, const StepMetrics *m);
 void metrics_close(MetricsLog *log);
 
 // "step 12/200 | loss 3.1416 | lr 3.00e-03 | gnorm 0.812 | 51234 tok/s | MFU n/a | ETA 1m02s"
-// (then " | 2 ranks" with several, " | GPU mem 1.23 GiB" on a GPU, and the eval losses on
-// eval steps). metrics.jsonl has "world_size" with several ranks.
+// (then " | 2 ranks" with several, " | GPU mem 1.23 GiB" on a GPU, the eval losses on
+// eval steps, and last " | epoch 0.53"). metrics.jsonl has "world_size" with several ranks.
 void metrics_print_console(FILE *f, const StepMetrics *m, long total_steps, double eta_s);
 
 // Weights that run through a matmul per token: all 2-D tensors but the embedding

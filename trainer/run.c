@@ -32,6 +32,7 @@ RunSettings run_settings_from(const RunConfig *c, Backend backend) {
         .warmup_steps = (long)c->train.warmup_steps,
         .eval_every = (long)c->eval.every,
         .checkpoint_every = (long)c->train.checkpoint_every,
+        .save_total_limit = (int)c->train.save_total_limit,
         .tokens_per_step = c->train.tokens_per_step,
         .shuffle = c->train.shuffle,
         .deterministic = c->train.deterministic,
@@ -80,7 +81,13 @@ char *run_record_from(const RunConfig *c) {
     json_t *files = json_object();
     json_object_set_new(files, "data.train_path", file_checksum(c->data.train_path));
     json_object_set_new(files, "data.tokenizer", file_checksum(c->data.tokenizer));
-    json_t *record = json_pack("{s:o, s:o}", "config", config, "files", files);
+    // The training set lacks the held-out conversations (trainer/loop.c hold_out_eval).
+    if (!c->data.eval_path && c->data.eval_holdout > 0 && c->eval.every > 0)
+        json_object_set_new(files, "held out of data.train_path", json_real(c->data.eval_holdout));
+    char *set_text = config_set_keys_json(c);
+    json_t *set_keys = json_loads(set_text, 0, NULL);
+    free(set_text);
+    json_t *record = json_pack("{s:o, s:o, s:o}", "config", config, "files", files, "set_keys", set_keys);
     char *text = json_dumps(record, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(record);
     return text;
@@ -144,7 +151,13 @@ static int compare_run_records(const char *saved_text, const char *now_text, cha
     json_object_foreach(json_object_get(saved, "files"), key, value) {
         if (json_equal(value, json_object_get(json_object_get(now, "files"), key))) continue;
         const size_t used = strlen(refused);
-        snprintf(refused + used, LEN - used, "%s%s: the file's contents changed", used ? ", " : "", key);
+        snprintf(refused + used, LEN - used, "%s%s: %s", used ? ", " : "", key,
+                 strncmp(key, "data.", 5) == 0 ? "the file's contents changed" : "changed");
+    }
+    json_object_foreach(json_object_get(now, "files"), key, value) {  // new since the checkpoint
+        if (json_object_get(json_object_get(saved, "files"), key)) continue;
+        const size_t used = strlen(refused);
+        snprintf(refused + used, LEN - used, "%s%s: changed", used ? ", " : "", key);
     }
     int rc = 0;
     if (*refused)
@@ -206,6 +219,7 @@ void train_state_init(TrainState *s, const ModelConfig *mc, uint64_t seed) {
     s->save_as.hf.bos_token_id = s->save_as.hf.pad_token_id = -1;
     s->tokenizer_dir = s->tokenizer_model = NULL;
     s->tokenizer = NULL;
+    s->chat_template_jinja = NULL;
 }
 
 int train_state_resume(TrainState *s, const char *dir, char *err, size_t err_len) {
@@ -227,10 +241,13 @@ int train_state_resume(TrainState *s, const char *dir, char *err, size_t err_len
     return 0;
 }
 
-// The tokenizer files of a checkpoint, with its added tokens, into its .tmp folder.
+// The tokenizer files of a checkpoint, the trained template's Jinja and the added tokens,
+// into its .tmp folder.
 static int tokenizer_files(const char *dir, void *arg, char *err, size_t err_len) {
     const TrainState *s = arg;
     if (hf_copy_tokenizer(s->tokenizer_dir, s->tokenizer_model, dir, err, err_len)) return -1;
+    if (s->chat_template_jinja && hf_write_chat_template(dir, s->chat_template_jinja, err, err_len))
+        return -1;
     return s->tokenizer ? hf_write_added_tokens(dir, s->tokenizer, err, err_len) : 0;
 }
 

@@ -13,6 +13,7 @@
 // The train.* keys (and seed) of a run, read and validated once.
 typedef struct {
     long total_steps, warmup_steps, eval_every, checkpoint_every;
+    int save_total_limit;       // checkpoints kept in out_dir; 0: all
     int micro_rows;
     long long tokens_per_step;  // trained tokens per step (the loader's budget)
     bool shuffle, deterministic;
@@ -49,6 +50,7 @@ typedef struct {
     const char *tokenizer_dir;    // tokenizer files copied into each checkpoint, or NULL
     const char *tokenizer_model;  // the run's data.tokenizer (file or folder), copied too
     const Tokenizer *tokenizer;   // its model.add_tokens go into the copied files; may be NULL
+    const char *chat_template_jinja;  // written as chat_template.jinja (the trained template); may be NULL
 } TrainState;
 
 // The run record saved with each checkpoint (TrainProgress.run_record): the resolved

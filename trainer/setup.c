@@ -2,6 +2,8 @@
 #include "trainer/setup.h"
 
 #include <math.h>
+#include <jansson.h>
+#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +14,9 @@
 #include "data/tokenize.h"
 #include "model/hf_model.h"
 #include "model/safetensors.h"
+#include "trainer/checkpoint.h"
 #include "trainer/data_options.h"
+#include "trainer/run_dir.h"
 #include "data/template.h"
 
 bool model_source_from(const RunConfig *c, HfModelConfig *out) {
@@ -113,7 +117,8 @@ static ModelConfig model_config_grown(const RunConfig *c, int grown) {
               "%d pieces", vocab_key, grown);
     // config_load has range-checked every model.* size (trainer/config.c RANGES).
     ModelConfig mc = {
-        .vocab_size = grown > vocab_key ? grown : (int)vocab_key,
+        // Not set: the tokenizer's size (grown: it, model.add_tokens' included).
+        .vocab_size = !vocab_set && grown > 0 ? grown : grown > vocab_key ? grown : (int)vocab_key,
         .hidden_size = (int)c->model.hidden_size,
         .intermediate_size = (int)c->model.intermediate_size,
         .num_hidden_layers = (int)c->model.num_hidden_layers,
@@ -126,20 +131,73 @@ static ModelConfig model_config_grown(const RunConfig *c, int grown) {
     return mc;
 }
 
+// A token id of model.init_from's config.json or generation_config.json (`key`) that the
+// tokenizer does not have: fatal, naming both files.
+static void check_special_id(const RunConfig *c, const Tokenizer *tok, const char *file,
+                             const char *key, long long id) {
+    if (id < 0) return;
+    if (id < tokenizer_vocab_size(tok) && tokenizer_id_to_piece(tok, (int)id)) return;
+    fatal("config key 'data.tokenizer': %s has no token id %lld, which model.init_from's "
+          "%s/%s names as %s: the tokenizer is not the model's", c->data.tokenizer, id,
+          c->model.init_from, file, key);
+}
+
+// generation_config.json's token ids (bos, eos as an integer or a list, pad), when the
+// folder has that file.
+static void check_generation_ids(const RunConfig *c, const Tokenizer *tok) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/generation_config.json", c->model.init_from);
+    json_t *root = json_load_file(path, 0, NULL);
+    if (!root) return;  // absent (or unreadable: hf_config_read's files decide the model)
+    static const char *const KEYS[] = {"bos_token_id", "eos_token_id", "pad_token_id"};
+    for (int k = 0; k < 3; k++) {
+        const json_t *v = json_object_get(root, KEYS[k]);
+        size_t i;
+        const json_t *id;
+        if (json_is_integer(v)) check_special_id(c, tok, "generation_config.json", KEYS[k], json_integer_value(v));
+        else if (json_is_array(v))
+            json_array_foreach(v, i, id) if (json_is_integer(id))
+                check_special_id(c, tok, "generation_config.json", KEYS[k], json_integer_value(id));
+    }
+    json_decref(root);
+}
+
+// With model.init_from: the tokenizer's ids must be rows of its embedding (model.add_tokens
+// grows it only by the tokens it adds) and its special token ids ids of the tokenizer.
+static void check_tokenizer_of_source(const RunConfig *c, const Tokenizer *tok) {
+    HfModelConfig hf;
+    if (!model_source_from(c, &hf)) return;
+    if (tokenizer_loaded_size(tok) > hf.cfg.vocab_size)
+        fatal("config key 'data.tokenizer': %s has %d token ids but model.init_from %s has %d "
+              "embedding rows: the tokenizer is not the model's", c->data.tokenizer,
+              tokenizer_loaded_size(tok), c->model.init_from, hf.cfg.vocab_size);
+    check_special_id(c, tok, "config.json", "bos_token_id", hf.bos_token_id);
+    check_special_id(c, tok, "config.json", "pad_token_id", hf.pad_token_id);
+    for (int i = 0; i < hf.n_eos; i++)
+        check_special_id(c, tok, "config.json", "eos_token_id", hf.eos_token_ids[i]);
+    check_generation_ids(c, tok);
+}
+
 static void check_vocab_fits(const RunConfig *c, const ModelConfig *mc, const Tokenizer *tok) {
     if (tokenizer_vocab_size(tok) > mc->vocab_size)
         fatal("config key 'model.vocab_size': %d is smaller than the tokenizer's %d pieces (%s)",
               mc->vocab_size, tokenizer_vocab_size(tok), c->data.tokenizer);
 }
 
+// A random init's vocabulary comes from the tokenizer unless model.vocab_size is given.
+static bool derives_vocab(const RunConfig *c) {
+    return !c->model.init_from && !config_was_set(c, &c->model.vocab_size);
+}
+
 ModelConfig model_config_with(const RunConfig *c, const Tokenizer *tok) {
-    const ModelConfig mc = model_config_grown(c, adds_tokens(c) ? tokenizer_vocab_size(tok) : 0);
+    const bool sized = adds_tokens(c) || derives_vocab(c);
+    const ModelConfig mc = model_config_grown(c, sized ? tokenizer_vocab_size(tok) : 0);
     check_vocab_fits(c, &mc, tok);
     return mc;
 }
 
 ModelConfig model_config_from(const RunConfig *c) {
-    if (!adds_tokens(c)) return model_config_grown(c, 0);
+    if (!adds_tokens(c) && !derives_vocab(c)) return model_config_grown(c, 0);
     Tokenizer *tok = tokenizer_load_added(c, false);
     const ModelConfig mc = model_config_grown(c, tokenizer_vocab_size(tok));
     tokenizer_free(tok);
@@ -160,10 +218,17 @@ static void missing_controls(const Tokenizer *tok, const ChatTemplate *t, char *
 
 Tokenizer *tokenizer_with_added(const RunConfig *c) {
     Tokenizer *tok = tokenizer_load_added(c, true);
+    check_tokenizer_of_source(c, tok);
     const ChatTemplate *t = template_from_config(c);
     char err[1024], missing[512];
     if (template_check_tokenizer(tok, t, err, sizeof err) != 0) {
         missing_controls(tok, t, missing, sizeof missing);
+        // The onepass template by default: a model folder without a template onepass knows.
+        if (!c->data.chat_template && c->model.init_from && t == &TEMPLATE_ONEPASS)
+            fatal("config key 'data.chat_template': model.init_from %s has no chat template "
+                  "(chat_template.jinja, or tokenizer_config.json's chat_template), so the onepass "
+                  "template was chosen and %s; set data.chat_template to the model's family (%s)",
+                  c->model.init_from, err, template_names());
         fatal("config key 'data.tokenizer': %s: %s; model.add_tokens adds what the tokenizer "
               "lacks (--set model.add_tokens='%s')", c->data.tokenizer, err, missing);
     }
@@ -273,6 +338,65 @@ static void params_load(const ModelConfig *mc, const ParamTable *table, const ch
     safetensors_file_free(&f);
 }
 
+// The value of the last "key=value" override of key, or NULL.
+static const char *override_of(const char *key, int n, char *const *overrides) {
+    const char *value = NULL;
+    const size_t len = strlen(key);
+    for (int i = 0; i < n; i++)
+        if (strncmp(overrides[i], key, len) == 0 && overrides[i][len] == '=') value = overrides[i] + len + 1;
+    return value;
+}
+
+// A training run's config. train.resume=latest names out_dir's newest checkpoint; a
+// resume without --config takes the checkpoint's own config (its run record) with the
+// --set keys over it, out_dir defaulting to the checkpoint's folder.
+static RunConfig *config_for_run(const char *path, int n, char **overrides) {
+    const char *resume = override_of("train.resume", n, overrides);
+    char err[1024], dir[4200], where[4400];
+    if (!resume || path) {
+        RunConfig *c = config_load(path, n, overrides);
+        if (c->train.resume && strcmp(c->train.resume, "latest") == 0) {
+            if (run_dir_latest_checkpoint(c->out_dir, dir, sizeof dir, err, sizeof err) != 0)
+                fatal("config key 'train.resume': latest: %s", err);
+            config_set_string(c, &c->train.resume, dir);
+            printf("train.resume latest: %s\n", dir);
+        }
+        return c;
+    }
+    const char *out_dir = override_of("out_dir", n, overrides);
+    if (strcmp(resume, "latest") == 0) {
+        if (!out_dir) out_dir = config_key_find("out_dir")->def_str;
+        if (run_dir_latest_checkpoint(out_dir, dir, sizeof dir, err, sizeof err) != 0)
+            fatal("config key 'train.resume': latest: %s", err);
+        printf("train.resume latest: %s\n", dir);
+    } else {
+        snprintf(dir, sizeof dir, "%s", resume);
+    }
+    char *record = NULL;
+    if (checkpoint_read_run_record(dir, &record, err, sizeof err) != 0)
+        fatal("config key 'train.resume': %s", err);
+    if (!record) fatal("config key 'train.resume': %s has no run record; resume it with its --config", dir);
+    json_t *root = json_loads(record, 0, NULL);
+    free(record);
+    char *config_text = root ? json_dumps(json_object_get(root, "config"), JSON_COMPACT) : NULL;
+    char *set_text = root && json_object_get(root, "set_keys")
+                         ? json_dumps(json_object_get(root, "set_keys"), JSON_COMPACT) : NULL;
+    json_decref(root);
+    if (!config_text) fatal("config key 'train.resume': %s: the run record does not parse", dir);
+    snprintf(where, sizeof where, "%s (its run record)", dir);
+    RunConfig *c = config_load_saved(config_text, set_text, where, n, overrides);
+    free(config_text);
+    free(set_text);
+    config_set_string(c, &c->train.resume, dir);
+    if (!out_dir) {  // the checkpoint's folder
+        char *copy = strdup(dir);
+        config_set_string(c, &c->out_dir, dirname(copy));
+        free(copy);
+    }
+    printf("config: %s's own, with the --set keys over it\n", dir);
+    return c;
+}
+
 RunConfig *config_from_args(int argc, char **argv, const char *command, const char *extra,
                          const char **extra_value) {
     const char *path = NULL;
@@ -287,7 +411,8 @@ RunConfig *config_from_args(int argc, char **argv, const char *command, const ch
         fatal("train %s: unexpected argument '%s' (usage: train %s --config FILE [--set key=value]...%s%s)",
               command, argv[i], command, extra ? " " : "", extra ? extra : "");
     }
-    RunConfig *c = config_load(path, n_overrides, overrides);
+    RunConfig *c = strcmp(command, "run") == 0 ? config_for_run(path, n_overrides, overrides)
+                                                : config_load(path, n_overrides, overrides);
     free(overrides);
     return c;
 }

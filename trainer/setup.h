@@ -11,11 +11,12 @@
 // model.* keys, or with model.init_from the folder's config.json (a model.* key the
 // user set that contradicts it is fatal, naming both values), the vocabulary grown to
 // the size of tok (tokenizer_with_added(c): the run's one load of the tokenizer) when
-// model.add_tokens is set; values the model cannot use, and a tokenizer of more pieces
+// model.add_tokens is set, and a random init's vocabulary tok's size unless
+// model.vocab_size is set; values the model cannot use, and a tokenizer of more pieces
 // than the vocabulary, are fatal and name the key.
 ModelConfig model_config_with(const RunConfig *c, const Tokenizer *tok);
-// model_config_with for a caller without a tokenizer of its own (bench_trainer): with
-// model.add_tokens it loads data.tokenizer only to size the vocabulary.
+// model_config_with for a caller without a tokenizer of its own (bench_trainer): where
+// the tokenizer sizes the vocabulary it loads data.tokenizer only for that.
 ModelConfig model_config_from(const RunConfig *c);
 // model.init_from's config.json into *out; false when model.init_from is not set.
 bool model_source_from(const RunConfig *c, HfModelConfig *out);

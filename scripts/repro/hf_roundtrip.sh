@@ -8,7 +8,8 @@
 set -uo pipefail  # a FAIL of hf_compare.py fails the pipeline through grep
 train="$1"; fixtures="$2"; out="$3"; backend="$4"
 status=0
-common=(--set data.seq_len=1024 --set data.eval_path=datasets/synthetic/eval.jsonl)
+common=(--set data.seq_len=1024 --set data.eval_path=datasets/synthetic/eval.jsonl
+        --set data.tokenizer=datasets/synthetic/tokenizer.model)
 for dir in "$fixtures"/*/; do
   f=$(basename "$dir"); d="$out/$f"; mkdir -p "$d"
   if ! "$train" --set model.init_from="$dir" --set backend="$backend" --set out_dir="$d/run" \

@@ -34,9 +34,9 @@ while [ $# -gt 0 ]; do
         *) echo "loss_curves.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
+png="${png:-$runs/loss_curves.png}"
+md="${md:-$runs/LOSS_CURVES.md}"
 layouts=(npass duplicate mask_only)
-png=${png:-$runs/loss_curves.png}
-md=${md:-$runs/loss_curves.md}
 mkdir -p "$runs" "$(dirname "$png")" "$(dirname "$md")"
 
 # Pulls a numeric field out of one metrics.jsonl line (no jq: plain awk).

@@ -7,7 +7,7 @@
 # usage: scripts/repro/loss_curves.sh [--config FILE] [--runs DIR] [--png FILE] [--md FILE]
 #                               [--plot-only] [--set key=value]...
 #   defaults: configs/strip_thinking.json, runs/loss_curves, and the plot and table in the
-#   runs folder (loss_curves.png, loss_curves.md; docs/ changes only when --png / --md name
+#   runs folder (docs/ changes only when --png or --md name
 #   it); relative paths are from the repository root. --set overrides go
 #   to every run (e.g. --set train.steps=100). --plot-only redraws from existing runs.
 # Needs the built trainer (./train, or the binary named by $TRAIN); the plot needs gnuplot

@@ -8,6 +8,7 @@ source "$(dirname "$0")/lib_cli.sh" "$1"
 need_data
 export OMP_NUM_THREADS=2
 small=(--set backend=cpu --set model.init_from=tests/data/hf/qwen3_qknorm_sharded
+       --set data.tokenizer=datasets/synthetic/tokenizer.model
        --set train.tokens_per_step=1024 --set train.micro_rows=1 --set train.warmup_steps=1
        --set data.seq_len=1024 --set train.steps=1 --set eval.every=1
        --set eval.generate_conversations=10 --set generate.max_new_tokens=2)

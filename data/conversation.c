@@ -76,6 +76,10 @@ static void key_tally_add(KeyTally *t, const char *name) {
             t->counts[i]++;
             return;
         }
+    if (t->n == KEY_TALLY_NAMES) {
+        t->others++;
+        return;
+    }
     if (t->n == t->cap) {
         t->cap = t->cap ? 2 * t->cap : 8;
         t->names = xrealloc(t->names, (size_t)t->cap * sizeof *t->names);
@@ -91,6 +95,7 @@ void key_tally_describe(const KeyTally *t, char *buf, size_t len) {
     for (int i = 0; i < t->n && n < len; i++)
         n += (size_t)snprintf(buf + n, len - n, "%s %s (%lld)", i ? "," : "", t->names[i],
                               t->counts[i]);
+    if (t->others && n < len) snprintf(buf + n, len - n, ", %lld of other names", t->others);
 }
 
 void key_tally_free(KeyTally *t) {

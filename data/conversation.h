@@ -22,12 +22,14 @@
 #include "data/message.h"
 
 // Distinct names of the keys ignored under ignore_unknown_keys ("id", "messages[].weight"),
-// each with how many times it was met.
+// each with how many times it was met: the first KEY_TALLY_NAMES names; keys of further
+// names are counted in `others`, so a line of many distinct keys costs linear work.
+enum { KEY_TALLY_NAMES = 64 };
 typedef struct {
     char **names;
     long long *counts;
     int n, cap;
-    long long total;
+    long long total, others;
 } KeyTally;
 
 typedef struct {

@@ -578,6 +578,26 @@ static void test_unknown_keys(void) {
                         "messages[].weight (4), messages[].foo (2), messages[].content[].cache (2)") == 0,
            "tally: %s", what);
     key_tally_free(&tally);
+
+    // A line of 80,000 distinct unknown keys: the tally keeps KEY_TALLY_NAMES names and counts
+    // the rest, so its work stays linear in the keys (each lookup scans at most 64 names).
+    enum { MANY = 80000 };
+    char *big = malloc((size_t)MANY * 16 + 128);
+    size_t at = (size_t)sprintf(big, "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"},"
+                                     "{\"role\": \"assistant\", \"content\": \"A\"}]");
+    for (int k = 0; k < MANY; k++) at += (size_t)sprintf(big + at, ", \"k%d\": 0", k);
+    strcpy(big + at, "}");
+    KeyTally many = {0};
+    ParseOptions ignore_many = {.ignore_unknown_keys = true, .ignored = &many};
+    int rc = sample_parse_line(big, strlen(big), "m.jsonl", 1, &ignore_many, &s, err, sizeof err);
+    EXPECT(rc == 0, "80k keys: %s", err);
+    if (rc == 0) sample_free(&s);
+    EXPECT(many.total == MANY && many.n <= 64, "80k keys: %lld counted under %d names", many.total, many.n);
+    char listed[2048];
+    key_tally_describe(&many, listed, sizeof listed);
+    EXPECT(strstr(listed, "k63 (1), 79936 of other names") != NULL, "80k keys: %s", listed);
+    key_tally_free(&many);
+    free(big);
 }
 
 // data.max_line_bytes: a line of exactly the limit (a '\r' before its '\n' not counted) is

@@ -6,7 +6,6 @@
 #include <cairo.h>
 #include <jansson.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,22 +65,6 @@ static void read_metrics(const char *path, Series *series) {
     if (series[LOSS].n == 0) fatal("train plot: %s has no step yet", path);
 }
 
-__attribute__((format(printf, 6, 7))) static void text(cairo_t *cr, double x, double y,
-                                                       double size, double align,
-                                                       const char *fmt, ...) {
-    char s[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(s, sizeof s, fmt, ap);
-    va_end(ap);
-    cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
-    cairo_set_font_size(cr, size);
-    cairo_text_extents_t e;
-    cairo_text_extents(cr, s, &e);
-    cairo_move_to(cr, x - align * e.x_advance, y);
-    cairo_show_text(cr, s);
-}
-
 typedef struct {
     double r, g, b;
 } Rgb;
@@ -98,14 +81,14 @@ static void panel(cairo_t *cr, double y0, const char *title, const Series *const
         for (int j = 0; j < s[i]->n; j++) lo = fmin(lo, s[i]->value[j]), hi = fmax(hi, s[i]->value[j]);
     if (hi <= lo) hi = lo + (lo != 0 ? fabs(lo) * 0.1 : 1.0);
     cairo_set_source_rgb(cr, 0, 0, 0);
-    text(cr, x0, y0 + 18, 14, 0, "%s", title);
+    draw_text(cr, x0, y0 + 18, 14, false, 0, "%s", title);
     cairo_set_line_width(cr, 1);
     cairo_rectangle(cr, x0, top, w, h);
     cairo_stroke(cr);
-    text(cr, x0 - 6, top + 10, 11, 1, "%.4g", hi);
-    text(cr, x0 - 6, top + h, 11, 1, "%.4g", lo);
-    text(cr, x0, top + h + 16, 11, 0, "0");
-    text(cr, x0 + w, top + h + 16, 11, 1, "step %.0f", last_step);
+    draw_text(cr, x0 - 6, top + 10, 11, false, 1, "%.4g", hi);
+    draw_text(cr, x0 - 6, top + h, 11, false, 1, "%.4g", lo);
+    draw_text(cr, x0, top + h + 16, 11, false, 0, "0");
+    draw_text(cr, x0 + w, top + h + 16, 11, false, 1, "step %.0f", last_step);
     double legend_x = x0 + w;
     for (int i = n - 1; i >= 0; i--) {
         if (s[i]->n == 0) continue;
@@ -125,7 +108,7 @@ static void panel(cairo_t *cr, double y0, const char *title, const Series *const
         cairo_set_font_size(cr, 12);
         cairo_text_extents(cr, label, &e);
         legend_x -= e.x_advance + 16;
-        text(cr, legend_x, y0 + 18, 12, 0, "%s", label);
+        draw_text(cr, legend_x, y0 + 18, 12, false, 0, "%s", label);
     }
 }
 

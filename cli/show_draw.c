@@ -63,11 +63,8 @@ static double percent(long long part, long long whole) {
     return whole > 0 ? 100.0 * (double)part / (double)whole : 0.0;
 }
 
-// Text whose anchor is (x, y) on the baseline; align 0 left, 0.5 centred, 1 right.
-// Returns its width.
-__attribute__((format(printf, 7, 8))) static double text(cairo_t *cr, double x, double y,
-                                                         double size, bool bold, double align,
-                                                         const char *fmt, ...) {
+double draw_text(cairo_t *cr, double x, double y, double size, bool bold, double align,
+                 const char *fmt, ...) {
     char s[512];
     va_list ap;
     va_start(ap, fmt);
@@ -176,7 +173,7 @@ static double legend(cairo_t *cr, double x, double y, double w, double fs, const
         cairo_rectangle(cr, cx, cy - sw * 0.85, sw, sw);
         cairo_stroke(cr);
         set_color(cr, INK);
-        text(cr, cx + sw + fs * 0.4, cy, fs, false, 0, "%s", items[i].label);
+        draw_text(cr, cx + sw + fs * 0.4, cy, fs, false, 0, "%s", items[i].label);
         cx += item_w;
     }
     return cy - y + fs * 1.7;
@@ -217,10 +214,10 @@ static void paint_strip(cairo_t *cr, const void *what, double w, double h) {
     Segment *segs = row_segments(r, &n_segs);
     char a[32], b[32];
     set_color(cr, INK);
-    text(cr, x0, fs * 1.7, fs * 1.25, true, 0, "%s: %s, row %d of %d", layout_title(r->layout),
+    draw_text(cr, x0, fs * 1.7, fs * 1.25, true, 0, "%s: %s, row %d of %d", layout_title(r->layout),
          r->caption, r->row + 1, r->n_rows);
     set_color(cr, MUTED);
-    text(cr, x0, fs * 3.3, fs, false, 0,
+    draw_text(cr, x0, fs * 3.3, fs, false, 0,
          "%s tokens in %s slots, %d document%s; coloured by segment, position ids under it",
          grouped(real_slots(r), a, sizeof a), grouped(r->seq_len, b, sizeof b),
          row_docs(segs, n_segs), row_docs(segs, n_segs) == 1 ? "" : "s");
@@ -245,14 +242,14 @@ static void paint_strip(cairo_t *cr, const void *what, double w, double h) {
              g->doc_start ? INK : WHITE, 1.0);
         if (tw + 4 <= gw) {
             set_color(cr, WHITE);
-            text(cr, cx, bar_y + bar_h * 0.68, fs, true, 0.5, "%s", label);
+            draw_text(cr, cx, bar_y + bar_h * 0.68, fs, true, 0.5, "%s", label);
             continue;
         }
         for (int lane = 0; lane < 2; lane++) {
             if (cx - tw / 2 < lane_end[lane] + fs * 0.3) continue;
             double ly = bar_y - fs * 0.5 - lane * fs * 1.3;
             set_color(cr, INK);
-            text(cr, cx, ly, fs * 0.9, true, 0.5, "%s", label);
+            draw_text(cr, cx, ly, fs * 0.9, true, 0.5, "%s", label);
             line(cr, cx, ly + fs * 0.2, cx, bar_y, 0.6, MUTED, 1.0);
             lane_end[lane] = cx + tw / 2;
             break;
@@ -272,7 +269,7 @@ static void paint_strip(cairo_t *cr, const void *what, double w, double h) {
         for (int lane = 0; lane < 2; lane++) {
             if (gx < pos_end[lane] + fs * 0.4) continue;
             set_color(cr, INK);
-            text(cr, gx, pos_y + lane * fs * 1.15, fs * 0.85, false, 0, "%s", label);
+            draw_text(cr, gx, pos_y + lane * fs * 1.15, fs * 0.85, false, 0, "%s", label);
             pos_end[lane] = gx + tw;
             break;
         }
@@ -286,9 +283,9 @@ static void paint_strip(cairo_t *cr, const void *what, double w, double h) {
         line(cr, x0, plot_y + plot_h, x0 + bar_w, plot_y + plot_h, 0.8, MUTED, 1.0);
         line(cr, x0, plot_y, x0, plot_y + plot_h, 0.8, MUTED, 1.0);
         set_color(cr, MUTED);
-        text(cr, x0 - fs * 0.3, plot_y + fs * 0.7, fs * 0.8, false, 1, "%d", max_pos);
-        text(cr, x0 - fs * 0.3, plot_y + plot_h, fs * 0.8, false, 1, "0");
-        text(cr, x0 + fs * 0.4, plot_y + fs * 0.7, fs * 0.8, false, 0, "position id per slot");
+        draw_text(cr, x0 - fs * 0.3, plot_y + fs * 0.7, fs * 0.8, false, 1, "%d", max_pos);
+        draw_text(cr, x0 - fs * 0.3, plot_y + plot_h, fs * 0.8, false, 1, "0");
+        draw_text(cr, x0 + fs * 0.4, plot_y + fs * 0.7, fs * 0.8, false, 0, "position id per slot");
         cairo_set_line_width(cr, 1.6);
         for (int i = 0; i < n_segs; i++) {
             const Segment *g = &segs[i];
@@ -328,9 +325,9 @@ static Plot grid_begin(cairo_t *cr, const ShowRow *r, double w, double h, const 
                        const char *subtitle, const LegendItem *items, int n_items) {
     double fs = font_size(w);
     set_color(cr, INK);
-    text(cr, fs * 1.2, fs * 1.7, fs * 1.2, true, 0, "%s", title);
+    draw_text(cr, fs * 1.2, fs * 1.7, fs * 1.2, true, 0, "%s", title);
     set_color(cr, MUTED);
-    text(cr, fs * 1.2, fs * 3.2, fs * 0.95, false, 0, "%s", subtitle);
+    draw_text(cr, fs * 1.2, fs * 3.2, fs * 0.95, false, 0, "%s", subtitle);
     double left = fs * 6.8, top = fs * 8.4, bottom = fs * 3.8;
     double size = fmin(w - left - fs * 1.5, h - top - bottom);
     Plot p = {left, top, size, size / r->seq_len};
@@ -346,7 +343,7 @@ static Plot grid_begin(cairo_t *cr, const ShowRow *r, double w, double h, const 
         segment_label(r, segs, n_segs, i, label, sizeof label);
         if (label[0] && text_width(cr, fs * 0.75, true, label) + 3 <= len) {
             set_color(cr, WHITE);
-            text(cr, p.x + a + len / 2, p.y - gap - bar * 0.25, fs * 0.75, true, 0.5, "%s", label);
+            draw_text(cr, p.x + a + len / 2, p.y - gap - bar * 0.25, fs * 0.75, true, 0.5, "%s", label);
         }
     }
     free(segs);
@@ -356,17 +353,17 @@ static Plot grid_begin(cairo_t *cr, const ShowRow *r, double w, double h, const 
         double at = t * p.scale;
         line(cr, p.x + at, p.y - gap - bar, p.x + at, p.y - gap - bar - fs * 0.4, 0.8, MUTED, 1.0);
         set_color(cr, MUTED);
-        text(cr, p.x + at, p.y - gap - bar - fs * 0.6, fs * 0.8, false, 0.5, "%d", t);
+        draw_text(cr, p.x + at, p.y - gap - bar - fs * 0.6, fs * 0.8, false, 0.5, "%d", t);
         line(cr, p.x - gap - bar, p.y + at, p.x - gap - bar - fs * 0.4, p.y + at, 0.8, MUTED, 1.0);
         set_color(cr, MUTED);
-        text(cr, p.x - gap - bar - fs * 0.6, p.y + at + fs * 0.3, fs * 0.8, false, 1, "%d", t);
+        draw_text(cr, p.x - gap - bar - fs * 0.6, p.y + at + fs * 0.3, fs * 0.8, false, 1, "%d", t);
     }
     set_color(cr, INK);
-    text(cr, p.x + size / 2, p.y - gap - bar - fs * 2.0, fs, true, 0.5, "key slot k \xe2\x86\x92");
+    draw_text(cr, p.x + size / 2, p.y - gap - bar - fs * 2.0, fs, true, 0.5, "key slot k \xe2\x86\x92");
     cairo_save(cr);
     cairo_translate(cr, fs * 1.5, p.y + size / 2);
     cairo_rotate(cr, -M_PI / 2);
-    text(cr, 0, 0, fs, true, 0.5, "query slot q \xe2\x86\x92");
+    draw_text(cr, 0, 0, fs, true, 0.5, "query slot q \xe2\x86\x92");
     cairo_restore(cr);
     legend(cr, p.x, p.y + size + fs * 2.0, w - p.x - fs, fs * 0.95, items, n_items);
     return p;
@@ -515,11 +512,11 @@ static void paint_reference(cairo_t *cr, const void *what, double w, double h) {
     const ShowRow *r = what;
     double fs = font_size(w);
     set_color(cr, INK);
-    text(cr, fs * 1.2, fs * 1.7, fs * 1.2, true, 0, "%s", layout_title(r->layout));
+    draw_text(cr, fs * 1.2, fs * 1.7, fs * 1.2, true, 0, "%s", layout_title(r->layout));
     set_color(cr, MUTED);
-    text(cr, w / 2, h / 2 - fs, fs * 1.1, false, 0.5, "the reference: each turn in its own");
-    text(cr, w / 2, h / 2 + fs * 0.6, fs * 1.1, false, 0.5, "inference view; the other layouts");
-    text(cr, w / 2, h / 2 + fs * 2.2, fs * 1.1, false, 0.5, "are compared with these views");
+    draw_text(cr, w / 2, h / 2 - fs, fs * 1.1, false, 0.5, "the reference: each turn in its own");
+    draw_text(cr, w / 2, h / 2 + fs * 0.6, fs * 1.1, false, 0.5, "inference view; the other layouts");
+    draw_text(cr, w / 2, h / 2 + fs * 2.2, fs * 1.1, false, 0.5, "are compared with these views");
 }
 
 // ---- files ----
@@ -591,7 +588,7 @@ static void paint_overview(cairo_t *cr, const void *what, double w, double h) {
     const Overview *o = what;
     (void)h;
     set_color(cr, INK);
-    text(cr, 24, 40, 24, true, 0, "%s", o->title);
+    draw_text(cr, 24, 40, 24, true, 0, "%s", o->title);
     const Painter grid_painters[] = {paint_mask, paint_tiles, paint_diff};
     for (int i = 0; i < o->n_rows; i++) {
         const ShowRow *r = &o->rows[i];

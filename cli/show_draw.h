@@ -2,6 +2,8 @@
 // its attention mask, the mask at tile resolution and its pairs against npass; and an
 // overview of several layouts side by side. PNG and SVG.
 #pragma once
+#include <cairo.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include "data/layout.h"
 #include "trainer/slot_context.h"
@@ -18,6 +20,12 @@ typedef struct {
     const uint8_t *pairs;           // [seq_len, seq_len] PairKind; NULL: no comparison
     PairCounts pair_counts;
 } ShowRow;
+
+// Text whose anchor is (x, y) on the baseline, in DejaVu Sans; align 0 left, 0.5 centred,
+// 1 right. Returns its width. (`train plot` draws its labels with it too.)
+__attribute__((format(printf, 7, 8))) double draw_text(cairo_t *cr, double x, double y,
+                                                       double size, bool bold, double align,
+                                                       const char *fmt, ...);
 
 // Writes DIR/<layout>_{strip,mask,tiles[,diff]}.{png,svg}; diff only when row->pairs.
 void show_draw_row(const char *dir, const ShowRow *row);

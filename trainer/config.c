@@ -37,14 +37,14 @@ const ConfigKey CONFIG_TABLE[] = {
 };
 const int CONFIG_N_KEYS = (int)(sizeof CONFIG_TABLE / sizeof CONFIG_TABLE[0]);
 
-#define CFG_RENAMED_ROW(old, now) {old, now},
-static const struct {
-    const char *old, *now;
-} RENAMED[] = {CONFIG_RENAMED(CFG_RENAMED_ROW)};
+// Keys that moved: renamed (how NULL) or replaced by a key of other values (how says
+// which old value is which new one).
+#define CFG_RENAMED_ROW(old, now) {old, now, NULL},
 #define CFG_REPLACED_ROW(old, now, how) {old, now, how},
 static const struct {
     const char *old, *now, *how;
-} REPLACED[] = {CONFIG_REPLACED(CFG_REPLACED_ROW)};
+} MOVED[] = {CONFIG_RENAMED(CFG_RENAMED_ROW) CONFIG_REPLACED(CFG_REPLACED_ROW)};
+enum { N_MOVED = sizeof MOVED / sizeof MOVED[0] };
 
 struct ConfigSource {
     json_t *root;      // the resolved tree: every key, sections as objects
@@ -95,13 +95,12 @@ static int edit_distance(const char *a, const char *b) {
 // the closest key (by edit distance over the dotted key, or the same name in another
 // section) when one is close.
 static _Noreturn void fail_unknown_key(const char *where, const char *dotted) {
-    for (size_t i = 0; i < sizeof RENAMED / sizeof RENAMED[0]; i++)
-        if (strcmp(RENAMED[i].old, dotted) == 0)
-            fatal("%s: config key '%s' is now '%s'", where, dotted, RENAMED[i].now);
-    for (size_t i = 0; i < sizeof REPLACED / sizeof REPLACED[0]; i++)
-        if (strcmp(REPLACED[i].old, dotted) == 0)
-            fatal("%s: config key '%s' is replaced by '%s' (%s)", where, dotted, REPLACED[i].now,
-                  REPLACED[i].how);
+    for (int i = 0; i < N_MOVED; i++) {
+        if (strcmp(MOVED[i].old, dotted) != 0) continue;
+        if (!MOVED[i].how) fatal("%s: config key '%s' is now '%s'", where, dotted, MOVED[i].now);
+        fatal("%s: config key '%s' is replaced by '%s' (%s)", where, dotted, MOVED[i].now,
+              MOVED[i].how);
+    }
     const char *leaf = strrchr(dotted, '.');
     leaf = leaf ? leaf + 1 : dotted;
     const ConfigKey *best = NULL;
@@ -580,13 +579,12 @@ void config_describe(FILE *f, bool markdown) {
         }
         free(def);
     }
-    if (markdown && sizeof RENAMED > 0) {
+    if (markdown) {
         fputs("\n## Renamed keys\n\nThe old spelling is refused naming the new one.\n\n"
               "| old | new |\n|---|---|\n", f);
-        for (size_t i = 0; i < sizeof RENAMED / sizeof RENAMED[0]; i++)
-            fprintf(f, "| `%s` | `%s` |\n", RENAMED[i].old, RENAMED[i].now);
-        for (size_t i = 0; i < sizeof REPLACED / sizeof REPLACED[0]; i++)
-            fprintf(f, "| `%s` | `%s`: %s |\n", REPLACED[i].old, REPLACED[i].now, REPLACED[i].how);
+        for (int i = 0; i < N_MOVED; i++)
+            fprintf(f, "| `%s` | `%s`%s%s |\n", MOVED[i].old, MOVED[i].now, MOVED[i].how ? ": " : "",
+                    MOVED[i].how ? MOVED[i].how : "");
     }
 }
 

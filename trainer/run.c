@@ -23,7 +23,7 @@ ModelRecompute run_recompute_from(const RunConfig *c) {
 }
 
 RunSettings run_settings_from(const RunConfig *c, Backend backend) {
-    // config_load has range-checked every numeric key (trainer/config.c RANGES).
+    // config_load has range-checked every numeric key (the ranges of trainer/config_keys.h).
     const double tflops = c->train.peak_tflops;
     const bool peak_from_datasheet = tflops == 0 && backend == BACKEND_CUDA;
     return (RunSettings){

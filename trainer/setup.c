@@ -115,7 +115,7 @@ static ModelConfig model_config_grown(const RunConfig *c, int grown) {
     if (grown > vocab_key && vocab_set)
         fatal("config key 'model.vocab_size' is %lld but data.tokenizer with model.add_tokens has "
               "%d pieces", vocab_key, grown);
-    // config_load has range-checked every model.* size (trainer/config.c RANGES).
+    // config_load has range-checked every model.* size (the ranges of trainer/config_keys.h).
     ModelConfig mc = {
         // Not set: the tokenizer's size (grown: it, model.add_tokens' included).
         .vocab_size = !vocab_set && grown > 0 ? grown : grown > vocab_key ? grown : (int)vocab_key,

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include "common/check.h"
+#include "data/template_jinja.h"
 
 // Tool calls as Qwen3 writes them (onepass's wording too).
 #define TOOL_CALL_FIELDS \
@@ -194,6 +195,9 @@ static const char CHATML_TEXT[] =
     "}}{% endif %}";
 
 const ChatTemplate *template_recognise(const char *text) {
+    // A checkpoint's chat_template.jinja is the official text of the template it trained.
+    const char *official = template_official_name(text);
+    if (official) return template_by_name(official);
     for (size_t i = 0; i < sizeof FINGERPRINTS / sizeof FINGERPRINTS[0]; i++) {
         const Fingerprint *f = &FINGERPRINTS[i];
         bool all = !f->lacks || !strstr(text, f->lacks);

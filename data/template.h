@@ -86,8 +86,9 @@ const ChatTemplate *template_with_history(const ChatTemplate *t, HistoryThinking
 const ChatTemplate *template_by_name(const char *name);
 // "qwen3, deepseek_r1, …": every name, for error messages.
 const char *template_names(void);
-// The template whose official Jinja text chat_template is (by the fingerprints in
-// template.c); NULL when unrecognised.
+// The template whose official Jinja text chat_template is (exactly the text a checkpoint
+// carries, data/template_jinja.h, else by the fingerprints in template.c); NULL when
+// unrecognised.
 const ChatTemplate *template_recognise(const char *chat_template);
 // The template of a model folder: its tokenizer_config.json's chat_template. Returns 0
 // with *out = the template, or *out = NULL when dir is no folder or has no chat_template;

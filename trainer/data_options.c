@@ -1,12 +1,8 @@
 #include "trainer/data_options.h"
 
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/stat.h>
 
 #include "common/check.h"
-#include "data/template_jinja.h"
 #include "model/hf_model.h"
 
 DataOptions data_options_from_config(const RunConfig *c) {
@@ -46,23 +42,6 @@ DataOptions data_options_from_config(const RunConfig *c) {
     return opt;
 }
 
-// The template whose official Jinja a folder's chat_template.jinja is, byte for byte (what
-// a checkpoint carries: data/template_jinja.h), or NULL.
-static const ChatTemplate *official_template_of(const char *dir) {
-    if (!dir) return NULL;
-    char path[4200];
-    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *text = xmalloc(65537);
-    const size_t n = fread(text, 1, 65536, f);
-    fclose(f);
-    text[n] = '\0';
-    const char *name = n < 65536 && strlen(text) == n ? template_official_name(text) : NULL;
-    free(text);
-    return name ? template_by_name(name) : NULL;
-}
-
 // data.chat_template, or the folders' template, or onepass (under strip).
 static const ChatTemplate *chosen_template(const RunConfig *c) {
     const char *name = c->data.chat_template;
@@ -74,8 +53,7 @@ static const ChatTemplate *chosen_template(const RunConfig *c) {
     const char *const *folders[] = {&c->data.tokenizer, &c->model.init_from};
     for (int i = 0; i < 2; i++) {
         config_folder_check(c, folders[i]);  // the folder's files are read next
-        const ChatTemplate *t = official_template_of(*folders[i]);
-        if (t) return t;
+        const ChatTemplate *t;
         char err[4600];
         if (template_of_folder(*folders[i], &t, err, sizeof err) != 0)
             fatal("config key '%s': %s", config_key_of(c, folders[i])->key, err);

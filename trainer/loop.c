@@ -431,7 +431,7 @@ TrainRun *train_run_start(const RunConfig *config) {
     hf_export_from(config, mc, tok, &state->save_as);
     // Only the run's tokenizer: data.tokenizer is model.init_from's own unless overridden.
     state->tokenizer_model = config->data.tokenizer;
-    state->chat_template_jinja = template_official_jinja(template_from_config(config)->name);
+    state->chat_template_jinja = template_official_jinja(data_opt.chat_template->name);
     state->tokenizer = tok;
     state->progress.run_record = run_record_from(config);
     if (rank0) printf("model: %zu parameters (%d layers, hidden %d, vocab %d)\n", state->table.total,

@@ -192,7 +192,8 @@ void cpu_mlp_forward(const float *params, const size_t *w, const float *x, float
 
 // Forward and backward. The loss is sum(CE over targets) * loss_scale, where
 // loss_scale = 1 / (trained positions of the whole optimizer step); gradients of
-// that loss are ADDED into grads (so micro-batches accumulate). Returns the
-// unscaled sum of CE over this batch's targets.
+// that loss are ADDED into grads (so micro-batches accumulate; NULL: the base weights are
+// frozen and get none, for LoRA, model/lora.h). Returns the unscaled sum of CE over this
+// batch's targets.
 double cpu_model_forward_backward(CpuModel *m, const float *params, float *grads,
                                   const ModelBatch *b, float loss_scale);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include "attention/attention.h"
 #include "common/check.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "model/ops.h"
 
@@ -70,6 +71,12 @@ struct CpuModel {
     float *d_act;       // [T, F]
     float *d_gate;      // [T, F]
     float *d_up;        // [T, F]
+    // LoRA (model/lora.h): the adapters of the next calls, NULL without
+    const LoraLayout *lora;
+    const float *adapter;   // [lora->table.total]
+    float *adapter_grads;   // [lora->table.total]; gradients accumulate here
+    float *lora_u, *lora_du;  // [T, lora_rank] scratch
+    int lora_rank;            // the rank the scratch holds
 };
 
 static float *alloc_floats(CpuModel *m, size_t n) {
@@ -186,17 +193,73 @@ static void add_arrays(float *out, const float *a, const float *b, size_t n) {
 
 static void zero_floats(float *x, size_t n) { memset(x, 0, n * sizeof(float)); }
 
+// A base tensor's gradient, or NULL when the base is frozen (grads NULL).
+static float *grad_at(float *grads, size_t offset) { return grads ? grads + offset : NULL; }
+
+void cpu_model_set_lora(CpuModel *m, const LoraLayout *lora, const float *adapter,
+                        float *adapter_grads) {
+    CHECK(!lora || (lora->num_hidden_layers == m->cfg.num_hidden_layers && adapter),
+          "cpu_model_set_lora: adapters of %d layers for a model of %d, or no adapter buffer",
+          lora ? lora->num_hidden_layers : 0, m->cfg.num_hidden_layers);
+    m->lora = lora;
+    m->adapter = adapter;
+    m->adapter_grads = adapter_grads;
+    if (lora && lora->cfg.r > m->lora_rank) {
+        const size_t T = (size_t)m->max_rows * m->seq_len;
+        m->lora_u = alloc_floats(m, T * lora->cfg.r);
+        m->lora_du = alloc_floats(m, T * lora->cfg.r);
+        m->lora_rank = lora->cfg.r;
+    }
+}
+
+// The adapter of layer l's tensor w (a LayerTensor), as its LoraTarget; -1 when none.
+static int adapter_of(const CpuModel *m, int l, int w) {
+    if (!m->lora) return -1;
+    for (int t = 0; t < LORA_TARGETS; t++)
+        if ((int)lora_target_tensor((LoraTarget)t) == w)
+            return m->lora->a[(size_t)l * LORA_TARGETS + t] == PARAM_ABSENT ? -1 : t;
+    return -1;
+}
+
+// out[T, OC] = x W^T for layer l's projection w, plus its adapter's s (x A^T) B^T.
+static void linear_forward(CpuModel *m, const float *params, int l, int w, float *out,
+                           const float *x, int T, int IC, int OC) {
+    const size_t *off = m->off.layer + (size_t)l * LAYER_TENSORS;
+    matmul_forward_cpu(out, x, params + off[w], T, IC, OC);
+    const int t = adapter_of(m, l, w);
+    if (t < 0) return;
+    const size_t i = (size_t)l * LORA_TARGETS + t;
+    lora_forward_cpu(out, m->lora_u, x, m->adapter + m->lora->a[i], m->adapter + m->lora->b[i], T,
+                     IC, OC, m->lora->cfg.r, m->lora->scale);
+}
+
+// linear_forward's backward from dout: dx += (skipped when NULL), the base weight's
+// gradient (none when grads is NULL: frozen) and the adapter's.
+static void linear_backward(CpuModel *m, const float *params, float *grads, int l, int w,
+                            float *dx, const float *dout, const float *x, int T, int IC, int OC) {
+    const size_t *off = m->off.layer + (size_t)l * LAYER_TENSORS;
+    matmul_backward_cpu(dx, grad_at(grads, off[w]), dout, x, params + off[w], T, IC, OC);
+    const int t = adapter_of(m, l, w);
+    if (t < 0) return;
+    CHECK(m->adapter_grads, "LoRA backward without an adapter gradient buffer");
+    const size_t i = (size_t)l * LORA_TARGETS + t;
+    const size_t a = m->lora->a[i], b = m->lora->b[i];
+    lora_backward_cpu(dx, m->adapter_grads + a, m->adapter_grads + b, m->lora_u, m->lora_du, dout,
+                      x, m->adapter + a, m->adapter + b, T, IC, OC, m->lora->cfg.r,
+                      m->lora->scale);
+}
+
 // q, k, v of one layer from its ln1 output: the projections, their biases
 // (attention_bias), q_norm/k_norm over each head (qk_norm), RoPE on q and k.
-static void attention_inputs(CpuModel *m, const float *params, const size_t *w,
+static void attention_inputs(CpuModel *m, const float *params, const size_t *w, int l,
                              LayerActivations *a, const ModelBatch *b) {
     const ModelConfig *cfg = &m->cfg;
     const int T = b->n_rows * b->seq_len, C = cfg->hidden_size;
     const int H = cfg->num_attention_heads, KV = cfg->num_key_value_heads, D = m->dims.head_dim;
     float *q = cfg->qk_norm ? a->q_raw : a->q, *k = cfg->qk_norm ? a->k_raw : a->k;
-    matmul_forward_cpu(q, a->ln1, params + w[W_Q], T, C, m->dims.q_dim);
-    matmul_forward_cpu(k, a->ln1, params + w[W_K], T, C, m->dims.kv_dim);
-    matmul_forward_cpu(a->v, a->ln1, params + w[W_V], T, C, m->dims.kv_dim);
+    linear_forward(m, params, l, W_Q, q, a->ln1, T, C, m->dims.q_dim);
+    linear_forward(m, params, l, W_K, k, a->ln1, T, C, m->dims.kv_dim);
+    linear_forward(m, params, l, W_V, a->v, a->ln1, T, C, m->dims.kv_dim);
     if (cfg->attention_bias) {
         bias_forward_cpu(q, params + w[W_Q_BIAS], T, m->dims.q_dim);
         bias_forward_cpu(k, params + w[W_K_BIAS], T, m->dims.kv_dim);
@@ -227,14 +290,14 @@ static void attention_inputs_backward(CpuModel *m, const float *params, float *g
     if (cfg->qk_norm) {
         zero_floats(m->d_q_raw, (size_t)T * m->dims.q_dim);
         zero_floats(m->d_k_raw, (size_t)T * m->dims.kv_dim);
-        rmsnorm_backward_cpu(m->d_q_raw, grads + w[W_Q_NORM], m->d_q, a->q_raw,
+        rmsnorm_backward_cpu(m->d_q_raw, grad_at(grads, w[W_Q_NORM]), m->d_q, a->q_raw,
                              params + w[W_Q_NORM], a->q_rstd, T * H, D);
-        rmsnorm_backward_cpu(m->d_k_raw, grads + w[W_K_NORM], m->d_k, a->k_raw,
+        rmsnorm_backward_cpu(m->d_k_raw, grad_at(grads, w[W_K_NORM]), m->d_k, a->k_raw,
                              params + w[W_K_NORM], a->k_rstd, T * KV, D);
         *d_q = m->d_q_raw;
         *d_k = m->d_k_raw;
     }
-    if (cfg->attention_bias) {
+    if (cfg->attention_bias && grads) {
         bias_backward_cpu(grads + w[W_Q_BIAS], *d_q, T, m->dims.q_dim);
         bias_backward_cpu(grads + w[W_K_BIAS], *d_k, T, m->dims.kv_dim);
         bias_backward_cpu(grads + w[W_V_BIAS], m->d_v, T, m->dims.kv_dim);
@@ -262,9 +325,9 @@ static void layer_attention_forward(CpuModel *m, const float *params, const Mode
     const float *x = m->residual[l];
     rmsnorm_forward_cpu(a->ln1, a->ln1_rstd, x, params + w[W_INPUT_NORM], T, C,
                         cfg->rms_norm_eps);
-    attention_inputs(m, params, w, a, b);
+    attention_inputs(m, params, w, l, a, b);
     attention_forward_cpu(&shape, b->mask, a->q, a->k, a->v, a->attn, a->lse);
-    matmul_forward_cpu(m->proj_out, a->attn, params + w[W_O], T, m->dims.q_dim, C);
+    linear_forward(m, params, l, W_O, m->proj_out, a->attn, T, m->dims.q_dim, C);
     add_arrays(a->mid, x, m->proj_out, (size_t)T * C);
     rmsnorm_forward_cpu(a->ln2, a->ln2_rstd, a->mid, params + w[W_POST_NORM], T, C,
                         cfg->rms_norm_eps);
@@ -274,10 +337,9 @@ static void layer_attention_forward(CpuModel *m, const float *params, const Mode
 // first steps; the forward, and the recomputation of MLP and LAYER).
 static void layer_mlp_up_forward(CpuModel *m, const float *params, int T, int l) {
     const int C = m->cfg.hidden_size, F = m->cfg.intermediate_size;
-    const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
     LayerActivations *a = &m->layers[l];
-    matmul_forward_cpu(a->gate, a->ln2, params + w[W_GATE], T, C, F);
-    matmul_forward_cpu(a->up, a->ln2, params + w[W_UP], T, C, F);
+    linear_forward(m, params, l, W_GATE, a->gate, a->ln2, T, C, F);
+    linear_forward(m, params, l, W_UP, a->up, a->ln2, T, C, F);
     swiglu_forward_cpu(a->act, a->gate, a->up, (int64_t)T * F);
 }
 
@@ -288,11 +350,10 @@ static void forward_body(CpuModel *m, const float *params, const ModelBatch *b) 
 
     embedding_forward_cpu(m->residual[0], b->token, params + m->off.embed, T, C);
     for (int l = 0; l < cfg->num_hidden_layers; l++) {
-        const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
         const LayerActivations *a = &m->layers[l];
         layer_attention_forward(m, params, b, l);
         layer_mlp_up_forward(m, params, T, l);
-        matmul_forward_cpu(m->proj_out, a->act, params + w[W_DOWN], T, F, C);
+        linear_forward(m, params, l, W_DOWN, m->proj_out, a->act, T, F, C);
         add_arrays(m->residual[l + 1], a->mid, m->proj_out, (size_t)T * C);
     }
     rmsnorm_forward_cpu(m->final_norm, m->final_rstd, m->residual[cfg->num_hidden_layers],
@@ -300,18 +361,19 @@ static void forward_body(CpuModel *m, const float *params, const ModelBatch *b) 
 }
 
 // LM head and cross-entropy over the slots that have a target, a chunk of rows
-// at a time (slots without a target need no logits). With grads, also writes
+// at a time (slots without a target need no logits). With backward, also writes
 // d_normed (the gradient at the final norm output) and adds into the LM head's
-// gradient. losses (optional): [T], 0 where there is no target.
-static double loss_head(CpuModel *m, const float *params, float *grads, const ModelBatch *b,
-                        float loss_scale, float *losses) {
+// gradient (in grads; none when NULL: frozen). losses (optional): [T], 0 where there is
+// no target.
+static double loss_head(CpuModel *m, const float *params, bool backward, float *grads,
+                        const ModelBatch *b, float loss_scale, float *losses) {
     const int T = b->n_rows * b->seq_len, C = m->cfg.hidden_size, V = m->cfg.vocab_size;
     const float *lm_head = params + m->off.lm_head;
     int n_targets = 0;
     for (int n = 0; n < T; n++)
         if (b->target[n] >= 0) m->target_slots[n_targets++] = n;
     if (losses) zero_floats(losses, (size_t)T);
-    if (grads) zero_floats(m->d_normed, (size_t)T * C);
+    if (backward) zero_floats(m->d_normed, (size_t)T * C);
 
     double total = 0.0;
     for (int start = 0; start < n_targets; start += m->chunk_rows) {
@@ -323,14 +385,14 @@ static double loss_head(CpuModel *m, const float *params, float *grads, const Mo
             m->chunk_targets[r] = b->target[slots[r]];
         }
         matmul_forward_cpu(m->chunk_logits, m->chunk_input, lm_head, rows, C, V);
-        total += cross_entropy_forward_backward_cpu(m->chunk_losses, grads ? m->chunk_logits : NULL,
+        total += cross_entropy_forward_backward_cpu(m->chunk_losses, backward ? m->chunk_logits : NULL,
                                                     m->chunk_logits, m->chunk_targets, rows, V,
                                                     loss_scale);
         if (losses)
             for (int r = 0; r < rows; r++) losses[slots[r]] = m->chunk_losses[r];
-        if (grads) {
+        if (backward) {
             zero_floats(m->chunk_dinput, (size_t)rows * C);
-            matmul_backward_cpu(m->chunk_dinput, grads + m->off.lm_head, m->chunk_logits,
+            matmul_backward_cpu(m->chunk_dinput, grad_at(grads, m->off.lm_head), m->chunk_logits,
                                 m->chunk_input, lm_head, rows, C, V);
             for (int r = 0; r < rows; r++)
                 memcpy(m->d_normed + (size_t)slots[r] * C, m->chunk_dinput + (size_t)r * C,
@@ -343,7 +405,7 @@ static double loss_head(CpuModel *m, const float *params, float *grads, const Mo
 double cpu_model_forward(CpuModel *m, const float *params, const ModelBatch *b, float *losses) {
     model_batch_check(b, &m->cfg, m->max_rows, m->seq_len);
     forward_body(m, params, b);
-    return loss_head(m, params, NULL, b, 1.0f, losses);
+    return loss_head(m, params, false, NULL, b, 1.0f, losses);
 }
 
 void cpu_model_logits(CpuModel *m, const float *params, const ModelBatch *b, float *logits) {
@@ -357,7 +419,7 @@ double cpu_model_forward_backward(CpuModel *m, const float *params, float *grads
                                   const ModelBatch *b, float loss_scale) {
     model_batch_check(b, &m->cfg, m->max_rows, m->seq_len);
     forward_body(m, params, b);
-    const double total = loss_head(m, params, grads, b, loss_scale, NULL);
+    const double total = loss_head(m, params, true, grads, b, loss_scale, NULL);
 
     const ModelConfig *cfg = &m->cfg;
     const int T = b->n_rows * b->seq_len, C = cfg->hidden_size, F = cfg->intermediate_size;
@@ -365,7 +427,8 @@ double cpu_model_forward_backward(CpuModel *m, const float *params, float *grads
     const AttnShape shape = model_attention_shape(cfg, &m->dims, b->n_rows, b->seq_len);
 
     zero_floats(m->d_residual, (size_t)T * C);
-    rmsnorm_backward_cpu(m->d_residual, grads + m->off.final_norm, m->d_normed, m->residual[L],
+    rmsnorm_backward_cpu(m->d_residual, grad_at(grads, m->off.final_norm), m->d_normed,
+                         m->residual[L],
                          params + m->off.final_norm, m->final_rstd, T, C);
     for (int l = L - 1; l >= 0; l--) {
         const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
@@ -378,35 +441,31 @@ double cpu_model_forward_backward(CpuModel *m, const float *params, float *grads
         // MLP block: residual[l+1] = mid + down(swiglu(gate(ln2), up(ln2))).
         // d_residual holds d residual[l+1], which is also the residual path's d mid.
         zero_floats(m->d_act, (size_t)T * F);
-        matmul_backward_cpu(m->d_act, grads + w[W_DOWN], m->d_residual, a->act, params + w[W_DOWN],
-                            T, F, C);
+        linear_backward(m, params, grads, l, W_DOWN, m->d_act, m->d_residual, a->act, T, F, C);
         swiglu_backward_cpu(m->d_gate, m->d_up, m->d_act, a->gate, a->up, (int64_t)T * F);
         zero_floats(m->d_normed, (size_t)T * C);
-        matmul_backward_cpu(m->d_normed, grads + w[W_GATE], m->d_gate, a->ln2, params + w[W_GATE],
-                            T, C, F);
-        matmul_backward_cpu(m->d_normed, grads + w[W_UP], m->d_up, a->ln2, params + w[W_UP], T, C,
-                            F);
-        rmsnorm_backward_cpu(m->d_residual, grads + w[W_POST_NORM], m->d_normed, a->mid,
+        linear_backward(m, params, grads, l, W_GATE, m->d_normed, m->d_gate, a->ln2, T, C, F);
+        linear_backward(m, params, grads, l, W_UP, m->d_normed, m->d_up, a->ln2, T, C, F);
+        rmsnorm_backward_cpu(m->d_residual, grad_at(grads, w[W_POST_NORM]), m->d_normed, a->mid,
                              params + w[W_POST_NORM], a->ln2_rstd, T, C);
 
         // Attention block: mid = residual[l] + o_proj(attention(rope(q), rope(k), v)).
         zero_floats(m->d_attn, (size_t)T * m->dims.q_dim);
-        matmul_backward_cpu(m->d_attn, grads + w[W_O], m->d_residual, a->attn, params + w[W_O], T,
-                            m->dims.q_dim, C);
+        linear_backward(m, params, grads, l, W_O, m->d_attn, m->d_residual, a->attn, T,
+                        m->dims.q_dim, C);
         attention_backward_cpu(&shape, b->mask, a->q, a->k, a->v, a->attn, a->lse,
                                m->d_attn, m->d_q, m->d_k, m->d_v);
         const float *d_q, *d_k;
         attention_inputs_backward(m, params, grads, w, a, b, &d_q, &d_k);
         zero_floats(m->d_normed, (size_t)T * C);
-        matmul_backward_cpu(m->d_normed, grads + w[W_Q], d_q, a->ln1, params + w[W_Q], T, C,
-                            m->dims.q_dim);
-        matmul_backward_cpu(m->d_normed, grads + w[W_K], d_k, a->ln1, params + w[W_K], T, C,
-                            m->dims.kv_dim);
-        matmul_backward_cpu(m->d_normed, grads + w[W_V], m->d_v, a->ln1, params + w[W_V], T, C,
-                            m->dims.kv_dim);
-        rmsnorm_backward_cpu(m->d_residual, grads + w[W_INPUT_NORM], m->d_normed, m->residual[l],
+        linear_backward(m, params, grads, l, W_Q, m->d_normed, d_q, a->ln1, T, C, m->dims.q_dim);
+        linear_backward(m, params, grads, l, W_K, m->d_normed, d_k, a->ln1, T, C, m->dims.kv_dim);
+        linear_backward(m, params, grads, l, W_V, m->d_normed, m->d_v, a->ln1, T, C,
+                        m->dims.kv_dim);
+        rmsnorm_backward_cpu(m->d_residual, grad_at(grads, w[W_INPUT_NORM]), m->d_normed,
+                             m->residual[l],
                              params + w[W_INPUT_NORM], a->ln1_rstd, T, C);
     }
-    embedding_backward_cpu(grads + m->off.embed, m->d_residual, b->token, T, C);
+    if (grads) embedding_backward_cpu(grads + m->off.embed, m->d_residual, b->token, T, C);
     return total;
 }

@@ -15,7 +15,8 @@ void embedding_backward_cpu(float *dwte, const float *dout, const int32_t *token
 // out[N,C] = inp / rms(inp) * weight; rstd[N] saved for backward
 void rmsnorm_forward_cpu(float *out, float *rstd, const float *inp, const float *weight, int N,
                          int C, float eps);
-// dinp[N,C] += ..., dweight[C] += ... (both accumulate)
+// dinp[N,C] += ..., dweight[C] += ... (both accumulate; dweight NULL: a frozen weight,
+// skipped on the CPU)
 void rmsnorm_backward_cpu(float *dinp, float *dweight, const float *dout, const float *inp,
                           const float *weight, const float *rstd, int N, int C);
 
@@ -43,6 +44,7 @@ void swiglu_backward_cpu(float *dgate, float *dup, const float *dout, const floa
 // out[N,OC] = inp[N,IC] @ weight[OC,IC]^T  (HF Linear layout)
 void matmul_forward_cpu(float *out, const float *inp, const float *weight, int N, int IC, int OC);
 // dinp[N,IC] += dout @ weight (skipped when dinp is NULL); dweight[OC,IC] += dout^T @ inp
+// (skipped on the CPU when dweight is NULL: a frozen weight)
 void matmul_backward_cpu(float *dinp, float *dweight, const float *dout, const float *inp,
                          const float *weight, int N, int IC, int OC);
 

@@ -59,6 +59,7 @@ void rmsnorm_backward_cpu(float *dinp, float *dweight, const float *dout, const 
         const float correction = (float)(dot / C) * r * r;
         for (int c = 0; c < C; c++) dx[c] += r * (weight[c] * dy[c] - x[c] * correction);
     }
+    if (!dweight) return;  // a frozen weight
 #pragma omp parallel for schedule(static)
     for (int c0 = 0; c0 < C; c0 += COLUMN_BLOCK) {
         const int c1 = c0 + COLUMN_BLOCK < C ? c0 + COLUMN_BLOCK : C;
@@ -163,8 +164,9 @@ void matmul_backward_cpu(float *dinp, float *dweight, const float *dout, const f
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, weight,
                     IC, 1.0f, dinp, IC);
     // [OC,IC] += [N,OC]^T @ [N,IC]
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f,
-                dweight, IC);
+    if (dweight)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC,
+                    1.0f, dweight, IC);
 }
 
 // Max-subtracted log-sum-exp in double per row. Each row reads its logits

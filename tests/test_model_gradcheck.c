@@ -10,7 +10,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "model/lora.h"
 #include "model/model.h"
+#include "common/checksum.h"
 #include "tests/test_util.h"
 
 enum { ROWS = 2, SEQ = 24, T = ROWS * SEQ };
@@ -505,6 +507,195 @@ static void run_config(const char *label, ModelConfig cfg) {
     param_table_free(&table);
 }
 
+
+// ---- LoRA (model/lora.h) ----
+
+// merged[base->total] = base + s B A for every adapter, in double (LoRA's definition:
+// x W^T + s (x A^T) B^T = x (W + s B A)^T).
+static void merge_double(const LoraLayout *l, const ParamTable *base, const double *params,
+                         const double *adapter, double s, double *merged) {
+    memcpy(merged, params, base->total * sizeof(double));
+    for (int i = 0; i < l->table.n_tensors; i += 2) {
+        const ParamTensor *A = &l->table.tensors[i], *B = &l->table.tensors[i + 1];
+        char name[96];  // base_model.model.<the base tensor>, lora_A -> weight
+        snprintf(name, sizeof name, "%s", A->name + strlen("base_model.model."));
+        strcpy(strstr(name, ".lora_A.weight"), ".weight");
+        const ParamTensor *w = param_table_find(base, name);
+        EXPECT(w && w->shape[0] == B->shape[0] && w->shape[1] == A->shape[1],
+               "%s adapts %s of the same shape", A->name, name);
+        if (!w) continue;
+        const int r = (int)A->shape[0], out = (int)B->shape[0], in = (int)A->shape[1];
+        for (int o = 0; o < out; o++)
+            for (int c = 0; c < in; c++) {
+                double sum = 0.0;
+                for (int k = 0; k < r; k++)
+                    sum += adapter[B->offset + (size_t)o * r + k] * adapter[A->offset + (size_t)k * in + c];
+                merged[w->offset + (size_t)o * in + c] += s * sum;
+            }
+    }
+}
+
+// The adapted CPU model against the double reference on the merged weights: the loss,
+// every adapter coordinate's gradient against central differences through the merge,
+// and against the chain rule through the merged matmul (dA = s B^T dW, dB = s dW A^T
+// from the full model's gradient dW at the merged weights); the base gets no gradient
+// and is not written; B = 0 gives the base's loss bit for bit; every recompute mode
+// gives the same adapter gradients bit for bit.
+static void run_lora(const char *label, ModelConfig cfg, LoraConfig lc) {
+    printf("lora: %s\n", label);
+    ParamTable table;
+    param_table_build(&cfg, &table);
+    LoraLayout lora;
+    lora_layout_build(&cfg, &lc, &lora);
+    const double s = lc.rslora ? lc.alpha / sqrt((double)lc.r) : lc.alpha / lc.r;
+    EXPECT(lora_scale(&lc) == s && lora.scale == (float)s, "scale %g vs %g", lora_scale(&lc), s);
+
+    // The table: PEFT's names and shapes, A [r, in] then B [out, r], targets only.
+    const ModelDims d = model_dims(&cfg);
+    int expected = 0;
+    for (int t = 0; t < LORA_TARGETS; t++) expected += 2 * lc.target[t];
+    EXPECT(lora.table.n_tensors == expected * cfg.num_hidden_layers, "%d adapter tensors",
+           lora.table.n_tensors);
+    const ParamTensor *qa = param_table_find(&lora.table,
+                                             "base_model.model.model.layers.1.self_attn.q_proj.lora_A.weight");
+    const ParamTensor *ob = param_table_find(&lora.table,
+                                             "base_model.model.model.layers.0.self_attn.o_proj.lora_B.weight");
+    const ParamTensor *da = param_table_find(&lora.table,
+                                             "base_model.model.model.layers.1.mlp.down_proj.lora_A.weight");
+    EXPECT(!lc.target[LORA_Q] || (qa && qa->shape[0] == lc.r && qa->shape[1] == cfg.hidden_size),
+           "q_proj.lora_A [r, hidden]");
+    EXPECT(!lc.target[LORA_O] || (ob && ob->shape[0] == cfg.hidden_size && ob->shape[1] == lc.r),
+           "o_proj.lora_B [hidden, r] (in %d)", d.q_dim);
+    EXPECT(lc.target[LORA_DOWN] ? da && da->shape[1] == cfg.intermediate_size : da == NULL,
+           "down_proj.lora_A [r, intermediate] iff targeted");
+
+    Batch batch;
+    build_batch(&batch, cfg.vocab_size);
+    AttnMask mask;
+    attn_mask_build(batch.lo, batch.hi, ROWS, SEQ, 8, 4, &mask);
+    const ModelBatch mb = {ROWS, SEQ, batch.token, batch.target, batch.pos, &mask};
+    int n_targets = 0;
+    for (int t = 0; t < T; t++) n_targets += batch.target[t] >= 0;
+    const float loss_scale = 1.0f / n_targets;
+
+    float *params = malloc(table.total * sizeof(float));
+    random_params(&table, params);
+    const size_t na = lora.table.total;
+    float *adapter = malloc(na * sizeof(float));
+    lora_init(&lora, 7, adapter);
+    CpuModel *model = cpu_model_create(&cfg, ROWS, SEQ, MODEL_RECOMPUTE_NONE);
+
+    // B = 0 at init: the base's loss, bit for bit.
+    const double base_loss = cpu_model_forward(model, params, &mb, NULL);
+    cpu_model_set_lora(model, &lora, adapter, NULL);
+    EXPECT(cpu_model_forward(model, params, &mb, NULL) == base_loss, "B = 0 changes the loss");
+    bool a_in_bound = true, b_zero = true;
+    for (int i = 0; i < lora.table.n_tensors; i++) {
+        const ParamTensor *p = &lora.table.tensors[i];
+        for (size_t j = 0; j < p->numel; j++) {
+            if (i % 2) b_zero &= adapter[p->offset + j] == 0.0f;
+            else a_in_bound &= fabs(adapter[p->offset + j]) <= 1.0 / sqrt((double)p->shape[1]);
+        }
+    }
+    EXPECT(b_zero && a_in_bound, "init: B zero, A within 1/sqrt(in)");
+
+    // Random nonzero adapters of a scale that matters.
+    for (size_t j = 0; j < na; j++) adapter[j] = 0.3f * test_rng_uniform(&rng);
+    double *params_d = malloc(table.total * sizeof(double)), *adapter_d = malloc(na * sizeof(double));
+    double *merged_d = malloc(table.total * sizeof(double));
+    for (size_t i = 0; i < table.total; i++) params_d[i] = params[i];
+    for (size_t i = 0; i < na; i++) adapter_d[i] = adapter[i];
+    merge_double(&lora, &table, params_d, adapter_d, s, merged_d);
+    const Reference ref = {&cfg, &table, &batch};
+    const double ref_loss = reference_loss(&ref, merged_d, NULL);
+    const double loss = cpu_model_forward(model, params, &mb, NULL);
+    EXPECT(fabs(loss - ref_loss) < 1e-5 * ref_loss, "adapted loss %.8g vs reference %.8g", loss,
+           ref_loss);
+
+    // Backward with the base frozen: adapter gradients only; the base is not written.
+    const uint64_t base_sum = checksum_bytes(params, table.total * sizeof(float));
+    float *agrads = calloc(na, sizeof(float));
+    cpu_model_set_lora(model, &lora, adapter, agrads);
+    const double loss_fb = cpu_model_forward_backward(model, params, NULL, &mb, loss_scale);
+    EXPECT(loss_fb == loss, "forward_backward returns the forward loss");
+    EXPECT(checksum_bytes(params, table.total * sizeof(float)) == base_sum, "the base changed");
+
+    // Central differences of the double reference through the merge, every coordinate.
+    const double h = 1e-5;
+    for (int i = 0; i < lora.table.n_tensors; i++) {
+        const ParamTensor *p = &lora.table.tensors[i];
+        double *numeric = malloc(p->numel * sizeof(double));
+        for (size_t j = 0; j < p->numel; j++) {
+            double *w = adapter_d + p->offset + j;
+            const double saved = *w;
+            *w = saved + h;
+            merge_double(&lora, &table, params_d, adapter_d, s, merged_d);
+            const double plus = reference_loss(&ref, merged_d, NULL);
+            *w = saved - h;
+            merge_double(&lora, &table, params_d, adapter_d, s, merged_d);
+            const double minus = reference_loss(&ref, merged_d, NULL);
+            *w = saved;
+            numeric[j] = (plus - minus) / (2 * h) * loss_scale;
+        }
+        const double err = test_relative_error(agrads + p->offset, numeric, p->numel);
+        EXPECT(err < GRAD_TOL, "%s: gradient relative error %.3g", p->name, err);
+        free(numeric);
+    }
+
+    // The chain rule through the merged matmul: the full model at W + s B A.
+    float *merged = malloc(table.total * sizeof(float));
+    memcpy(merged, params, table.total * sizeof(float));
+    lora_merge(&lora, &table, merged, adapter);
+    merge_double(&lora, &table, params_d, adapter_d, s, merged_d);
+    EXPECT(test_relative_error(merged, merged_d, table.total) < 1e-6, "lora_merge: error %.3g",
+           test_relative_error(merged, merged_d, table.total));
+    CpuModel *full = cpu_model_create(&cfg, ROWS, SEQ, MODEL_RECOMPUTE_NONE);
+    float *fgrads = calloc(table.total, sizeof(float));
+    cpu_model_forward_backward(full, merged, fgrads, &mb, loss_scale);
+    for (int i = 0; i < lora.table.n_tensors; i += 2) {
+        const ParamTensor *A = &lora.table.tensors[i], *B = &lora.table.tensors[i + 1];
+        char name[96];
+        snprintf(name, sizeof name, "%s", A->name + strlen("base_model.model."));
+        strcpy(strstr(name, ".lora_A.weight"), ".weight");
+        const ParamTensor *w = param_table_find(&table, name);
+        const int r = (int)A->shape[0], out = (int)B->shape[0], in = (int)A->shape[1];
+        double *want_a = calloc(A->numel, sizeof(double)), *want_b = calloc(B->numel, sizeof(double));
+        const float *dw = fgrads + w->offset;
+        for (int o = 0; o < out; o++)
+            for (int c = 0; c < in; c++)
+                for (int k = 0; k < r; k++) {
+                    want_a[(size_t)k * in + c] += s * adapter[B->offset + (size_t)o * r + k] * dw[(size_t)o * in + c];
+                    want_b[(size_t)o * r + k] += s * dw[(size_t)o * in + c] * adapter[A->offset + (size_t)k * in + c];
+                }
+        const double ea = test_relative_error(agrads + A->offset, want_a, A->numel);
+        const double eb = test_relative_error(agrads + B->offset, want_b, B->numel);
+        EXPECT(ea < GRAD_TOL && eb < GRAD_TOL, "%s: chain rule through the merge: A %.3g, B %.3g",
+               name, ea, eb);
+        free(want_a), free(want_b);
+    }
+
+    // Every recompute mode: the same adapter gradients, bit for bit.
+    const ModelRecompute modes[] = {MODEL_RECOMPUTE_MLP, MODEL_RECOMPUTE_LAYER};
+    for (int i = 0; i < 2; i++) {
+        CpuModel *r = cpu_model_create(&cfg, ROWS, SEQ, modes[i]);
+        float *rg = calloc(na, sizeof(float));
+        cpu_model_set_lora(r, &lora, adapter, rg);
+        cpu_model_forward_backward(r, params, NULL, &mb, loss_scale);
+        EXPECT(memcmp(rg, agrads, na * sizeof(float)) == 0, "recompute %s: adapter gradients differ",
+               model_recompute_name(modes[i]));
+        free(rg);
+        cpu_model_free(r);
+    }
+
+    attn_mask_free(&mask);
+    cpu_model_free(model);
+    cpu_model_free(full);
+    free(params), free(adapter), free(params_d), free(adapter_d), free(merged_d), free(agrads);
+    free(merged), free(fgrads);
+    lora_layout_free(&lora);
+    param_table_free(&table);
+}
+
 int main(void) {
     rng = test_rng_from_env();
     const ModelConfig llama = {.vocab_size = 37, .hidden_size = 16, .intermediate_size = 24,
@@ -528,5 +719,12 @@ int main(void) {
     c = llama;  // head_dim 6 with hidden 16 and 4 heads: q_dim 24 != hidden
     c.qk_norm = true, c.head_dim = 6, c.tie_word_embeddings = true, c.arch = ARCH_QWEN3;
     run_config("qwen3: q/k norm, head_dim 6 != hidden / heads", c);
+    const LoraConfig all = {.r = 3, .alpha = 8, .target = {1, 1, 1, 1, 1, 1, 1}};
+    run_lora("every projection, qwen3 shapes", c, all);
+    LoraConfig some = {.r = 2, .alpha = 5, .rslora = true, .target = {[LORA_Q] = 1, [LORA_V] = 1,
+                                                                       [LORA_UP] = 1}};
+    c = llama;
+    c.attention_bias = true, c.arch = ARCH_QWEN2;
+    run_lora("q, v, up under rslora, qwen2 biases", c, some);
     return test_finish();
 }

@@ -1,6 +1,7 @@
-// `train export --from CHECKPOINT --out DIR [--dtype bf16|f16|f32] [--overwrite]`: a Hugging
-// Face model folder without the optimizer state (trainer/checkpoint.h); a non-empty --out
-// is refused unless --overwrite.
+// `train export --from CHECKPOINT --out DIR [--dtype bf16|f16|f32] [--merge [--base DIR]]
+// [--overwrite]`: a Hugging Face model folder without the optimizer state
+// (trainer/checkpoint.h), a LoRA checkpoint's adapter folder, or with --merge that
+// adapter merged into its base model; a non-empty --out is refused unless --overwrite.
 #include <dirent.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -11,7 +12,8 @@
 #include "trainer/checkpoint.h"
 
 static const char *USAGE =
-    "usage: train export --from CHECKPOINT --out DIR [--dtype bf16|f16|f32] [--overwrite]";
+    "usage: train export --from CHECKPOINT --out DIR [--dtype bf16|f16|f32] [--merge [--base DIR]] "
+    "[--overwrite]";
 
 // Whether dir exists and holds an entry.
 static bool non_empty_dir(const char *dir) {
@@ -25,16 +27,17 @@ static bool non_empty_dir(const char *dir) {
 }
 
 int cmd_export(int argc, char **argv) {
-    const char *from = NULL, *out = NULL, *dtype_name = NULL;
-    bool overwrite = false;
+    const char *from = NULL, *out = NULL, *dtype_name = NULL, *base = NULL;
+    bool overwrite = false, merge = false;
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--overwrite") == 0) {
-            overwrite = true;
+        if (strcmp(argv[i], "--overwrite") == 0 || strcmp(argv[i], "--merge") == 0) {
+            *(argv[i][2] == 'o' ? &overwrite : &merge) = true;
             continue;
         }
         const char **slot = strcmp(argv[i], "--from") == 0    ? &from
                             : strcmp(argv[i], "--out") == 0   ? &out
                             : strcmp(argv[i], "--dtype") == 0 ? &dtype_name
+                            : strcmp(argv[i], "--base") == 0  ? &base
                                                               : NULL;
         if (!slot || i + 1 >= argc) fatal("train export: unexpected argument '%s' (%s)", argv[i], USAGE);
         *slot = argv[++i];
@@ -47,8 +50,10 @@ int cmd_export(int argc, char **argv) {
     SaveDtype dtype;
     if (dtype_name && save_dtype_parse(dtype_name, &dtype, err, sizeof err))
         fatal("train export: --dtype: %s", err);
-    if (hf_export_checkpoint(from, out, dtype_name ? &dtype : NULL, err, sizeof err))
+    if (base && !merge) fatal("train export: --base goes with --merge (%s)", USAGE);
+    if (merge ? hf_export_merged(from, base, out, dtype_name ? &dtype : NULL, err, sizeof err)
+              : hf_export_checkpoint(from, out, dtype_name ? &dtype : NULL, err, sizeof err))
         fatal("train export: %s", err);
-    printf("exported %s to %s\n", from, out);
+    printf("exported %s to %s%s\n", from, out, merge ? " (adapters merged into the base)" : "");
     return 0;
 }

@@ -38,8 +38,8 @@ static void print_summary(const TrainRunResult *r) {
         printf("nothing to do: the checkpoint is at step %ld of train.steps %ld\n", r->first_step,
                r->total_steps);
     else if (r->steps_done == r->total_steps)
-        printf("done: %ld steps in %.1f s; final weights in %s/model.safetensors\n",
-               r->steps_done, r->elapsed_s, r->checkpoint_dir);
+        printf("done: %ld steps in %.1f s; final weights in %s/\n", r->steps_done, r->elapsed_s,
+               r->checkpoint_dir);
 }
 
 int cmd_train(int argc, char **argv) {

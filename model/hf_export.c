@@ -13,6 +13,7 @@
 
 #include "common/check.h"
 #include "common/output_file.h"
+#include "model/peft.h"
 
 #define DEFAULT_SHARD_BYTES ((size_t)5 << 30)  // save_pretrained's "5GB"
 
@@ -233,6 +234,9 @@ int make_dirs(const char *path, char *err, size_t err_len) {
 int hf_export_write(const char *dir, const ParamTable *table, const float *params,
                     const HfExport *e, char *err, size_t err_len) {
     if (make_dirs(dir, err, err_len)) return -1;
+    if (e->lora)  // a PEFT adapter folder: the table is the adapters'
+        return peft_adapter_write(dir, e->lora, params, e->base_model, e->meta, e->n_meta, err,
+                                  err_len);
     uint16_t *halves;
     SafeTensorOut *entries = export_entries(table, params, e->dtype, &halves);
     int rc = write_weights(dir, table, entries, e, err, err_len);

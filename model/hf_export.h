@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "model/hf_model.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 
@@ -25,9 +26,14 @@ typedef struct {
     int generation_eos_token_id; // generation_config eos (the template's end of turn); -1: config's
     const SafeTensorMeta *meta;  // metadata of every weight file (e.g. the step), may be NULL
     int n_meta;
+    // Non-NULL: the folder is a PEFT adapter folder of these adapters (model/peft.h), the
+    // table and params the adapters', F32; no config.json or generation_config.json.
+    const LoraLayout *lora;
+    const char *base_model;      // its base_model_name_or_path (NULL: null)
 } HfExport;
 
-// Writes config.json, the weights and generation_config.json into dir (created). Files
+// Writes config.json, the weights and generation_config.json into dir (created), or with
+// e->lora the adapter folder (adapter_config.json, adapter_model.safetensors). Files
 // go through <name>.tmp + rename. Returns 0, or -1 with a message.
 int hf_export_write(const char *dir, const ParamTable *table, const float *params,
                     const HfExport *e, char *err, size_t err_len);

@@ -269,6 +269,7 @@ const HfFolderFile HF_FOLDER_FILES[] = {
     {"vocab.json", HF_TOKENIZER_MAX_BYTES},
     {"merges.txt", HF_TOKENIZER_MAX_BYTES},
     {"chat_template.jinja", HF_TOKENIZER_MAX_BYTES},
+    {"adapter_config.json", HF_JSON_MAX_BYTES},
 };
 const int HF_N_FOLDER_FILES = (int)(sizeof HF_FOLDER_FILES / sizeof HF_FOLDER_FILES[0]);
 
@@ -378,7 +379,15 @@ int hf_weight_files(const char *dir, HfWeightFiles *out, char *err, size_t err_l
     }
     json_decref(index);
     out->sharded = out->n > 0;
-    if (!out->sharded) ARRAY_PUSH(out->names, out->n, cap, strdup("model.safetensors"));
+    char path[4200];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    const bool has_model = stat(path, &st) == 0;
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    out->adapter = !out->sharded && !has_model && stat(path, &st) == 0;
+    if (!out->sharded)
+        ARRAY_PUSH(out->names, out->n, cap,
+                   strdup(out->adapter ? "adapter_model.safetensors" : "model.safetensors"));
     return 0;
 }
 

@@ -59,10 +59,14 @@ int hf_config_parse(const char *text, const char *path, HfModelConfig *out, char
 // sharded says which. An index that cannot be read, is not JSON (its parse error is
 // the message), has no weight_map object or names none is refused. Returns 0, or -1
 // with "path: what".
+// A PEFT adapter folder (adapter_config.json, no model.safetensors) resolves to its
+// adapter_model.safetensors (adapter says so), so checkpoints of LoRA runs are read the
+// same way.
 typedef struct {
     char **names;  // [n], malloc'd
     int n;
     bool sharded;
+    bool adapter;  // adapter_model.safetensors of a PEFT adapter folder
 } HfWeightFiles;
 int hf_weight_files(const char *dir, HfWeightFiles *out, char *err, size_t err_len);
 void hf_weight_files_free(HfWeightFiles *f);

@@ -442,8 +442,9 @@ static void test_loss_over_ranks(const PackedDataset *data, const ModelConfig *m
     params_init(mc, &table, 11, params);
     AdamWState opt;
     adamw_init(&opt, n);
-    const BackendSetup setup = {mc, &table, MICRO_ROWS, data->rows.seq_len, true,
-                                MODEL_RECOMPUTE_MLP};
+    const BackendSetup setup = {.mc = mc, .table = &table, .micro_rows = MICRO_ROWS,
+                                .seq_len = data->rows.seq_len, .deterministic = true,
+                                .recompute = MODEL_RECOMPUTE_MLP};
     void *backend = ops->create(&setup);
     ops->set_state(backend, params, &opt);
 

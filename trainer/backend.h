@@ -16,6 +16,7 @@
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
+#include "model/lora.h"
 #include "model/model.h"
 #include "trainer/adamw.h"
 #include "dist/distributed.h"
@@ -29,6 +30,12 @@ typedef struct {
     int micro_rows, seq_len;  // the largest micro-batch
     bool deterministic;       // bitwise reproducible gradients (GPU attention backward)
     ModelRecompute recompute;  // what the backward recomputes instead of keeping
+    // LoRA (model/lora.h): table is the adapters' (the trainable parameters: params,
+    // gradients and moments are theirs) and the frozen base weights base_params
+    // [base_table->total] are copied in at create. NULL: full fine-tuning.
+    const LoraLayout *lora;
+    const ParamTable *base_table;
+    const float *base_params;
 } BackendSetup;
 
 typedef struct {

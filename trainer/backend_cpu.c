@@ -8,8 +8,10 @@
 #include "common/check.h"
 
 typedef struct {
-    const ParamTable *table;
+    const ParamTable *table;  // the trainable parameters: the model's, or the adapters'
     CpuModel *model;
+    const LoraLayout *lora;   // NULL: full fine-tuning
+    float *base;              // [base table total] the frozen base weights under LoRA
     float *params;  // [table->total]
     float *grads;   // [table->total]
     float *micro_grads;  // [table->total] a later micro-batch's own; NULL until a step has one
@@ -24,6 +26,13 @@ static void *cpu_create(const BackendSetup *setup) {
                                 setup->recompute);
     t->params = xcalloc(setup->table->total, sizeof(float));
     t->grads = xcalloc(setup->table->total, sizeof(float));
+    if (setup->lora) {
+        CHECK(setup->table->total == setup->lora->table.total && setup->base_params,
+              "cpu backend: the LoRA table is not the trainable table, or no base weights");
+        t->lora = setup->lora;
+        t->base = xmalloc(setup->base_table->total * sizeof(float));
+        memcpy(t->base, setup->base_params, setup->base_table->total * sizeof(float));
+    }
     adamw_init(&t->opt, setup->table->total);
     return t;
 }
@@ -34,6 +43,7 @@ static void cpu_destroy(void *state) {
     free(t->params);
     free(t->grads);
     free(t->micro_grads);
+    free(t->base);
     adamw_free(&t->opt);
     free(t);
 }
@@ -68,24 +78,34 @@ static void cpu_zero_grads(void *state) {
 // in order, one addition each: N ranks of one micro-batch each, summed in rank order,
 // hold the one-rank step's bits (the model's backward adds into the buffer in K-blocks
 // and row by row, so accumulating a second micro-batch in place rounds differently).
+// The model's forward_backward into grads: the whole model's, or under LoRA the
+// adapters' with the base frozen.
+static double model_forward_backward(CpuTrainer *t, float *grads, const ModelBatch *batch,
+                                     float loss_scale) {
+    if (!t->lora) return cpu_model_forward_backward(t->model, t->params, grads, batch, loss_scale);
+    cpu_model_set_lora(t->model, t->lora, t->params, grads);
+    return cpu_model_forward_backward(t->model, t->base, NULL, batch, loss_scale);
+}
+
 static double cpu_forward_backward(void *state, const ModelBatch *batch, float loss_scale) {
     CpuTrainer *t = state;
     const size_t n = t->table->total;
     if (t->grads_zero) {
         t->grads_zero = false;
-        return cpu_model_forward_backward(t->model, t->params, t->grads, batch, loss_scale);
+        return model_forward_backward(t, t->grads, batch, loss_scale);
     }
     if (!t->micro_grads) t->micro_grads = xmalloc(n * sizeof(float));
     memset(t->micro_grads, 0, n * sizeof(float));
-    const double sum =
-        cpu_model_forward_backward(t->model, t->params, t->micro_grads, batch, loss_scale);
+    const double sum = model_forward_backward(t, t->micro_grads, batch, loss_scale);
     for (size_t i = 0; i < n; i++) t->grads[i] += t->micro_grads[i];
     return sum;
 }
 
 static double cpu_forward(void *state, const ModelBatch *batch, float *losses) {
     CpuTrainer *t = state;
-    return cpu_model_forward(t->model, t->params, batch, losses);
+    if (!t->lora) return cpu_model_forward(t->model, t->params, batch, losses);
+    cpu_model_set_lora(t->model, t->lora, t->params, NULL);
+    return cpu_model_forward(t->model, t->base, batch, losses);
 }
 
 static void cpu_all_reduce_grads(void *state, const DistComm *comm) {

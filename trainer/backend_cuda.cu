@@ -75,6 +75,7 @@ static float *read_scalar(CudaTrainer *t, const float *device_scalar) {
 }
 
 static void *cuda_create(const BackendSetup *setup) {
+    if (setup->lora) fatal("config key 'lora.r': LoRA runs on the cpu backend (backend: cpu)");
     // Refused up front, naming the keys, rather than "out of memory" midway.
     size_t free_bytes, total_bytes;
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));

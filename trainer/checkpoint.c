@@ -16,6 +16,7 @@
 #include "common/check.h"
 #include "model/hf_model.h"
 #include "common/checksum.h"
+#include "model/peft.h"
 #include "model/safetensors.h"
 
 #define CHECKPOINT_FORMAT "onepass-checkpoint-1"
@@ -194,6 +195,8 @@ static int checkpoint_write_files(const char *dir, const ParamTable *table, cons
     snprintf(tokens, sizeof tokens, "%lld", progress->tokens_seen);
     snprintf(trained, sizeof trained, "%lld", progress->trained_tokens_seen);
     snprintf(elapsed, sizeof elapsed, "%.17g", progress->elapsed_s);  // round-trips exactly
+    char base_sum[24];
+    snprintf(base_sum, sizeof base_sum, "%016llx", (unsigned long long)progress->base_checksum);
 
     // Model first, optimizer last: a crash between them leaves mismatched steps, which
     // checkpoint_load refuses. The optimizer file carries the checksum of the model
@@ -228,7 +231,7 @@ static int checkpoint_write_files(const char *dir, const ParamTable *table, cons
         {"data_cursor", cursor},       {"seed", seed},       {"tokens_seen", tokens},
         {"trained_tokens_seen", trained}, {"elapsed_s", elapsed}, {"save_id", save_id},
         {"run_record_hash", record_hash}, {"run_record", record}, {"checksum", checksum},
-        {"model_checksum", model_checksum}, {"files", NULL},
+        {"model_checksum", model_checksum}, {"base_checksum", base_sum}, {"files", NULL},
     };
     char *files = file_list(dir);  // everything but the optimizer state itself
     enum { N_META = sizeof opt_meta / sizeof opt_meta[0] };
@@ -390,6 +393,8 @@ int checkpoint_load(const char *dir, const ParamTable *table, float *params, Ada
         goto done;
     }
     progress->seed = strtoull(seed_text, NULL, 10);
+    const char *base_text = safetensors_meta(&state, "base_checksum");  // absent: older saves
+    progress->base_checksum = base_text ? strtoull(base_text, NULL, 16) : 0;
     progress->elapsed_s = strtod(elapsed_text, NULL);
     progress->step = (long)step;
     char master[128];
@@ -458,8 +463,85 @@ int checkpoint_read_run_record(const char *dir, char **record, char *err, size_t
     return 0;
 }
 
+// A PEFT adapter folder (a LoRA checkpoint's or PEFT's own) as a folder of its adapter
+// files and tokenizer files, without optimizer state. The adapters' shapes come from
+// the base model's config.json (base_model_name_or_path, or base).
+static int export_adapter(const char *from, const char *base, const char *out, char *err,
+                          size_t err_len) {
+    LoraConfig lc;
+    char saved_base[4096];
+    if (peft_config_read(from, &lc, saved_base, sizeof saved_base, err, err_len)) return -1;
+    if (!base) base = saved_base;
+    HfModelConfig hf;
+    if (!*base)
+        return fail(err, err_len, "%s/adapter_config.json: base_model_name_or_path is null: "
+                    "name the base model folder with --base", from);
+    if (hf_folder_check(base, err, err_len) || hf_config_read(base, &hf, err, err_len)) return -1;
+    LoraLayout l;
+    lora_layout_build(&hf.cfg, &lc, &l);
+    float *adapter = xmalloc(l.table.total * sizeof(float));
+    int rc = peft_adapter_load(from, &l, adapter, err, err_len);
+    if (rc == 0) rc = make_dirs(out, err, err_len);
+    if (rc == 0) rc = peft_adapter_write(out, &l, adapter, base, NULL, 0, err, err_len);
+    if (rc == 0) rc = hf_copy_tokenizer(from, NULL, out, err, err_len);
+    free(adapter);
+    lora_layout_free(&l);
+    return rc;
+}
+
+int hf_export_merged(const char *from, const char *base_override, const char *out,
+                     const SaveDtype *dtype, char *err, size_t err_len) {
+    LoraConfig lc;
+    char saved_base[4096];
+    if (hf_folder_check(from, err, err_len) || checkpoint_check_complete(from, err, err_len))
+        return -1;
+    if (!peft_is_adapter_folder(from))
+        return fail(err, err_len, "%s: --merge takes a PEFT adapter folder (adapter_config.json, "
+                    "adapter_model.safetensors), a LoRA run's checkpoint", from);
+    if (peft_config_read(from, &lc, saved_base, sizeof saved_base, err, err_len)) return -1;
+    const char *base = base_override ? base_override : saved_base;
+    if (!*base)
+        return fail(err, err_len, "%s/adapter_config.json: base_model_name_or_path is null: "
+                    "name the base model folder with --base", from);
+    HfExport e = {.generation_eos_token_id = -1};
+    if (hf_folder_check(base, err, err_len) || checkpoint_check_complete(base, err, err_len) ||
+        hf_config_read(base, &e.hf, err, err_len))
+        return -1;
+    e.dtype = SAVE_F32;
+    if (dtype) e.dtype = *dtype;
+    else if (strcmp(e.hf.dtype, "bfloat16") == 0) e.dtype = SAVE_BF16;
+    else if (strcmp(e.hf.dtype, "float16") == 0) e.dtype = SAVE_F16;
+    ParamTable table;
+    param_table_build(&e.hf.cfg, &table);
+    LoraLayout l;
+    lora_layout_build(&e.hf.cfg, &lc, &l);
+    float *params = xmalloc(table.total * sizeof(float));
+    float *adapter = xmalloc(l.table.total * sizeof(float));
+    int rc = checkpoint_load_weights(base, &table, params, err, err_len);
+    if (rc == 0) rc = peft_adapter_load(from, &l, adapter, err, err_len);
+    if (rc == 0) {
+        lora_merge(&l, &table, params, adapter);
+        rc = hf_export_write(out, &table, params, &e, err, err_len);
+    }
+    if (rc == 0) rc = hf_copy_generation_config(base, out, err, err_len);
+    if (rc == 0) rc = hf_copy_tokenizer(from, NULL, out, err, err_len);
+    free(params);
+    free(adapter);
+    lora_layout_free(&l);
+    param_table_free(&table);
+    return rc;
+}
+
 int hf_export_checkpoint(const char *from, const char *out, const SaveDtype *dtype, char *err,
                          size_t err_len) {
+    if (peft_is_adapter_folder(from)) {
+        if (hf_folder_check(from, err, err_len) || checkpoint_check_complete(from, err, err_len))
+            return -1;
+        if (dtype)
+            return fail(err, err_len, "%s is an adapter folder: its adapters are exported in F32 "
+                        "(--dtype applies to --merge)", from);
+        return export_adapter(from, NULL, out, err, err_len);
+    }
     HfExport e = {.generation_eos_token_id = -1};
     if (hf_folder_check(from, err, err_len) || checkpoint_check_complete(from, err, err_len) ||
         hf_config_read(from, &e.hf, err, err_len))

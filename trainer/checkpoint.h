@@ -6,6 +6,9 @@
 //                          the metadata, the step, the data position and the seed
 //   config.json            the model's HF config (transformers loads the folder as is)
 //   generation_config.json
+// or, for a LoRA run (HfExport.lora), the PEFT adapter folder in place of the model:
+//   adapter_config.json, adapter_model.safetensors (model/peft.h), and the optimizer
+//   state of the adapters with the checksum of the frozen base weights
 // The directory is written whole as <dir>.tmp/ (each file fsync'd, the tokenizer files
 // too, the optimizer state last with the list of every file) and then renamed to <dir>
 // (an older <dir> moved aside first and removed after), so the files of one checkpoint
@@ -31,6 +34,7 @@ typedef struct {
     long long tokens_seen;      // totals so far, for metrics
     long long trained_tokens_seen;
     double elapsed_s;           // training time so far, for metrics and ETA
+    uint64_t base_checksum;     // LoRA: checksum_bytes of the frozen base weights; 0: none
     // The run's record (JSON text: its resolved config and input checksums) for the
     // resume checks of trainer/run.c. Saved when non-NULL; a successful load sets it to
     // a malloc'd copy (NULL when the checkpoint has none), which the caller frees.
@@ -82,5 +86,15 @@ int checkpoint_read_run_record(const char *dir, char **record, char *err, size_t
 // without optimizer state: its config, its weights (the fp32 master weights when the
 // checkpoint has them) in *dtype (NULL: the config's dtype), its generation_config.json
 // and tokenizer files. Returns 0, or -1 with a message.
+// A LoRA checkpoint (a PEFT adapter folder) exports as an adapter folder of its
+// adapter_config.json, adapter_model.safetensors and tokenizer files (dtype must be NULL).
 int hf_export_checkpoint(const char *from, const char *out, const SaveDtype *dtype, char *err,
                          size_t err_len);
+
+// `train export --merge`: the PEFT adapter folder `from` (a LoRA checkpoint's or PEFT's)
+// merged into its base model (base_model_name_or_path, or base when not NULL): W += s B A
+// for every adapter, written as a Hugging Face model folder `out` in *dtype (NULL: the
+// base's dtype) with the base's generation_config.json and from's tokenizer files.
+// Returns 0, or -1 with a message.
+int hf_export_merged(const char *from, const char *base, const char *out,
+                     const SaveDtype *dtype, char *err, size_t err_len);

@@ -30,6 +30,7 @@ typedef struct {
 typedef struct { CONFIG_KEYS_DATA(CFG_FIELD) } DataKeys;
 typedef struct { CONFIG_KEYS_MODEL(CFG_FIELD) } ModelKeys;
 typedef struct { CONFIG_KEYS_TRAIN(CFG_FIELD) } TrainKeys;
+typedef struct { CONFIG_KEYS_LORA(CFG_FIELD) } LoraKeys;
 typedef struct { CONFIG_KEYS_EVAL(CFG_FIELD) } EvalKeys;
 typedef struct { CONFIG_KEYS_DIST(CFG_FIELD) } DistKeys;
 typedef struct { CONFIG_KEYS_GENERATE(CFG_FIELD) } GenerateKeys;
@@ -43,6 +44,7 @@ typedef struct RunConfig {
     DataKeys data;
     ModelKeys model;
     TrainKeys train;
+    LoraKeys lora;
     EvalKeys eval;
     DistKeys dist;
     GenerateKeys generate;

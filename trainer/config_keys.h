@@ -13,6 +13,7 @@
 //   on resume), CFG_MIN_OPEN, CFG_MAX_OPEN, CFG_NULLABLE (a STR key with a default that
 //   also accepts null).
 #pragma once
+#include "model/lora.h"   // LORA_MAX_RANK
 #include "model/model.h"  // MODEL_MAX_*: the model stage owns the model.* ranges
 
 #define CFG_2P53 9007199254740992.0  // the largest integer a JSON double holds exactly
@@ -136,6 +137,21 @@
     X(train, peak_tflops, NUM, 0.0, 0, 1e7, 0,                                                    \
       "the MFU denominator in TFLOP/s; 0: the H200's dense bf16 peak on cuda, no MFU on cpu")
 
+#define CONFIG_KEYS_LORA(X)                                                                       \
+    X(lora, r, INT, 0, 0, LORA_MAX_RANK, CFG_FIXED,                                               \
+      "LoRA rank: adapters A [r, in], B [out, r] on the lora.targets of a frozen "                \
+      "model.init_from; 0: full fine-tuning")                                                     \
+    X(lora, alpha, NUM, 32.0, 0, 1e6, CFG_FIXED | CFG_MIN_OPEN,                                   \
+      "lora_alpha: the adapter's output is scaled by alpha / r (alpha / sqrt(r) under "          \
+      "lora.rslora)")                                                                             \
+    X(lora, targets, LIST, , 0, 0, CFG_FIXED,                                                     \
+      "projections with an adapter, of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "     \
+      "down_proj; empty: all seven")                                                              \
+    X(lora, rslora, BOOL, false, 0, 0, CFG_FIXED, "scale by alpha / sqrt(r) (PEFT's use_rslora)") \
+    X(lora, init_from, STR, NULL, 0, 0, CFG_FIXED,                                                \
+      "a PEFT adapter folder (adapter_config.json, adapter_model.safetensors) to start the "     \
+      "adapters from; its r, lora_alpha, target_modules and use_rslora must be the lora.* keys'")
+
 #define CONFIG_KEYS_EVAL(X)                                                                       \
     X(eval, every, INT, 50, 0, CFG_1G, 0, "steps between evals of data.eval_path; 0: never")       \
     X(eval, max_conversations, INT, 32, 0, CFG_1G, 0,                                             \
@@ -170,6 +186,7 @@
     CONFIG_KEYS_DATA(X)                                                                           \
     CONFIG_KEYS_MODEL(X)                                                                          \
     CONFIG_KEYS_TRAIN(X)                                                                          \
+    CONFIG_KEYS_LORA(X)                                                                           \
     CONFIG_KEYS_EVAL(X)                                                                           \
     CONFIG_KEYS_DIST(X)                                                                           \
     CONFIG_KEYS_GENERATE(X)                                                                       \

@@ -158,7 +158,9 @@ static void *create_backend(const TrainBackendOps *ops, const ModelConfig *mc,
                             const RunSettings *s, int seq_len, const TrainState *state) {
     const BackendSetup setup = {.mc = mc, .table = &state->table, .micro_rows = s->micro_rows,
                                 .seq_len = seq_len, .deterministic = s->deterministic,
-                                .recompute = s->recompute};
+                                .recompute = s->recompute, .lora = state->lora,
+                                .base_table = &state->base_table,
+                                .base_params = state->base_params};
     void *backend = ops->create(&setup);
     ops->set_state(backend, state->params, &state->opt);
     return backend;
@@ -253,8 +255,12 @@ static void add_memory_and_eval(const StepLoop *loop, TrainState *state, StepMet
             loop->ops->get_state(loop->backend, state->params, &state->opt);
             char why[256];
             AccuracyReport r;
+            // Under LoRA the base with the adapters merged: what base + adapter computes.
+            float *merged = state->lora ? xmalloc(state->base_table.total * sizeof(float)) : NULL;
             accuracy_evaluate(loop->accuracy, decode_ops(BACKEND_CPU, why, sizeof why), loop->mc,
-                              state->params, &loop->generate, loop->tok, &r);
+                              train_state_model_weights(state, merged), &loop->generate, loop->tok,
+                              &r);
+            free(merged);
             m->has_accuracy = true;
             m->eval_accuracy = accuracy_ratio(r.n_correct, r.n_turns);
             m->eval_later_turn_accuracy = accuracy_ratio(r.later_correct, r.later_n);
@@ -429,12 +435,22 @@ TrainRun *train_run_start(const RunConfig *config) {
         params_init_added_rows(mc, &state->table, tok, init_from, state->params);
     }
     hf_export_from(config, mc, tok, &state->save_as);
+    LoraConfig lora;
+    if (lora_config_from(config, &lora)) {
+        train_state_to_lora(state, mc, &lora, init_from, config->lora.init_from);
+        if (rank0)
+            printf("lora: r %d, alpha %g%s, %zu adapter parameters on the frozen base%s%s\n",
+                   lora.r, lora.alpha, lora.rslora ? " (rslora)" : "", state->table.total,
+                   config->lora.init_from ? ", from " : "",
+                   config->lora.init_from ? config->lora.init_from : "");
+    }
     // Only the run's tokenizer: data.tokenizer is model.init_from's own unless overridden.
     state->tokenizer_model = config->data.tokenizer;
     state->chat_template_jinja = template_official_jinja(data_opt.chat_template->name);
     state->tokenizer = tok;
     state->progress.run_record = run_record_from(config);
-    if (rank0) printf("model: %zu parameters (%d layers, hidden %d, vocab %d)\n", state->table.total,
+    if (rank0) printf("model: %zu parameters (%d layers, hidden %d, vocab %d)\n",
+                      state->lora ? state->base_table.total : state->table.total,
            mc->num_hidden_layers, mc->hidden_size, mc->vocab_size);
     StepLoader *loader = &run->loader;
     step_loader_init(loader, run->train.samples, run->train.n_samples, data_opt.layout,
@@ -473,7 +489,8 @@ TrainRun *train_run_start(const RunConfig *config) {
         .accuracy = run->do_accuracy ? &run->accuracy : NULL, .tok = tok,
         .generate = generate_options_from(config, tok),
         .metrics = &run->metrics,
-        .flops_per_token = model_flops_per_token(model_matmul_params(&state->table, mc)),
+        .flops_per_token = model_flops_per_token(
+            model_matmul_params(state->lora ? &state->base_table : &state->table, mc)),
         .comm = run->ranks.comm,
         .n_train_samples = run->train.n_samples,
         .writes = rank0,

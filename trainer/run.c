@@ -1,3 +1,4 @@
+#define _DEFAULT_SOURCE  // realpath
 #include "trainer/run.h"
 
 #include <errno.h>
@@ -10,6 +11,7 @@
 
 #include "common/check.h"
 #include "common/checksum.h"
+#include "model/peft.h"
 #include "trainer/setup.h"
 
 #define H200_DENSE_BF16_TFLOPS 989.5
@@ -220,6 +222,99 @@ void train_state_init(TrainState *s, const ModelConfig *mc, uint64_t seed) {
     s->tokenizer_dir = s->tokenizer_model = NULL;
     s->tokenizer = NULL;
     s->chat_template_jinja = NULL;
+    s->lora = NULL;
+    s->base_table = (ParamTable){0};
+    s->base_params = NULL;
+    s->base_model = NULL;
+}
+
+bool lora_config_from(const RunConfig *c, LoraConfig *out) {
+    memset(out, 0, sizeof *out);
+    if (c->lora.r == 0) {
+        if (c->lora.init_from)
+            fatal("config key 'lora.init_from' is set but lora.r is 0 (full fine-tuning)");
+        return false;
+    }
+    if (!c->model.init_from)
+        fatal("config key 'lora.r' %lld: LoRA trains adapters on a frozen model: set "
+              "model.init_from to the base model's folder", c->lora.r);
+    if (c->model.add_tokens.n > 0)
+        fatal("config keys 'lora.r' and 'model.add_tokens': new token rows would change the "
+              "frozen base, which an adapter folder cannot carry");
+    out->r = (int)c->lora.r;
+    out->alpha = c->lora.alpha;
+    out->rslora = c->lora.rslora;
+    for (int t = 0; t < LORA_TARGETS; t++) out->target[t] = c->lora.targets.n == 0;
+    for (int i = 0; i < c->lora.targets.n; i++) {
+        const int t = lora_target_from_name(c->lora.targets.items[i]);
+        if (t < 0)
+            fatal("config key 'lora.targets': '%s' is not one of q_proj, k_proj, v_proj, o_proj, "
+                  "gate_proj, up_proj, down_proj", c->lora.targets.items[i]);
+        out->target[t] = true;
+    }
+    if (c->lora.init_from) {
+        LoraConfig saved;
+        char base[16], err[1024];
+        if (peft_config_read(c->lora.init_from, &saved, base, 0, err, sizeof err))
+            fatal("config key 'lora.init_from': %s", err);
+        char diff[1024] = "";
+        if (saved.r != out->r)
+            snprintf(diff + strlen(diff), sizeof diff - strlen(diff), " r %d vs lora.r %d",
+                     saved.r, out->r);
+        if (saved.alpha != out->alpha)
+            snprintf(diff + strlen(diff), sizeof diff - strlen(diff),
+                     " lora_alpha %g vs lora.alpha %g", saved.alpha, out->alpha);
+        if (saved.rslora != out->rslora)
+            snprintf(diff + strlen(diff), sizeof diff - strlen(diff),
+                     " use_rslora %s vs lora.rslora %s", saved.rslora ? "true" : "false",
+                     out->rslora ? "true" : "false");
+        if (memcmp(saved.target, out->target, sizeof saved.target) != 0)
+            snprintf(diff + strlen(diff), sizeof diff - strlen(diff),
+                     " target_modules differ from lora.targets");
+        if (*diff)
+            fatal("config key 'lora.init_from': %s/adapter_config.json differs from the lora.* "
+                  "keys:%s", c->lora.init_from, diff);
+    }
+    return true;
+}
+
+static void param_table_copy(const ParamTable *from, ParamTable *to) {
+    *to = *from;
+    to->tensors = xmalloc((size_t)from->n_tensors * sizeof *to->tensors);
+    memcpy(to->tensors, from->tensors, (size_t)from->n_tensors * sizeof *to->tensors);
+}
+
+void train_state_to_lora(TrainState *s, const ModelConfig *mc, const LoraConfig *lc,
+                         const char *base_model, const char *adapter_from) {
+    s->lora = xcalloc(1, sizeof *s->lora);
+    lora_layout_build(mc, lc, s->lora);
+    s->base_table = s->table;
+    s->base_params = s->params;
+    param_table_copy(&s->lora->table, &s->table);
+    s->params = xmalloc(s->table.total * sizeof(float));
+    if (adapter_from) {
+        char err[1024];
+        if (peft_adapter_load(adapter_from, s->lora, s->params, err, sizeof err))
+            fatal("config key 'lora.init_from': %s", err);
+    } else {
+        lora_init(s->lora, s->progress.seed, s->params);
+    }
+    adamw_free(&s->opt);
+    adamw_init(&s->opt, s->table.total);
+    s->progress.base_checksum =
+        checksum_bytes(s->base_params, s->base_table.total * sizeof(float));
+    s->save_as.lora = s->lora;
+    // An absolute base_model_name_or_path, so the folder loads from anywhere.
+    s->base_model = realpath(base_model, NULL);
+    s->save_as.base_model = s->base_model ? s->base_model : base_model;
+    s->save_as.dtype = SAVE_F32;
+}
+
+const float *train_state_model_weights(const TrainState *s, float *merged) {
+    if (!s->lora) return s->params;
+    memcpy(merged, s->base_params, s->base_table.total * sizeof(float));
+    lora_merge(s->lora, &s->base_table, merged, s->params);
+    return merged;
 }
 
 int train_state_resume(TrainState *s, const char *dir, char *err, size_t err_len) {
@@ -238,6 +333,13 @@ int train_state_resume(TrainState *s, const char *dir, char *err, size_t err_len
     if (s->progress.seed != seed)
         return fail(err, err_len, "the checkpoint's seed %llu differs from seed %llu",
                     (unsigned long long)s->progress.seed, (unsigned long long)seed);
+    if (s->lora) {  // the frozen base must be the one the adapters were trained on
+        const uint64_t base = checksum_bytes(s->base_params, s->base_table.total * sizeof(float));
+        if (s->progress.base_checksum != base)
+            return fail(err, err_len, "%s: the adapters were trained on base weights of checksum "
+                        "%016llx, model.init_from's are %016llx", dir,
+                        (unsigned long long)s->progress.base_checksum, (unsigned long long)base);
+    }
     return 0;
 }
 
@@ -264,6 +366,15 @@ int train_state_save(TrainState *s, const TrainBackendOps *ops, void *backend,
 void train_state_free(TrainState *s) {
     free(s->progress.run_record);
     s->progress.run_record = NULL;
+    if (s->lora) {
+        lora_layout_free(s->lora);
+        free(s->lora);
+        s->lora = NULL;
+        free(s->base_params);
+        param_table_free(&s->base_table);
+    }
+    free(s->base_model);
+    s->base_model = NULL;
     adamw_free(&s->opt);
     free(s->params);
     param_table_free(&s->table);

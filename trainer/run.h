@@ -51,6 +51,12 @@ typedef struct {
     const char *tokenizer_model;  // the run's data.tokenizer (file or folder), copied too
     const Tokenizer *tokenizer;   // its model.add_tokens go into the copied files; may be NULL
     const char *chat_template_jinja;  // written as chat_template.jinja (the trained template); may be NULL
+    // LoRA (train_state_to_lora): table, params and opt are the adapters'; the frozen base
+    // weights are base_params [base_table.total]. lora NULL: full fine-tuning.
+    LoraLayout *lora;
+    ParamTable base_table;
+    float *base_params;
+    char *base_model;  // model.init_from's absolute path, the adapters' base_model_name_or_path
 } TrainState;
 
 // The run record saved with each checkpoint (TrainProgress.run_record): the resolved
@@ -59,6 +65,21 @@ char *run_record_from(const RunConfig *c);
 
 // The seeded init at step 0.
 void train_state_init(TrainState *s, const ModelConfig *mc, uint64_t seed);
+
+// The lora.* keys: false when lora.r is 0 (full fine-tuning). Fatal, naming the key, for
+// a lora.targets name that is not a projection, LoRA without model.init_from, with
+// model.add_tokens, or an adapter folder lora.init_from whose settings differ from the
+// keys (naming each).
+bool lora_config_from(const RunConfig *c, LoraConfig *out);
+// Turns the state's (loaded) model weights into the frozen base of adapters lc: the
+// adapters' PEFT init from the seed, or lora.init_from's adapter folder (adapter_from,
+// may be NULL); fresh AdamW moments; checkpoints become PEFT adapter folders naming
+// base_model (model.init_from). Fatal when the adapter folder cannot be read.
+void train_state_to_lora(TrainState *s, const ModelConfig *mc, const LoraConfig *lc,
+                         const char *base_model, const char *adapter_from);
+// The model weights generation runs on: the state's params, or under LoRA the base with
+// the adapters merged into merged [base_table.total] (returned).
+const float *train_state_model_weights(const TrainState *s, float *merged);
 // Replaces the state with the checkpoint in dir, which must come from a run with the
 // state's seed and the same model, data and data order (the run records compared: a
 // change of model.*, the data files' contents, data.layout, data.seq_len, ...,

@@ -83,9 +83,10 @@ int peft_config_read(const char *dir, LoraConfig *out, char *base_model, size_t 
     const json_t *targets = json_object_get(root, "target_modules");
     const char *bias = json_string_value(json_object_get(root, "bias"));
     const json_t *base = json_object_get(root, "base_model_name_or_path");
-    static const char *const UNSUPPORTED[] = {"use_dora", "fan_in_fan_out", "rank_pattern",
-                                              "alpha_pattern", "layers_to_transform",
-                                              "modules_to_save", "use_qalora"};
+    static const char *const UNSUPPORTED[] = {
+        "use_dora",        "fan_in_fan_out",  "rank_pattern",     "alpha_pattern",
+        "layers_to_transform", "modules_to_save", "use_qalora",   "lora_bias",
+        "exclude_modules", "layer_replication", "target_parameters", "trainable_token_indices"};
     if (!json_is_object(root)) {
         fail_at(err, err_len, path, 0, "not a JSON object");
         goto done;

@@ -111,14 +111,28 @@ if worst > 1e-5 or merged[untouched][1] != base[untouched][1]: sys.exit(f"worst 
 if all(x == 0 for x in ad["base_model.model.model.layers.1.self_attn.o_proj.lora_B.weight"][1]): sys.exit("B still zero")
 EOF
 
-# lora.init_from: the exported adapters are the run's start (step 1 loss = the resumed
-# straight run's step-5 forward would need more steps; here: its first loss differs from
-# a fresh adapter's, and a second run from it gives the same bits again).
+# lora.init_from: the exported adapters are the run's start (its first loss is not the
+# fresh adapters').
 "$train" "${run[@]}" --set out_dir="$tmp/d" --set train.steps=1 --set lora.init_from="$tmp/adapter" > "$tmp/d.log" 2>&1 \
     && ok || bad "lora.init_from: $(tail -3 "$tmp/d.log")"
 if grep -q "from $tmp/adapter" "$tmp/d.log" &&
    [ "$(sed -n 1p "$tmp/d/metrics.jsonl" | grep -o '"loss":[^,]*')" != "$(sed -n 1p "$tmp/a/metrics.jsonl" | grep -o '"loss":[^,]*')" ]
 then ok; else bad "lora.init_from did not start from the adapters"; fi
+# A PEFT-made adapter (tests/data/peft/qwen3_all fits this base's shapes) as lora.init_from,
+# at lr 0: its eval loss through base + adapter is the eval loss of the full model that
+# `train export --merge` makes of it (another path: the merged weights' forward).
+peft_run=("${run[@]}" --set lora.alpha=8 --set lora.targets=[] --set lora.init_from=tests/data/peft/qwen3_all
+          --set train.steps=1 --set train.lr=0 --set eval.every=1)
+"$train" "${peft_run[@]}" --set out_dir="$tmp/p" > "$tmp/p.log" 2>&1 && ok || bad "PEFT adapter run: $(tail -3 "$tmp/p.log")"
+"$train" export --from tests/data/peft/qwen3_all --base "$base" --merge --dtype f32 --out "$tmp/pm" > /dev/null 2>&1 \
+    && ok || bad "export --merge of the PEFT adapter"
+"$train" "${run[@]}" --set lora.r=0 --set model.init_from="$tmp/pm" --set data.tokenizer="$base" \
+    --set train.steps=1 --set train.lr=0 --set eval.every=1 --set out_dir="$tmp/pf" > "$tmp/pf.log" 2>&1 && ok || bad "merged run: $(tail -3 "$tmp/pf.log")"
+python3 - "$tmp/p/metrics.jsonl" "$tmp/pf/metrics.jsonl" <<'EOF2' && ok || bad "eval loss through the adapter vs merged"
+import json, sys
+a, b = (json.loads(open(p).readline())["eval_loss"] for p in sys.argv[1:])
+if abs(a - b) > 1e-5 * abs(b): sys.exit(f"adapter {a} merged {b}")
+EOF2
 expect_error "lora.init_from of another rank" "differs from the lora.\* keys: r 4 vs lora.r 8" \
     "$train" "${run[@]}" --set out_dir="$tmp/e" --set lora.r=8 --set lora.init_from="$tmp/adapter"
 expect_error "LoRA without a base" "set model.init_from" \

@@ -12,7 +12,7 @@ static const char USAGE[] =
     "       train show --config FILE [--set k=v]... --conversation N --out DIR [--rows]\n"
     "       train gen-data --out-dir DIR [--seed N] [--train N] [--eval N] [--shared N]\n"
     "       train tokenizer --corpus-from FILE.jsonl --out PREFIX [--vocab-size N]\n"
-    "       train export --from CHECKPOINT --out DIR [--dtype bf16|f16|f32]\n"
+    "       train export --from CHECKPOINT --out DIR [--dtype bf16|f16|f32] [--merge [--base DIR]]\n"
     "       train generate --config FILE [--set k=v]... --prompts F.jsonl --out G.jsonl\n"
     "       train eval --config FILE [--set k=v]... [--json out.json]\n"
     "       train config [--markdown] | train config --config FILE [--set k=v]...\n"
@@ -58,7 +58,10 @@ static const struct {
     {"export", "Writes a checkpoint as a Hugging Face folder without optimizer state.\n"
                "  --from CHECKPOINT a checkpoint-N folder (or any model folder)\n"
                "  --out DIR         the new folder\n"
-               "  --dtype D         bf16, f16 or f32 (default: the checkpoint's)\n"},
+               "  --dtype D         bf16, f16 or f32 (default: the checkpoint's)\n"
+               "  A LoRA run's checkpoint (a PEFT adapter folder) exports as its adapter folder.\n"
+               "  --merge           the adapters merged into their base model: a model folder\n"
+               "  --base DIR        the base model folder (default: base_model_name_or_path)\n"},
     {"generate", "Continues each conversation of a JSONL file from its inference view with the\n"
                  "model of model.init_from (generate.* keys: temperature, top_p, max_new_tokens).\n"
                  "  --prompts F.jsonl conversations ending in a user message\n"

@@ -111,6 +111,16 @@ if worst > 1e-5 or merged[untouched][1] != base[untouched][1]: sys.exit(f"worst 
 if all(x == 0 for x in ad["base_model.model.model.layers.1.self_attn.o_proj.lora_B.weight"][1]): sys.exit("B still zero")
 EOF
 
+# train generate with lora.init_from (base + the checkpoint's adapters) generates what the
+# merged model folder generates.
+printf '%s\n' '{"messages":[{"role":"user","content":"Add 12 and 30."}]}' \
+    '{"messages":[{"role":"user","content":"Add 7 and 8."}]}' > "$tmp/prompts.jsonl"
+"$train" generate "${run[@]}" --set lora.init_from="$ck" --set generate.max_new_tokens=12 \
+    --prompts "$tmp/prompts.jsonl" --out "$tmp/g_lora.jsonl" > "$tmp/g1.log" 2>&1 && ok || bad "generate: $(tail -3 "$tmp/g1.log")"
+"$train" generate "${run[@]}" --set lora.r=0 --set model.init_from="$tmp/merged" --set generate.max_new_tokens=12 \
+    --prompts "$tmp/prompts.jsonl" --out "$tmp/g_merged.jsonl" > "$tmp/g2.log" 2>&1 && ok || bad "generate merged: $(tail -3 "$tmp/g2.log")"
+if [ -s "$tmp/g_lora.jsonl" ] && cmp -s "$tmp/g_lora.jsonl" "$tmp/g_merged.jsonl"; then ok; else bad "generations differ"; fi
+
 # lora.init_from: the exported adapters are the run's start (its first loss is not the
 # fresh adapters').
 "$train" "${run[@]}" --set out_dir="$tmp/d" --set train.steps=1 --set lora.init_from="$tmp/adapter" > "$tmp/d.log" 2>&1 \

@@ -11,7 +11,9 @@
 #include "common/check.h"
 #include "data/template.h"
 #include "model/decode.h"
+#include "model/peft.h"
 #include "trainer/backend_registry.h"
+#include "trainer/run.h"
 #include "trainer/setup.h"
 #ifdef ONEPASS_HAVE_CUDA
 #include "trainer/decode_ops_cuda.h"
@@ -256,6 +258,18 @@ void inference_model_load(const RunConfig *c, const char *command, InferenceMode
     param_table_build(&m->mc, &m->table);
     m->params = xmalloc(m->table.total * sizeof(float));
     params_load_or_init(&m->mc, &m->table, dir, 0, m->params);
+    LoraConfig lc;
+    if (lora_config_from(c, &lc) && c->lora.init_from) {  // base + adapter, merged
+        LoraLayout l;
+        lora_layout_build(&m->mc, &lc, &l);
+        float *adapter = xmalloc(l.table.total * sizeof(float));
+        char err[1024];
+        if (peft_adapter_load(c->lora.init_from, &l, adapter, err, sizeof err))
+            fatal("train %s: config key 'lora.init_from': %s", command, err);
+        lora_merge(&l, &m->table, m->params, adapter);
+        free(adapter);
+        lora_layout_free(&l);
+    }
 }
 
 void inference_model_free(InferenceModel *m) {

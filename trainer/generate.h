@@ -75,8 +75,10 @@ int32_t sample_token(const float *logits, int V, double temperature, double top_
                      float *prob, int32_t *order);
 
 // What `train generate` and `train eval` run: model.init_from's weights (required; a
-// run's checkpoint folder or any model folder the trainer loads), its config, the
-// tokenizer, and the backend choice (fatal with the key on any error).
+// run's checkpoint folder or any model folder the trainer loads) with lora.init_from's
+// adapters (a LoRA run's checkpoint or any PEFT adapter folder, under the lora.* keys)
+// merged in, its config, the tokenizer, and the backend choice (fatal with the key on any
+// error).
 typedef struct {
     ModelConfig mc;
     ParamTable table;

@@ -116,7 +116,8 @@ int main(int argc, char **argv) {
     AdamWState opt;
     adamw_init(&opt, P);
     const TrainBackendOps *gpu = cuda_train_backend();
-    const BackendSetup setup = {&cfg, &table, 1, S, deterministic, recompute};
+    const BackendSetup setup = {&cfg, &table, 1, S, deterministic, recompute, nullptr, nullptr,
+                                nullptr};
     void *trainer = gpu->create(&setup);
     gpu->set_state(trainer, host_params.data(), &opt);
     // train.lr held constant; torch.optim.AdamW as the anchor uses it: weight decay on

@@ -131,26 +131,26 @@ void lora_merge(const LoraLayout *l, const ParamTable *base, float *params,
         }
 }
 
-void lora_forward_cpu(float *out, float *u, const float *x, const float *A, const float *B,
-                      int T, int IC, int OC, int r, float scale) {
+void lora_forward_cpu(float *out, int ld_out, float *u, const float *x, const float *A,
+                      const float *B, int T, int IC, int OC, int r, float scale) {
     // u[T, r] = x A^T; out[T, OC] += s u B^T
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, r, IC, 1.0f, x, IC, A, IC, 0.0f, u,
                 r);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, OC, r, scale, u, r, B, r, 1.0f, out,
-                OC);
+                ld_out);
 }
 
 void lora_backward_cpu(float *dx, float *dA, float *dB, float *u, float *du, const float *dout,
-                       const float *x, const float *A, const float *B, int T, int IC, int OC,
-                       int r, float scale) {
+                       int ld_dout, const float *x, const float *A, const float *B, int T,
+                       int IC, int OC, int r, float scale) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, r, IC, 1.0f, x, IC, A, IC, 0.0f, u,
                 r);
     // dB[OC, r] += s dout^T u
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, r, T, scale, dout, OC, u, r, 1.0f, dB,
-                r);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, r, T, scale, dout, ld_dout, u, r, 1.0f,
+                dB, r);
     // du[T, r] = s dout B
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, r, OC, scale, dout, OC, B, r, 0.0f,
-                du, r);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, r, OC, scale, dout, ld_dout, B, r,
+                0.0f, du, r);
     // dA[r, IC] += du^T x
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, IC, T, 1.0f, du, r, x, IC, 1.0f, dA,
                 IC);

@@ -62,14 +62,17 @@ void lora_merge(const LoraLayout *l, const ParamTable *base, float *params,
                 const float *adapter);
 
 // One adapted projection on the CPU: out[T, OC] += s (x[T, IC] A^T) B^T, with u [T, r]
-// scratch (it holds x A^T after the call).
-void lora_forward_cpu(float *out, float *u, const float *x, const float *A, const float *B,
-                      int T, int IC, int OC, int r, float scale);
-// Its backward from dout [T, OC]: dA [r, IC] and dB [OC, r] accumulate, dx [T, IC] += the
-// input gradient (skipped when NULL); u, du [T, r] scratch (u is x A^T recomputed).
+// scratch (it holds x A^T after the call). out's rows are ld_out apart (>= OC: a column
+// slice of wider rows, as q, k, v of a stacked q|k|v product on the GPU). The CUDA twins
+// are model/lora_cuda.h's.
+void lora_forward_cpu(float *out, int ld_out, float *u, const float *x, const float *A,
+                      const float *B, int T, int IC, int OC, int r, float scale);
+// Its backward from dout [T, OC] (rows ld_dout apart): dA [r, IC] and dB [OC, r]
+// accumulate, dx [T, IC] += the input gradient (skipped when NULL); u, du [T, r] scratch
+// (u is x A^T recomputed).
 void lora_backward_cpu(float *dx, float *dA, float *dB, float *u, float *du, const float *dout,
-                       const float *x, const float *A, const float *B, int T, int IC, int OC,
-                       int r, float scale);
+                       int ld_dout, const float *x, const float *A, const float *B, int T,
+                       int IC, int OC, int r, float scale);
 
 // Binds adapters to the CPU model (model/model_cpu.c): every later forward, logits and
 // forward_backward runs base + adapter (the buffers must live that long), and

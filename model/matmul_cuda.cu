@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include "model/ops_cuda.h"
 #include "model/ops_cuda_internal.cuh"
+#include "model/lora_cuda.h"
 
 // Largest power of two (up to 256) dividing the address: tells the heuristic
 // which alignment the algorithm may assume (its default, 256, would reject
@@ -19,6 +20,7 @@ static uint32_t pointer_alignment(const void *p) {
 // on the GPU, so each shape is planned once.
 typedef struct {
     int m, n, k;
+    int lda, ldb, ldd;  // leading dimensions (the stored rows, or more for a strided view)
     bool transpose_a, transpose_b;
     cudaDataType_t d_type;
     uint32_t align_a, align_b, align_d;
@@ -46,10 +48,12 @@ void matmul_plans_clear(void) {
 
 static const MatmulPlan *plan_for(const char *op, const OpsCudaState *s, cudaDataType_t d_type,
                                   bool transpose_a, bool transpose_b, int m, int n, int k,
-                                  uint32_t align_a, uint32_t align_b, uint32_t align_d) {
+                                  int lda, int ldb, int ldd, uint32_t align_a, uint32_t align_b,
+                                  uint32_t align_d) {
     for (int i = 0; i < g_n_plans; i++) {
         const MatmulPlan *p = &g_plans[i];
-        if (p->m == m && p->n == n && p->k == k && p->transpose_a == transpose_a &&
+        if (p->m == m && p->n == n && p->k == k && p->lda == lda && p->ldb == ldb &&
+            p->ldd == ldd && p->transpose_a == transpose_a &&
             p->transpose_b == transpose_b && p->d_type == d_type && p->align_a == align_a &&
             p->align_b == align_b && p->align_d == align_d)
             return p;
@@ -58,6 +62,7 @@ static const MatmulPlan *plan_for(const char *op, const OpsCudaState *s, cudaDat
     MatmulPlan *p = &g_plans[g_n_plans];
     *p = MatmulPlan{};
     p->m = m, p->n = n, p->k = k, p->transpose_a = transpose_a, p->transpose_b = transpose_b;
+    p->lda = lda, p->ldb = ldb, p->ldd = ldd;
     p->d_type = d_type, p->align_a = align_a, p->align_b = align_b, p->align_d = align_d;
 
     cublasCheck(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -67,11 +72,11 @@ static const MatmulPlan *plan_for(const char *op, const OpsCudaState *s, cudaDat
                                                sizeof(op_a)));
     cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
                                                sizeof(op_b)));
-    if (transpose_a) cublasCheck(cublasLtMatrixLayoutCreate(&p->a_layout, CUDA_R_16BF, k, m, k));
-    else cublasCheck(cublasLtMatrixLayoutCreate(&p->a_layout, CUDA_R_16BF, m, k, m));
-    if (transpose_b) cublasCheck(cublasLtMatrixLayoutCreate(&p->b_layout, CUDA_R_16BF, n, k, n));
-    else cublasCheck(cublasLtMatrixLayoutCreate(&p->b_layout, CUDA_R_16BF, k, n, k));
-    cublasCheck(cublasLtMatrixLayoutCreate(&p->d_layout, d_type, m, n, m));
+    if (transpose_a) cublasCheck(cublasLtMatrixLayoutCreate(&p->a_layout, CUDA_R_16BF, k, m, lda));
+    else cublasCheck(cublasLtMatrixLayoutCreate(&p->a_layout, CUDA_R_16BF, m, k, lda));
+    if (transpose_b) cublasCheck(cublasLtMatrixLayoutCreate(&p->b_layout, CUDA_R_16BF, n, k, ldb));
+    else cublasCheck(cublasLtMatrixLayoutCreate(&p->b_layout, CUDA_R_16BF, k, n, ldb));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->d_layout, d_type, m, n, ldd));
 
     cublasLtMatmulPreference_t preference;
     cublasCheck(cublasLtMatmulPreferenceCreate(&preference));
@@ -102,20 +107,28 @@ static const MatmulPlan *plan_for(const char *op, const OpsCudaState *s, cudaDat
     return p;
 }
 
-// Column-major D[m,n] = op(A)[m,k] @ op(B)[k,n] + beta * D, all matrices tight
-// (leading dimension = stored rows). A and B are bf16; D is bf16 or fp32.
-static void lt_matmul(const char *op, void *d, cudaDataType_t d_type, const bf16 *a,
-                      bool transpose_a, const bf16 *b, bool transpose_b, int m, int n, int k,
-                      float beta, cudaStream_t stream) {
+// Column-major D[m,n] = alpha op(A)[m,k] @ op(B)[k,n] + beta * D with leading dimensions
+// lda, ldb, ldd (at least the stored rows: a strided view of a wider matrix). A and B
+// are bf16; D is bf16 or fp32.
+static void lt_matmul_ld(const char *op, void *d, cudaDataType_t d_type, int ldd, const bf16 *a,
+                         int lda, bool transpose_a, const bf16 *b, int ldb, bool transpose_b,
+                         int m, int n, int k, float alpha, float beta, cudaStream_t stream) {
     const OpsCudaState *s = ops_cuda_state(op);
-    const MatmulPlan *p = plan_for(op, s, d_type, transpose_a, transpose_b, m, n, k,
-                                   pointer_alignment(a), pointer_alignment(b),
+    const MatmulPlan *p = plan_for(op, s, d_type, transpose_a, transpose_b, m, n, k, lda, ldb,
+                                   ldd, pointer_alignment(a), pointer_alignment(b),
                                    pointer_alignment(d));
-    const float alpha = 1.0f;
     // C and D are the same buffer with the same layout: beta = 1 accumulates in place.
     cublasCheck(cublasLtMatmul(s->cublaslt, p->desc, &alpha, a, p->a_layout, b, p->b_layout,
                                &beta, d, p->d_layout, d, p->d_layout, &p->algo,
                                s->cublaslt_workspace, s->cublaslt_workspace_bytes, stream));
+}
+
+// lt_matmul_ld with every matrix tight (leading dimension = stored rows) and alpha 1.
+static void lt_matmul(const char *op, void *d, cudaDataType_t d_type, const bf16 *a,
+                      bool transpose_a, const bf16 *b, bool transpose_b, int m, int n, int k,
+                      float beta, cudaStream_t stream) {
+    lt_matmul_ld(op, d, d_type, m, a, transpose_a ? k : m, transpose_a, b, transpose_b ? n : k,
+                 transpose_b, m, n, k, 1.0f, beta, stream);
 }
 
 static void check_matmul_shape(const char *op, int N, int IC, int OC) {
@@ -140,8 +153,8 @@ static void matmul_backward(const char *op, bf16 *dinp, float dinp_beta, float *
     // dinp^T[IC,N] (+)= W^T[IC,OC] @ dout^T[OC,N]
     if (dinp) lt_matmul(op, dinp, CUDA_R_16BF, weight, false, dout, false, IC, N, OC, dinp_beta,
                         stream);
-    // dweight^T[IC,OC] += inp^T[IC,N] @ dout[N,OC]
-    lt_matmul(op, dweight, CUDA_R_32F, inp, false, dout, true, IC, OC, N, 1.0f, stream);
+    // dweight^T[IC,OC] += inp^T[IC,N] @ dout[N,OC]; none for a frozen weight (NULL)
+    if (dweight) lt_matmul(op, dweight, CUDA_R_32F, inp, false, dout, true, IC, OC, N, 1.0f, stream);
 }
 
 void matmul_backward_cuda(bf16 *dinp, float *dweight, const bf16 *dout, const bf16 *inp,
@@ -155,4 +168,42 @@ void matmul_backward_overwrite_cuda(bf16 *dinp, float *dweight, const bf16 *dout
                                     cudaStream_t stream) {
     matmul_backward("matmul_backward_overwrite_cuda", dinp, 0.0f, dweight, dout, inp, weight, N,
                     IC, OC, stream);
+}
+
+// LoRA (model/lora_cuda.h), the products of lora_forward_cpu / lora_backward_cpu with the
+// same roles; out and dout may be column slices of wider rows (ld_out, ld_dout).
+void lora_forward_cuda(bf16 *out, int ld_out, bf16 *u, const bf16 *x, const bf16 *A,
+                       const bf16 *B, int T, int IC, int OC, int r, float scale,
+                       cudaStream_t stream) {
+    const char *op = "lora_forward_cuda";
+    CHECK(T >= 0 && IC > 0 && OC > 0 && r > 0 && ld_out >= OC, "%s: bad shape T=%d IC=%d OC=%d "
+          "r=%d ld_out=%d", op, T, IC, OC, r, ld_out);
+    if (T == 0) return;
+    // u^T[r,T] = A[r,IC] @ x^T[IC,T]
+    lt_matmul_ld(op, u, CUDA_R_16BF, r, A, IC, true, x, IC, false, r, T, IC, 1.0f, 0.0f, stream);
+    // out^T[OC,T] += s B[OC,r] @ u^T[r,T]
+    lt_matmul_ld(op, out, CUDA_R_16BF, ld_out, B, r, true, u, r, false, OC, T, r, scale, 1.0f,
+                 stream);
+}
+
+void lora_backward_cuda(bf16 *dx, float *dA, float *dB, bf16 *u, bf16 *du, const bf16 *dout,
+                        int ld_dout, const bf16 *x, const bf16 *A, const bf16 *B, int T, int IC,
+                        int OC, int r, float scale, cudaStream_t stream) {
+    const char *op = "lora_backward_cuda";
+    CHECK(T >= 0 && IC > 0 && OC > 0 && r > 0 && ld_dout >= OC, "%s: bad shape T=%d IC=%d OC=%d "
+          "r=%d ld_dout=%d", op, T, IC, OC, r, ld_dout);
+    if (T == 0) return;
+    lt_matmul_ld(op, u, CUDA_R_16BF, r, A, IC, true, x, IC, false, r, T, IC, 1.0f, 0.0f, stream);
+    // dB^T[r,OC] += s u^T[r,T] @ dout[T,OC]
+    lt_matmul_ld(op, dB, CUDA_R_32F, r, u, r, false, dout, ld_dout, true, r, OC, T, scale, 1.0f,
+                 stream);
+    // du^T[r,T] = s B^T[r,OC] @ dout^T[OC,T]
+    lt_matmul_ld(op, du, CUDA_R_16BF, r, B, r, false, dout, ld_dout, false, r, T, OC, scale, 0.0f,
+                 stream);
+    // dA^T[IC,r] += x^T[IC,T] @ du[T,r]
+    lt_matmul_ld(op, dA, CUDA_R_32F, IC, x, IC, false, du, r, true, IC, r, T, 1.0f, 1.0f, stream);
+    // dx^T[IC,T] += A^T[IC,r] @ du^T[r,T]
+    if (dx)
+        lt_matmul_ld(op, dx, CUDA_R_16BF, IC, A, IC, false, du, r, false, IC, T, r, 1.0f, 1.0f,
+                     stream);
 }

@@ -229,8 +229,8 @@ static void linear_forward(CpuModel *m, const float *params, int l, int w, float
     const int t = adapter_of(m, l, w);
     if (t < 0) return;
     const size_t i = (size_t)l * LORA_TARGETS + t;
-    lora_forward_cpu(out, m->lora_u, x, m->adapter + m->lora->a[i], m->adapter + m->lora->b[i], T,
-                     IC, OC, m->lora->cfg.r, m->lora->scale);
+    lora_forward_cpu(out, OC, m->lora_u, x, m->adapter + m->lora->a[i],
+                     m->adapter + m->lora->b[i], T, IC, OC, m->lora->cfg.r, m->lora->scale);
 }
 
 // linear_forward's backward from dout: dx += (skipped when NULL), the base weight's
@@ -245,7 +245,7 @@ static void linear_backward(CpuModel *m, const float *params, float *grads, int 
     const size_t i = (size_t)l * LORA_TARGETS + t;
     const size_t a = m->lora->a[i], b = m->lora->b[i];
     lora_backward_cpu(dx, m->adapter_grads + a, m->adapter_grads + b, m->lora_u, m->lora_du, dout,
-                      x, m->adapter + a, m->adapter + b, T, IC, OC, m->lora->cfg.r,
+                      OC, x, m->adapter + a, m->adapter + b, T, IC, OC, m->lora->cfg.r,
                       m->lora->scale);
 }
 

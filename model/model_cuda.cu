@@ -24,6 +24,7 @@
 #include "common/cuda_check.h"
 #include "model/arena_cuda.cuh"
 #include "model/batch_cuda.cuh"
+#include "model/lora_cuda.h"
 #include "model/model_cuda.h"
 #include "model/ops_cuda.h"
 #include "model/ops_cuda_internal.cuh"
@@ -104,6 +105,13 @@ struct CudaModel {
 
     // host side
     float *host_losses;                  // [T] pinned: target_losses read back
+
+    // LoRA (cuda_model_set_lora): the adapters of the next calls, NULL without
+    const LoraLayout *lora;
+    const bf16 *adapter;      // [lora->table.total]
+    float *adapter_grads;     // [lora->table.total]
+    bf16 *lora_u, *lora_du;   // [T, lora_rank] scratch (own allocations, not the arena's)
+    int lora_rank;
 };
 
 // Points every device buffer into the arena where the layout places it.
@@ -240,6 +248,8 @@ void cuda_model_free(CudaModel *m) {
     cudaCheck(cudaStreamDestroy(m->stream));
     cudaCheck(cudaFree(m->arena));
     cudaCheck(cudaFreeHost(m->host_losses));
+    if (m->lora_u) cudaCheck(cudaFree(m->lora_u));
+    if (m->lora_du) cudaCheck(cudaFree(m->lora_du));
     device_batch_host_free(&m->batch);
     free(m->residual);
     free(m->layers);
@@ -282,6 +292,73 @@ bool model_dims_cuda_supported(const ModelDims *d) {
 
 static void zero_async(CudaModel *m, void *p, size_t bytes) {
     cudaCheck(cudaMemsetAsync(p, 0, bytes, m->stream));
+}
+
+void cuda_model_set_lora(CudaModel *m, const LoraLayout *lora, const void *adapter_bf16,
+                         float *adapter_grads) {
+    CHECK(!lora || (lora->num_hidden_layers == m->cfg.num_hidden_layers && adapter_bf16),
+          "cuda_model_set_lora: adapters of %d layers for a model of %d, or no adapter buffer",
+          lora ? lora->num_hidden_layers : 0, m->cfg.num_hidden_layers);
+    m->lora = lora;
+    m->adapter = (const bf16 *)adapter_bf16;
+    m->adapter_grads = adapter_grads;
+    if (lora && lora->cfg.r > m->lora_rank) {
+        cudaCheck(cudaStreamSynchronize(m->stream));  // the old scratch may be in use
+        if (m->lora_u) cudaCheck(cudaFree(m->lora_u));
+        if (m->lora_du) cudaCheck(cudaFree(m->lora_du));
+        const size_t n = (size_t)m->max_rows * m->seq_len * lora->cfg.r;
+        cudaCheck(cudaMalloc(&m->lora_u, n * sizeof(bf16)));
+        cudaCheck(cudaMalloc(&m->lora_du, n * sizeof(bf16)));
+        m->lora_rank = lora->cfg.r;
+    }
+}
+
+// A base tensor's gradient, or NULL when the base is frozen (grads NULL).
+static float *grad_at(float *grads, size_t offset) { return grads ? grads + offset : nullptr; }
+
+// Layer l's adapter index (layer * LORA_TARGETS + target) on target t; -1 when none.
+static long adapter_index(const CudaModel *m, int l, LoraTarget t) {
+    if (!m->lora) return -1;
+    const size_t i = (size_t)l * LORA_TARGETS + t;
+    return m->lora->a[i] == PARAM_ABSENT ? -1 : (long)i;
+}
+
+// out[T, OC] (rows ld_out apart) += layer l's target-t adapter of x [T, IC], if any.
+static void lora_add(CudaModel *m, int l, LoraTarget t, bf16 *out, int ld_out, const bf16 *x,
+                     int T) {
+    const long i = adapter_index(m, l, t);
+    if (i < 0) return;
+    const LoraLayout *a = m->lora;
+    lora_forward_cuda(out, ld_out, m->lora_u, x, m->adapter + a->a[i], m->adapter + a->b[i], T,
+                      a->in[t], a->out[t], a->cfg.r, a->scale, m->stream);
+}
+
+// Its backward from dout (rows ld_dout apart): the adapter's gradients, dx += its input
+// gradient.
+static void lora_grad(CudaModel *m, int l, LoraTarget t, bf16 *dx, const bf16 *dout, int ld_dout,
+                      const bf16 *x, int T) {
+    const long i = adapter_index(m, l, t);
+    if (i < 0) return;
+    CHECK(m->adapter_grads, "LoRA backward without an adapter gradient buffer");
+    const LoraLayout *a = m->lora;
+    lora_backward_cuda(dx, m->adapter_grads + a->a[i], m->adapter_grads + a->b[i], m->lora_u,
+                       m->lora_du, dout, ld_dout, x, m->adapter + a->a[i], m->adapter + a->b[i],
+                       T, a->in[t], a->out[t], a->cfg.r, a->scale, m->stream);
+}
+
+// The q, k, v adapters into the stacked q|k|v product [T, QKV] of x.
+static void lora_add_qkv(CudaModel *m, int l, bf16 *qkv, const bf16 *x, int T) {
+    const int QKV = m->dims.qkv_dim, Q = m->dims.q_dim, KVD = m->dims.kv_dim;
+    lora_add(m, l, LORA_Q, qkv, QKV, x, T);
+    lora_add(m, l, LORA_K, qkv + Q, QKV, x, T);
+    lora_add(m, l, LORA_V, qkv + Q + KVD, QKV, x, T);
+}
+
+// The gate and up adapters into the stacked gate|up product [rows, 2F] of x.
+static void lora_add_gate_up(CudaModel *m, int l, bf16 *gate_up, const bf16 *x, int rows) {
+    const int F = m->cfg.intermediate_size;
+    lora_add(m, l, LORA_GATE, gate_up, 2 * F, x, rows);
+    lora_add(m, l, LORA_UP, gate_up + F, 2 * F, x, rows);
 }
 
 // qk_norm: q_normed, k_normed = RoPE(q_norm(q)), RoPE(k_norm(k)) over each head's D
@@ -328,6 +405,7 @@ static void layer_attention_forward(CudaModel *m, const bf16 *params, const Mode
     {
         StageRange stage(m->timer, again ? recomputing : "fwd qkv matmul");
         matmul_forward_cuda(m->qkv, m->ln, params + w[W_Q], T, C, QKV, s);
+        lora_add_qkv(m, l, m->qkv, m->ln, T);
         // The q, k, v biases are consecutive in the table, as the weights are.
         if (cfg->attention_bias) bias_forward_cuda(m->qkv, params + w[W_Q_BIAS], T, QKV, s);
     }
@@ -346,6 +424,7 @@ static void layer_attention_forward(CudaModel *m, const bf16 *params, const Mode
     {
         StageRange stage(m->timer, again ? recomputing : "fwd o matmul");
         matmul_forward_cuda(m->proj_out, a->attn, params + w[W_O], T, m->dims.q_dim, C, s);
+        lora_add(m, l, LORA_O, m->proj_out, C, a->attn, T);
     }
     {
         StageRange stage(m->timer, again ? recomputing : "fwd add+norm");
@@ -384,6 +463,7 @@ static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) 
                 StageRange stage(m->timer, "fwd gate_up matmul");
                 matmul_forward_cuda(gate_up, m->ln + (size_t)t0 * C, params + w[W_GATE], rows, C,
                                     2 * F, s);
+                lora_add_gate_up(m, l, gate_up, m->ln + (size_t)t0 * C, rows);
             }
             {
                 StageRange stage(m->timer, "fwd swiglu");
@@ -393,6 +473,7 @@ static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) 
                 StageRange stage(m->timer, "fwd down matmul");
                 matmul_forward_cuda(m->proj_out + (size_t)t0 * C, m->act, params + w[W_DOWN], rows,
                                     F, C, s);
+                lora_add(m, l, LORA_DOWN, m->proj_out + (size_t)t0 * C, C, m->act, rows);
             }
         }
         const bool last = l + 1 == L;
@@ -410,10 +491,10 @@ static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) 
 
 // LM head and cross-entropy over the n_targets uploaded target slots, a chunk of rows
 // at a time (slots without a target need no logits). Per-target losses go to
-// target_losses. With grads, also writes d_normed (the gradient at the final norm
-// output) and adds into the LM head's gradient.
-static void loss_head(CudaModel *m, const bf16 *params, float *grads, const ModelBatch *b,
-                      int n_targets, float loss_scale) {
+// target_losses. With backward, also writes d_normed (the gradient at the final norm
+// output) and adds into the LM head's gradient (in grads; none when NULL: frozen).
+static void loss_head(CudaModel *m, const bf16 *params, bool backward, float *grads,
+                      const ModelBatch *b, int n_targets, float loss_scale) {
     const int T = b->n_rows * b->seq_len, C = m->cfg.hidden_size, V = m->cfg.vocab_size;
     const bf16 *lm_head = params + m->off.lm_head;
     const cudaStream_t s = m->stream;
@@ -428,14 +509,14 @@ static void loss_head(CudaModel *m, const bf16 *params, float *grads, const Mode
         {
             StageRange stage(m->timer, "head cross-entropy");
             cross_entropy_forward_backward_cuda(
-                m->target_losses + start, grads ? m->chunk_logits : nullptr, m->chunk_logits,
+                m->target_losses + start, backward ? m->chunk_logits : nullptr, m->chunk_logits,
                 m->batch.slot_targets + start, rows, V, loss_scale, s);
         }
-        if (grads) {
+        if (backward) {
             StageRange stage(m->timer, "head matmul bwd");
             // Before the first scatter: the rows without a target stay zero.
             if (start == 0) zero_async(m, m->d_normed, (size_t)T * C * sizeof(bf16));
-            matmul_backward_overwrite_cuda(m->chunk_dinput, grads + m->off.lm_head,
+            matmul_backward_overwrite_cuda(m->chunk_dinput, grad_at(grads, m->off.lm_head),
                                            m->chunk_logits, m->chunk_input, lm_head, rows, C, V,
                                            s);
             scatter_rows_cuda(m->d_normed, m->chunk_dinput, slots, rows, C, s);
@@ -466,7 +547,7 @@ double cuda_model_forward(CudaModel *m, const void *params_bf16, const ModelBatc
     const bf16 *params = (const bf16 *)params_bf16;
     const int n_targets = device_batch_upload(&m->batch, b, &m->cfg, m->stream);
     forward_body(m, params, b);
-    loss_head(m, params, nullptr, b, n_targets, 1.0f);
+    loss_head(m, params, false, nullptr, b, n_targets, 1.0f);
     return read_losses(m, b, n_targets, losses_host);
 }
 
@@ -505,7 +586,7 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
     {
         StageRange stage(m->timer, "bwd norm");
         zero_async(m, m->d_residual, (size_t)T * C * sizeof(bf16));
-        rmsnorm_backward_cuda(m->d_residual, grads + m->off.final_norm, m->d_normed,
+        rmsnorm_backward_cuda(m->d_residual, grad_at(grads, m->off.final_norm), m->d_normed,
                               m->residual[L], params + m->off.final_norm, m->final_rstd, T, C, s);
     }
     // The table ends with the final norm and an untied LM head (model/params.c).
@@ -542,6 +623,7 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
             if (!a->gate_up) {
                 StageRange stage(m->timer, "bwd gate_up recompute");
                 matmul_forward_cuda(gate_up, ln, params + w[W_GATE], rows, C, 2 * F, s);
+                lora_add_gate_up(m, l, gate_up, ln, rows);
             }
             {
                 StageRange stage(m->timer, "bwd swiglu recompute");
@@ -549,9 +631,11 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
             }
             {
                 StageRange stage(m->timer, "bwd down matmul");
-                matmul_backward_overwrite_cuda(m->d_act, grads + w[W_DOWN],
+                matmul_backward_overwrite_cuda(m->d_act, grad_at(grads, w[W_DOWN]),
                                                m->d_residual + (size_t)t0 * C, m->act,
                                                params + w[W_DOWN], rows, F, C, s);
+                lora_grad(m, l, LORA_DOWN, m->d_act, m->d_residual + (size_t)t0 * C, C, m->act,
+                          rows);
             }
             {
                 StageRange stage(m->timer, "bwd swiglu");
@@ -560,21 +644,26 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
             }
             {
                 StageRange stage(m->timer, "bwd gate_up matmul");
-                matmul_backward_overwrite_cuda(m->d_normed + (size_t)t0 * C, grads + w[W_GATE],
-                                               gate_up, ln, params + w[W_GATE], rows, C, 2 * F, s);
+                matmul_backward_overwrite_cuda(m->d_normed + (size_t)t0 * C,
+                                               grad_at(grads, w[W_GATE]), gate_up, ln,
+                                               params + w[W_GATE], rows, C, 2 * F, s);
+                lora_grad(m, l, LORA_GATE, m->d_normed + (size_t)t0 * C, gate_up, 2 * F, ln, rows);
+                lora_grad(m, l, LORA_UP, m->d_normed + (size_t)t0 * C, gate_up + F, 2 * F, ln,
+                          rows);
             }
         }
         {
             StageRange stage(m->timer, "bwd norm");
-            rmsnorm_backward_cuda(m->d_residual, grads + w[W_POST_NORM], m->d_normed, a->mid,
+            rmsnorm_backward_cuda(m->d_residual, grad_at(grads, w[W_POST_NORM]), m->d_normed, a->mid,
                                   params + w[W_POST_NORM], a->ln2_rstd, T, C, s);
         }
 
         // Attention block: mid = residual[l] + o_proj(attention(rope(q), rope(k), v)).
         {
             StageRange stage(m->timer, "bwd o matmul");
-            matmul_backward_overwrite_cuda(m->d_attn, grads + w[W_O], m->d_residual, a->attn,
-                                           params + w[W_O], T, m->dims.q_dim, C, s);
+            matmul_backward_overwrite_cuda(m->d_attn, grad_at(grads, w[W_O]), m->d_residual,
+                                           a->attn, params + w[W_O], T, m->dims.q_dim, C, s);
+            lora_grad(m, l, LORA_O, m->d_attn, m->d_residual, C, a->attn, T);
         }
         if (cfg->qk_norm && !layer_again) {
             StageRange stage(m->timer, "bwd qk_norm recompute");
@@ -590,14 +679,16 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
             StageRange stage(m->timer, "bwd rope");
             if (cfg->qk_norm) {
                 qk_norm_rope_merge_qkv_backward_cuda(
-                    m->qkv, grads + w[W_Q_NORM], grads + w[W_K_NORM], m->d_q, m->d_k, m->d_v, a->q,
+                    m->qkv, grad_at(grads, w[W_Q_NORM]), grad_at(grads, w[W_K_NORM]), m->d_q,
+                    m->d_k, m->d_v, a->q,
                     a->k, params + w[W_Q_NORM], params + w[W_K_NORM], m->q_rstd, m->k_rstd,
                     m->rope_cos_sin, T, H, KV, D, s);
             } else {
                 rope_merge_qkv_backward_cuda(m->qkv, m->d_q, m->d_k, m->d_v, m->rope_cos_sin, T,
                                              H, KV, D, s);
             }
-            if (cfg->attention_bias) bias_backward_cuda(grads + w[W_Q_BIAS], m->qkv, T, QKV, s);
+            if (cfg->attention_bias && grads)
+                bias_backward_cuda(grads + w[W_Q_BIAS], m->qkv, T, QKV, s);
         }
         {
             StageRange stage(m->timer, "bwd norm recompute");  // ln1
@@ -606,12 +697,16 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
         }
         {
             StageRange stage(m->timer, "bwd qkv matmul");
-            matmul_backward_overwrite_cuda(m->d_normed, grads + w[W_Q], m->qkv, m->ln,
+            matmul_backward_overwrite_cuda(m->d_normed, grad_at(grads, w[W_Q]), m->qkv, m->ln,
                                            params + w[W_Q], T, C, QKV, s);
+            const int Q = m->dims.q_dim, KVD = m->dims.kv_dim;
+            lora_grad(m, l, LORA_Q, m->d_normed, m->qkv, QKV, m->ln, T);
+            lora_grad(m, l, LORA_K, m->d_normed, m->qkv + Q, QKV, m->ln, T);
+            lora_grad(m, l, LORA_V, m->d_normed, m->qkv + Q + KVD, QKV, m->ln, T);
         }
         {
             StageRange stage(m->timer, "bwd norm");
-            rmsnorm_backward_cuda(m->d_residual, grads + w[W_INPUT_NORM], m->d_normed,
+            rmsnorm_backward_cuda(m->d_residual, grad_at(grads, w[W_INPUT_NORM]), m->d_normed,
                                   m->residual[l], params + w[W_INPUT_NORM], a->ln1_rstd, T, C,
                                   s);
         }
@@ -619,7 +714,8 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
     }
     {
         StageRange stage(m->timer, "bwd embedding");
-        embedding_backward_cuda(grads + m->off.embed, m->d_residual, m->batch.token, T, C, s);
+        if (grads)
+            embedding_backward_cuda(grads + m->off.embed, m->d_residual, m->batch.token, T, C, s);
     }
     grads_ready(m, 0);
 }
@@ -629,7 +725,7 @@ double cuda_model_forward_backward(CudaModel *m, const void *params_bf16, float 
     const bf16 *params = (const bf16 *)params_bf16;
     const int n_targets = device_batch_upload(&m->batch, b, &m->cfg, m->stream);
     forward_body(m, params, b);
-    loss_head(m, params, grads, b, n_targets, loss_scale);
+    loss_head(m, params, true, grads, b, n_targets, loss_scale);
     // Without targets the loss is 0 and every gradient exactly 0: nothing to add.
     if (n_targets > 0) backward(m, params, grads, b);
     return read_losses(m, b, n_targets, nullptr);

@@ -22,6 +22,7 @@
 #ifdef __cplusplus
 extern "C" {  // model.h is a plain C header without guards of its own
 #endif
+#include "model/lora.h"
 #include "model/model.h"
 
 typedef struct CudaModel CudaModel;
@@ -59,6 +60,16 @@ void cuda_model_logits(CudaModel *m, const void *params_bf16, const ModelBatch *
 // unscaled sum of CE over this batch's targets (as cpu_model_forward_backward).
 double cuda_model_forward_backward(CudaModel *m, const void *params_bf16, float *grads,
                                    const ModelBatch *b, float loss_scale);
+
+// LoRA (model/lora.h; cpu_model_set_lora's twin): binds adapters whose bf16 weights are
+// adapter_bf16 (device, [lora->table.total], the adapter table's offsets) and whose fp32
+// gradients accumulate into adapter_grads (device, the same; NULL: forward only). Every
+// later call runs base + adapter; cuda_model_forward_backward's grads may then be NULL:
+// the base is frozen and no weight-gradient product of it runs. The first binding of a
+// rank allocates the adapters' scratch ([max_rows * seq_len, r] bf16, twice). lora NULL
+// unbinds.
+void cuda_model_set_lora(CudaModel *m, const LoraLayout *lora, const void *adapter_bf16,
+                         float *adapter_grads);
 
 // Profiling: with the environment variable ONEPASS_STAGE_TIMES=1 at creation, the model
 // times each stage of every step with CUDA events and cuda_model_free prints the

@@ -50,7 +50,8 @@ void rmsnorm_forward_cuda(__nv_bfloat16 *out, float *rstd, const __nv_bfloat16 *
                           const __nv_bfloat16 *weight, int N, int C, float eps,
                           cudaStream_t stream);
 // dinp[N,C] (bf16) += ..., dweight[C] (fp32) += ... (both accumulate). dweight is
-// reduced in two fixed-order stages (per-row-group partials, then over groups).
+// reduced in two fixed-order stages (per-row-group partials, then over groups); NULL: a
+// frozen weight, none.
 void rmsnorm_backward_cuda(__nv_bfloat16 *dinp, float *dweight, const __nv_bfloat16 *dout,
                            const __nv_bfloat16 *inp, const __nv_bfloat16 *weight,
                            const float *rstd, int N, int C, cudaStream_t stream);
@@ -112,7 +113,8 @@ void rope_merge_qkv_backward_cuda(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dq,
 // q_weight[D])) with the angles of rope_angles_cuda, in fp32 and rounded to bf16 once;
 // k likewise over [N,KV,D]; q_rstd[N*H], k_rstd[N*KV] saved (NULL: not wanted). backward: from the attention's gradients dq, dk (rotated)
 // and dv, dqkv[N, (H + 2 KV) D] = [dq before q_norm | dk before k_norm | dv],
-// overwritten; dq_weight[D], dk_weight[D] (fp32) accumulate in a fixed order.
+// overwritten; dq_weight[D], dk_weight[D] (fp32) accumulate in a fixed order (NULL both:
+// frozen norms, none).
 bool qk_norm_rope_supports_head_dim(int head_dim);
 void qk_norm_rope_forward_cuda(__nv_bfloat16 *q_out, __nv_bfloat16 *k_out, float *q_rstd,
                                float *k_rstd, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
@@ -141,7 +143,8 @@ void matmul_forward_cuda(__nv_bfloat16 *out, const __nv_bfloat16 *inp,
                          const __nv_bfloat16 *weight, int N, int IC, int OC, cudaStream_t stream);
 // dinp[N,IC] (bf16) += dout @ weight (skipped when dinp is NULL; beta = 1, so the
 // sum is rounded to bf16 once per call); dweight[OC,IC] (fp32) += dout^T @ inp,
-// accumulated by cuBLASLt directly into the fp32 gradient (beta = 1, fp32 C/D).
+// accumulated by cuBLASLt directly into the fp32 gradient (beta = 1, fp32 C/D); NULL: a
+// frozen weight, no weight-gradient product.
 void matmul_backward_cuda(__nv_bfloat16 *dinp, float *dweight, const __nv_bfloat16 *dout,
                           const __nv_bfloat16 *inp, const __nv_bfloat16 *weight, int N, int IC,
                           int OC, cudaStream_t stream);

@@ -278,6 +278,7 @@ void qk_norm_rope_merge_qkv_backward_cuda(bf16 *dqkv, float *dq_weight, float *d
             rows, plan);
     });
     cudaCheckLaunch();
+    if (!dq_weight) return;  // frozen norms (LoRA)
     qk_dweight_finish_kernel<<<2, D, 0, stream>>>(dq_weight, dk_weight, s->partials, plan.blocks_q,
                                                   plan.blocks_k, D);
     cudaCheckLaunch();

@@ -164,6 +164,7 @@ void rmsnorm_backward_cuda(bf16 *dinp, float *dweight, const bf16 *dout, const b
         rmsnorm_backward_dinp_kernel<1><<<row_blocks, RMSNORM_THREADS, 0, stream>>>(
             dinp, dout, inp, weight, rstd, N, C);
     cudaCheckLaunch();
+    if (!dweight) return;  // a frozen weight (LoRA)
 
     // Groups depend only on N (not on the device), so the order of sums is fixed.
     const int groups_wanted = N < RMSNORM_MAX_GROUPS ? N : RMSNORM_MAX_GROUPS;

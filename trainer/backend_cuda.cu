@@ -4,7 +4,9 @@
 // state (AdamW m | AdamW v | two scalars); the model's activation arena is allocated once
 // by cuda_model_create.
 // A step allocates nothing: the attention backward's scratch is a workspace in that
-// arena.
+// arena. Under LoRA (BackendSetup.lora) the table, and so all of the above, is the
+// adapters'; the frozen base is one more allocation of bf16 weights alone (2 bytes a
+// parameter, no gradients, no moments) and the model computes no gradient for it.
 #include "trainer/backend_cuda.h"
 
 #include <math.h>
@@ -33,6 +35,7 @@ struct CudaTrainer {
     AdamWState adamw;          // m, v: device, in optimizer; step: updates applied
     float *host_scalar;        // [1] pinned: a norm read back
     const DistComm *reducing;  // the comm the backward hands its final gradients to, or NULL
+    __nv_bfloat16 *base;       // LoRA: [base table total] the frozen base weights; else NULL
 };
 
 // ops_cuda_init's process-wide scratch, shared by every live trainer.
@@ -75,12 +78,12 @@ static float *read_scalar(CudaTrainer *t, const float *device_scalar) {
 }
 
 static void *cuda_create(const BackendSetup *setup) {
-    if (setup->lora) fatal("config key 'lora.r': LoRA runs on the cpu backend (backend: cpu)");
     // Refused up front, naming the keys, rather than "out of memory" midway.
     size_t free_bytes, total_bytes;
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
     const CudaMemoryRequest request = {setup->mc, setup->micro_rows, setup->seq_len,
-                                       setup->recompute, cuda_model_attention_workspace_bytes};
+                                       setup->recompute, cuda_model_attention_workspace_bytes,
+                                       setup->lora ? &setup->lora->cfg : nullptr};
     char err[2048];
     if (cuda_memory_check(&request, free_bytes, total_bytes, nullptr, err, sizeof err) != 0)
         fatal("%s", err);
@@ -107,6 +110,26 @@ static void *cuda_create(const BackendSetup *setup) {
     t->grad_norm = t->optimizer + 2 * t->n;
     t->weight_norm = t->grad_norm + 1;
     cudaCheck(cudaMallocHost(&t->host_scalar, sizeof(float)));
+    if (setup->lora) {  // the base in bf16, rounded on the host a chunk at a time
+        CHECK(setup->table->total == setup->lora->table.total && setup->base_params,
+              "cuda backend: the LoRA table is not the trainable table, or no base weights");
+        const size_t n = setup->base_table->total;
+        cudaCheck(cudaMalloc(&t->base, n * sizeof(__nv_bfloat16)));
+        const size_t step = (size_t)1 << 22;
+        uint16_t *chunk = (uint16_t *)xmalloc(step * sizeof(uint16_t));
+        for (size_t at = 0; at < n; at += step) {
+            const size_t k = n - at < step ? n - at : step;
+            for (size_t i = 0; i < k; i++) {  // the high half: bf16 as the master's weights
+                uint32_t bits;
+                memcpy(&bits, &setup->base_params[at + i], sizeof bits);
+                chunk[i] = split_float_hi(bits);
+            }
+            cudaCheck(cudaMemcpy(t->base + at, chunk, k * sizeof(uint16_t),
+                                 cudaMemcpyHostToDevice));
+        }
+        free(chunk);
+        cuda_model_set_lora(t->model, setup->lora, t->weights, t->grads);
+    }
     return t;
 }
 
@@ -114,6 +137,7 @@ static void cuda_destroy(void *state) {
     CudaTrainer *t = (CudaTrainer *)state;
     cuda_model_free(t->model);  // waits for the stream
     cudaCheck(cudaFree(t->weights));
+    if (t->base) cudaCheck(cudaFree(t->base));
     cudaCheck(cudaFree(t->master_lo));
     cudaCheck(cudaFree(t->grads));
     cudaCheck(cudaFree(t->optimizer));
@@ -171,14 +195,16 @@ static void cuda_zero_grads(void *state) {
     cudaCheck(cudaMemsetAsync(t->grads, 0, t->n * sizeof(float), t->stream));
 }
 
+// Under LoRA the model runs on the frozen base with the adapters bound at create.
 static double cuda_forward_backward(void *state, const ModelBatch *batch, float loss_scale) {
     CudaTrainer *t = (CudaTrainer *)state;
+    if (t->base) return cuda_model_forward_backward(t->model, t->base, nullptr, batch, loss_scale);
     return cuda_model_forward_backward(t->model, t->weights, t->grads, batch, loss_scale);
 }
 
 static double cuda_forward(void *state, const ModelBatch *batch, float *losses) {
     CudaTrainer *t = (CudaTrainer *)state;
-    return cuda_model_forward(t->model, t->weights, batch, losses);
+    return cuda_model_forward(t->model, t->base ? t->base : t->weights, batch, losses);
 }
 
 static void check_device_comm(const DistComm *comm) {
@@ -207,7 +233,8 @@ static void grads_ready(void *ctx, size_t from, cudaStream_t stream) {
 static void cuda_reduce_grads_during_backward(void *state, const DistComm *comm) {
     CudaTrainer *t = (CudaTrainer *)state;
     check_device_comm(comm);
-    if (!comm->sum_floats_ready) return;
+    // Under LoRA the backward names no part of the adapters' gradients: all at the end.
+    if (!comm->sum_floats_ready || t->base) return;
     t->reducing = comm;
     cuda_model_set_grads_ready(t->model, grads_ready, t);
 }

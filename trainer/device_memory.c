@@ -35,7 +35,21 @@ CudaMemoryEstimate cuda_memory_estimate(const ModelConfig *mc, int micro_rows, i
 
 CudaMemoryEstimate cuda_memory_request_estimate(const CudaMemoryRequest *r) {
     const size_t workspace = r->workspace ? r->workspace(r->mc, r->micro_rows, r->seq_len) : 0;
-    return cuda_memory_estimate(r->mc, r->micro_rows, r->seq_len, r->recompute, workspace);
+    CudaMemoryEstimate e =
+        cuda_memory_estimate(r->mc, r->micro_rows, r->seq_len, r->recompute, workspace);
+    if (!r->lora) return e;
+    ParamTable table;
+    param_table_build(r->mc, &table);
+    const size_t n = table.total;
+    param_table_free(&table);
+    LoraLayout l;
+    lora_layout_build(r->mc, r->lora, &l);
+    const size_t a = l.table.total;
+    lora_layout_free(&l);
+    e.state = 2 * n + 2 * a + 2 * a + 4 * a + 4 * (2 * a + 2);  // trainer/backend_cuda.cu
+    e.scratch += 2 * 2 * (size_t)e.tokens * (size_t)r->lora->r;
+    e.total = e.state + e.arena + e.scratch;
+    return e;
 }
 
 static const double GIB = 1024.0 * 1024.0 * 1024.0;

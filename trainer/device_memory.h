@@ -7,6 +7,7 @@
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
+#include "model/lora.h"
 #include "model/model.h"
 
 typedef struct {
@@ -36,9 +37,13 @@ typedef struct {
     int micro_rows, seq_len;    // train.micro_rows, data.seq_len
     ModelRecompute recompute;   // train.recompute
     AttnWorkspaceBytes workspace;  // NULL: none (0 bytes)
+    const LoraConfig *lora;     // LoRA (lora.*); NULL: full fine-tuning
 } CudaMemoryRequest;
 
-// The estimate of the request (cuda_memory_estimate with its workspace).
+// The estimate of the request (cuda_memory_estimate with its workspace). Under LoRA the
+// state is the frozen base in bf16 (2 bytes a parameter: no low halves, gradients or
+// moments) and the adapters' full training state (16 bytes each, as a full fine-tune's),
+// and the scratch holds the adapters' two [tokens, r] bf16 buffers.
 CudaMemoryEstimate cuda_memory_request_estimate(const CudaMemoryRequest *r);
 
 // Refuses a request whose estimate (written to *e when e is not NULL) is above free_bytes

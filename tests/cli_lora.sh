@@ -143,6 +143,13 @@ import json, sys
 a, b = (json.loads(open(p).readline())["eval_loss"] for p in sys.argv[1:])
 if abs(a - b) > 1e-5 * abs(b): sys.exit(f"adapter {a} merged {b}")
 EOF2
+# Two ranks (CPU, TCP): the adapters' gradients summed over the ranks give the one-rank
+# run's losses.
+dp=("${run[@]}" --set train.steps=2 --set eval.every=0 --set train.micro_rows=1 --set train.checkpoint_every=0)
+"$train" --gpus 2 "${dp[@]}" --set out_dir="$tmp/dp2" > "$tmp/dp2.log" 2>&1 && ok || bad "2 ranks: $(tail -3 "$tmp/dp2.log")"
+"$train" "${dp[@]}" --set out_dir="$tmp/dp1" > "$tmp/dp1.log" 2>&1 && ok || bad "1 rank: $(tail -3 "$tmp/dp1.log")"
+if [ "$(grep -o '"loss":[^,]*' "$tmp/dp2/metrics.jsonl")" = "$(grep -o '"loss":[^,]*' "$tmp/dp1/metrics.jsonl")" ] &&
+   [ -s "$tmp/dp1/metrics.jsonl" ]; then ok; else bad "2 ranks' losses differ from one rank's"; fi
 expect_error "lora.init_from of another rank" "differs from the lora.\* keys: r 4 vs lora.r 8" \
     "$train" "${run[@]}" --set out_dir="$tmp/e" --set lora.r=8 --set lora.init_from="$tmp/adapter"
 expect_error "LoRA without a base" "set model.init_from" \

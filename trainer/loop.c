@@ -183,10 +183,19 @@ static void ranks_connect(const RunConfig *config, const ModelConfig *mc, Backen
     }
     const char *file = config->dist.rendezvous_file;
     const double timeout_s = config->dist.timeout_s;
-    ParamTable table;
-    param_table_build(mc, &table);
-    bucket_plan_build(&table, (size_t)config->dist.bucket_mb << 20, &out->plan);
-    param_table_free(&table);
+    // The buckets of the trainable table: the model's, or under LoRA the adapters'.
+    LoraConfig lora;
+    if (lora_config_from(config, &lora)) {
+        LoraLayout layout;
+        lora_layout_build(mc, &lora, &layout);
+        bucket_plan_build(&layout.table, (size_t)config->dist.bucket_mb << 20, &out->plan);
+        lora_layout_free(&layout);
+    } else {
+        ParamTable table;
+        param_table_build(mc, &table);
+        bucket_plan_build(&table, (size_t)config->dist.bucket_mb << 20, &out->plan);
+        param_table_free(&table);
+    }
     char err[1024];
     if (dist_ranks_connect(out, backend != BACKEND_CPU, file, timeout_s, err, sizeof err) != 0)
         fatal("rank %d of %d (%s): %s", env->rank, env->world_size, launcher_name(env->launcher),
@@ -405,7 +414,10 @@ TrainRun *train_run_start(const RunConfig *config) {
     const RunSettings *settings = &run->settings;
     run->settings = run_settings_from(config, backend);
     if (rank0) print_mfu_basis(settings);
-    run_memory_check(mc, settings, (int)config->data.seq_len, backend);
+    LoraConfig lora_keys;
+    const bool lora_on = lora_config_from(config, &lora_keys);
+    run_memory_check(mc, lora_on ? &lora_keys : NULL, settings, (int)config->data.seq_len,
+                     backend);
 
     const DataOptions data_opt = data_options_from_config(config);
     load_train_data(config, tok, data_opt, rank0, &run->train);

@@ -174,7 +174,8 @@ static int compare_run_records(const char *saved_text, const char *now_text, cha
     return rc;
 }
 
-void run_memory_check(const ModelConfig *mc, const RunSettings *s, int seq_len, Backend backend) {
+void run_memory_check(const ModelConfig *mc, const LoraConfig *lora, const RunSettings *s,
+                      int seq_len, Backend backend) {
     const double V = mc->vocab_size, C = mc->hidden_size, F = mc->intermediate_size,
                  L = mc->num_hidden_layers;
     const ModelDims dims = model_dims(mc);
@@ -183,7 +184,13 @@ void run_memory_check(const ModelConfig *mc, const RunSettings *s, int seq_len, 
     param_table_build(mc, &table);
     const double params = (double)table.total;
     param_table_free(&table);
-    const double state_bytes = 16.0 * params;  // fp32 weights, gradients, two moments
+    double state_bytes = 16.0 * params;  // fp32 weights, gradients, two moments
+    if (lora) {  // the frozen base's fp32 weights; the adapters' full state
+        LoraLayout layout;
+        lora_layout_build(mc, lora, &layout);
+        state_bytes = 4.0 * params + 16.0 * (double)layout.table.total;
+        lora_layout_free(&layout);
+    }
     // Per token (model/model_cpu.c): the L + 1 residuals; the saved blocks of norms, q, k,
     // v, attention output and mid (one block serves every layer with recompute layer);
     // gate, up and act (one set with recompute mlp or layer); the backward's buffers. The

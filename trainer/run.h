@@ -33,11 +33,12 @@ RunSettings run_settings_from(const RunConfig *c, Backend backend);
 ModelRecompute run_recompute_from(const RunConfig *c);
 
 // Fatal, naming the keys, when the run's host memory estimate (weights, gradients and
-// AdamW moments for the model.* sizes; on the CPU backend activations for
-// train.micro_rows x data.seq_len) exceeds this machine's memory, rather than an "out of
-// memory" midway. The CUDA backend checks its device memory when it is created
-// (trainer/device_memory.h).
-void run_memory_check(const ModelConfig *mc, const RunSettings *s, int seq_len, Backend backend);
+// AdamW moments for the model.* sizes, under LoRA (lora not NULL) the base's fp32 weights
+// and the adapters' full state; on the CPU backend activations for train.micro_rows x
+// data.seq_len) exceeds this machine's memory, rather than an "out of memory" midway. The
+// CUDA backend checks its device memory when it is created (trainer/device_memory.h).
+void run_memory_check(const ModelConfig *mc, const LoraConfig *lora, const RunSettings *s,
+                      int seq_len, Backend backend);
 
 // The host copy of the training state: the checkpoints' format, exchanged with the
 // backend through set_state / get_state.

@@ -24,6 +24,10 @@
 // nothing is subtracted then.
 // Memory: device memory taken from the first allocation to the end (cudaMemGetInfo,
 // with the stream-ordered pool told to keep its peak), excluding the CUDA context.
+// LoRA: `--set lora.r=16` (and the other lora.* keys) trains adapters on the frozen base
+// (BackendSetup.lora) instead: the same step, the base without weight gradients; its MFU
+// counts 4 (params - vocab d) S for the matmuls (forward and input gradients; the
+// adapters' own products left out).
 #include "trainer/backend_cuda.h"
 extern "C" {  // plain C headers without guards of their own
 #include "trainer/config.h"
@@ -113,13 +117,23 @@ int main(int argc, char **argv) {
     const size_t P = table.total;
     std::vector<float> host_params(P);
     params_init(&cfg, &table, 1, host_params.data());
+    LoraConfig lora;
+    const bool lora_on = lora_config_from(config, &lora);
+    LoraLayout layout;
+    std::vector<float> adapters;
+    if (lora_on) {
+        lora_layout_build(&cfg, &lora, &layout);
+        adapters.resize(layout.table.total);
+        lora_init(&layout, 1, adapters.data());
+    }
     AdamWState opt;
-    adamw_init(&opt, P);
+    adamw_init(&opt, lora_on ? layout.table.total : P);
     const TrainBackendOps *gpu = cuda_train_backend();
-    const BackendSetup setup = {&cfg, &table, 1, S, deterministic, recompute, nullptr, nullptr,
-                                nullptr};
+    const BackendSetup setup = {&cfg, lora_on ? &layout.table : &table, 1, S, deterministic,
+                                recompute, lora_on ? &layout : nullptr, &table,
+                                host_params.data()};
     void *trainer = gpu->create(&setup);
-    gpu->set_state(trainer, host_params.data(), &opt);
+    gpu->set_state(trainer, lora_on ? adapters.data() : host_params.data(), &opt);
     // train.lr held constant; torch.optim.AdamW as the anchor uses it: weight decay on
     // every tensor.
     AdamWHyper hyper = settings.adamw;
@@ -165,29 +179,31 @@ int main(int argc, char **argv) {
     const double head_dim = model_dims(&cfg).head_dim;
     const double lookup_params =
         cfg.tie_word_embeddings ? 0.0 : (double)cfg.vocab_size * cfg.hidden_size;
-    const double flops = 6.0 * ((double)P - lookup_params) * S +
+    const double flops = (lora_on ? 4.0 : 6.0) * ((double)P - lookup_params) * S +
                          3.5 * 4.0 * (double)S * S * head_dim * H * L * density;
     // Weights, gradients and AdamW state as the backend lays them out (its estimate's; the
     // attention workspace argument only sizes the arena).
-    const double state_bytes = (double)cuda_memory_estimate(&cfg, 1, S, recompute, 0).state;
+    const CudaMemoryRequest request = {&cfg, 1, S, recompute, nullptr, lora_on ? &lora : nullptr};
+    const double state_bytes = (double)cuda_memory_request_estimate(&request).state;
     printf("{\"config\": \"%s\", \"params_M\": %.1f, \"S\": %d, \"deterministic\": %s, "
            "\"recompute\": \"%s\", \"step_ms\": %.2f, \"fwd_bwd_ms\": %.2f, \"optimizer_ms\": %.2f, "
            "\"tokens_per_s\": %.0f, \"mem_GiB\": %.2f, \"mfu_vs_%.0f\": %.3f, "
            "\"density_128\": %.4f, \"density_%dx%d\": %.4f, \"weights_grads_adam_GiB\": %.2f, "
            "\"activations_and_ops_GiB\": %.2f, \"attention_pool_peak_GiB\": %.2f, "
-           "\"loss_first\": %.4f, \"loss_last\": %.4f, \"steps\": %d}\n",
+           "\"loss_first\": %.4f, \"loss_last\": %.4f, \"steps\": %d, \"lora_r\": %d}\n",
            config_path, P / 1e6, S, deterministic ? "true" : "false", model_recompute_name(recompute),
            dt * 1e3,
            median(model_ms), median(optimizer_ms), S / dt,
            (double)(free_start - free_end) / GIB, peak_tflops, flops / dt / (peak_tflops * 1e12),
            density, ATTN_TILE, ATTN_TILE, density_kernel, state_bytes / GIB,
            ((double)(free_start - free_end) - state_bytes - (double)pool_peak) / GIB,
-           pool_peak / GIB, first_loss, last_loss, steps);
+           pool_peak / GIB, first_loss, last_loss, steps, lora_on ? lora.r : 0);
 
     gpu->destroy(trainer);
     micro_batches_free(&micro);
     attn_mask_free(&mask_128);
     adamw_free(&opt);
+    if (lora_on) lora_layout_free(&layout);
     param_table_free(&table);
     config_free(config);
     return 0;

@@ -463,6 +463,21 @@ int checkpoint_read_run_record(const char *dir, char **record, char *err, size_t
     return 0;
 }
 
+// A complete model folder's config.json, and the dtype to write: dtype when given, else the
+// folder's own (bfloat16 or float16), else F32.
+static int export_header_read(const char *folder, const SaveDtype *dtype, HfExport *e, char *err,
+                              size_t err_len) {
+    *e = (HfExport){.generation_eos_token_id = -1};
+    if (hf_folder_check(folder, err, err_len) || checkpoint_check_complete(folder, err, err_len) ||
+        hf_config_read(folder, &e->hf, err, err_len))
+        return -1;
+    e->dtype = SAVE_F32;
+    if (dtype) e->dtype = *dtype;
+    else if (strcmp(e->hf.dtype, "bfloat16") == 0) e->dtype = SAVE_BF16;
+    else if (strcmp(e->hf.dtype, "float16") == 0) e->dtype = SAVE_F16;
+    return 0;
+}
+
 // A PEFT adapter folder (a LoRA checkpoint's or PEFT's own) as a folder of its adapter
 // files and tokenizer files, without optimizer state. The adapters' shapes come from
 // the base model's config.json (base_model_name_or_path, or base).
@@ -503,14 +518,8 @@ int hf_export_merged(const char *from, const char *base_override, const char *ou
     if (!*base)
         return fail(err, err_len, "%s/adapter_config.json: base_model_name_or_path is null: "
                     "name the base model folder with --base", from);
-    HfExport e = {.generation_eos_token_id = -1};
-    if (hf_folder_check(base, err, err_len) || checkpoint_check_complete(base, err, err_len) ||
-        hf_config_read(base, &e.hf, err, err_len))
-        return -1;
-    e.dtype = SAVE_F32;
-    if (dtype) e.dtype = *dtype;
-    else if (strcmp(e.hf.dtype, "bfloat16") == 0) e.dtype = SAVE_BF16;
-    else if (strcmp(e.hf.dtype, "float16") == 0) e.dtype = SAVE_F16;
+    HfExport e;
+    if (export_header_read(base, dtype, &e, err, err_len)) return -1;
     ParamTable table;
     param_table_build(&e.hf.cfg, &table);
     LoraLayout l;
@@ -542,14 +551,8 @@ int hf_export_checkpoint(const char *from, const char *out, const SaveDtype *dty
                         "(--dtype applies to --merge)", from);
         return export_adapter(from, NULL, out, err, err_len);
     }
-    HfExport e = {.generation_eos_token_id = -1};
-    if (hf_folder_check(from, err, err_len) || checkpoint_check_complete(from, err, err_len) ||
-        hf_config_read(from, &e.hf, err, err_len))
-        return -1;
-    e.dtype = SAVE_F32;
-    if (dtype) e.dtype = *dtype;
-    else if (strcmp(e.hf.dtype, "bfloat16") == 0) e.dtype = SAVE_BF16;
-    else if (strcmp(e.hf.dtype, "float16") == 0) e.dtype = SAVE_F16;
+    HfExport e;
+    if (export_header_read(from, dtype, &e, err, err_len)) return -1;
     ParamTable table;
     param_table_build(&e.hf.cfg, &table);
     float *params = xmalloc(table.total * sizeof(float));

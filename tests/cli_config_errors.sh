@@ -22,6 +22,8 @@ expect_error "renamed key in --set" "config key 'train.bucket_mb' is now 'dist.b
 expect_error "renamed template key" "config key 'data.template' is now 'data.chat_template'" "$train" pack --set data.template=qwen3 --out "$tmp/o"
 echo '{"train": {"keep_mlp_activations": true}}' > "$tmp/replaced.json"
 expect_error "replaced key in a file" "replaced.json: config key 'train.keep_mlp_activations' is replaced by 'train.recompute' (true is none, false is mlp)" "$train" pack --config "$tmp/replaced.json" --out "$tmp/o"
+echo '{"train": {"lora": {"r": 16, "alpha": 32}}}' > "$tmp/lora_object.json"
+expect_error "LoRA as an object under train" "lora_object.json: config key 'train.lora' is replaced by 'lora.r' (the object's r, alpha, targets and rslora are the lora section's keys)" "$train" pack --config "$tmp/lora_object.json" --out "$tmp/o"
 expect_error "unknown recompute mode" "config key 'train.recompute': unknown value 'sometimes' (none, mlp, layer)" "$train" run --set train.recompute=sometimes --set backend=cpu --set out_dir="$tmp/run"
 expect_error "section set as a key" "'eval' is a section" "$train" pack --set eval=1 --out "$tmp/o"
 expect_error "list of non-strings" "config key 'model.add_tokens': \[1\] must be a non-empty string" "$train" pack --set 'model.add_tokens=["a", 3]' --out "$tmp/o"

@@ -204,4 +204,5 @@
 // Keys replaced by a key of other values: the old one is refused naming the new key and
 // how its values map.
 #define CONFIG_REPLACED(R)                                                                        \
-    R("train.keep_mlp_activations", "train.recompute", "true is none, false is mlp")
+    R("train.keep_mlp_activations", "train.recompute", "true is none, false is mlp")              \
+    R("train.lora", "lora.r", "the object's r, alpha, targets and rslora are the lora section's keys")

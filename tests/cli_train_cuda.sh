@@ -61,7 +61,7 @@ done
 log="$tmp/duplicate.log"
 check "backend line says cuda" "grep -q '^backend: cuda (requested' '$log'"
 check "300 metrics lines" "[ \$(wc -l < '$tmp/duplicate/metrics.jsonl') -eq 300 ]"
-check "console: tok/s, MFU, GPU memory" "grep -Eq '^step 300/300 \| loss [0-9.]+ .*[0-9]+ tok/s \| MFU [0-9.]+% \| ETA [0-9a-z]+ \| GPU mem [0-9.]+ GiB \| eval_loss' '$log'"
+check "console: tok/s, MFU, GPU memory" "grep -Eq '^step 300/300 \| loss [0-9.]+ .*[0-9]+ tok/s \| [0-9]+ npass-eq tok/s \| MFU [0-9.]+% \| ETA [0-9a-z]+ \| GPU mem [0-9.]+ GiB \| eval_loss' '$log'"
 check "metrics: mfu and gpu_memory_gib" "[ \$(grep -c '\"mfu\":[0-9]' '$tmp/duplicate/metrics.jsonl') -eq 300 ] && [ \$(grep -c '\"gpu_memory_gib\":' '$tmp/duplicate/metrics.jsonl') -eq 300 ]"
 check "eval every 50 steps" "[ \$(grep -c '\"eval_answer_loss\":' '$tmp/duplicate/metrics.jsonl') -eq 6 ]"
 first=$(losses "$tmp/duplicate/metrics.jsonl" | head -1); last=$(losses "$tmp/duplicate/metrics.jsonl" | tail -1)

@@ -232,6 +232,10 @@ static StepMetrics step_metrics(const StepLoop *loop, const PreparedStep *batch,
         .step = step, .loss = outcome->loss, .lr = lr, .grad_norm = outcome->grad_norm,
         .tokens = batch->tokens, .trained_tokens = batch->trained_tokens,
         .conversations = batch->n_samples, .tokens_per_s = tokens_per_s,
+        // npass's tokens for the step's conversations over the same wall time
+        .npass_equivalent_tokens_per_s =
+            batch->tokens > 0 ? tokens_per_s * (double)batch->npass_tokens / (double)batch->tokens
+                              : 0.0,
         .mfu = peak_flops > 0 ? loop->flops_per_token * tokens_per_s / (peak_flops * world) : -1.0,
         .world_size = loop->comm.world_size,
         .epoch = (double)batch->epoch + (double)batch->cursor / loop->n_train_samples,

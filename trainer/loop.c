@@ -427,7 +427,13 @@ TrainRun *train_run_start(const RunConfig *config) {
     TrainState *state = &run->state;
     train_state_init(state, mc, settings->seed);
     const char *init_from = config->model.init_from;
-    if (init_from) {
+    if (init_from && !hf_folder_has_weights(init_from)) {
+        // config.json alone (a model's shape without its weights): train_state_init's
+        // random initialisation stays.
+        if (rank0)
+            printf("weights: none in %s (config.json only): random initialisation, seed %llu\n",
+                   init_from, (unsigned long long)settings->seed);
+    } else if (init_from) {
         params_load_or_init(mc, &state->table, init_from, settings->seed, state->params);
         if (rank0) printf("weights: %s\n", init_from);
         params_init_added_rows(mc, &state->table, tok, init_from, state->params);

@@ -58,6 +58,7 @@ typedef struct {
     int cost_first[N_WORDS], cost[N_WORDS];  // tokens of "w" (text start) and " w"
     int one_first, one;                      // a word of one token in each place; -1: none
     long long size;  // the conversation's size so far (synth_profile_write's max_tokens)
+    int last;        // the tokens of the last filler text
 } Gen;
 
 enum { MESSAGE_OVERHEAD = 32 };  // tokens counted per message for the template's markup
@@ -143,6 +144,7 @@ static char *filler(Gen *g, int target, SynthRange r) {
         const int n = synth_text_tokens(g->tok, t.s);
         if (n >= r.lo && n <= r.hi) {
             g->size += n;
+            g->last = n;
             return t.s;
         }
         if (tries == 64) fatal("gen-data: cannot make a text of %d..%d tokens with this tokenizer", r.lo, r.hi);
@@ -152,8 +154,12 @@ static char *filler(Gen *g, int target, SynthRange r) {
     }
 }
 
+// Counts the message's markup; an answer's or a tool result's text and markup twice
+// (duplicate lays out a history copy of them).
 static json_t *message(Gen *g, const char *role, char *content) {
     g->size += MESSAGE_OVERHEAD;
+    if (strcmp(role, "assistant") == 0 || strcmp(role, "tool") == 0)
+        g->size += MESSAGE_OVERHEAD + (content[0] ? g->last : 0);
     json_t *m = json_object();
     json_object_set_new(m, "role", json_string(role));
     json_object_set_new(m, "content", json_string(content));
@@ -211,7 +217,7 @@ static json_t *conversation(Gen *g, SynthProfile p) {
                 char *arguments = NULL;
                 json_t *a = json_pack("{s:s}", "query", query);
                 arguments = json_dumps(a, JSON_COMPACT);
-                g->size += synth_text_tokens(g->tok, arguments) + MESSAGE_OVERHEAD;
+                g->size += 2 * (synth_text_tokens(g->tok, arguments) + MESSAGE_OVERHEAD);
                 json_decref(a);
                 free(query);
                 json_t *call = assistant(g, r, false);

@@ -38,6 +38,7 @@ int synth_text_tokens(const Tokenizer *tok, const char *text);
 // deterministic for (seed, tokenizer, max_tokens). max_tokens > 0: a conversation whose
 // size is larger is drawn again; its size is the tokens of its texts, tool definitions
 // (as compact JSON) and call arguments plus 32 per message for the template's markup,
-// so that it fits a row of data.seq_len max_tokens under every layout.
+// answers, calls and tool results counted twice (duplicate's history copy), so that it
+// fits a row of data.seq_len max_tokens under every layout.
 void synth_profile_write(FILE *f, SynthProfile p, const Tokenizer *tok, uint64_t seed, int n,
                          long long max_tokens);

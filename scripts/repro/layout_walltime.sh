@@ -91,7 +91,7 @@ done
 
 # Per layout over the timed steps (skip+1..steps): step time = tokens / tokens_per_s (one
 # rank), npass tokens = npass_equivalent_tokens_per_s x step time.
-summary() {  # summary <metrics.jsonl>: tokens trained time npass_tokens mem_gib
+summary() {  # summary <metrics.jsonl>: tokens, trained tokens, seconds, npass tokens, GiB
     awk -v skip="$skip" '
     function field(k,   m) { if (match($0, "\"" k "\":[-0-9.eE+]+")) return substr($0, RSTART + length(k) + 3, RLENGTH - length(k) - 3) + 0; return 0 }
     field("step") > skip {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU machine's runner: the CUDA build's checks and benchmarks, one mode per device call.
-#   bench/run_gpu.sh MODE BIN_DIR OUT_DIR     MODE: tests|attention|trainer|decode|hf|curves|all
+#   bench/run_gpu.sh MODE BIN_DIR OUT_DIR     MODE: tests|attention|trainer|decode|hf|curves|walltime|all
 #   bench/run_gpu.sh ab DIR_A DIR_B OUT_DIR   A/B of two bundles: attention check and timing
 #   bench/run_gpu.sh targets MODE             the binaries MODE needs (for bench/device_bundle.sh)
 # Runs from the repository root (configs/, datasets/, tests/cli_*_cuda.sh, bench/anchors/).
@@ -52,6 +52,12 @@
 #              machine has no gnuplot); plot here afterwards: tar xzf logs.tar.gz -C DIR;
 #              scripts/repro/loss_curves.sh --runs DIR/curves/runs --plot-only
 #              --png docs/loss_curves_gpu.png --md DIR/curves.md (then into docs/RESULTS.md)
+#   walltime   scripts/repro/layout_walltime.sh: npass, duplicate, mask_only, as_rendered and
+#              preserve on the same generated conversations (WALLTIME_PROFILE, default chat)
+#              at data.seq_len 32768 from config.json-only folders of WALLTIME_MODELS
+#              (default configs/hf/qwen3-0.6b; one model a call: WALLTIME_MODELS=
+#              configs/hf/qwen3-1.7b in the next), one table each: tokens, wall time,
+#              tokens/s, npass-equivalent tokens/s, GPU memory, ratios to npass.
 #   all        tests, attention, trainer, decode and hf in turn.
 #   ab         test_attention_cuda of both bundles and racecheck (quick cases) of B, in
 #              parallel, then bench_attention and, where both bundles hold it, bench_trainer
@@ -88,6 +94,7 @@ targets() {
         decode) echo "test_decode_cuda bench_decode" ;;
         hf) echo "test_ops_cuda test_model_cuda test_hf_model_cuda train" ;;
         curves) echo "train" ;;
+        walltime) echo "train" ;;
         all) for m in tests attention trainer decode hf; do targets "$m"; done | tr ' ' '\n' | sort -u | paste -sd ' ' ;;
         ab) echo "test_attention_cuda bench_attention bench_trainer" ;;
         *) return 1 ;;
@@ -308,6 +315,18 @@ mode_curves() {
         --png "$logs/loss_curves.png" --md "$logs/LOSS_CURVES.md" --set train.checkpoint_every=0
     show "$logs/curves.log" '^\|'
     pack
+}
+
+mode_walltime() {
+    local m name
+    begin walltime
+    for m in ${WALLTIME_MODELS:-configs/hf/qwen3-0.6b}; do
+        name=walltime_$(basename "$m")
+        step "$name" 580 env TRAIN="$bin/train" bash scripts/repro/layout_walltime.sh --model "$m" \
+            --profile "${WALLTIME_PROFILE:-chat}" --runs "$scratch/$name" --md "$logs/$name.md"
+        show "$logs/$name.log" '^\|'
+        pack
+    done
 }
 
 # ab DIR_A DIR_B: the attention of two bundles checked, then timed alternately.

@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "model/hf_model.h"
 
+#include <dirent.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -494,4 +495,17 @@ int hf_weights_load(const char *dir, const ParamTable *table, float *params, cha
                 rc = check_extra(&s.files[i], &s.files[i].tensors[j], table, params, err, err_len);
     shards_free(&s);
     return rc;
+}
+
+bool hf_folder_has_weights(const char *dir) {
+    static const char *const kinds[] = {".safetensors", ".bin", ".pt", ".pth", ".ckpt",
+                                        ".gguf", ".h5", ".msgpack", "model.safetensors.index.json"};
+    DIR *d = opendir(dir);
+    if (!d) return true;  // unreadable: let the loader say why
+    bool found = false;
+    for (struct dirent *e; !found && (e = readdir(d));)
+        for (size_t k = 0; k < sizeof kinds / sizeof kinds[0] && !found; k++)
+            found = ends_with(e->d_name, kinds[k]);
+    closedir(d);
+    return found;
 }

@@ -71,6 +71,12 @@ typedef struct {
 int hf_weight_files(const char *dir, HfWeightFiles *out, char *err, size_t err_len);
 void hf_weight_files_free(HfWeightFiles *f);
 
+// Whether dir holds weights of any kind: model.safetensors.index.json or a file named
+// *.safetensors, *.bin, *.pt, *.pth, *.ckpt, *.gguf, *.h5 or *.msgpack (a dangling link
+// under such a name counts). A folder without any (config.json alone) trains from a
+// random initialisation; one with weights that fail to load is refused, never replaced.
+bool hf_folder_has_weights(const char *dir);
+
 // Loads every tensor of the table from dir (model.safetensors, or the shards of
 // model.safetensors.index.json) into params at the table's offsets, converting to fp32.
 // A missing tensor, an extra tensor (besides a tied lm_head.weight equal to the

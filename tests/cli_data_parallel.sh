@@ -28,7 +28,7 @@ launch_env=(env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u MASTE
             -u MASTER_PORT -u SLURM_PROCID -u SLURM_NTASKS -u SLURM_LOCALID
             -u OMPI_COMM_WORLD_RANK -u OMPI_COMM_WORLD_SIZE -u ONEPASS_LAUNCHER)
 # Metrics without the timing fields and the world size.
-untimed() { sed -E 's/"tokens_per_s":[^,]*,//; s/"elapsed_s":[^,]*,//; s/"mfu":[^,}]*//;
+untimed() { sed -E 's/"tokens_per_s":[^,]*,//; s/"npass_equivalent_tokens_per_s":[^,]*,//; s/"elapsed_s":[^,]*,//; s/"mfu":[^,}]*//;
                     s/,"world_size":[0-9]*//' "$@"; }
 # A safetensors file's tensor bytes (the header holds the per-save id, which differs).
 tensor_bytes() { tail -c +$((9 + $(od -An -tu8 -N8 "$1" | tr -d ' '))) "$1"; }

@@ -24,7 +24,7 @@ for key in step loss lr grad_norm tokens trained_tokens tokens_per_s elapsed_s; 
     check "metrics key $key on every line" "[ \$(grep -c '\"$key\":' '$out/metrics.jsonl') -eq 4 ]"
 done
 check "eval on steps 2 and 4 only" "[ \"\$(grep -n '\"eval_answer_loss\":' '$out/metrics.jsonl' | cut -d: -f1 | tr '\n' ' ')\" = '2 4 ' ]"
-console='^step 4/4 \| loss [0-9.]+ \| lr [0-9.e+-]+ \| gnorm [0-9.]+ \| [0-9]+ tok/s \| MFU n/a \| ETA'
+console='^step 4/4 \| loss [0-9.]+ \| lr [0-9.e+-]+ \| gnorm [0-9.]+ \| [0-9]+ tok/s \| [0-9]+ npass-eq tok/s \| MFU n/a \| ETA'
 check "console line" "grep -Eq '$console' '$tmp/log'"
 loss() { sed -n "${1}p" "$out/metrics.jsonl" | grep -o '"loss":[^,]*' | cut -d: -f2; }
 check "loss goes down ($(loss 1) -> $(loss 4))" "awk -v a=$(loss 1) -v b=$(loss 4) 'BEGIN{exit !(b < a - 0.05)}'"

@@ -31,7 +31,7 @@ gpu=(--set model.hidden_size=128 --set model.num_attention_heads=2 --set model.n
 # The "loss" values of metrics.jsonl, one per line.
 losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
 # Metrics without the fields that legitimately differ between runs.
-untimed() { sed -E 's/"tokens_per_s":[^,]*,//; s/"elapsed_s":[^,]*,//; s/"mfu":[^,}]*//; s/,"gpu_memory_gib":[^,}]*//' "$@"; }
+untimed() { sed -E 's/"tokens_per_s":[^,]*,//; s/"npass_equivalent_tokens_per_s":[^,]*,//; s/"elapsed_s":[^,]*,//; s/"mfu":[^,}]*//; s/,"gpu_memory_gib":[^,}]*//' "$@"; }
 # gaps A B: "max |a-b| over lines, |mean a - mean b| / mean b over the last 50 lines, rms,
 # lines" of two metrics files' losses.
 gaps() {
@@ -61,7 +61,7 @@ done
 log="$tmp/duplicate.log"
 check "backend line says cuda" "grep -q '^backend: cuda (requested' '$log'"
 check "300 metrics lines" "[ \$(wc -l < '$tmp/duplicate/metrics.jsonl') -eq 300 ]"
-check "console: tok/s, MFU, GPU memory" "grep -Eq '^step 300/300 \| loss [0-9.]+ .*[0-9]+ tok/s \| MFU [0-9.]+% \| ETA [0-9a-z]+ \| GPU mem [0-9.]+ GiB \| eval_loss' '$log'"
+check "console: tok/s, MFU, GPU memory" "grep -Eq '^step 300/300 \| loss [0-9.]+ .*[0-9]+ tok/s \| [0-9]+ npass-eq tok/s \| MFU [0-9.]+% \| ETA [0-9a-z]+ \| GPU mem [0-9.]+ GiB \| eval_loss' '$log'"
 check "metrics: mfu and gpu_memory_gib" "[ \$(grep -c '\"mfu\":[0-9]' '$tmp/duplicate/metrics.jsonl') -eq 300 ] && [ \$(grep -c '\"gpu_memory_gib\":' '$tmp/duplicate/metrics.jsonl') -eq 300 ]"
 check "eval every 50 steps" "[ \$(grep -c '\"eval_answer_loss\":' '$tmp/duplicate/metrics.jsonl') -eq 6 ]"
 first=$(losses "$tmp/duplicate/metrics.jsonl" | head -1); last=$(losses "$tmp/duplicate/metrics.jsonl" | tail -1)

@@ -91,7 +91,7 @@
       "the LM head shares the embedding's weights")                                               \
     X(model, init_from, STR, NULL, 0, 0, CFG_FIXED,                                               \
       "a Hugging Face model folder to fine-tune (its config.json overrides model.*); "            \
-      "null: random init")                                                                        \
+      "a folder of config.json alone: its shape, random init; null: random init")                \
     X(model, add_tokens, LIST, , 0, 0, CFG_FIXED,                                                 \
       "template tokens the tokenizer lacks, added as new ids (rows start at the mean row)")
 

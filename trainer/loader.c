@@ -29,7 +29,24 @@ void step_loader_init(StepLoader *l, const TokenizedSample *samples, int n_sampl
                       .seq_len = seq_len, .pack = pack, .budget = budget, .shuffle = shuffle,
                       .seed = seed};
     l->order = xmalloc((size_t)n_samples * sizeof(int));
+    l->npass_tokens = xmalloc((size_t)n_samples * sizeof(long long));
+    for (int i = 0; i < n_samples; i++) l->npass_tokens[i] = -1;
     make_order(l);
+}
+
+// The tokens of sample `index` under npass (the npass-equivalent count of the step
+// metrics), counted once per sample. Returns -1 with a message when it cannot be laid out.
+static long long sample_npass_tokens(StepLoader *l, int index, char *why, size_t why_len) {
+    if (l->npass_tokens[index] >= 0) return l->npass_tokens[index];
+    DocList docs = {0};
+    if (layout_sample(LAYOUT_NPASS, &l->loss, &l->samples[index], index, &docs, why, why_len) != 0) {
+        doc_list_free(&docs);
+        return -1;
+    }
+    long long n = 0;
+    for (int d = 0; d < docs.n_docs; d++) n += docs.docs[d].n;
+    doc_list_free(&docs);
+    return l->npass_tokens[index] = n;
 }
 
 void step_loader_seek(StepLoader *l, long long epoch, long long cursor) {
@@ -107,6 +124,9 @@ static int fill_step(StepLoader *l, StepBatch *out, char *why, size_t why_len, c
         if (layout_sample(l->layout, &l->loss, s, index, &out->docs, why, why_len) != 0)
             return fail(err, err_len, "sample at line %d: %s", s->line, why);
         for (int d = first_doc; d < out->docs.n_docs; d++) trained += doc_trained(&out->docs.docs[d]);
+        const long long npass = sample_npass_tokens(l, index, why, why_len);
+        if (npass < 0) return fail(err, err_len, "sample at line %d: %s", s->line, why);
+        out->npass_tokens += npass;
         out->n_samples++;
         if (trained == 0 && out->n_samples >= l->n_samples)
             return fail(err, err_len, "no sample of the data set has a trained token under layout %s",
@@ -144,6 +164,7 @@ void step_batch_free(StepBatch *b) {
 
 void step_loader_free(StepLoader *l) {
     free(l->order);
+    free(l->npass_tokens);
     memset(l, 0, sizeof *l);
 }
 

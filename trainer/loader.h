@@ -28,6 +28,8 @@ typedef struct {
     uint64_t seed;
     long long epoch, cursor;  // position: next sample is order[cursor] of this epoch
     int *order;               // [n_samples] this epoch's order
+    long long *npass_tokens;  // [n_samples] tokens of each sample under npass; -1: not yet
+                              // counted (each is laid out once, when first taken)
 } StepLoader;
 
 typedef struct {
@@ -36,6 +38,7 @@ typedef struct {
     int n_samples;              // samples taken
     long long tokens;           // non-padding slots of rows
     long long trained_tokens;   // targets != -1 in rows
+    long long npass_tokens;     // the tokens npass lays out for the step's samples
     int n_skipped_too_long;     // documents dropped by pack.skip_too_long
 } StepBatch;
 

@@ -243,6 +243,10 @@ static StepMetrics step_metrics(const StepLoop *loop, const PreparedStep *batch,
         .step = step, .loss = outcome->loss, .lr = lr, .grad_norm = outcome->grad_norm,
         .tokens = batch->tokens, .trained_tokens = batch->trained_tokens,
         .conversations = batch->n_samples, .tokens_per_s = tokens_per_s,
+        // npass's tokens for the step's conversations over the same wall time
+        .npass_equivalent_tokens_per_s =
+            batch->tokens > 0 ? tokens_per_s * (double)batch->npass_tokens / (double)batch->tokens
+                              : 0.0,
         .mfu = peak_flops > 0 ? loop->flops_per_token * tokens_per_s / (peak_flops * world) : -1.0,
         .world_size = loop->comm.world_size,
         .epoch = (double)batch->epoch + (double)batch->cursor / loop->n_train_samples,
@@ -441,7 +445,13 @@ TrainRun *train_run_start(const RunConfig *config) {
     TrainState *state = &run->state;
     train_state_init(state, mc, settings->seed);
     const char *init_from = config->model.init_from;
-    if (init_from) {
+    if (init_from && !hf_folder_has_weights(init_from)) {
+        // config.json alone (a model's shape without its weights): train_state_init's
+        // random initialisation stays.
+        if (rank0)
+            printf("weights: none in %s (config.json only): random initialisation, seed %llu\n",
+                   init_from, (unsigned long long)settings->seed);
+    } else if (init_from) {
         params_load_or_init(mc, &state->table, init_from, settings->seed, state->params);
         if (rank0) printf("weights: %s\n", init_from);
         params_init_added_rows(mc, &state->table, tok, init_from, state->params);

@@ -78,6 +78,8 @@ void metrics_write(MetricsLog *log, const StepMetrics *m) {
     json_object_set_new(o, "conversations", json_integer(m->conversations));
     json_object_set_new(o, "epoch", json_real(m->epoch));
     json_object_set_new(o, "tokens_per_s", json_real(m->tokens_per_s));
+    json_object_set_new(o, "npass_equivalent_tokens_per_s",
+                        json_real(m->npass_equivalent_tokens_per_s));
     json_object_set_new(o, "elapsed_s", json_real(m->elapsed_s));
     json_object_set_new(o, "mfu", m->mfu >= 0 ? json_real(m->mfu) : json_null());
     if (m->world_size > 1) json_object_set_new(o, "world_size", json_integer(m->world_size));
@@ -126,8 +128,9 @@ void metrics_print_console(FILE *f, const StepMetrics *m, long total_steps, doub
     if (m->mfu >= 0) snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * m->mfu);
     else snprintf(mfu, sizeof mfu, "n/a");
     format_duration(eta, sizeof eta, eta_s);
-    fprintf(f, "step %ld/%ld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | MFU %s | ETA %s",
-            m->step, total_steps, m->loss, m->lr, m->grad_norm, m->tokens_per_s, mfu, eta);
+    fprintf(f, "step %ld/%ld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | %.0f npass-eq tok/s "
+            "| MFU %s | ETA %s", m->step, total_steps, m->loss, m->lr, m->grad_norm,
+            m->tokens_per_s, m->npass_equivalent_tokens_per_s, mfu, eta);
     if (m->world_size > 1) fprintf(f, " | %d ranks", m->world_size);
     if (m->device_memory_gib > 0) fprintf(f, " | GPU mem %.2f GiB", m->device_memory_gib);
     if (m->has_eval)

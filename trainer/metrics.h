@@ -14,6 +14,8 @@ typedef struct {
     long long trained_tokens;  // targets this step
     int conversations;         // samples this step
     double tokens_per_s;       // this step
+    double npass_equivalent_tokens_per_s;  // the tokens npass lays out for this step's
+                                           // conversations, per second of this step
     double elapsed_s;          // training time since the run started (across resumes)
     double mfu;                // per rank: model FLOPs/s over the peak; < 0: no peak given
     int world_size;            // ranks training the step (0 or 1: one; tokens_per_s is theirs)
@@ -44,7 +46,8 @@ int metrics_open(MetricsLog *log, const char *out_dir, long resume_step, char *e
 void metrics_write(MetricsLog *log, const StepMetrics *m);
 void metrics_close(MetricsLog *log);
 
-// "step 12/200 | loss 3.1416 | lr 3.00e-03 | gnorm 0.812 | 51234 tok/s | MFU n/a | ETA 1m02s"
+// "step 12/200 | loss 3.1416 | lr 3.00e-03 | gnorm 0.812 | 51234 tok/s | 80123 npass-eq tok/s
+// | MFU n/a | ETA 1m02s"
 // (then " | 2 ranks" with several, " | GPU mem 1.23 GiB" on a GPU, the eval losses on
 // eval steps, and last " | epoch 0.53"). metrics.jsonl has "world_size" with several ranks.
 void metrics_print_console(FILE *f, const StepMetrics *m, long total_steps, double eta_s);

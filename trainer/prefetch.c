@@ -82,6 +82,7 @@ static void fill_slot(Prefetcher *p, Slot *slot, const StepBatch *batch, const P
     slot->step.n_samples = batch->n_samples;
     slot->step.tokens = batch->tokens;
     slot->step.trained_tokens = batch->trained_tokens;
+    slot->step.npass_tokens = batch->npass_tokens;
     packed_rows_count(mine, &slot->step.rank_tokens, &slot->step.rank_trained_tokens);
     slot->step.epoch = p->loader->epoch;
     slot->step.cursor = p->loader->cursor;

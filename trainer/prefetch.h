@@ -17,6 +17,7 @@ typedef struct {
     MicroBatches micro;  // this rank's rows
     int n_samples;
     long long tokens, trained_tokens;            // the step's, over all ranks
+    long long npass_tokens;                      // the step's samples under npass
     long long rank_tokens, rank_trained_tokens;  // in this rank's rows (micro)
     long long epoch, cursor;  // the loader's position after this step (for checkpoints)
 } PreparedStep;

@@ -28,14 +28,14 @@ launch_env=(env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u MASTE
             -u MASTER_PORT -u SLURM_PROCID -u SLURM_NTASKS -u SLURM_LOCALID
             -u OMPI_COMM_WORLD_RANK -u OMPI_COMM_WORLD_SIZE -u ONEPASS_LAUNCHER)
 # Metrics without the timing fields and the world size.
-untimed() { sed -E 's/"tokens_per_s":[^,]*,//; s/"npass_equivalent_tokens_per_s":[^,]*,//; s/"elapsed_s":[^,]*,//; s/"mfu":[^,}]*//;
-                    s/,"world_size":[0-9]*//' "$@"; }
+. "$(dirname "$0")/lib_metrics.sh"
+untimed_ranks() { untimed "$@" | sed -E 's/,"world_size":[0-9]*//'; }
 # A safetensors file's tensor bytes (the header holds the per-save id, which differs).
 tensor_bytes() { tail -c +$((9 + $(od -An -tu8 -N8 "$1" | tr -d ' '))) "$1"; }
 # same_run <what> <dir a> <dir b>: b's metrics lines are a's last ones; the final states.
 same_run() {
-    if diff <(tail -n "$(wc -l < "$3/metrics.jsonl")" "$2/metrics.jsonl" | untimed) \
-            <(untimed "$3/metrics.jsonl") >&2
+    if diff <(tail -n "$(wc -l < "$3/metrics.jsonl")" "$2/metrics.jsonl" | untimed_ranks) \
+            <(untimed_ranks "$3/metrics.jsonl") >&2
     then ok; else bad "$1: the metrics differ"; fi
     for f in model optimizer; do
         cmp <(tensor_bytes "$2/checkpoint-000006/$f.safetensors") \

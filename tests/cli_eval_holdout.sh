@@ -7,7 +7,7 @@
 source "$(dirname "$0")/lib_cli.sh"
 need_data
 export OMP_NUM_THREADS=2
-untimed() { sed -E 's/"tokens_per_s":[^,]*,//; s/"npass_equivalent_tokens_per_s":[^,]*,//; s/"elapsed_s":[^,]*,//; s/"mfu":[^,}]*//' "$@"; }
+. "$(dirname "$0")/lib_metrics.sh"
 head -n 40 "$data/train.jsonl" > "$tmp/train.jsonl"
 # k = ceil(0.1 * 40) = 4 held out: lines (2j+1)*40/8 (0-based) = 5, 15, 25, 35.
 awk 'BEGIN{n=40;k=4} {i=NR-1; held=0; for(j=0;j<k;j++) if (i==int((2*j+1)*n/(2*k))) held=1;

@@ -56,7 +56,7 @@ then ok; else bad "the loss does not move"; fi
 # Resume from the middle: the straight run's metrics and adapter bytes.
 "$train" "${run[@]}" --set out_dir="$tmp/b" --set train.resume="$tmp/a/checkpoint-000002" > "$tmp/b.log" 2>&1 \
     && ok || bad "resumed run: $(tail -3 "$tmp/b.log")"
-untimed() { sed -E 's/"tokens_per_s":[^,]*,//; s/"elapsed_s":[^,]*,//; s/"mfu":[^,}]*//' "$@"; }
+. "$(dirname "$0")/lib_metrics.sh"
 if diff <(sed -n '3,4p' "$tmp/a/metrics.jsonl" | untimed) <(untimed "$tmp/b/metrics.jsonl") >&2; then ok; else bad "resumed metrics"; fi
 if cmp <(tensor_bytes "$ck/adapter_model.safetensors") <(tensor_bytes "$tmp/b/checkpoint-000004/adapter_model.safetensors") &&
    cmp <(tensor_bytes "$ck/optimizer.safetensors") <(tensor_bytes "$tmp/b/checkpoint-000004/optimizer.safetensors")

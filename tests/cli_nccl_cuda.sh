@@ -13,7 +13,7 @@ bad() { echo "FAIL $*"; fail=$((fail+1)); }
 gpu=(--set backend=cuda --set model.hidden_size=128 --set model.num_attention_heads=2
      --set model.num_key_value_heads=1 --set model.intermediate_size=384 --set train.steps=4
      --set eval.every=2 --set eval.max_conversations=4 --set dist.bucket_mb=1)
-untimed() { sed -E 's/"tokens_per_s":[^,]*,//; s/"npass_equivalent_tokens_per_s":[^,]*,//; s/"elapsed_s":[^,]*,//; s/"mfu":[^,}]*//; s/,"gpu_memory_gib":[^,}]*//' "$@"; }
+. "$(dirname "$0")/lib_metrics.sh"
 tensor_bytes() { tail -c +$((9 + $(od -An -tu8 -N8 "$1" | tr -d ' '))) "$1"; }
 launch_env=(env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u SLURM_PROCID -u OMPI_COMM_WORLD_RANK
             -u ONEPASS_LAUNCHER)

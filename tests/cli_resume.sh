@@ -15,7 +15,7 @@ tiny=(--set model.hidden_size=32 --set model.intermediate_size=64 --set model.nu
       --set train.steps=6 --set seed=99)
 export OMP_NUM_THREADS=2
 # Metrics without the timing fields, which legitimately differ between runs.
-untimed() { sed -E 's/"tokens_per_s":[^,]*,//; s/"npass_equivalent_tokens_per_s":[^,]*,//; s/"elapsed_s":[^,]*,//; s/"mfu":[^,}]*//' "$@"; }
+. "$(dirname "$0")/lib_metrics.sh"
 # A safetensors file's tensor bytes (the header holds the per-save id, which differs).
 tensor_bytes() { tail -c +$((9 + $(od -An -tu8 -N8 "$1" | tr -d ' '))) "$1"; }
 

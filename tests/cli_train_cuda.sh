@@ -31,7 +31,7 @@ gpu=(--set model.hidden_size=128 --set model.num_attention_heads=2 --set model.n
 # The "loss" values of metrics.jsonl, one per line.
 losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
 # Metrics without the fields that legitimately differ between runs.
-untimed() { sed -E 's/"tokens_per_s":[^,]*,//; s/"npass_equivalent_tokens_per_s":[^,]*,//; s/"elapsed_s":[^,]*,//; s/"mfu":[^,}]*//; s/,"gpu_memory_gib":[^,}]*//' "$@"; }
+. "$(dirname "$0")/lib_metrics.sh"
 # gaps A B: "max |a-b| over lines, |mean a - mean b| / mean b over the last 50 lines, rms,
 # lines" of two metrics files' losses.
 gaps() {

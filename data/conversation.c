@@ -657,8 +657,8 @@ static int parse_message_array(const ParseOptions *opt, const MessageFormat *fmt
     return 0;
 }
 
-// Checks the turn structure: an optional system message first, then user turns: a user
-// message, an assistant message, and, while the last assistant message called tools,
+// Checks the turn structure: an optional system message first, then user turns: one or
+// more user messages, an assistant message, and, while the last assistant message called tools,
 // tool results and the assistant's next message; ending with `last_role`. `before`: the
 // role of the message before msgs[0] (MSG_SYSTEM: none, msgs starts the conversation).
 static int check_turn_order(const MessageFormat *fmt, const char *key, const Message *msgs, int n,
@@ -680,7 +680,9 @@ static int check_turn_order(const MessageFormat *fmt, const char *key, const Mes
         if (prev == MSG_SYSTEM) {
             ok = role == MSG_USER, expected = names[MSG_USER];
         } else if (prev == MSG_USER) {
-            ok = role == MSG_ASSISTANT, expected = names[MSG_ASSISTANT];
+            // Consecutive user messages render one after the other, as the official
+            // templates render them, all in the prompt of the next reply.
+            ok = role == MSG_ASSISTANT || role == MSG_USER, expected = names[MSG_ASSISTANT];
         } else if (prev == MSG_TOOL) {
             ok = role == MSG_TOOL || role == MSG_ASSISTANT;
             expected = "tool' or 'assistant";

@@ -9,7 +9,8 @@
 //       Top-level metadata keys (id, uuid, conversation_id, source, dataset, category,
 //       domain, difficulty, metadata, license, language, model, generator, version) are
 //       read, counted, never rendered.
-//       "developer" is the system message (a line may not have both).
+//       "developer" is the system message (a line may not have both). Consecutive user
+//       messages are kept, each its own message.
 //   {"conversations": [{"from": "system"|"human"|"gpt", "value": ...}], "system"?: ...}
 //                                                                     (ShareGPT; inline <think>)
 //   {"prompt": [messages], "completions": [assistant messages]}        (shared-prefix set)

@@ -254,8 +254,10 @@ static const BadCase BAD_CASES[] = {
      "messages[2].role: the last message must be 'assistant', got 'user'"},
     {"{\"messages\":[{\"role\":\"assistant\",\"content\":\"A\"}]}",
      "messages[0].role: expected 'user' here, got 'assistant'"},
-    {"{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":\"A\"}]}",
-     "messages[1].role: expected 'assistant' here, got 'user'"},
+    {"{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"user\",\"content\":\"q\"}]}",
+     "messages: no assistant message"},
+    {"{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":{}}}]},{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":\"A\"}]}",
+     "messages[2].role: expected 'tool' here, got 'user'"},
     {"{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"assistant\",\"content\":\"A\"}]}",
      "messages[1].role: a system message may only come first"},
     {"{\"conversations\":[{\"from\":\"human\",\"value\":\"q\"},{\"from\":\"robot\",\"value\":\"A\"}]}",
@@ -646,6 +648,27 @@ static void test_hub_shapes(void) {
     dataset_free(&d);
 }
 
+// Consecutive user messages (as chat logs and some Hub sets have them): kept as they are,
+// each its own user message, in the prompt of the reply after them.
+static void test_consecutive_users(void) {
+    Dataset d;
+    dataset_load("tests/data/consecutive_users.jsonl", &(LoadOptions){0}, &d);
+    EXPECT(d.n_samples == 3, "%d samples", d.n_samples);
+    if (d.n_samples != 3) return;
+    const WantMessage two[] = {M(MSG_SYSTEM, "You add numbers.", NULL),
+                               M(MSG_USER, "I have 2 apples.", NULL),
+                               M(MSG_USER, "And 3 pears. How many fruits?", NULL),
+                               M(MSG_ASSISTANT, "5 fruits.", "2 + 3 = 5."),
+                               M(MSG_USER, "Add 4 plums.", NULL),
+                               M(MSG_ASSISTANT, "9 fruits.", "5 + 4 = 9.")};
+    check_want(&d.samples[0], two, 6, 1);
+    check_want(&d.samples[1], two + 1, 5, 2);  // ShareGPT: human, human, gpt
+    const WantMessage three[] = {M(MSG_USER, "Hi.", NULL), M(MSG_USER, "Are you there?", NULL),
+                                 M(MSG_USER, "Say yes.", NULL), M(MSG_ASSISTANT, "Yes.", "Answer yes.")};
+    check_want(&d.samples[2], three, 4, 3);
+    dataset_free(&d);
+}
+
 // data.max_line_bytes: a line of exactly the limit (a '\r' before its '\n' not counted) is
 // parsed; one byte more is refused unparsed, or skipped and counted under skip_too_long.
 static void test_max_line_bytes(void) {
@@ -679,6 +702,7 @@ int main(void) {
     test_more_formats();
     test_unknown_keys();
     test_hub_shapes();
+    test_consecutive_users();
     test_max_line_bytes();
     return test_finish();
 }

@@ -3,12 +3,14 @@
 //   {"tokens": [...], "targets": [...], "pos": [...], "lo": [...], "hi": [...],
 //    "doc": [...], "turn": [...], "role": [...]}
 // each array of length data.seq_len: the columns of data/token_columns.h, in its order.
+// --show LINE also prints that line's documents as packed, token by token (cli/pack_show.h).
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/pack_show.h"
 #include "common/check.h"
 #include "common/output_file.h"
 #include "trainer/config.h"
@@ -60,11 +62,23 @@ int cmd_pack(int argc, char **argv) {
 
     const char *out_path = NULL;
     bool skip_bad_flag = false;
+    int show_line = 0;
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) out_path = argv[++i];
-        else if (strcmp(argv[i], "--skip-bad") == 0) skip_bad_flag = true;
-        else fatal("pack: unexpected argument '%s' (usage: train pack --config FILE "
-                   "[--set key=value]... --out rows.jsonl [--skip-bad])", argv[i]);
+        if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
+            out_path = argv[++i];
+        } else if (strcmp(argv[i], "--skip-bad") == 0) {
+            skip_bad_flag = true;
+        } else if (strcmp(argv[i], "--show") == 0 && i + 1 < argc) {
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (*end || end == argv[i] || v < 1 || v > 1000000000)
+                fatal("pack: --show wants a line number of data.train_path (1, 2, ...), got '%s'",
+                      argv[i]);
+            show_line = (int)v;
+        } else {
+            fatal("pack: unexpected argument '%s' (usage: train pack --config FILE "
+                  "[--set key=value]... --out rows.jsonl [--skip-bad] [--show LINE])", argv[i]);
+        }
     }
     if (!out_path) fatal("pack: --out rows.jsonl is required");
 
@@ -92,6 +106,9 @@ int cmd_pack(int argc, char **argv) {
     printf("%s -> %s\n", data_path, out_path);
     printf("tokenizer %s, chat template %s\n", tokenizer_path, opt.chat_template->name);
     stats_print(&stats, stdout);
+    if (show_line && pack_show_sample(&data, tok, show_line, stdout) == 0)
+        fatal("pack: --show %d: no sample of %s comes from line %d (a blank, skipped or "
+              "missing line)", show_line, data_path, show_line);
 
     packed_dataset_free(&data);
     tokenizer_free(tok);

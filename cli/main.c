@@ -7,7 +7,7 @@
 
 static const char USAGE[] =
     "usage: train [run] --config FILE [--set key=value]... [--gpus N]   train a model\n"
-    "       train pack --config FILE [--set k=v]... --out rows.jsonl [--skip-bad]\n"
+    "       train pack --config FILE [--set k=v]... --out rows.jsonl [--skip-bad] [--show LINE]\n"
     "       train parity --config FILE [--set k=v]... --json out.json\n"
     "       train show --config FILE [--set k=v]... --conversation N --out DIR [--rows]\n"
     "       train gen-data --out-dir DIR [--seed N] [--train N] [--eval N] [--shared N]\n"
@@ -38,7 +38,9 @@ static const struct {
     {"pack", "Lays out and packs data.train_path as training would, writes the rows as JSONL and\n"
              "prints the data set's statistics (tokens, packing, mask tiles).\n"
              "  --out rows.jsonl one JSON object per packed row (tokens, targets, pos, lo, hi, ...)\n"
-             "  --skip-bad       skip and count malformed lines instead of refusing the file\n"},
+             "  --skip-bad       skip and count malformed lines instead of refusing the file\n"
+             "  --show LINE      print that line's documents as packed: text in segments, then\n"
+             "                   each token's slot, position, role, id, piece and target\n"},
     {"parity", "Forward and backward of parity.conversations conversations under every layout,\n"
                "loss and gradients compared with N-pass training.\n"
                "  --json out.json  the comparison (required)\n"},

@@ -29,8 +29,9 @@ static int role_from_name(const char *name) {
     static const struct {
         const char *name;
         MessageRole role;
-    } names[] = {{"system", MSG_SYSTEM},       {"user", MSG_USER}, {"human", MSG_USER},
-                 {"assistant", MSG_ASSISTANT}, {"gpt", MSG_ASSISTANT}, {"tool", MSG_TOOL}};
+    } names[] = {{"system", MSG_SYSTEM},       {"developer", MSG_SYSTEM}, {"user", MSG_USER},
+                 {"human", MSG_USER},          {"assistant", MSG_ASSISTANT},
+                 {"gpt", MSG_ASSISTANT},       {"tool", MSG_TOOL}};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (strcmp(name, names[i].name) == 0) return (int)names[i].role;
     return -1;
@@ -69,6 +70,8 @@ static void messages_free(Message *msgs, int n) {
 
 // ---- Unknown keys: refused by name, or counted under ignore_unknown_keys.
 
+static void key_tally_list(const KeyTally *t, char *buf, size_t len, size_t n);
+
 static void key_tally_add(KeyTally *t, const char *name) {
     t->total++;
     for (int i = 0; i < t->n; i++)
@@ -92,6 +95,17 @@ static void key_tally_add(KeyTally *t, const char *name) {
 void key_tally_describe(const KeyTally *t, char *buf, size_t len) {
     size_t n = (size_t)snprintf(buf, len, "%lld unknown key%s ignored (data.ignore_unknown_keys):",
                                 t->total, t->total == 1 ? "" : "s");
+    key_tally_list(t, buf, len, n);
+}
+
+void metadata_tally_describe(const KeyTally *t, char *buf, size_t len) {
+    size_t n = (size_t)snprintf(buf, len, "%lld metadata key%s read, not rendered:", t->total,
+                                t->total == 1 ? "" : "s");
+    key_tally_list(t, buf, len, n);
+}
+
+// Appends " name (count), ..." to buf, which holds n bytes.
+static void key_tally_list(const KeyTally *t, char *buf, size_t len, size_t n) {
     for (int i = 0; i < t->n && n < len; i++)
         n += (size_t)snprintf(buf + n, len - n, "%s %s (%lld)", i ? "," : "", t->names[i],
                               t->counts[i]);
@@ -134,15 +148,31 @@ static const char *closest_key(const char *key, const char *const *known) {
     return NULL;
 }
 
+// The top-level keys of Hub datasets that describe a line rather than hold its
+// conversation: read, counted in ParseOptions.metadata, never rendered.
+static const char *const METADATA_KEYS[] = {
+    "id", "uuid", "conversation_id", "source", "dataset", "category", "domain", "difficulty",
+    "metadata", "license", "language", "model", "generator", "version", NULL};
+
+static void count_metadata(const ParseOptions *opt, const char *name) {
+    if (opt->metadata) key_tally_add(opt->metadata, name);
+}
+
 // Every key of obj not in known (NULL-terminated): an error naming field.key, or counted
-// as tally_prefix + key ("messages[].weight") under ignore_unknown_keys.
+// as tally_prefix + key ("messages[].weight") under ignore_unknown_keys. At the top level
+// (field ""), METADATA_KEYS are known and counted as metadata.
 static int check_keys(const ParseOptions *opt, const json_t *obj, const char *const *known,
                       const char *field, const char *tally_prefix, char *err, size_t err_len) {
     const char *key;
     const json_t *value;
     json_object_foreach((json_t *)obj, key, value) {
         if (in_list(key, known)) continue;
+        if (!*field && in_list(key, METADATA_KEYS)) {
+            count_metadata(opt, key);
+            continue;
+        }
         const char *near = closest_key(key, known);
+        if (!near && !*field) near = closest_key(key, METADATA_KEYS);
         if (!opt->ignore_unknown_keys)
             return fail(err, err_len, "%s%s%s: unknown key%s%s%s (set data.ignore_unknown_keys to "
                         "ignore such keys)", field, *field ? "." : "", key, near ? " (did you mean '" : "",
@@ -459,22 +489,33 @@ static int parse_tool_calls(const ParseOptions *opt, const json_t *arr, const ch
     return 0;
 }
 
-// The assistant's reasoning field: "reasoning_content" or "thinking" (one of them), a
-// string or null; "" and null both mean "no reasoning". *key_out names the one given.
+// The assistant's reasoning field: "reasoning_content", "reasoning" (vLLM) or "thinking",
+// a string or null; "" and null both mean "no reasoning". More than one given: they must
+// hold the same text. *key_out names the first one given.
 static int reasoning_field(const json_t *obj, const char *field, MessageRole role,
                            const json_t **out, const char **key_out, char *err, size_t err_len) {
-    const json_t *rc = json_object_get(obj, "reasoning_content");
-    const json_t *th = json_object_get(obj, "thinking");
+    static const char *const names[] = {"reasoning_content", "reasoning", "thinking"};
+    const json_t *v = NULL;
     *out = NULL;
-    if (rc && th)
-        return fail(err, err_len, "%s: both reasoning_content and thinking (two names for the "
-                    "reasoning: give one)", field);
-    *key_out = rc ? "reasoning_content" : "thinking";
-    const json_t *v = rc ? rc : th;
+    *key_out = names[0];
+    for (int i = 0; i < 3; i++) {
+        const json_t *w = json_object_get(obj, names[i]);
+        if (!w) continue;
+        if (!json_is_null(w) && !json_is_string(w))
+            return fail(err, err_len, "%s.%s: expected a string, got %s", field, names[i],
+                        json_type_name(w));
+        if (!v) {
+            v = w;
+            *key_out = names[i];
+            continue;
+        }
+        const char *a = json_is_string(v) ? json_string_value(v) : "";
+        const char *b = json_is_string(w) ? json_string_value(w) : "";
+        if (strcmp(a, b) != 0)
+            return fail(err, err_len, "%s: both %s and %s, with different texts (names of the "
+                        "same reasoning: give one)", field, *key_out, names[i]);
+    }
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_string(v))
-        return fail(err, err_len, "%s.%s: expected a string, got %s", field, *key_out,
-                    json_type_name(v));
     if (role != MSG_ASSISTANT)
         return fail(err, err_len, "%s.%s: only assistant messages have reasoning", field, *key_out);
     if (json_string_length(v) > 0) *out = v;
@@ -504,15 +545,26 @@ static int parse_message(const ParseOptions *opt, const MessageFormat *fmt, cons
     out->role = (MessageRole)r;
 
     // The keys each role reads; any other is unknown.
+    // "name" of a system, user or assistant message (a speaker's name): read, counted as
+    // metadata, not rendered (the chat templates do not render it).
     const char *const common_keys[] = {fmt->role_key, fmt->content_key, "reasoning_content",
-                                       "thinking", NULL};
+                                       "reasoning", "thinking", "name", NULL};
     const char *const assistant_keys[] = {fmt->role_key, fmt->content_key, "reasoning_content",
-                                          "thinking", "tool_calls", NULL};
+                                          "reasoning", "thinking", "tool_calls", "name", NULL};
     const char *const tool_keys[] = {fmt->role_key, fmt->content_key, "name", "tool_call_id", NULL};
     const char *const *known = out->role == MSG_ASSISTANT ? assistant_keys
                              : out->role == MSG_TOOL      ? tool_keys
                                                           : common_keys;
     if (check_keys(opt, obj, known, field, tally, err, err_len) != 0) return -1;
+    if (out->role != MSG_TOOL && json_object_get(obj, "name")) {
+        const json_t *name = json_object_get(obj, "name");
+        if (!json_is_string(name) && !json_is_null(name))
+            return fail(err, err_len, "%s.name: expected a string, got %s", field,
+                        json_type_name(name));
+        char meta[96];
+        snprintf(meta, sizeof meta, "%s.name", tally);
+        count_metadata(opt, meta);
+    }
 
     const json_t *calls = out->role == MSG_ASSISTANT ? json_object_get(obj, "tool_calls") : NULL;
     if (calls && parse_tool_calls(opt, calls, field, out, err, err_len) != 0) goto fail;
@@ -580,6 +632,19 @@ static int parse_message_array(const ParseOptions *opt, const MessageFormat *fmt
     if (!json_is_array(arr))
         return fail(err, err_len, "%s: expected an array, got %s", key, json_type_name(arr));
     int n = (int)json_array_size(arr);
+    // "developer" is the system message (no template here has a developer role): a line
+    // with both names it twice.
+    int system_at = -1, developer_at = -1;
+    for (int i = 0; i < n; i++) {
+        const json_t *role = json_object_get(json_array_get(arr, i), fmt->role_key);
+        const char *r = json_is_string(role) ? json_string_value(role) : "";
+        if (strcmp(r, "system") == 0 && system_at < 0) system_at = i;
+        if (strcmp(r, "developer") == 0 && developer_at < 0) developer_at = i;
+    }
+    if (system_at >= 0 && developer_at >= 0)
+        return fail(err, err_len, "%s[%d].%s: 'developer' is the system message (the chat "
+                    "templates have no developer role), and %s[%d] is 'system' already: give one",
+                    key, developer_at, fmt->role_key, key, system_at);
     Message *msgs = xcalloc((size_t)n + 1, sizeof(Message));
     for (int i = 0; i < n; i++) {
         if (parse_message(opt, fmt, key, i, json_array_get(arr, i), &msgs[i], err, err_len) != 0) {
@@ -592,8 +657,8 @@ static int parse_message_array(const ParseOptions *opt, const MessageFormat *fmt
     return 0;
 }
 
-// Checks the turn structure: an optional system message first, then user turns: a user
-// message, an assistant message, and, while the last assistant message called tools,
+// Checks the turn structure: an optional system message first, then user turns: one or
+// more user messages, an assistant message, and, while the last assistant message called tools,
 // tool results and the assistant's next message; ending with `last_role`. `before`: the
 // role of the message before msgs[0] (MSG_SYSTEM: none, msgs starts the conversation).
 static int check_turn_order(const MessageFormat *fmt, const char *key, const Message *msgs, int n,
@@ -615,7 +680,9 @@ static int check_turn_order(const MessageFormat *fmt, const char *key, const Mes
         if (prev == MSG_SYSTEM) {
             ok = role == MSG_USER, expected = names[MSG_USER];
         } else if (prev == MSG_USER) {
-            ok = role == MSG_ASSISTANT, expected = names[MSG_ASSISTANT];
+            // Consecutive user messages render one after the other, as the official
+            // templates render them, all in the prompt of the next reply.
+            ok = role == MSG_ASSISTANT || role == MSG_USER, expected = names[MSG_ASSISTANT];
         } else if (prev == MSG_TOOL) {
             ok = role == MSG_TOOL || role == MSG_ASSISTANT;
             expected = "tool' or 'assistant";
@@ -893,7 +960,7 @@ static bool read_line_bounded(FILE *f, size_t max, char **buf, size_t *cap, size
 void dataset_load(const char *path, const LoadOptions *opt, Dataset *out) {
     enum { MAX_SKIP_WARNINGS = 5 };
     memset(out, 0, sizeof(*out));
-    ParseOptions parse = {opt->ignore_unknown_keys, &out->ignored, opt->prompts};
+    ParseOptions parse = {opt->ignore_unknown_keys, &out->ignored, opt->prompts, &out->metadata};
     char err[1024];
     if (input_file_check(path, err, sizeof err) != 0) fatal("%s", err);
     FILE *f = fopen(path, "rb");
@@ -936,6 +1003,11 @@ void dataset_load(const char *path, const LoadOptions *opt, Dataset *out) {
         key_tally_describe(&out->ignored, what, sizeof what);
         fprintf(stderr, "onepass: %s: %s\n", path, what);
     }
+    if (out->metadata.total > 0) {
+        char what[2048];
+        metadata_tally_describe(&out->metadata, what, sizeof what);
+        fprintf(stderr, "onepass: %s: %s\n", path, what);
+    }
     if (out->n_samples == 0)
         fatal("%s: no usable samples (%d bad lines skipped, %d too long)", path, out->n_skipped,
               out->n_too_long);
@@ -957,5 +1029,6 @@ void dataset_free(Dataset *d) {
     for (int i = 0; i < d->n_samples; i++) sample_free(&d->samples[i]);
     free(d->samples);
     key_tally_free(&d->ignored);
+    key_tally_free(&d->metadata);
     memset(d, 0, sizeof(*d));
 }

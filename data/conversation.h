@@ -1,10 +1,16 @@
 // Parsed JSONL samples (text, before tokenization). See DESIGN.md §1-2, §8.
 // Formats, detected per line:
 //   {"messages": [message...], "tools"?: [...]}                         (OpenAI style)
-//       message = {"role": "system"|"user"|"assistant"|"tool", "content": text or parts,
-//                  "reasoning_content"? | "thinking"?: ..., (assistant)
+//       message = {"role": "system"|"developer"|"user"|"assistant"|"tool",
+//                  "content": text or parts,
+//                  "reasoning_content"? | "reasoning"? | "thinking"?: ..., (assistant)
 //                  "tool_calls"?: [{"type": "function", "function": {"name", "arguments"}}],
-//                  "name"?, "tool_call_id"? (tool)}
+//                  "name"?, "tool_call_id"? (tool; "name" of other roles: metadata)}
+//       Top-level metadata keys (id, uuid, conversation_id, source, dataset, category,
+//       domain, difficulty, metadata, license, language, model, generator, version) are
+//       read, counted, never rendered.
+//       "developer" is the system message (a line may not have both). Consecutive user
+//       messages are kept, each its own message.
 //   {"conversations": [{"from": "system"|"human"|"gpt", "value": ...}], "system"?: ...}
 //                                                                     (ShareGPT; inline <think>)
 //   {"prompt": [messages], "completions": [assistant messages]}        (shared-prefix set)
@@ -36,6 +42,7 @@ typedef struct {
     bool ignore_unknown_keys;  // count unknown keys in *ignored instead of refusing the line
     KeyTally *ignored;         // NULL: not counted
     bool prompts;              // a conversation ends with a user message (the turn to generate)
+    KeyTally *metadata;        // the metadata keys read ("id", "messages[].name"); NULL: not counted
 } ParseOptions;
 
 typedef struct {
@@ -54,6 +61,7 @@ typedef struct {
     int n_skipped;   // bad lines skipped under skip_bad
     int n_too_long;  // lines over max_line_bytes skipped under skip_too_long
     KeyTally ignored;
+    KeyTally metadata;  // top-level metadata keys and non-tool messages' "name", by name
 } Dataset;
 
 // Parses one JSONL line. Returns 0 on success; on failure returns -1 and writes
@@ -72,6 +80,8 @@ void prompts_load(const char *path, Dataset *out);
 
 // "N unknown keys ignored: id (6), messages[].weight (12)" into buf.
 void key_tally_describe(const KeyTally *t, char *buf, size_t len);
+// "N metadata keys read, not rendered: id (6), source (6)" into buf.
+void metadata_tally_describe(const KeyTally *t, char *buf, size_t len);
 void key_tally_free(KeyTally *t);
 void sample_free(Sample *s);
 void dataset_free(Dataset *d);

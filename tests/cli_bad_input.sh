@@ -54,7 +54,7 @@ bad_think.jsonl|2: conversations\[1\].value: unclosed think tag
 bad_unknown_key.jsonl|2: messages\[1\]\.foo: unknown key
 bad_part_type.jsonl|2: messages\[0\]\.content\[1\]\.type: "image_url" is not supported
 bad_preference.jsonl|2: chosen: preference pairs
-bad_thinking_twice.jsonl|2: messages\[1\]: both reasoning_content and thinking
+bad_thinking_twice.jsonl|2: messages\[1\]: both reasoning_content and thinking, with different texts
 bad_sharegpt_system.jsonl|2: system: given both at the top level and as conversations\[0\]
 bad_tool_order.jsonl|2: messages\[2\]\.role: a tool result must follow an assistant message with tool_calls
 bad_tool_arguments.jsonl|2: messages\[1\]\.tool_calls\[0\]\.function\.arguments: a string that is not valid JSON
@@ -75,6 +75,14 @@ if out=$(pack --set data.train_path="$fixtures/bad_unknown_key.jsonl" --set data
              --out "$tmp/rows.jsonl" 2>&1) &&
    grep -q "bad_unknown_key.jsonl: 1 unknown key ignored (data.ignore_unknown_keys): messages\[\]\.foo (1)$" <<<"$out" &&
    grep -q "^conversations *2$" <<<"$out"; then ok; else bad "ignore_unknown_keys: $out"; fi
+# Hub shapes (metadata keys, "developer", message "name", "reasoning") pack without
+# data.ignore_unknown_keys under each layout, the metadata keys named in one line.
+for layout in npass mask_only duplicate; do
+    if out=$(pack --set data.train_path="$fixtures/hub_shapes.jsonl" --set data.seq_len=2048 \
+                 --set data.layout=$layout --out "$tmp/rows.jsonl" 2>&1) &&
+       grep -q "hub_shapes.jsonl: 14 metadata keys read, not rendered: source (1), .*messages\[\]\.name (2)" <<<"$out" &&
+       grep -q "^conversations *4$" <<<"$out"; then ok; else bad "hub_shapes.jsonl under $layout: $out"; fi
+done
 trained() { grep -o "^trained tokens *[0-9]*" <<<"$1" | grep -o "[0-9]*$"; }
 all=$(pack --set data.train_path="$fixtures/all_formats.jsonl" --set data.layout=npass --out "$tmp/rows.jsonl" 2>&1)
 answers=$(pack --set data.train_path="$fixtures/all_formats.jsonl" --set data.layout=npass --set data.train_on=answer \

@@ -16,7 +16,7 @@ small=(--set backend=cpu --set model.init_from=tests/data/hf/qwen3_qknorm_sharde
 pad=$(head -c 4000 /dev/zero | tr '\0' ' ')
 { head -1 "$data/eval.jsonl" | sed "s/^{/{$pad/"; sed -n 2,3p "$data/eval.jsonl"; } > "$tmp/long.jsonl"
 { echo '{"messages": 1}'; sed -n 2,3p "$data/eval.jsonl"; } > "$tmp/bad.jsonl"
-{ head -1 "$data/eval.jsonl" | sed 's/^{/{"id": 5, /'; sed -n 2,3p "$data/eval.jsonl"; } > "$tmp/keys.jsonl"
+{ head -1 "$data/eval.jsonl" | sed 's/^{/{"idx": 5, /'; sed -n 2,3p "$data/eval.jsonl"; } > "$tmp/keys.jsonl"
 
 accuracy() {  # accuracy <eval file> <expected conversations> <description> <settings...>
     local file="$1" want="$2" what="$3"; shift 3

@@ -142,5 +142,28 @@ if out=$(pack --set data.train_path="$tmp/conv.jsonl" --set data.chat_template=q
 elif grep -q "config key 'data.history_thinking': keep: the qwen3 template renders earlier turns without their reasoning" <<<"$out"; then ok
 else bad "keep under qwen3: $out"; fi
 
+# --show LINE: the line's document as written to the rows, token by token (slot, token,
+# target taken from the table against the row's arrays), and its text in segments.
+for layout in duplicate mask_only; do
+    out=$(pack --set data.train_path="$tmp/conv.jsonl" --set data.layout=$layout --out "$tmp/show.jsonl" --show 2 2>&1) \
+        || bad "--show under $layout: $out"
+    read -r d r s e < <(sed -n 's/^document \([0-9]*\): row \([0-9]*\), slots \([0-9]*\)\.\.\([0-9]*\),.*/\1 \2 \3 \4/p' <<<"$out")
+    awk '/^ +[0-9]+ +[0-9]+ +-?[0-9]+ +[a-z]+ +[0-9]+ "/ { print $1, $5, ($NF == "-" ? -1 : $(NF - 1)) }' \
+        <<<"$out" > "$tmp/shown.txt"
+    awk -v R="$r" -v S="$s" -v E="$e" -v D="$d" 'NR == R + 1 {
+        line = $0; gsub(/"[a-z]+": /, "", line); gsub(/[{}]/, "", line); gsub(/^\[|\]$/, "", line)
+        split(line, field, /\], \[/); split(field[1], tok, /, /); split(field[2], tgt, /, /); split(field[6], doc, /, /)
+        for (i = S + 1; i <= E + 1; i++) { if (doc[i] != D) print "doc", i - 1, doc[i]; print i - 1, tok[i], tgt[i] }
+        if (E + 2 <= length(doc) && doc[E + 2] == D) print "longer"; if (S > 0 && doc[S] == D) print "earlier" }' "$tmp/show.jsonl" > "$tmp/written.txt"
+    if [ -n "$e" ] && [ "$(wc -l < "$tmp/shown.txt")" -eq $((e - s + 1)) ] && cmp -s "$tmp/shown.txt" "$tmp/written.txt"; then ok
+    else bad "--show under $layout: the table differs from the written row $r: $(diff "$tmp/shown.txt" "$tmp/written.txt" | head -5)"; fi
+    # The line's first user text (a ShareGPT line: the value after "from": "human").
+    user=$(sed -n 2p "$tmp/conv.jsonl" | grep -o '"\(role\|from\)": *"\(user\|human\)", *"\(content\|value\)": *"[^"]*"' | head -1 | sed 's/.*": *"\(.*\)"$/\1/')
+    if [ -n "$user" ] && grep -qF "$user" <<<"$out" && grep -qF "[turn 0 think, trained]<think>" <<<"$out" &&
+       grep -q "\[turn 1 answer, trained\]" <<<"$out"; then ok; else bad "--show under $layout: text segments: $(grep -A3 '^text:' <<<"$out")"; fi
+done
+if out=$(pack --set data.train_path="$tmp/conv.jsonl" --out "$tmp/x.jsonl" --show 99 2>&1); then bad "--show 99: exit 0"
+elif grep -q "pack: --show 99: no sample of .* comes from line 99" <<<"$out"; then ok; else bad "--show 99: $out"; fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

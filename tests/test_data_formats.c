@@ -117,7 +117,7 @@ static void test_random_round_trips(TestRng *rng) {
             }
             // An unknown key: ignored and counted under ignore_unknown_keys.
             root = json_pack("{s:o, s:o, s:s}", "prompt", prompt, "completions", completions,
-                             "id", "extra keys are ignored");
+                             "extra", "extra keys are ignored");
             char *line = json_dumps(root, JSON_COMPACT);
             Sample s;
             KeyTally tally = {0};
@@ -125,7 +125,7 @@ static void test_random_round_trips(TestRng *rng) {
             int rc = sample_parse_line(line, strlen(line), "rand.jsonl", trial + 1, &ignore, &s, err,
                                        sizeof err);
             EXPECT(rc == 0, "%s", err);
-            EXPECT(tally.total == 1 && tally.n == 1 && strcmp(tally.names[0], "id") == 0,
+            EXPECT(tally.total == 1 && tally.n == 1 && strcmp(tally.names[0], "extra") == 0,
                    "ignored keys: %lld", tally.total);
             key_tally_free(&tally);
             if (rc == 0) {
@@ -254,8 +254,10 @@ static const BadCase BAD_CASES[] = {
      "messages[2].role: the last message must be 'assistant', got 'user'"},
     {"{\"messages\":[{\"role\":\"assistant\",\"content\":\"A\"}]}",
      "messages[0].role: expected 'user' here, got 'assistant'"},
-    {"{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":\"A\"}]}",
-     "messages[1].role: expected 'assistant' here, got 'user'"},
+    {"{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"user\",\"content\":\"q\"}]}",
+     "messages: no assistant message"},
+    {"{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":{}}}]},{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":\"A\"}]}",
+     "messages[2].role: expected 'tool' here, got 'user'"},
     {"{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"assistant\",\"content\":\"A\"}]}",
      "messages[1].role: a system message may only come first"},
     {"{\"conversations\":[{\"from\":\"human\",\"value\":\"q\"},{\"from\":\"robot\",\"value\":\"A\"}]}",
@@ -279,7 +281,7 @@ static const BadCase BAD_CASES[] = {
      "completions: expected an array, got an object"},
     // Newer formats: reasoning names, content parts, TRL, tool use, unknown keys.
     {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"A\", \"reasoning_content\": \"r\", \"thinking\": \"s\"}]}",
-     "messages[1]: both reasoning_content and thinking"},
+     "messages[1]: both reasoning_content and thinking, with different texts"},
     {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\", \"thinking\": \"r\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
      "messages[0].thinking: only assistant messages have reasoning"},
     {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": [{\"type\": \"image_url\", \"image_url\": {\"url\": \"x\"}}]}]}",
@@ -310,8 +312,16 @@ static const BadCase BAD_CASES[] = {
      "messages[2].role: the last message must be 'assistant', got 'tool'"},
     {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\", \"tool_calls\": []}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
      "messages[0].tool_calls: unknown key"},
-    {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\", \"name\": \"bob\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
-     "messages[0].name: unknown key"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\", \"name\": 3}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "messages[0].name: expected a string, got an integer"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"A\", \"reasoning\": \"r\", \"reasoning_content\": \"s\"}]}",
+     "messages[1]: both reasoning_content and reasoning, with different texts"},
+    {"{\"messages\": [{\"role\": \"system\", \"content\": \"s\"}, {\"role\": \"developer\", \"content\": \"d\"}, {\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "messages[1].role: 'developer' is the system message (the chat templates have no developer role), and messages[0] is 'system' already"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"developer\", \"content\": \"d\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "messages[1].role: a system message may only come first"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"A\"}], \"metadatas\": {}}",
+     "metadatas: unknown key (did you mean 'metadata'?)"},
     {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"type\": \"code\", \"function\": {\"name\": \"f\", \"arguments\": {}}}]}, {\"role\": \"tool\", \"content\": \"r\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
      "messages[1].tool_calls[0].type: only \"function\" tool calls"},
     {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": \"{oops\"}}]}, {\"role\": \"tool\", \"content\": \"r\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
@@ -346,8 +356,8 @@ static const BadCase BAD_CASES[] = {
      "tools[0]: expected an object (or a JSON string of one), got an array"},
     {"{\"tools\": \"[\", \"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
      "tools: a string that is not valid JSON"},
-    {"{\"source\": \"web\", \"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
-     "source: unknown key"},
+    {"{\"origin\": \"web\", \"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}",
+     "origin: unknown key"},
     {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"A\", \"foo\": 1}]}",
      "messages[1].foo: unknown key"},
     {"{\"conversations\": [{\"from\": \"human\", \"value\": \"q\", \"weight\": 0}, {\"from\": \"gpt\", \"value\": \"A\"}]}",
@@ -557,9 +567,9 @@ static void test_more_formats(void) {
 
 // Unknown keys: refused naming the field, or ignored and counted by name.
 static void test_unknown_keys(void) {
-    const char *line = "{\"id\": 7, \"messages\": [{\"role\": \"user\", \"content\": \"q\", \"weight\": 1},"
+    const char *line = "{\"idx\": 7, \"messages\": [{\"role\": \"user\", \"content\": \"q\", \"weight\": 1},"
                        "{\"role\": \"assistant\", \"content\": [{\"type\": \"text\", \"text\": \"A\", "
-                       "\"cache\": 1}], \"weight\": 0, \"foo\": null}], \"source\": \"x\"}";
+                       "\"cache\": 1}], \"weight\": 0, \"foo\": null}], \"origin\": \"x\"}";
     char err[512];
     Sample s;
     EXPECT(sample_parse_line(line, strlen(line), "k.jsonl", 3, NULL, &s, err, sizeof err) == -1 &&
@@ -574,7 +584,7 @@ static void test_unknown_keys(void) {
     }
     char what[512];
     key_tally_describe(&tally, what, sizeof what);
-    EXPECT(strcmp(what, "12 unknown keys ignored (data.ignore_unknown_keys): id (2), source (2), "
+    EXPECT(strcmp(what, "12 unknown keys ignored (data.ignore_unknown_keys): idx (2), origin (2), "
                         "messages[].weight (4), messages[].foo (2), messages[].content[].cache (2)") == 0,
            "tally: %s", what);
     key_tally_free(&tally);
@@ -598,6 +608,65 @@ static void test_unknown_keys(void) {
     EXPECT(strstr(listed, "k63 (1), 79936 of other names") != NULL, "80k keys: %s", listed);
     key_tally_free(&many);
     free(big);
+}
+
+// Hub shapes (ShareGPT with "source" and "domain", as open-thoughts sets have it; Nemotron-style "uuid", "license",
+// "metadata" with a developer message, a glaive-style tool call with message names, a
+// vLLM-generated "reasoning"): parsed without data.ignore_unknown_keys, the metadata keys
+// counted by name and never part of a message.
+static void test_hub_shapes(void) {
+    Dataset d;
+    dataset_load("tests/data/hub_shapes.jsonl", &(LoadOptions){0}, &d);
+    EXPECT(d.n_samples == 4, "%d samples", d.n_samples);
+    if (d.n_samples != 4) return;
+    const WantMessage openthoughts[] = {
+        M(MSG_SYSTEM, "Your role as an assistant involves thoroughly exploring questions.", NULL),
+        M(MSG_USER, "Add 2 and 3.", NULL), M(MSG_ASSISTANT, "The result is 5.", "2+3=5.")};
+    check_want(&d.samples[0], openthoughts, 3, 1);
+    const WantMessage nemotron[] = {M(MSG_SYSTEM, "Reason step by step.", NULL),
+                                    M(MSG_USER, "Add 2 and 3.", NULL),
+                                    M(MSG_ASSISTANT, "The result is 5.", "2+3=5.")};
+    check_want(&d.samples[1], nemotron, 3, 2);
+    const WantMessage glaive[] = {
+        M(MSG_USER, "Weather in Paris?", NULL),
+        M(MSG_ASSISTANT, "", NULL, .calls = {{"get_weather", "{\"city\": \"Paris\"}"}}),
+        M(MSG_TOOL, "{\"temp\": 21}", NULL, .name = "get_weather", .tool_call_id = "call_1"),
+        M(MSG_ASSISTANT, "It is 21 degrees.", NULL)};
+    check_want(&d.samples[2], glaive, 4, 3);
+    const WantMessage vllm[] = {M(MSG_USER, "Add 2 and 3.", NULL),
+                                M(MSG_ASSISTANT, "The result is 5.", "2+3=5."),
+                                M(MSG_USER, "Now double it.", NULL),
+                                M(MSG_ASSISTANT, "The result is 10.", "5*2=10.")};
+    check_want(&d.samples[3], vllm, 4, 4);
+    char what[1024];
+    metadata_tally_describe(&d.metadata, what, sizeof what);
+    EXPECT(strcmp(what, "14 metadata keys read, not rendered: source (1), domain (1), difficulty (1), "
+                        "uuid (1), license (1), generator (1), version (1), category (1), metadata (1), "
+                        "id (1), messages[].name (2), conversation_id (1), model (1)") == 0,
+           "metadata: %s", what);
+    EXPECT(d.ignored.total == 0, "%lld keys ignored", d.ignored.total);
+    dataset_free(&d);
+}
+
+// Consecutive user messages (as chat logs and some Hub sets have them): kept as they are,
+// each its own user message, in the prompt of the reply after them.
+static void test_consecutive_users(void) {
+    Dataset d;
+    dataset_load("tests/data/consecutive_users.jsonl", &(LoadOptions){0}, &d);
+    EXPECT(d.n_samples == 3, "%d samples", d.n_samples);
+    if (d.n_samples != 3) return;
+    const WantMessage two[] = {M(MSG_SYSTEM, "You add numbers.", NULL),
+                               M(MSG_USER, "I have 2 apples.", NULL),
+                               M(MSG_USER, "And 3 pears. How many fruits?", NULL),
+                               M(MSG_ASSISTANT, "5 fruits.", "2 + 3 = 5."),
+                               M(MSG_USER, "Add 4 plums.", NULL),
+                               M(MSG_ASSISTANT, "9 fruits.", "5 + 4 = 9.")};
+    check_want(&d.samples[0], two, 6, 1);
+    check_want(&d.samples[1], two + 1, 5, 2);  // ShareGPT: human, human, gpt
+    const WantMessage three[] = {M(MSG_USER, "Hi.", NULL), M(MSG_USER, "Are you there?", NULL),
+                                 M(MSG_USER, "Say yes.", NULL), M(MSG_ASSISTANT, "Yes.", "Answer yes.")};
+    check_want(&d.samples[2], three, 4, 3);
+    dataset_free(&d);
 }
 
 // data.max_line_bytes: a line of exactly the limit (a '\r' before its '\n' not counted) is
@@ -632,6 +701,8 @@ int main(void) {
     test_dataset_files(&rng);
     test_more_formats();
     test_unknown_keys();
+    test_hub_shapes();
+    test_consecutive_users();
     test_max_line_bytes();
     return test_finish();
 }

@@ -397,11 +397,12 @@ static void test_synthetic_data(const char *tokenizer_path, const ChatTemplate *
         LayoutKind layout;
     } cases[] = {{"datasets/synthetic/train.jsonl", LAYOUT_DUPLICATE},
                  {"datasets/synthetic/shared_prefix.jsonl", LAYOUT_SHARED_PREFIX},
+                 {"tests/data/consecutive_users.jsonl", LAYOUT_DUPLICATE},
                  {"datasets/tool_use/train.jsonl", LAYOUT_DUPLICATE}};
     // The tool-use data under the templates that render tools (the others refuse it).
-    const int n_cases = chat_template->tools ? 3 : 2;
+    const int n_cases = chat_template->tools ? 4 : 3;
     for (int c = 0; c < n_cases; c++) {
-        const bool tools = c == 2;
+        const bool tools = c == 3;
         DataOptions opt = {.layout = LAYOUT_NPASS, .seq_len = 8192,
                            .max_samples = tools ? 40 : 6, .chat_template = chat_template};
         PackedDataset ref_data, data;

@@ -218,7 +218,7 @@ int main(void) {
 
     char err[2048];
     const size_t gib = (size_t)1 << 30;
-    const CudaMemoryRequest tiny_request = {&tiny, 1, 128, MODEL_RECOMPUTE_MLP, NULL};
+    const CudaMemoryRequest tiny_request = {&tiny, 1, 128, MODEL_RECOMPUTE_MLP, NULL, false};
     CudaMemoryEstimate got;
     EXPECT(cuda_memory_check(&tiny_request, e.total - workspace, 140 * gib, &got, err,
                              sizeof err) == 0 &&
@@ -230,7 +230,7 @@ int main(void) {
 
     // Too many rows: refused naming the keys and the largest train.micro_rows that fits
     // (it fits, one more does not).
-    const CudaMemoryRequest huge = {&mid, 60000, 1024, MODEL_RECOMPUTE_MLP, stand_in_workspace};
+    const CudaMemoryRequest huge = {&mid, 60000, 1024, MODEL_RECOMPUTE_MLP, stand_in_workspace, false};
     EXPECT(cuda_memory_check(&huge, 100 * gib, 140 * gib, NULL, err, sizeof err) == -1 &&
                strstr(err, "train.micro_rows") && strstr(err, "data.seq_len") &&
                strstr(err, "100.00 GiB are free (of 140.00)") && strstr(err, "60000 x 1024") &&
@@ -245,7 +245,7 @@ int main(void) {
     // it: refused naming train.recompute=layer first, and the estimate that has.
     ModelConfig qwen06 = config(1024, 16, 8, 3072, 28, 151936);
     qwen06.head_dim = 128, qwen06.qk_norm = true;
-    const CudaMemoryRequest longrow = {&qwen06, 1, 131072, MODEL_RECOMPUTE_MLP, stand_in_workspace};
+    const CudaMemoryRequest longrow = {&qwen06, 1, 131072, MODEL_RECOMPUTE_MLP, stand_in_workspace, false};
     const size_t mlp_total = request_total(&longrow, 1, 131072, MODEL_RECOMPUTE_MLP);
     const size_t layer_total = request_total(&longrow, 1, 131072, MODEL_RECOMPUTE_LAYER);
     const size_t between = (mlp_total + layer_total) / 2;
@@ -259,7 +259,7 @@ int main(void) {
            mlp_total / (double)gib, layer_total / (double)gib, between / (double)gib, err);
     // From none, mlp is named first when it fits.
     const CudaMemoryRequest kept_all = {&qwen06, 1, 131072, MODEL_RECOMPUTE_NONE,
-                                        stand_in_workspace};
+                                        stand_in_workspace, false};
     EXPECT(cuda_memory_check(&kept_all, mlp_total, 140 * gib, NULL, err, sizeof err) == -1 &&
                strstr(err, "it fits with train.recompute=mlp"),
            "from none, mlp named first (%s)", err);
@@ -276,11 +276,11 @@ int main(void) {
            "data.seq_len=%d is the largest multiple of 64 that fits (%s)", seq, err);
 
     const ModelConfig big = config(8192, 64, 8, 28672, 80, 128256);  // a 70B shape
-    const CudaMemoryRequest model = {&big, 1, 1024, MODEL_RECOMPUTE_MLP, NULL};
+    const CudaMemoryRequest model = {&big, 1, 1024, MODEL_RECOMPUTE_MLP, NULL, false};
     EXPECT(cuda_memory_check(&model, 139 * gib, 140 * gib, NULL, err, sizeof err) == -1 &&
                strstr(err, "model.hidden_size") && strstr(err, "lower the model's size"),
            "a 70B model: refused naming the model keys (%s)", err);
-    const CudaMemoryRequest over = {&tiny, 65536, 1 << 20, MODEL_RECOMPUTE_MLP, NULL};
+    const CudaMemoryRequest over = {&tiny, 65536, 1 << 20, MODEL_RECOMPUTE_MLP, NULL, false};
     EXPECT(cuda_memory_check(&over, 140 * gib, 140 * gib, NULL, err, sizeof err) == -1 &&
                strstr(err, "65536 x 1048576") && strstr(err, "train.micro_rows"),
            "2^36 tokens per micro-batch: refused (%s)", err);

@@ -29,6 +29,7 @@ typedef struct {
     int micro_rows, seq_len;  // the largest micro-batch
     bool deterministic;       // bitwise reproducible gradients (GPU attention backward)
     ModelRecompute recompute;  // what the backward recomputes instead of keeping
+    bool offload_optimizer;    // cuda: master weights and AdamW m, v in host memory
 } BackendSetup;
 
 typedef struct {

@@ -5,6 +5,10 @@
 // by cuda_model_create.
 // A step allocates nothing: the attention backward's scratch is a workspace in that
 // arena.
+// With train.offload_optimizer the low halves and m, v live in pinned host memory
+// instead, beside a host copy of the bf16 weights and of the gradients; the device keeps
+// the bf16 weights, the gradients and the two norms, and AdamW runs on the host
+// (offload_step, docs/DESIGN.md "Offloaded optimizer").
 #include "trainer/backend_cuda.h"
 
 #include <math.h>
@@ -33,7 +37,19 @@ struct CudaTrainer {
     AdamWState adamw;          // m, v: device, in optimizer; step: updates applied
     float *host_scalar;        // [1] pinned: a norm read back
     const DistComm *reducing;  // the comm the backward hands its final gradients to, or NULL
+    // train.offload_optimizer: master_lo, adamw.m, adamw.v are pinned host memory, with
+    // host_hi (the bf16 weights' host copy) and host_grads; copies on copy_stream.
+    bool offload;
+    uint16_t *host_hi;
+    float *host_grads;
+    cudaStream_t copy_stream;
+    cudaEvent_t *down, *up;  // [n_chunks]: a chunk's gradients down, its weights up
+    int n_chunks;
 };
+
+// The offloaded update's unit: gradients come down, AdamW runs and the weights go up a
+// chunk of this many elements at a time, so the copies overlap the host's arithmetic.
+static const size_t OFFLOAD_CHUNK = (size_t)1 << 24;
 
 // ops_cuda_init's process-wide scratch, shared by every live trainer.
 static int g_live_trainers, g_ops_tokens, g_ops_channels;
@@ -79,9 +95,13 @@ static void *cuda_create(const BackendSetup *setup) {
     size_t free_bytes, total_bytes;
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
     const CudaMemoryRequest request = {setup->mc, setup->micro_rows, setup->seq_len,
-                                       setup->recompute, cuda_model_attention_workspace_bytes};
+                                       setup->recompute, cuda_model_attention_workspace_bytes,
+                                       setup->offload_optimizer};
     char err[2048];
     if (cuda_memory_check(&request, free_bytes, total_bytes, nullptr, err, sizeof err) != 0)
+        fatal("%s", err);
+    if (setup->offload_optimizer &&
+        cuda_offload_host_check(setup->mc, host_memory_available(), err, sizeof err) != 0)
         fatal("%s", err);
     cudaCheck(cudaGetDevice(&g_device));
     CudaTrainer *t = (CudaTrainer *)xcalloc(1, sizeof *t);
@@ -98,12 +118,29 @@ static void *cuda_create(const BackendSetup *setup) {
     t->stream = cuda_model_stream(t->model);
     cudaCheck(cudaMalloc(&t->weights, t->n * sizeof(__nv_bfloat16)));
     cudaCheck(cudaMalloc(&t->grads, t->n * sizeof(float)));
-    cudaCheck(cudaMalloc(&t->master_lo, t->n * sizeof(uint16_t)));
-    cudaCheck(cudaMalloc(&t->optimizer, (2 * t->n + 2) * sizeof(float)));
     t->adamw.n = t->n;
-    t->adamw.m = t->optimizer;
-    t->adamw.v = t->optimizer + t->n;
-    t->grad_norm = t->optimizer + 2 * t->n;
+    t->offload = setup->offload_optimizer;
+    if (t->offload) {
+        cudaCheck(cudaMalloc(&t->optimizer, 2 * sizeof(float)));
+        t->grad_norm = t->optimizer;
+        cudaCheck(cudaMallocHost(&t->master_lo, t->n * sizeof(uint16_t)));
+        cudaCheck(cudaMallocHost(&t->host_hi, t->n * sizeof(uint16_t)));
+        cudaCheck(cudaMallocHost(&t->adamw.m, t->n * sizeof(float)));
+        cudaCheck(cudaMallocHost(&t->adamw.v, t->n * sizeof(float)));
+        cudaCheck(cudaMallocHost(&t->host_grads, t->n * sizeof(float)));
+        cudaCheck(cudaStreamCreateWithFlags(&t->copy_stream, cudaStreamNonBlocking));
+        t->n_chunks = (int)((t->n + OFFLOAD_CHUNK - 1) / OFFLOAD_CHUNK);
+        t->down = (cudaEvent_t *)xmalloc(2 * (size_t)t->n_chunks * sizeof(cudaEvent_t));
+        t->up = t->down + t->n_chunks;
+        for (int c = 0; c < 2 * t->n_chunks; c++)
+            cudaCheck(cudaEventCreateWithFlags(&t->down[c], cudaEventDisableTiming));
+    } else {
+        cudaCheck(cudaMalloc(&t->master_lo, t->n * sizeof(uint16_t)));
+        cudaCheck(cudaMalloc(&t->optimizer, (2 * t->n + 2) * sizeof(float)));
+        t->adamw.m = t->optimizer;
+        t->adamw.v = t->optimizer + t->n;
+        t->grad_norm = t->optimizer + 2 * t->n;
+    }
     t->weight_norm = t->grad_norm + 1;
     cudaCheck(cudaMallocHost(&t->host_scalar, sizeof(float)));
     return t;
@@ -113,7 +150,19 @@ static void cuda_destroy(void *state) {
     CudaTrainer *t = (CudaTrainer *)state;
     cuda_model_free(t->model);  // waits for the stream
     cudaCheck(cudaFree(t->weights));
-    cudaCheck(cudaFree(t->master_lo));
+    if (t->offload) {
+        cudaCheck(cudaStreamSynchronize(t->copy_stream));
+        for (int c = 0; c < 2 * t->n_chunks; c++) cudaCheck(cudaEventDestroy(t->down[c]));
+        free(t->down);
+        cudaCheck(cudaStreamDestroy(t->copy_stream));
+        cudaCheck(cudaFreeHost(t->master_lo));
+        cudaCheck(cudaFreeHost(t->host_hi));
+        cudaCheck(cudaFreeHost(t->adamw.m));
+        cudaCheck(cudaFreeHost(t->adamw.v));
+        cudaCheck(cudaFreeHost(t->host_grads));
+    } else {
+        cudaCheck(cudaFree(t->master_lo));
+    }
     cudaCheck(cudaFree(t->grads));
     cudaCheck(cudaFree(t->optimizer));
     cudaCheck(cudaFreeHost(t->host_scalar));
@@ -144,9 +193,24 @@ static void transfer_master(CudaTrainer *t, float *params, cudaMemcpyKind kind) 
     free(hi);
 }
 
+// The offloaded master weights: split or joined on the host; set_state sends the high
+// halves up.
+static void offload_set_state(CudaTrainer *t, const float *params, const AdamWState *opt) {
+    cudaCheck(cudaStreamSynchronize(t->copy_stream));  // no upload still reads host_hi
+    cudaCheck(cudaStreamSynchronize(t->stream));
+    split_floats(params, t->n, t->host_hi, t->master_lo);
+    memcpy(t->adamw.m, opt->m, t->n * sizeof(float));
+    memcpy(t->adamw.v, opt->v, t->n * sizeof(float));
+    cudaCheck(cudaMemcpyAsync(t->weights, t->host_hi, t->n * sizeof(uint16_t),
+                              cudaMemcpyHostToDevice, t->stream));
+    cudaCheck(cudaStreamSynchronize(t->stream));
+    t->adamw.step = opt->step;
+}
+
 static void cuda_set_state(void *state, const float *params, const AdamWState *opt) {
     CudaTrainer *t = (CudaTrainer *)state;
     CHECK(opt->n == t->n, "optimizer state has %zu elements, model %zu", opt->n, t->n);
+    if (t->offload) return offload_set_state(t, params, opt);
     const size_t bytes = t->n * sizeof(float);
     transfer_master(t, (float *)params, cudaMemcpyHostToDevice);
     cudaCheck(cudaMemcpyAsync(t->adamw.m, opt->m, bytes, cudaMemcpyHostToDevice, t->stream));
@@ -157,6 +221,13 @@ static void cuda_set_state(void *state, const float *params, const AdamWState *o
 
 static void cuda_get_state(void *state, float *params, AdamWState *opt) {
     CudaTrainer *t = (CudaTrainer *)state;
+    if (t->offload) {  // host_hi is what went up last
+        join_floats(t->host_hi, t->master_lo, t->n, params);
+        memcpy(opt->m, t->adamw.m, t->n * sizeof(float));
+        memcpy(opt->v, t->adamw.v, t->n * sizeof(float));
+        opt->step = t->adamw.step;
+        return;
+    }
     const size_t bytes = t->n * sizeof(float);
     transfer_master(t, params, cudaMemcpyDeviceToHost);
     cudaCheck(cudaMemcpyAsync(opt->m, t->adamw.m, bytes, cudaMemcpyDeviceToHost, t->stream));
@@ -224,11 +295,42 @@ static double cuda_grad_norm(void *state) {
     return *read_scalar(t, t->grad_norm);
 }
 
+// The offloaded update, after the backward (and the all-reduce) on t->stream: every
+// chunk's gradients are queued down on t->stream, an event after each; the host waits
+// for a chunk's, runs AdamW on it (adamw_split_range_cpu, OpenMP) and queues its bf16
+// weights up on copy_stream, while the later chunks still come down. The model's stream
+// waits for every chunk's upload before its next kernel (the next forward). The clipping
+// scale is the CUDA kernel's, from the device norm that grad_norm left in t->grad_norm.
+static void offload_step(CudaTrainer *t, const AdamWHyper *h, float max_grad_norm) {
+    const float norm = *read_scalar(t, t->grad_norm);
+    const float clip_scale = adamw_clip_scale(norm, max_grad_norm);
+    for (int c = 0; c < t->n_chunks; c++) {
+        const size_t from = (size_t)c * OFFLOAD_CHUNK;
+        const size_t k = t->n - from < OFFLOAD_CHUNK ? t->n - from : OFFLOAD_CHUNK;
+        cudaCheck(cudaMemcpyAsync(t->host_grads + from, t->grads + from, k * sizeof(float),
+                                  cudaMemcpyDeviceToHost, t->stream));
+        cudaCheck(cudaEventRecord(t->down[c], t->stream));
+    }
+    t->adamw.step++;
+    for (int c = 0; c < t->n_chunks; c++) {
+        const size_t from = (size_t)c * OFFLOAD_CHUNK;
+        const size_t k = t->n - from < OFFLOAD_CHUNK ? t->n - from : OFFLOAD_CHUNK;
+        cudaCheck(cudaEventSynchronize(t->down[c]));
+        adamw_split_range_cpu(&t->adamw, t->table, h, from, from + k, t->host_hi, t->master_lo,
+                              t->host_grads, clip_scale);
+        cudaCheck(cudaMemcpyAsync(t->weights + from, t->host_hi + from, k * sizeof(uint16_t),
+                                  cudaMemcpyHostToDevice, t->copy_stream));
+        cudaCheck(cudaEventRecord(t->up[c], t->copy_stream));
+        cudaCheck(cudaStreamWaitEvent(t->stream, t->up[c], 0));
+    }
+}
+
 // Clipping uses the device norm that grad_norm left in t->grad_norm.
 static void cuda_optimizer_step(void *state, const AdamWHyper *h, double grad_norm,
                                 double max_grad_norm) {
     (void)grad_norm;
     CudaTrainer *t = (CudaTrainer *)state;
+    if (t->offload) return offload_step(t, h, (float)max_grad_norm);
     adamw_step_cuda(&t->adamw, t->table, h, t->weights, t->master_lo, t->grads, t->grad_norm,
                     (float)max_grad_norm, t->stream);
 }
@@ -236,6 +338,13 @@ static void cuda_optimizer_step(void *state, const AdamWHyper *h, double grad_no
 // A finite norm means every element is finite; only then is the buffer left on the GPU.
 static const char *cuda_first_nonfinite(void *state, bool grads) {
     CudaTrainer *t = (CudaTrainer *)state;
+    if (!grads && t->offload) {  // the master is on the host
+        float *host = (float *)xmalloc(t->n * sizeof(float));
+        join_floats(t->host_hi, t->master_lo, t->n, host);
+        const char *name = param_table_first_nonfinite(t->table, host);
+        free(host);
+        return name;
+    }
     if (grads)
         grad_global_norm_cuda(t->weight_norm, t->grads, t->n, t->stream);
     else

@@ -36,9 +36,11 @@ typedef struct {
     int micro_rows, seq_len;    // train.micro_rows, data.seq_len
     ModelRecompute recompute;   // train.recompute
     AttnWorkspaceBytes workspace;  // NULL: none (0 bytes)
+    bool offload_optimizer;     // train.offload_optimizer: master halves, m, v on the host
 } CudaMemoryRequest;
 
-// The estimate of the request (cuda_memory_estimate with its workspace).
+// The estimate of the request (cuda_memory_estimate with its workspace); with
+// offload_optimizer the state is the bf16 weights, the fp32 gradients and two norms.
 CudaMemoryEstimate cuda_memory_request_estimate(const CudaMemoryRequest *r);
 
 // Refuses a request whose estimate (written to *e when e is not NULL) is above free_bytes
@@ -52,3 +54,17 @@ CudaMemoryEstimate cuda_memory_request_estimate(const CudaMemoryRequest *r);
 // decide and it says to lower the model's size (the model.* keys). Returns 0 or -1.
 int cuda_memory_check(const CudaMemoryRequest *r, size_t free_bytes, size_t total_bytes,
                       CudaMemoryEstimate *e, char *err, size_t err_len);
+
+// Host memory of train.offload_optimizer (trainer/backend_cuda.cu): pinned low halves of
+// the master weights, their bf16 high halves (the copy the updated weights go up from),
+// AdamW m, v and the gradients brought down: 16 bytes per parameter.
+size_t cuda_offload_host_bytes(const ModelConfig *mc);
+
+// The host memory available to a new allocation: /proc/meminfo's MemAvailable, else
+// sysconf's available pages; 0 when neither tells.
+size_t host_memory_available(void);
+
+// Refuses (-1, the message naming train.offload_optimizer, the estimate and what is
+// available) when cuda_offload_host_bytes(mc) exceeds available_bytes; 0 when it fits.
+int cuda_offload_host_check(const ModelConfig *mc, size_t available_bytes, char *err,
+                            size_t err_len);

@@ -158,7 +158,8 @@ static void *create_backend(const TrainBackendOps *ops, const ModelConfig *mc,
                             const RunSettings *s, int seq_len, const TrainState *state) {
     const BackendSetup setup = {.mc = mc, .table = &state->table, .micro_rows = s->micro_rows,
                                 .seq_len = seq_len, .deterministic = s->deterministic,
-                                .recompute = s->recompute};
+                                .recompute = s->recompute,
+                                .offload_optimizer = s->offload_optimizer};
     void *backend = ops->create(&setup);
     ops->set_state(backend, state->params, &state->opt);
     return backend;

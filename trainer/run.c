@@ -37,6 +37,7 @@ RunSettings run_settings_from(const RunConfig *c, Backend backend) {
         .shuffle = c->train.shuffle,
         .deterministic = c->train.deterministic,
         .recompute = run_recompute_from(c),
+        .offload_optimizer = c->train.offload_optimizer,
         .lr = c->train.lr,
         .min_lr_ratio = c->train.min_lr_ratio,
         .max_grad_norm = c->train.grad_clip,

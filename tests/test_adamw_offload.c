@@ -81,9 +81,10 @@ static void test_matches_adamw_step_cpu(TestRng *rng) {
             off.step++;
             const size_t cut1 = (size_t)test_rng_int(rng, 0, (int)n), cut2 = (size_t)test_rng_int(rng, 0, (int)n);
             const size_t a = cut1 < cut2 ? cut1 : cut2, b = cut1 < cut2 ? cut2 : cut1;
-            adamw_split_range_cpu(&off, &table, &h, b, n, hi, lo, g, scale);
-            adamw_split_range_cpu(&off, &table, &h, 0, a, hi, lo, g, scale);
-            adamw_split_range_cpu(&off, &table, &h, a, b, hi, lo, g, scale);
+            bool finite = adamw_split_range_cpu(&off, &table, &h, b, n, hi, lo, g, scale);
+            finite &= adamw_split_range_cpu(&off, &table, &h, 0, a, hi, lo, g, scale);
+            finite &= adamw_split_range_cpu(&off, &table, &h, a, b, hi, lo, g, scale);
+            EXPECT(finite, "finite weights reported finite");
             join_floats(hi, lo, n, joined);
             for (size_t i = 0; i < n; i++) {
                 uint32_t bits;
@@ -96,6 +97,16 @@ static void test_matches_adamw_step_cpu(TestRng *rng) {
                 }
             }
         }
+        // A weight made infinite by the update is reported (and still equals the CPU's).
+        const size_t at = (size_t)test_rng_int(rng, 0, (int)n - 1);
+        for (size_t i = 0; i < n; i++) g[i] = 0.0f;
+        g[at] = INFINITY;
+        adamw_step_cpu(&ref, &table, &h, p, g);
+        off.step++;
+        const bool all_finite = adamw_split_range_cpu(&off, &table, &h, 0, n, hi, lo, g, 1.0f);
+        join_floats(hi, lo, n, joined);
+        EXPECT(!all_finite && !isfinite(joined[at]) && isfinite(joined[(at + 1) % n]),
+               "a non-finite update at %zu is reported", at);
         EXPECT(mismatched == 0 && off.step == ref.step,
                "flags %d: split host AdamW equals adamw_step_cpu bit for bit (%d differ)", flags,
                mismatched);

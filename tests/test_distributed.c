@@ -443,7 +443,7 @@ static void test_loss_over_ranks(const PackedDataset *data, const ModelConfig *m
     AdamWState opt;
     adamw_init(&opt, n);
     const BackendSetup setup = {mc, &table, MICRO_ROWS, data->rows.seq_len, true,
-                                MODEL_RECOMPUTE_MLP};
+                                MODEL_RECOMPUTE_MLP, false};
     void *backend = ops->create(&setup);
     ops->set_state(backend, params, &opt);
 

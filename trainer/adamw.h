@@ -55,7 +55,8 @@ float adamw_clip_scale(float grad_norm, float max_grad_norm);
 // (adamw_clip_scale's) as it is read. s->step is the update count after incrementing
 // (the caller increments it once per step, before the first range). Bit for bit
 // adamw_step_cpu on the decoded weights (after grads *= clip_scale) and the CUDA kernel.
-void adamw_split_range_cpu(const AdamWState *s, const ParamTable *table, const AdamWHyper *h,
+// Returns whether every updated weight is finite.
+bool adamw_split_range_cpu(const AdamWState *s, const ParamTable *table, const AdamWHyper *h,
                            size_t from, size_t to, uint16_t *hi, uint16_t *lo, const float *grads,
                            float clip_scale);
 

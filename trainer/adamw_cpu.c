@@ -72,13 +72,14 @@ float adamw_clip_scale(float grad_norm, float max_grad_norm) {
     return (float)((double)max_grad_norm / (grad_norm + 1e-6));
 }
 
-void adamw_split_range_cpu(const AdamWState *s, const ParamTable *table, const AdamWHyper *h,
+bool adamw_split_range_cpu(const AdamWState *s, const ParamTable *table, const AdamWHyper *h,
                            size_t from, size_t to, uint16_t *hi, uint16_t *lo, const float *grads,
                            float clip_scale) {
     CHECK(s->n == table->total && to <= s->n && s->step >= 1,
           "optimizer state of %zu elements at step %ld, model %zu, range to %zu", s->n, s->step,
           table->total, to);
     const AdamWScalars k = adamw_scalars(h, s->step);
+    bool finite = true;
     for (int ti = 0; ti < table->n_tensors; ti++) {
         const ParamTensor *t = &table->tensors[ti];
         const size_t a = t->offset > from ? t->offset : from;
@@ -87,7 +88,7 @@ void adamw_split_range_cpu(const AdamWState *s, const ParamTable *table, const A
         // As adamw_update_cuda: weight decay 0 for the tensors it skips.
         const float decay = 1.0f - h->lr * (adamw_decays(t, h) ? h->weight_decay : 0.0f);
         float *m = s->m, *v = s->v;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) reduction(&& : finite)
         for (size_t i = a; i < b; i++) {
             uint32_t bits = split_float_join(hi[i], lo[i]);
             float p;
@@ -96,8 +97,10 @@ void adamw_split_range_cpu(const AdamWState *s, const ParamTable *table, const A
             memcpy(&bits, &p, sizeof bits);
             hi[i] = split_float_hi(bits);
             lo[i] = (uint16_t)bits;
+            finite = finite && isfinite(p);
         }
     }
+    return finite;
 }
 
 double grad_global_norm_cpu(const float *grads, size_t n) {

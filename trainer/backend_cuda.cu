@@ -45,6 +45,7 @@ struct CudaTrainer {
     cudaStream_t copy_stream;
     cudaEvent_t *down, *up;  // [n_chunks]: a chunk's gradients down, its weights up
     int n_chunks;
+    bool finite;  // every master weight finite (offload: known from set_state and the update)
 };
 
 // The offloaded update's unit: gradients come down, AdamW runs and the weights go up a
@@ -199,6 +200,7 @@ static void offload_set_state(CudaTrainer *t, const float *params, const AdamWSt
     cudaCheck(cudaStreamSynchronize(t->copy_stream));  // no upload still reads host_hi
     cudaCheck(cudaStreamSynchronize(t->stream));
     split_floats(params, t->n, t->host_hi, t->master_lo);
+    t->finite = param_table_first_nonfinite(t->table, params) == NULL;
     memcpy(t->adamw.m, opt->m, t->n * sizeof(float));
     memcpy(t->adamw.v, opt->v, t->n * sizeof(float));
     cudaCheck(cudaMemcpyAsync(t->weights, t->host_hi, t->n * sizeof(uint16_t),
@@ -312,12 +314,13 @@ static void offload_step(CudaTrainer *t, const AdamWHyper *h, float max_grad_nor
         cudaCheck(cudaEventRecord(t->down[c], t->stream));
     }
     t->adamw.step++;
+    t->finite = true;
     for (int c = 0; c < t->n_chunks; c++) {
         const size_t from = (size_t)c * OFFLOAD_CHUNK;
         const size_t k = t->n - from < OFFLOAD_CHUNK ? t->n - from : OFFLOAD_CHUNK;
         cudaCheck(cudaEventSynchronize(t->down[c]));
-        adamw_split_range_cpu(&t->adamw, t->table, h, from, from + k, t->host_hi, t->master_lo,
-                              t->host_grads, clip_scale);
+        t->finite &= adamw_split_range_cpu(&t->adamw, t->table, h, from, from + k, t->host_hi,
+                                           t->master_lo, t->host_grads, clip_scale);
         cudaCheck(cudaMemcpyAsync(t->weights + from, t->host_hi + from, k * sizeof(uint16_t),
                                   cudaMemcpyHostToDevice, t->copy_stream));
         cudaCheck(cudaEventRecord(t->up[c], t->copy_stream));
@@ -338,7 +341,8 @@ static void cuda_optimizer_step(void *state, const AdamWHyper *h, double grad_no
 // A finite norm means every element is finite; only then is the buffer left on the GPU.
 static const char *cuda_first_nonfinite(void *state, bool grads) {
     CudaTrainer *t = (CudaTrainer *)state;
-    if (!grads && t->offload) {  // the master is on the host
+    if (!grads && t->offload) {  // the master is on the host; where, only when not finite
+        if (t->finite) return NULL;
         float *host = (float *)xmalloc(t->n * sizeof(float));
         join_floats(t->host_hi, t->master_lo, t->n, host);
         const char *name = param_table_first_nonfinite(t->table, host);

@@ -46,12 +46,6 @@ struct CudaTrainer {
     cudaEvent_t *down, *up;  // [n_chunks]: a chunk's gradients down, its weights up
     int n_chunks;
     bool finite;  // every master weight finite (offload: known from set_state and the update)
-    // One rank: the last micro-batch's backward sends each part of the gradients down
-    // as it completes it (offload_grads_ready); [streamed_from, n) are on their way,
-    // all of them once grads_streamed, grads_down recorded after the last copy.
-    size_t streamed_from;
-    bool grads_streamed;
-    cudaEvent_t grads_done, grads_down;
 };
 
 // The offloaded update's unit: gradients come down, AdamW runs and the weights go up a
@@ -141,8 +135,6 @@ static void *cuda_create(const BackendSetup *setup) {
         t->up = t->down + t->n_chunks;
         for (int c = 0; c < 2 * t->n_chunks; c++)
             cudaCheck(cudaEventCreateWithFlags(&t->down[c], cudaEventDisableTiming));
-        cudaCheck(cudaEventCreateWithFlags(&t->grads_done, cudaEventDisableTiming));
-        cudaCheck(cudaEventCreateWithFlags(&t->grads_down, cudaEventDisableTiming));
     } else {
         cudaCheck(cudaMalloc(&t->master_lo, t->n * sizeof(uint16_t)));
         cudaCheck(cudaMalloc(&t->optimizer, (2 * t->n + 2) * sizeof(float)));
@@ -162,8 +154,6 @@ static void cuda_destroy(void *state) {
     if (t->offload) {
         cudaCheck(cudaStreamSynchronize(t->copy_stream));
         for (int c = 0; c < 2 * t->n_chunks; c++) cudaCheck(cudaEventDestroy(t->down[c]));
-        cudaCheck(cudaEventDestroy(t->grads_done));
-        cudaCheck(cudaEventDestroy(t->grads_down));
         free(t->down);
         cudaCheck(cudaStreamDestroy(t->copy_stream));
         cudaCheck(cudaFreeHost(t->master_lo));
@@ -250,7 +240,6 @@ static void cuda_get_state(void *state, float *params, AdamWState *opt) {
 
 static void cuda_zero_grads(void *state) {
     CudaTrainer *t = (CudaTrainer *)state;
-    t->grads_streamed = false;
     cudaCheck(cudaMemsetAsync(t->grads, 0, t->n * sizeof(float), t->stream));
 }
 
@@ -287,33 +276,9 @@ static void grads_ready(void *ctx, size_t from, cudaStream_t stream) {
     t->reducing->sum_floats_ready(t->reducing, t->grads, from, stream);
 }
 
-// Offload, one rank: [from, streamed_from) of the gradients are final; they go down on
-// copy_stream behind the backward.
-static void offload_grads_ready(void *ctx, size_t from, cudaStream_t stream) {
-    CudaTrainer *t = (CudaTrainer *)ctx;
-    CHECK(from < t->streamed_from, "gradients from %zu ready after those from %zu", from,
-          t->streamed_from);
-    cudaCheck(cudaEventRecord(t->grads_done, stream));
-    cudaCheck(cudaStreamWaitEvent(t->copy_stream, t->grads_done, 0));
-    cudaCheck(cudaMemcpyAsync(t->host_grads + from, t->grads + from,
-                              (t->streamed_from - from) * sizeof(float), cudaMemcpyDeviceToHost,
-                              t->copy_stream));
-    t->streamed_from = from;
-    if (from == 0) {
-        cudaCheck(cudaEventRecord(t->grads_down, t->copy_stream));
-        t->grads_streamed = true;
-    }
-}
-
 static void cuda_reduce_grads_during_backward(void *state, const DistComm *comm) {
     CudaTrainer *t = (CudaTrainer *)state;
     check_device_comm(comm);
-    if (t->offload && comm->world_size == 1) {  // nothing to sum: straight down
-        t->streamed_from = t->n;
-        t->grads_streamed = false;
-        cuda_model_set_grads_ready(t->model, offload_grads_ready, t);
-        return;
-    }
     if (!comm->sum_floats_ready) return;
     t->reducing = comm;
     cuda_model_set_grads_ready(t->model, grads_ready, t);
@@ -338,15 +303,10 @@ static double cuda_grad_norm(void *state) {
 // weights up on copy_stream, while the later chunks still come down. The model's stream
 // waits for every chunk's upload before its next kernel (the next forward). The clipping
 // scale is the CUDA kernel's, from the device norm that grad_norm left in t->grad_norm.
-// With one rank the gradients already came down during the backward
-// (offload_grads_ready): the host waits for the last copy instead.
 static void offload_step(CudaTrainer *t, const AdamWHyper *h, float max_grad_norm) {
     const float norm = *read_scalar(t, t->grad_norm);
     const float clip_scale = adamw_clip_scale(norm, max_grad_norm);
-    const bool streamed = t->grads_streamed;
-    t->grads_streamed = false;
-    if (streamed) cudaCheck(cudaEventSynchronize(t->grads_down));
-    for (int c = 0; c < t->n_chunks && !streamed; c++) {
+    for (int c = 0; c < t->n_chunks; c++) {
         const size_t from = (size_t)c * OFFLOAD_CHUNK;
         const size_t k = t->n - from < OFFLOAD_CHUNK ? t->n - from : OFFLOAD_CHUNK;
         cudaCheck(cudaMemcpyAsync(t->host_grads + from, t->grads + from, k * sizeof(float),
@@ -358,7 +318,7 @@ static void offload_step(CudaTrainer *t, const AdamWHyper *h, float max_grad_nor
     for (int c = 0; c < t->n_chunks; c++) {
         const size_t from = (size_t)c * OFFLOAD_CHUNK;
         const size_t k = t->n - from < OFFLOAD_CHUNK ? t->n - from : OFFLOAD_CHUNK;
-        if (!streamed) cudaCheck(cudaEventSynchronize(t->down[c]));
+        cudaCheck(cudaEventSynchronize(t->down[c]));
         t->finite &= adamw_split_range_cpu(&t->adamw, t->table, h, from, from + k, t->host_hi,
                                            t->master_lo, t->host_grads, clip_scale);
         cudaCheck(cudaMemcpyAsync(t->weights + from, t->host_hi + from, k * sizeof(uint16_t),

@@ -3,7 +3,8 @@
 // device, in deterministic mode, on packed rows of the synthetic data set.
 //  - set_state / get_state round-trip bit for bit, edge values included;
 //  - steps with clipping (weight decay of norms and embeddings drawn at random), without
-//    clipping, and after a reload of the downloaded state (what train.resume does):
+//    clipping, through train_step with one rank and the backend's calls one by one, over
+//    more chunks than the gradients' ring holds, and after a reload of the downloaded state (what train.resume does):
 //    the loss, the gradient norm and the state (weights, m, v, step) after each step
 //    are bitwise the device optimizer's, and so are the forward's losses (the bf16
 //    weights went up);
@@ -67,6 +68,7 @@ int main(void) {
     ParamTable table;
     param_table_build(&mc, &table);
     const size_t n = table.total;
+    EXPECT(n > 2 * CUDA_OFFLOAD_CHUNK, "%zu parameters: more than the gradients' ring holds", n);
     float *params = (float *)xmalloc(n * sizeof(float));
     params_init(&mc, &table, test_rng_next(&rng), params);
     AdamWState opt;  // a run in progress: random moments at a random step
@@ -123,20 +125,36 @@ int main(void) {
     adamw_init(&so, n);
     AdamWHyper h = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.5f, test_rng_int(&rng, 0, 1) == 1,
                     test_rng_int(&rng, 0, 1) == 1};
+    const DistComm single = dist_comm_single();
     for (int step = 0; step < 4; step++) {
         if (step == 3) {  // a reload of the downloaded state, as train.resume does
             gpu->get_state(o, po, &so);
             gpu->set_state(o, po, &so);
         }
-        const double ld = train_step_forward_backward(gpu, d, &micro, loss_scale);
-        const double lo = train_step_forward_backward(gpu, o, &micro, loss_scale);
-        const double nd = gpu->grad_norm(d), no = gpu->grad_norm(o);
-        EXPECT(ld == lo && nd == no, "step %d: loss %.9g vs %.9g, norm %.9g vs %.9g", step, lo,
-               ld, no, nd);
-        const double max_norm = step == 0 ? 0.5 * nd : step == 1 ? 0.0 : 10.0 * nd;
         h.lr = 1e-2f / (float)(step + 1);
-        gpu->optimizer_step(d, &h, nd, max_norm);
-        gpu->optimizer_step(o, &h, no, max_norm);
+        double max_norm;
+        if (step < 2) {  // the backend's calls one by one
+            const double ld = train_step_forward_backward(gpu, d, &micro, loss_scale);
+            const double lo = train_step_forward_backward(gpu, o, &micro, loss_scale);
+            const double nd = gpu->grad_norm(d), no = gpu->grad_norm(o);
+            EXPECT(ld == lo && nd == no, "step %d: loss %.9g vs %.9g, norm %.9g vs %.9g", step,
+                   lo, ld, no, nd);
+            max_norm = step == 0 ? 0.5 * nd : 0.0;
+            gpu->optimizer_step(d, &h, nd, max_norm);
+            gpu->optimizer_step(o, &h, no, max_norm);
+        } else {  // train_step with one rank, as `train` runs it
+            max_norm = step == 2 ? 1e-3 : 1e3;
+            StepOutcome od, oo;
+            char err[512] = "";
+            EXPECT(train_step(gpu, d, &micro, trained, &single, &h, max_norm, &od, err,
+                              sizeof err) == 0 &&
+                       train_step(gpu, o, &micro, trained, &single, &h, max_norm, &oo, err,
+                                  sizeof err) == 0,
+                   "step %d: %s", step, err);
+            EXPECT(od.loss == oo.loss && od.grad_norm == oo.grad_norm,
+                   "step %d: loss %.9g vs %.9g, norm %.9g vs %.9g", step, oo.loss, od.loss,
+                   oo.grad_norm, od.grad_norm);
+        }
         gpu->get_state(d, pd, &sd);
         gpu->get_state(o, po, &so);
         size_t differ = 0;

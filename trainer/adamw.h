@@ -50,8 +50,9 @@ float adamw_clip_scale(float grad_norm, float max_grad_norm);
 
 // adamw_step_cuda's arithmetic on the host (the offloaded optimizer,
 // trainer/backend_cuda.cu), for the elements [from, to) of the table's flat buffers: the
-// split master weights hi | lo (trainer/split_float.h), s->m, s->v and grads, all host
-// memory indexed by the table's offsets. Each gradient is multiplied by clip_scale
+// split master weights hi | lo (trainer/split_float.h), s->m and s->v, host memory
+// indexed by the table's offsets; grads[0 .. to - from) are the range's gradients (the
+// chunk that came down). Each gradient is multiplied by clip_scale
 // (adamw_clip_scale's) as it is read. s->step is the update count after incrementing
 // (the caller increments it once per step, before the first range). Bit for bit
 // adamw_step_cpu on the decoded weights (after grads *= clip_scale) and the CUDA kernel.

@@ -93,7 +93,7 @@ bool adamw_split_range_cpu(const AdamWState *s, const ParamTable *table, const A
             uint32_t bits = split_float_join(hi[i], lo[i]);
             float p;
             memcpy(&p, &bits, sizeof p);
-            adamw_element(&p, &m[i], &v[i], grads[i] * clip_scale, &k, decay);
+            adamw_element(&p, &m[i], &v[i], grads[i - from] * clip_scale, &k, decay);
             memcpy(&bits, &p, sizeof bits);
             hi[i] = split_float_hi(bits);
             lo[i] = (uint16_t)bits;

@@ -6,7 +6,8 @@
 // A step allocates nothing: the attention backward's scratch is a workspace in that
 // arena.
 // With train.offload_optimizer the low halves and m, v live in pinned host memory
-// instead, beside a host copy of the bf16 weights and of the gradients; the device keeps
+// instead, beside a host copy of the bf16 weights and a ring the gradients come down
+// into; the device keeps
 // the bf16 weights, the gradients and the two norms, and AdamW runs on the host
 // (offload_step, docs/DESIGN.md "Offloaded optimizer").
 #include "trainer/backend_cuda.h"
@@ -38,19 +39,21 @@ struct CudaTrainer {
     float *host_scalar;        // [1] pinned: a norm read back
     const DistComm *reducing;  // the comm the backward hands its final gradients to, or NULL
     // train.offload_optimizer: master_lo, adamw.m, adamw.v are pinned host memory, with
-    // host_hi (the bf16 weights' host copy) and host_grads; copies on copy_stream.
+    // host_hi (the bf16 weights' host copy) and host_grads (a ring of two chunks);
+    // downloads on down_stream after backward_done, uploads on copy_stream.
     bool offload;
     uint16_t *host_hi;
     float *host_grads;
-    cudaStream_t copy_stream;
+    cudaStream_t copy_stream, down_stream;
+    cudaEvent_t backward_done;
     cudaEvent_t *down, *up;  // [n_chunks]: a chunk's gradients down, its weights up
     int n_chunks;
     bool finite;  // every master weight finite (offload: known from set_state and the update)
 };
 
 // The offloaded update's unit: gradients come down, AdamW runs and the weights go up a
-// chunk of this many elements at a time, so the copies overlap the host's arithmetic.
-static const size_t OFFLOAD_CHUNK = (size_t)1 << 24;
+// chunk at a time, so the copies overlap the host's arithmetic.
+static const size_t OFFLOAD_CHUNK = CUDA_OFFLOAD_CHUNK;
 
 // ops_cuda_init's process-wide scratch, shared by every live trainer.
 static int g_live_trainers, g_ops_tokens, g_ops_channels;
@@ -128,8 +131,11 @@ static void *cuda_create(const BackendSetup *setup) {
         cudaCheck(cudaMallocHost(&t->host_hi, t->n * sizeof(uint16_t)));
         cudaCheck(cudaMallocHost(&t->adamw.m, t->n * sizeof(float)));
         cudaCheck(cudaMallocHost(&t->adamw.v, t->n * sizeof(float)));
-        cudaCheck(cudaMallocHost(&t->host_grads, t->n * sizeof(float)));
+        const size_t ring = t->n < 2 * OFFLOAD_CHUNK ? t->n : 2 * OFFLOAD_CHUNK;
+        cudaCheck(cudaMallocHost(&t->host_grads, ring * sizeof(float)));
         cudaCheck(cudaStreamCreateWithFlags(&t->copy_stream, cudaStreamNonBlocking));
+        cudaCheck(cudaStreamCreateWithFlags(&t->down_stream, cudaStreamNonBlocking));
+        cudaCheck(cudaEventCreateWithFlags(&t->backward_done, cudaEventDisableTiming));
         t->n_chunks = (int)((t->n + OFFLOAD_CHUNK - 1) / OFFLOAD_CHUNK);
         t->down = (cudaEvent_t *)xmalloc(2 * (size_t)t->n_chunks * sizeof(cudaEvent_t));
         t->up = t->down + t->n_chunks;
@@ -156,6 +162,8 @@ static void cuda_destroy(void *state) {
         for (int c = 0; c < 2 * t->n_chunks; c++) cudaCheck(cudaEventDestroy(t->down[c]));
         free(t->down);
         cudaCheck(cudaStreamDestroy(t->copy_stream));
+        cudaCheck(cudaStreamDestroy(t->down_stream));
+        cudaCheck(cudaEventDestroy(t->backward_done));
         cudaCheck(cudaFreeHost(t->master_lo));
         cudaCheck(cudaFreeHost(t->host_hi));
         cudaCheck(cudaFreeHost(t->adamw.m));
@@ -297,22 +305,30 @@ static double cuda_grad_norm(void *state) {
     return *read_scalar(t, t->grad_norm);
 }
 
-// The offloaded update, after the backward (and the all-reduce) on t->stream: every
-// chunk's gradients are queued down on t->stream, an event after each; the host waits
-// for a chunk's, runs AdamW on it (adamw_split_range_cpu, OpenMP) and queues its bf16
-// weights up on copy_stream, while the later chunks still come down. The model's stream
+// The offloaded update, after the backward (and the all-reduce) on t->stream: the
+// chunks' gradients are queued down on t->stream into a ring of two slots, an event
+// after each; the host waits for a chunk's, runs AdamW on it (adamw_split_range_cpu,
+// OpenMP), queues its bf16 weights up on copy_stream and the chunk after next down
+// into the slot it freed, so the next chunk comes down while it computes. The model's stream
 // waits for every chunk's upload before its next kernel (the next forward). The clipping
 // scale is the CUDA kernel's, from the device norm that grad_norm left in t->grad_norm.
+// Chunk c's gradients down into ring slot c % 2 on down_stream (which waited for the
+// backward); down[c] after. The model's stream zeroes the gradients again only after
+// the last upload, which the host queues after the last download completed.
+static void offload_download(CudaTrainer *t, int c) {
+    const size_t from = (size_t)c * OFFLOAD_CHUNK;
+    const size_t k = t->n - from < OFFLOAD_CHUNK ? t->n - from : OFFLOAD_CHUNK;
+    cudaCheck(cudaMemcpyAsync(t->host_grads + (c % 2) * OFFLOAD_CHUNK, t->grads + from,
+                              k * sizeof(float), cudaMemcpyDeviceToHost, t->down_stream));
+    cudaCheck(cudaEventRecord(t->down[c], t->down_stream));
+}
+
 static void offload_step(CudaTrainer *t, const AdamWHyper *h, float max_grad_norm) {
     const float norm = *read_scalar(t, t->grad_norm);
     const float clip_scale = adamw_clip_scale(norm, max_grad_norm);
-    for (int c = 0; c < t->n_chunks; c++) {
-        const size_t from = (size_t)c * OFFLOAD_CHUNK;
-        const size_t k = t->n - from < OFFLOAD_CHUNK ? t->n - from : OFFLOAD_CHUNK;
-        cudaCheck(cudaMemcpyAsync(t->host_grads + from, t->grads + from, k * sizeof(float),
-                                  cudaMemcpyDeviceToHost, t->stream));
-        cudaCheck(cudaEventRecord(t->down[c], t->stream));
-    }
+    cudaCheck(cudaEventRecord(t->backward_done, t->stream));
+    cudaCheck(cudaStreamWaitEvent(t->down_stream, t->backward_done, 0));
+    for (int c = 0; c < t->n_chunks && c < 2; c++) offload_download(t, c);
     t->adamw.step++;
     t->finite = true;
     for (int c = 0; c < t->n_chunks; c++) {
@@ -320,7 +336,9 @@ static void offload_step(CudaTrainer *t, const AdamWHyper *h, float max_grad_nor
         const size_t k = t->n - from < OFFLOAD_CHUNK ? t->n - from : OFFLOAD_CHUNK;
         cudaCheck(cudaEventSynchronize(t->down[c]));
         t->finite &= adamw_split_range_cpu(&t->adamw, t->table, h, from, from + k, t->host_hi,
-                                           t->master_lo, t->host_grads, clip_scale);
+                                           t->master_lo, t->host_grads + (c % 2) * OFFLOAD_CHUNK,
+                                           clip_scale);
+        if (c + 2 < t->n_chunks) offload_download(t, c + 2);  // into the slot c freed
         cudaCheck(cudaMemcpyAsync(t->weights + from, t->host_hi + from, k * sizeof(uint16_t),
                                   cudaMemcpyHostToDevice, t->copy_stream));
         cudaCheck(cudaEventRecord(t->up[c], t->copy_stream));

@@ -56,7 +56,9 @@ CudaMemoryEstimate cuda_memory_request_estimate(const CudaMemoryRequest *r) {
 }
 
 size_t cuda_offload_host_bytes(const ModelConfig *mc) {
-    return 16 * param_count(mc);  // lo, hi (2 each), m, v, gradients (4 each)
+    const size_t n = param_count(mc);
+    const size_t ring = n < 2 * CUDA_OFFLOAD_CHUNK ? n : 2 * CUDA_OFFLOAD_CHUNK;
+    return 12 * n + 4 * ring;  // lo, hi (2 each), m, v (4 each); the gradients' ring
 }
 
 size_t host_memory_available(void) {
@@ -196,8 +198,8 @@ int cuda_offload_host_check(const ModelConfig *mc, size_t available_bytes, char 
     const size_t need = cuda_offload_host_bytes(mc);
     if (need <= available_bytes) return 0;
     return fail(err, err_len, "config key train.offload_optimizer: the offloaded optimizer needs "
-                "about %.2f GiB of pinned host memory (16 bytes per parameter: master weights, "
-                "AdamW m, v, gradients), %.2f GiB are available; set "
+                "about %.2f GiB of pinned host memory (12 bytes per parameter: master weights, "
+                "AdamW m, v; and the gradients' ring), %.2f GiB are available; set "
                 "train.offload_optimizer=false or lower the model's size (the model.* keys)",
                 need / GIB, available_bytes / GIB);
 }

@@ -55,9 +55,14 @@ CudaMemoryEstimate cuda_memory_request_estimate(const CudaMemoryRequest *r);
 int cuda_memory_check(const CudaMemoryRequest *r, size_t free_bytes, size_t total_bytes,
                       CudaMemoryEstimate *e, char *err, size_t err_len);
 
+// The offloaded optimizer's unit (trainer/backend_cuda.cu): gradients come down, AdamW
+// runs and the weights go up this many elements at a time.
+#define CUDA_OFFLOAD_CHUNK ((size_t)1 << 24)
+
 // Host memory of train.offload_optimizer (trainer/backend_cuda.cu): pinned low halves of
 // the master weights, their bf16 high halves (the copy the updated weights go up from),
-// AdamW m, v and the gradients brought down: 16 bytes per parameter.
+// AdamW m, v (12 bytes per parameter) and a ring of two chunks the gradients come down
+// into (at most all of them).
 size_t cuda_offload_host_bytes(const ModelConfig *mc);
 
 // The host memory available to a new allocation: /proc/meminfo's MemAvailable, else

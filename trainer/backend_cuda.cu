@@ -7,9 +7,8 @@
 // arena.
 // With train.offload_optimizer the low halves and m, v live in pinned host memory
 // instead, beside a host copy of the bf16 weights and a ring the gradients come down
-// into; the device keeps
-// the bf16 weights, the gradients and the two norms, and AdamW runs on the host
-// (offload_step, docs/DESIGN.md "Offloaded optimizer").
+// into; the device keeps the bf16 weights, the gradients and the two norms, and AdamW
+// runs on the host (offload_step; docs/DESIGN.md, the offloaded optimizer).
 #include "trainer/backend_cuda.h"
 
 #include <math.h>
@@ -305,13 +304,6 @@ static double cuda_grad_norm(void *state) {
     return *read_scalar(t, t->grad_norm);
 }
 
-// The offloaded update, after the backward (and the all-reduce) on t->stream: the
-// chunks' gradients are queued down on t->stream into a ring of two slots, an event
-// after each; the host waits for a chunk's, runs AdamW on it (adamw_split_range_cpu,
-// OpenMP), queues its bf16 weights up on copy_stream and the chunk after next down
-// into the slot it freed, so the next chunk comes down while it computes. The model's stream
-// waits for every chunk's upload before its next kernel (the next forward). The clipping
-// scale is the CUDA kernel's, from the device norm that grad_norm left in t->grad_norm.
 // Chunk c's gradients down into ring slot c % 2 on down_stream (which waited for the
 // backward); down[c] after. The model's stream zeroes the gradients again only after
 // the last upload, which the host queues after the last download completed.
@@ -323,6 +315,13 @@ static void offload_download(CudaTrainer *t, int c) {
     cudaCheck(cudaEventRecord(t->down[c], t->down_stream));
 }
 
+// The offloaded update, after the backward (and the all-reduce) on t->stream: the
+// chunks' gradients go down on down_stream into a ring of two slots, an event after
+// each; the host waits for a chunk's, runs AdamW on it (adamw_split_range_cpu, OpenMP),
+// queues the chunk after next down into the slot it freed and the chunk's bf16 weights
+// up on copy_stream, so the next chunk comes down while it computes. The model's stream
+// waits for every chunk's upload before its next kernel (the next forward). The clipping
+// scale is the CUDA kernel's, from the device norm that grad_norm left in t->grad_norm.
 static void offload_step(CudaTrainer *t, const AdamWHyper *h, float max_grad_norm) {
     const float norm = *read_scalar(t, t->grad_norm);
     const float clip_scale = adamw_clip_scale(norm, max_grad_norm);

@@ -131,7 +131,7 @@ int main(int argc, char **argv) {
     const TrainBackendOps *gpu = cuda_train_backend();
     const BackendSetup setup = {&cfg, lora_on ? &layout.table : &table, 1, S, deterministic,
                                 recompute, lora_on ? &layout : nullptr, &table,
-                                host_params.data()};
+                                host_params.data(), settings.offload_optimizer};
     void *trainer = gpu->create(&setup);
     gpu->set_state(trainer, lora_on ? adapters.data() : host_params.data(), &opt);
     // train.lr held constant; torch.optim.AdamW as the anchor uses it: weight decay on
@@ -183,16 +183,17 @@ int main(int argc, char **argv) {
                          3.5 * 4.0 * (double)S * S * head_dim * H * L * density;
     // Weights, gradients and AdamW state as the backend lays them out (its estimate's; the
     // attention workspace argument only sizes the arena).
-    const CudaMemoryRequest request = {&cfg, 1, S, recompute, nullptr, lora_on ? &lora : nullptr};
+    const CudaMemoryRequest request = {&cfg, 1, S, recompute, nullptr, lora_on ? &lora : nullptr,
+                                       settings.offload_optimizer};
     const double state_bytes = (double)cuda_memory_request_estimate(&request).state;
     printf("{\"config\": \"%s\", \"params_M\": %.1f, \"S\": %d, \"deterministic\": %s, "
-           "\"recompute\": \"%s\", \"step_ms\": %.2f, \"fwd_bwd_ms\": %.2f, \"optimizer_ms\": %.2f, "
+           "\"recompute\": \"%s\", \"offload_optimizer\": %s, \"step_ms\": %.2f, \"fwd_bwd_ms\": %.2f, \"optimizer_ms\": %.2f, "
            "\"tokens_per_s\": %.0f, \"mem_GiB\": %.2f, \"mfu_vs_%.0f\": %.3f, "
            "\"density_128\": %.4f, \"density_%dx%d\": %.4f, \"weights_grads_adam_GiB\": %.2f, "
            "\"activations_and_ops_GiB\": %.2f, \"attention_pool_peak_GiB\": %.2f, "
            "\"loss_first\": %.4f, \"loss_last\": %.4f, \"steps\": %d, \"lora_r\": %d}\n",
            config_path, P / 1e6, S, deterministic ? "true" : "false", model_recompute_name(recompute),
-           dt * 1e3,
+           settings.offload_optimizer ? "true" : "false", dt * 1e3,
            median(model_ms), median(optimizer_ms), S / dt,
            (double)(free_start - free_end) / GIB, peak_tflops, flops / dt / (peak_tflops * 1e12),
            density, ATTN_TILE, ATTN_TILE, density_kernel, state_bytes / GIB,

@@ -40,7 +40,8 @@
 #              CUDA-event times (ONEPASS_STAGE_TIMES=1), DET=1 one with the deterministic
 #              attention backward, BACKEND=FLASH gives the anchor FlexAttention's FA4 backend.
 #              RECOMPUTE="mlp layer" adds a run per train.recompute mode (each beside the
-#              config's own), STEPS its timed steps (default bench_trainer's).
+#              config's own), STEPS its timed steps (default bench_trainer's). OFFLOAD=1
+#              adds beside each onepass run its twin with train.offload_optimizer=true.
 #   decode     test_decode_cuda beside the same under compute-sanitizer memcheck, then
 #              bench_decode (DECODE_ARGS: its arguments, e.g. "tinyllama 64 512 128").
 #   hf         test_ops_cuda, test_model_cuda, test_hf_model_cuda, then the Hugging Face round
@@ -251,10 +252,15 @@ mode_trainer() {
         cfg=configs/bench_$c.json
         args=(--config "$cfg")
         [ -n "${S:-}" ] && args+=(--set data.seq_len="$S")
-        step "onepass_$c" 300 "$bin/bench_trainer" "${args[@]}" ${STEPS:+"$STEPS"} && tag onepass "$c" < "$logs/onepass_$c.log"
-        for r in ${RECOMPUTE:-}; do
-            step "onepass_${c}_$r" 300 "$bin/bench_trainer" "${args[@]}" --set train.recompute="$r" ${STEPS:+"$STEPS"} &&
-                tag "onepass_$r" "$c" < "$logs/onepass_${c}_$r.log"
+        local offload=(false); [ "${OFFLOAD:-0}" = 1 ] && offload+=(true)
+        for o in "${offload[@]}"; do
+            local sfx=""; [ "$o" = true ] && sfx=_offload
+            step "onepass_$c$sfx" 300 "$bin/bench_trainer" "${args[@]}" --set train.offload_optimizer=$o ${STEPS:+"$STEPS"} &&
+                tag "onepass$sfx" "$c" < "$logs/onepass_$c$sfx.log"
+            for r in ${RECOMPUTE:-}; do
+                step "onepass_${c}_$r$sfx" 300 "$bin/bench_trainer" "${args[@]}" --set train.offload_optimizer=$o --set train.recompute="$r" ${STEPS:+"$STEPS"} &&
+                    tag "onepass_$r$sfx" "$c" < "$logs/onepass_${c}_$r$sfx.log"
+            done
         done
         if [ "${STAGES:-0}" = 1 ]; then
             step "onepass_${c}_stages" 300 env ONEPASS_STAGE_TIMES=1 "$bin/bench_trainer" "${args[@]}" 6

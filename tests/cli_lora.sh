@@ -156,4 +156,12 @@ expect_error "LoRA without a base" "set model.init_from" \
     "$train" --set lora.r=4 --set out_dir="$tmp/f" --set backend=cpu
 expect_error "an unknown target" "'qkv_proj' is not one of" \
     "$train" "${run[@]}" --set out_dir="$tmp/g" --set 'lora.targets=["qkv_proj"]'
+expect_error "LoRA with the offloaded optimizer" "'lora.r' and 'train.offload_optimizer'" \
+    "$train" "${run[@]}" --set out_dir="$tmp/h" --set train.offload_optimizer=true
+[ ! -e "$tmp/h/metrics.jsonl" ] && ok || bad "a refused LoRA run with offload wrote metrics"
+# Full fine-tuning on the cpu backend: the key changes nothing, and the console says so.
+"$train" --set backend=cpu --set train.steps=1 --set train.offload_optimizer=true \
+    --set model.num_hidden_layers=1 --set out_dir="$tmp/i" > "$tmp/i.log" 2>&1 &&
+    grep -q "offload_optimizer: the cpu backend's optimizer state is in host memory already" "$tmp/i.log" &&
+    ok || bad "offload_optimizer on the cpu backend: $(tail -2 "$tmp/i.log")"
 finish

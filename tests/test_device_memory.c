@@ -218,7 +218,7 @@ int main(void) {
 
     char err[2048];
     const size_t gib = (size_t)1 << 30;
-    const CudaMemoryRequest tiny_request = {&tiny, 1, 128, MODEL_RECOMPUTE_MLP, NULL, NULL};
+    const CudaMemoryRequest tiny_request = {&tiny, 1, 128, MODEL_RECOMPUTE_MLP, NULL, NULL, false};
     CudaMemoryEstimate got;
     EXPECT(cuda_memory_check(&tiny_request, e.total - workspace, 140 * gib, &got, err,
                              sizeof err) == 0 &&
@@ -231,7 +231,7 @@ int main(void) {
     // Too many rows: refused naming the keys and the largest train.micro_rows that fits
     // (it fits, one more does not).
     const CudaMemoryRequest huge = {&mid, 60000, 1024, MODEL_RECOMPUTE_MLP, stand_in_workspace,
-                                    NULL};
+                                    NULL, false};
     EXPECT(cuda_memory_check(&huge, 100 * gib, 140 * gib, NULL, err, sizeof err) == -1 &&
                strstr(err, "train.micro_rows") && strstr(err, "data.seq_len") &&
                strstr(err, "100.00 GiB are free (of 140.00)") && strstr(err, "60000 x 1024") &&
@@ -247,7 +247,7 @@ int main(void) {
     ModelConfig qwen06 = config(1024, 16, 8, 3072, 28, 151936);
     qwen06.head_dim = 128, qwen06.qk_norm = true;
     const CudaMemoryRequest longrow = {&qwen06, 1, 131072, MODEL_RECOMPUTE_MLP, stand_in_workspace,
-                                       NULL};
+                                       NULL, false};
     const size_t mlp_total = request_total(&longrow, 1, 131072, MODEL_RECOMPUTE_MLP);
     const size_t layer_total = request_total(&longrow, 1, 131072, MODEL_RECOMPUTE_LAYER);
     const size_t between = (mlp_total + layer_total) / 2;
@@ -261,7 +261,7 @@ int main(void) {
            mlp_total / (double)gib, layer_total / (double)gib, between / (double)gib, err);
     // From none, mlp is named first when it fits.
     const CudaMemoryRequest kept_all = {&qwen06, 1, 131072, MODEL_RECOMPUTE_NONE,
-                                        stand_in_workspace, NULL};
+                                        stand_in_workspace, NULL, false};
     EXPECT(cuda_memory_check(&kept_all, mlp_total, 140 * gib, NULL, err, sizeof err) == -1 &&
                strstr(err, "it fits with train.recompute=mlp"),
            "from none, mlp named first (%s)", err);
@@ -278,11 +278,11 @@ int main(void) {
            "data.seq_len=%d is the largest multiple of 64 that fits (%s)", seq, err);
 
     const ModelConfig big = config(8192, 64, 8, 28672, 80, 128256);  // a 70B shape
-    const CudaMemoryRequest model = {&big, 1, 1024, MODEL_RECOMPUTE_MLP, NULL, NULL};
+    const CudaMemoryRequest model = {&big, 1, 1024, MODEL_RECOMPUTE_MLP, NULL, NULL, false};
     EXPECT(cuda_memory_check(&model, 139 * gib, 140 * gib, NULL, err, sizeof err) == -1 &&
                strstr(err, "model.hidden_size") && strstr(err, "lower the model's size"),
            "a 70B model: refused naming the model keys (%s)", err);
-    const CudaMemoryRequest over = {&tiny, 65536, 1 << 20, MODEL_RECOMPUTE_MLP, NULL, NULL};
+    const CudaMemoryRequest over = {&tiny, 65536, 1 << 20, MODEL_RECOMPUTE_MLP, NULL, NULL, false};
     EXPECT(cuda_memory_check(&over, 140 * gib, 140 * gib, NULL, err, sizeof err) == -1 &&
                strstr(err, "65536 x 1048576") && strstr(err, "train.micro_rows"),
            "2^36 tokens per micro-batch: refused (%s)", err);
@@ -291,8 +291,8 @@ int main(void) {
     // bytes each, counted here from the shapes: r x (in + out) per target per layer), and
     // two [tokens, r] bf16 scratch buffers; the arena unchanged.
     const LoraConfig lora = {.r = 8, .alpha = 16, .target = {1, 1, 1, 1, 1, 1, 1}};
-    const CudaMemoryRequest full_tiny = {&tiny, 1, 128, MODEL_RECOMPUTE_MLP, NULL, NULL};
-    const CudaMemoryRequest lora_tiny = {&tiny, 1, 128, MODEL_RECOMPUTE_MLP, NULL, &lora};
+    const CudaMemoryRequest full_tiny = {&tiny, 1, 128, MODEL_RECOMPUTE_MLP, NULL, NULL, false};
+    const CudaMemoryRequest lora_tiny = {&tiny, 1, 128, MODEL_RECOMPUTE_MLP, NULL, &lora, false};
     const CudaMemoryEstimate ef = cuda_memory_request_estimate(&full_tiny),
                              el = cuda_memory_request_estimate(&lora_tiny);
     // hidden 64, F 128, one head of 64: q k v o 8 x (64 + 64) each, gate up 8 x (64 + 128),
@@ -308,8 +308,8 @@ int main(void) {
     ModelConfig qwen8 = config(4096, 32, 8, 12288, 36, 151936);
     qwen8.head_dim = 128, qwen8.qk_norm = true, qwen8.tie_word_embeddings = false;
     const LoraConfig r16 = {.r = 16, .alpha = 32, .target = {1, 1, 1, 1, 1, 1, 1}};
-    const CudaMemoryRequest q8_full = {&qwen8, 1, 32768, MODEL_RECOMPUTE_LAYER, NULL, NULL};
-    const CudaMemoryRequest q8_lora = {&qwen8, 1, 32768, MODEL_RECOMPUTE_LAYER, NULL, &r16};
+    const CudaMemoryRequest q8_full = {&qwen8, 1, 32768, MODEL_RECOMPUTE_LAYER, NULL, NULL, false};
+    const CudaMemoryRequest q8_lora = {&qwen8, 1, 32768, MODEL_RECOMPUTE_LAYER, NULL, &r16, false};
     const CudaMemoryEstimate f8 = cuda_memory_request_estimate(&q8_full),
                              l8 = cuda_memory_request_estimate(&q8_lora);
     EXPECT(l8.state * 4 < f8.state && l8.total < 139 * gib,

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/check.h"
+#include "trainer/split_float.h"
 
 void adamw_init(AdamWState *s, size_t n) {
     s->n = n;
@@ -19,6 +20,30 @@ void adamw_free(AdamWState *s) {
     memset(s, 0, sizeof *s);
 }
 
+// The step's scalars, bias corrections folded into the step size and the denominator
+// (in double), as adamw_update_cuda computes them.
+typedef struct {
+    float step_size, inv_sqrt_bias2, b1, b2, eps;
+} AdamWScalars;
+
+static AdamWScalars adamw_scalars(const AdamWHyper *h, long step) {
+    const double bias1 = 1.0 - pow(h->beta1, (double)step);
+    const double bias2 = 1.0 - pow(h->beta2, (double)step);
+    return (AdamWScalars){(float)(h->lr / bias1), (float)(1.0 / sqrt(bias2)), h->beta1, h->beta2,
+                          h->eps};
+}
+
+// One element: the one host arithmetic of adamw_step_cpu and adamw_split_range_cpu, in
+// adamw_element's order (trainer/adamw_cuda.cu). This file is compiled with
+// -ffp-contract=off (CMakeLists.txt), so no multiply and add fuse into an FMA.
+static inline void adamw_element(float *p, float *m, float *v, float g, const AdamWScalars *k,
+                                 float decay) {
+    *m = k->b1 * *m + (1.0f - k->b1) * g;
+    *v = k->b2 * *v + (1.0f - k->b2) * g * g;
+    const float denom = sqrtf(*v) * k->inv_sqrt_bias2 + k->eps;
+    *p = *p * decay - k->step_size * *m / denom;
+}
+
 bool adamw_decays(const ParamTensor *t, const AdamWHyper *h) {
     if (t->is_norm || t->is_bias) return h->decay_norms;  // the 1-D tensors
     if (t->is_embedding) return h->decay_embeddings;
@@ -29,12 +54,7 @@ void adamw_step_cpu(AdamWState *s, const ParamTable *table, const AdamWHyper *h,
                     const float *grads) {
     CHECK(s->n == table->total, "optimizer state has %zu elements, model %zu", s->n, table->total);
     s->step++;
-    // Bias corrections folded into the step size and the denominator, in double.
-    const double bias1 = 1.0 - pow(h->beta1, (double)s->step);
-    const double bias2 = 1.0 - pow(h->beta2, (double)s->step);
-    const float step_size = (float)(h->lr / bias1);
-    const float inv_sqrt_bias2 = (float)(1.0 / sqrt(bias2));
-    const float b1 = h->beta1, b2 = h->beta2, eps = h->eps;
+    const AdamWScalars k = adamw_scalars(h, s->step);
     for (int ti = 0; ti < table->n_tensors; ti++) {
         const ParamTensor *t = &table->tensors[ti];
         const float decay = adamw_decays(t, h) ? 1.0f - h->lr * h->weight_decay : 1.0f;
@@ -43,13 +63,44 @@ void adamw_step_cpu(AdamWState *s, const ParamTable *table, const AdamWHyper *h,
         float *m = s->m + t->offset;
         float *v = s->v + t->offset;
 #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < t->numel; i++) {
-            m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-            v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-            float denom = sqrtf(v[i]) * inv_sqrt_bias2 + eps;
-            p[i] = p[i] * decay - step_size * m[i] / denom;
+        for (size_t i = 0; i < t->numel; i++) adamw_element(&p[i], &m[i], &v[i], g[i], &k, decay);
+    }
+}
+
+float adamw_clip_scale(float grad_norm, float max_grad_norm) {
+    if (!(max_grad_norm > 0.0f) || !(grad_norm > max_grad_norm)) return 1.0f;
+    return (float)((double)max_grad_norm / (grad_norm + 1e-6));
+}
+
+bool adamw_split_range_cpu(const AdamWState *s, const ParamTable *table, const AdamWHyper *h,
+                           size_t from, size_t to, uint16_t *hi, uint16_t *lo, const float *grads,
+                           float clip_scale) {
+    CHECK(s->n == table->total && to <= s->n && s->step >= 1,
+          "optimizer state of %zu elements at step %ld, model %zu, range to %zu", s->n, s->step,
+          table->total, to);
+    const AdamWScalars k = adamw_scalars(h, s->step);
+    bool finite = true;
+    for (int ti = 0; ti < table->n_tensors; ti++) {
+        const ParamTensor *t = &table->tensors[ti];
+        const size_t a = t->offset > from ? t->offset : from;
+        const size_t b = t->offset + t->numel < to ? t->offset + t->numel : to;
+        if (a >= b) continue;
+        // As adamw_update_cuda: weight decay 0 for the tensors it skips.
+        const float decay = 1.0f - h->lr * (adamw_decays(t, h) ? h->weight_decay : 0.0f);
+        float *m = s->m, *v = s->v;
+#pragma omp parallel for schedule(static) reduction(&& : finite)
+        for (size_t i = a; i < b; i++) {
+            uint32_t bits = split_float_join(hi[i], lo[i]);
+            float p;
+            memcpy(&p, &bits, sizeof p);
+            adamw_element(&p, &m[i], &v[i], grads[i - from] * clip_scale, &k, decay);
+            memcpy(&bits, &p, sizeof bits);
+            hi[i] = split_float_hi(bits);
+            lo[i] = (uint16_t)bits;
+            finite = finite && isfinite(p);
         }
     }
+    return finite;
 }
 
 double grad_global_norm_cpu(const float *grads, size_t n) {

@@ -36,6 +36,7 @@ typedef struct {
     const LoraLayout *lora;
     const ParamTable *base_table;
     const float *base_params;
+    bool offload_optimizer;    // cuda: master weights and AdamW m, v in host memory
 } BackendSetup;
 
 typedef struct {

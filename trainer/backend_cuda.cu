@@ -7,6 +7,10 @@
 // arena. Under LoRA (BackendSetup.lora) the table, and so all of the above, is the
 // adapters'; the frozen base is one more allocation of bf16 weights alone (2 bytes a
 // parameter, no gradients, no moments) and the model computes no gradient for it.
+// With train.offload_optimizer the low halves and m, v live in pinned host memory
+// instead, beside a host copy of the bf16 weights and a ring the gradients come down
+// into; the device keeps the bf16 weights, the gradients and the two norms, and AdamW
+// runs on the host (offload_step; docs/DESIGN.md, the offloaded optimizer).
 #include "trainer/backend_cuda.h"
 
 #include <math.h>
@@ -36,7 +40,22 @@ struct CudaTrainer {
     float *host_scalar;        // [1] pinned: a norm read back
     const DistComm *reducing;  // the comm the backward hands its final gradients to, or NULL
     __nv_bfloat16 *base;       // LoRA: [base table total] the frozen base weights; else NULL
+    // train.offload_optimizer: master_lo, adamw.m, adamw.v are pinned host memory, with
+    // host_hi (the bf16 weights' host copy) and host_grads (a ring of two chunks);
+    // downloads on down_stream after backward_done, uploads on copy_stream.
+    bool offload;
+    uint16_t *host_hi;
+    float *host_grads;
+    cudaStream_t copy_stream, down_stream;
+    cudaEvent_t backward_done;
+    cudaEvent_t *down, *up;  // [n_chunks]: a chunk's gradients down, its weights up
+    int n_chunks;
+    bool finite;  // every master weight finite (offload: known from set_state and the update)
 };
+
+// The offloaded update's unit: gradients come down, AdamW runs and the weights go up a
+// chunk at a time, so the copies overlap the host's arithmetic.
+static const size_t OFFLOAD_CHUNK = CUDA_OFFLOAD_CHUNK;
 
 // ops_cuda_init's process-wide scratch, shared by every live trainer.
 static int g_live_trainers, g_ops_tokens, g_ops_channels;
@@ -83,9 +102,13 @@ static void *cuda_create(const BackendSetup *setup) {
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
     const CudaMemoryRequest request = {setup->mc, setup->micro_rows, setup->seq_len,
                                        setup->recompute, cuda_model_attention_workspace_bytes,
-                                       setup->lora ? &setup->lora->cfg : nullptr};
+                                       setup->lora ? &setup->lora->cfg : nullptr,
+                                       setup->offload_optimizer};
     char err[2048];
     if (cuda_memory_check(&request, free_bytes, total_bytes, nullptr, err, sizeof err) != 0)
+        fatal("%s", err);
+    if (setup->offload_optimizer &&
+        cuda_offload_host_check(setup->mc, host_memory_available(), err, sizeof err) != 0)
         fatal("%s", err);
     cudaCheck(cudaGetDevice(&g_device));
     CudaTrainer *t = (CudaTrainer *)xcalloc(1, sizeof *t);
@@ -102,12 +125,32 @@ static void *cuda_create(const BackendSetup *setup) {
     t->stream = cuda_model_stream(t->model);
     cudaCheck(cudaMalloc(&t->weights, t->n * sizeof(__nv_bfloat16)));
     cudaCheck(cudaMalloc(&t->grads, t->n * sizeof(float)));
-    cudaCheck(cudaMalloc(&t->master_lo, t->n * sizeof(uint16_t)));
-    cudaCheck(cudaMalloc(&t->optimizer, (2 * t->n + 2) * sizeof(float)));
     t->adamw.n = t->n;
-    t->adamw.m = t->optimizer;
-    t->adamw.v = t->optimizer + t->n;
-    t->grad_norm = t->optimizer + 2 * t->n;
+    t->offload = setup->offload_optimizer;
+    if (t->offload) {
+        cudaCheck(cudaMalloc(&t->optimizer, 2 * sizeof(float)));
+        t->grad_norm = t->optimizer;
+        cudaCheck(cudaMallocHost(&t->master_lo, t->n * sizeof(uint16_t)));
+        cudaCheck(cudaMallocHost(&t->host_hi, t->n * sizeof(uint16_t)));
+        cudaCheck(cudaMallocHost(&t->adamw.m, t->n * sizeof(float)));
+        cudaCheck(cudaMallocHost(&t->adamw.v, t->n * sizeof(float)));
+        const size_t ring = t->n < 2 * OFFLOAD_CHUNK ? t->n : 2 * OFFLOAD_CHUNK;
+        cudaCheck(cudaMallocHost(&t->host_grads, ring * sizeof(float)));
+        cudaCheck(cudaStreamCreateWithFlags(&t->copy_stream, cudaStreamNonBlocking));
+        cudaCheck(cudaStreamCreateWithFlags(&t->down_stream, cudaStreamNonBlocking));
+        cudaCheck(cudaEventCreateWithFlags(&t->backward_done, cudaEventDisableTiming));
+        t->n_chunks = (int)((t->n + OFFLOAD_CHUNK - 1) / OFFLOAD_CHUNK);
+        t->down = (cudaEvent_t *)xmalloc(2 * (size_t)t->n_chunks * sizeof(cudaEvent_t));
+        t->up = t->down + t->n_chunks;
+        for (int c = 0; c < 2 * t->n_chunks; c++)
+            cudaCheck(cudaEventCreateWithFlags(&t->down[c], cudaEventDisableTiming));
+    } else {
+        cudaCheck(cudaMalloc(&t->master_lo, t->n * sizeof(uint16_t)));
+        cudaCheck(cudaMalloc(&t->optimizer, (2 * t->n + 2) * sizeof(float)));
+        t->adamw.m = t->optimizer;
+        t->adamw.v = t->optimizer + t->n;
+        t->grad_norm = t->optimizer + 2 * t->n;
+    }
     t->weight_norm = t->grad_norm + 1;
     cudaCheck(cudaMallocHost(&t->host_scalar, sizeof(float)));
     if (setup->lora) {  // the base in bf16, rounded on the host a chunk at a time
@@ -138,7 +181,21 @@ static void cuda_destroy(void *state) {
     cuda_model_free(t->model);  // waits for the stream
     cudaCheck(cudaFree(t->weights));
     if (t->base) cudaCheck(cudaFree(t->base));
-    cudaCheck(cudaFree(t->master_lo));
+    if (t->offload) {
+        cudaCheck(cudaStreamSynchronize(t->copy_stream));
+        for (int c = 0; c < 2 * t->n_chunks; c++) cudaCheck(cudaEventDestroy(t->down[c]));
+        free(t->down);
+        cudaCheck(cudaStreamDestroy(t->copy_stream));
+        cudaCheck(cudaStreamDestroy(t->down_stream));
+        cudaCheck(cudaEventDestroy(t->backward_done));
+        cudaCheck(cudaFreeHost(t->master_lo));
+        cudaCheck(cudaFreeHost(t->host_hi));
+        cudaCheck(cudaFreeHost(t->adamw.m));
+        cudaCheck(cudaFreeHost(t->adamw.v));
+        cudaCheck(cudaFreeHost(t->host_grads));
+    } else {
+        cudaCheck(cudaFree(t->master_lo));
+    }
     cudaCheck(cudaFree(t->grads));
     cudaCheck(cudaFree(t->optimizer));
     cudaCheck(cudaFreeHost(t->host_scalar));
@@ -169,9 +226,25 @@ static void transfer_master(CudaTrainer *t, float *params, cudaMemcpyKind kind) 
     free(hi);
 }
 
+// The offloaded master weights: split or joined on the host; set_state sends the high
+// halves up.
+static void offload_set_state(CudaTrainer *t, const float *params, const AdamWState *opt) {
+    cudaCheck(cudaStreamSynchronize(t->copy_stream));  // no upload still reads host_hi
+    cudaCheck(cudaStreamSynchronize(t->stream));
+    split_floats(params, t->n, t->host_hi, t->master_lo);
+    t->finite = param_table_first_nonfinite(t->table, params) == NULL;
+    memcpy(t->adamw.m, opt->m, t->n * sizeof(float));
+    memcpy(t->adamw.v, opt->v, t->n * sizeof(float));
+    cudaCheck(cudaMemcpyAsync(t->weights, t->host_hi, t->n * sizeof(uint16_t),
+                              cudaMemcpyHostToDevice, t->stream));
+    cudaCheck(cudaStreamSynchronize(t->stream));
+    t->adamw.step = opt->step;
+}
+
 static void cuda_set_state(void *state, const float *params, const AdamWState *opt) {
     CudaTrainer *t = (CudaTrainer *)state;
     CHECK(opt->n == t->n, "optimizer state has %zu elements, model %zu", opt->n, t->n);
+    if (t->offload) return offload_set_state(t, params, opt);
     const size_t bytes = t->n * sizeof(float);
     transfer_master(t, (float *)params, cudaMemcpyHostToDevice);
     cudaCheck(cudaMemcpyAsync(t->adamw.m, opt->m, bytes, cudaMemcpyHostToDevice, t->stream));
@@ -182,6 +255,13 @@ static void cuda_set_state(void *state, const float *params, const AdamWState *o
 
 static void cuda_get_state(void *state, float *params, AdamWState *opt) {
     CudaTrainer *t = (CudaTrainer *)state;
+    if (t->offload) {  // host_hi is what went up last
+        join_floats(t->host_hi, t->master_lo, t->n, params);
+        memcpy(opt->m, t->adamw.m, t->n * sizeof(float));
+        memcpy(opt->v, t->adamw.v, t->n * sizeof(float));
+        opt->step = t->adamw.step;
+        return;
+    }
     const size_t bytes = t->n * sizeof(float);
     transfer_master(t, params, cudaMemcpyDeviceToHost);
     cudaCheck(cudaMemcpyAsync(opt->m, t->adamw.m, bytes, cudaMemcpyDeviceToHost, t->stream));
@@ -252,11 +332,53 @@ static double cuda_grad_norm(void *state) {
     return *read_scalar(t, t->grad_norm);
 }
 
+// Chunk c's gradients down into ring slot c % 2 on down_stream (which waited for the
+// backward); down[c] after. The model's stream zeroes the gradients again only after
+// the last upload, which the host queues after the last download completed.
+static void offload_download(CudaTrainer *t, int c) {
+    const size_t from = (size_t)c * OFFLOAD_CHUNK;
+    const size_t k = t->n - from < OFFLOAD_CHUNK ? t->n - from : OFFLOAD_CHUNK;
+    cudaCheck(cudaMemcpyAsync(t->host_grads + (c % 2) * OFFLOAD_CHUNK, t->grads + from,
+                              k * sizeof(float), cudaMemcpyDeviceToHost, t->down_stream));
+    cudaCheck(cudaEventRecord(t->down[c], t->down_stream));
+}
+
+// The offloaded update, after the backward (and the all-reduce) on t->stream: the
+// chunks' gradients go down on down_stream into a ring of two slots, an event after
+// each; the host waits for a chunk's, runs AdamW on it (adamw_split_range_cpu, OpenMP),
+// queues the chunk after next down into the slot it freed and the chunk's bf16 weights
+// up on copy_stream, so the next chunk comes down while it computes. The model's stream
+// waits for every chunk's upload before its next kernel (the next forward). The clipping
+// scale is the CUDA kernel's, from the device norm that grad_norm left in t->grad_norm.
+static void offload_step(CudaTrainer *t, const AdamWHyper *h, float max_grad_norm) {
+    const float norm = *read_scalar(t, t->grad_norm);
+    const float clip_scale = adamw_clip_scale(norm, max_grad_norm);
+    cudaCheck(cudaEventRecord(t->backward_done, t->stream));
+    cudaCheck(cudaStreamWaitEvent(t->down_stream, t->backward_done, 0));
+    for (int c = 0; c < t->n_chunks && c < 2; c++) offload_download(t, c);
+    t->adamw.step++;
+    t->finite = true;
+    for (int c = 0; c < t->n_chunks; c++) {
+        const size_t from = (size_t)c * OFFLOAD_CHUNK;
+        const size_t k = t->n - from < OFFLOAD_CHUNK ? t->n - from : OFFLOAD_CHUNK;
+        cudaCheck(cudaEventSynchronize(t->down[c]));
+        t->finite &= adamw_split_range_cpu(&t->adamw, t->table, h, from, from + k, t->host_hi,
+                                           t->master_lo, t->host_grads + (c % 2) * OFFLOAD_CHUNK,
+                                           clip_scale);
+        if (c + 2 < t->n_chunks) offload_download(t, c + 2);  // into the slot c freed
+        cudaCheck(cudaMemcpyAsync(t->weights + from, t->host_hi + from, k * sizeof(uint16_t),
+                                  cudaMemcpyHostToDevice, t->copy_stream));
+        cudaCheck(cudaEventRecord(t->up[c], t->copy_stream));
+        cudaCheck(cudaStreamWaitEvent(t->stream, t->up[c], 0));
+    }
+}
+
 // Clipping uses the device norm that grad_norm left in t->grad_norm.
 static void cuda_optimizer_step(void *state, const AdamWHyper *h, double grad_norm,
                                 double max_grad_norm) {
     (void)grad_norm;
     CudaTrainer *t = (CudaTrainer *)state;
+    if (t->offload) return offload_step(t, h, (float)max_grad_norm);
     adamw_step_cuda(&t->adamw, t->table, h, t->weights, t->master_lo, t->grads, t->grad_norm,
                     (float)max_grad_norm, t->stream);
 }
@@ -264,6 +386,14 @@ static void cuda_optimizer_step(void *state, const AdamWHyper *h, double grad_no
 // A finite norm means every element is finite; only then is the buffer left on the GPU.
 static const char *cuda_first_nonfinite(void *state, bool grads) {
     CudaTrainer *t = (CudaTrainer *)state;
+    if (!grads && t->offload) {  // the master is on the host; where, only when not finite
+        if (t->finite) return NULL;
+        float *host = (float *)xmalloc(t->n * sizeof(float));
+        join_floats(t->host_hi, t->master_lo, t->n, host);
+        const char *name = param_table_first_nonfinite(t->table, host);
+        free(host);
+        return name;
+    }
     if (grads)
         grad_global_norm_cuda(t->weight_norm, t->grads, t->n, t->stream);
     else

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/check.h"
 #include "model/model_arena.h"
@@ -33,23 +34,58 @@ CudaMemoryEstimate cuda_memory_estimate(const ModelConfig *mc, int micro_rows, i
     return e;
 }
 
+static size_t param_count(const ModelConfig *mc) {
+    ParamTable table;
+    param_table_build(mc, &table);
+    const size_t n = table.total;
+    param_table_free(&table);
+    return n;
+}
+
 CudaMemoryEstimate cuda_memory_request_estimate(const CudaMemoryRequest *r) {
     const size_t workspace = r->workspace ? r->workspace(r->mc, r->micro_rows, r->seq_len) : 0;
     CudaMemoryEstimate e =
         cuda_memory_estimate(r->mc, r->micro_rows, r->seq_len, r->recompute, workspace);
-    if (!r->lora) return e;
-    ParamTable table;
-    param_table_build(r->mc, &table);
-    const size_t n = table.total;
-    param_table_free(&table);
-    LoraLayout l;
-    lora_layout_build(r->mc, r->lora, &l);
-    const size_t a = l.table.total;
-    lora_layout_free(&l);
-    e.state = 2 * n + 2 * a + 2 * a + 4 * a + 4 * (2 * a + 2);  // trainer/backend_cuda.cu
-    e.scratch += 2 * 2 * (size_t)e.tokens * (size_t)r->lora->r;
-    e.total = e.state + e.arena + e.scratch;
+    if (r->lora) {  // LoRA and the offloaded optimizer are not combined (run_settings_from)
+        const size_t n = param_count(r->mc);
+        LoraLayout l;
+        lora_layout_build(r->mc, r->lora, &l);
+        const size_t a = l.table.total;
+        lora_layout_free(&l);
+        e.state = 2 * n + 2 * a + 2 * a + 4 * a + 4 * (2 * a + 2);  // trainer/backend_cuda.cu
+        e.scratch += 2 * 2 * (size_t)e.tokens * (size_t)r->lora->r;
+        e.total = e.state + e.arena + e.scratch;
+        return e;
+    }
+    if (r->offload_optimizer) {  // bf16 weights, fp32 gradients, two norms
+        const size_t n = param_count(r->mc);
+        e.total -= e.state;
+        e.state = 2 * n + 4 * n + 4 * 2;
+        e.total += e.state;
+    }
     return e;
+}
+
+size_t cuda_offload_host_bytes(const ModelConfig *mc) {
+    const size_t n = param_count(mc);
+    const size_t ring = n < 2 * CUDA_OFFLOAD_CHUNK ? n : 2 * CUDA_OFFLOAD_CHUNK;
+    return 12 * n + 4 * ring;  // lo, hi (2 each), m, v (4 each); the gradients' ring
+}
+
+size_t host_memory_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kib;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
+                fclose(f);
+                return (size_t)kib * 1024;
+            }
+        fclose(f);
+    }
+    const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
 }
 
 static const double GIB = 1024.0 * 1024.0 * 1024.0;
@@ -128,6 +164,13 @@ int cuda_memory_check(const CudaMemoryRequest *r, size_t free_bytes, size_t tota
             append(fix, sizeof fix, "train.recompute=%s (about %.2f GiB)",
                    model_recompute_name(mode), total / GIB);
     }
+    // The optimizer's state on the host, at the same micro-batch.
+    if (!*fix && !r->offload_optimizer) {
+        CudaMemoryRequest offloaded = *r;
+        offloaded.offload_optimizer = true;
+        if ((total = cuda_memory_request_estimate(&offloaded).total) <= free_bytes)
+            append(fix, sizeof fix, "train.offload_optimizer=true (about %.2f GiB)", total / GIB);
+    }
     // Fewer rows per micro-batch, with this mode, else with layer.
     int rows = largest_rows(r, micro_rows, r->recompute, free_bytes, &total);
     if (rows > 0) {
@@ -159,4 +202,15 @@ int cuda_memory_check(const CudaMemoryRequest *r, size_t free_bytes, size_t tota
                 "model.num_hidden_layers, model.vocab_size), %.2f GiB of scratch; it fits with %s",
                 e.total / GIB, free_bytes / GIB, total_bytes / GIB, e.arena / GIB, micro_rows,
                 seq_len, model_recompute_name(r->recompute), e.state / GIB, e.scratch / GIB, fix);
+}
+
+int cuda_offload_host_check(const ModelConfig *mc, size_t available_bytes, char *err,
+                            size_t err_len) {
+    const size_t need = cuda_offload_host_bytes(mc);
+    if (need <= available_bytes) return 0;
+    return fail(err, err_len, "config key train.offload_optimizer: the offloaded optimizer needs "
+                "about %.2f GiB of pinned host memory (12 bytes per parameter: master weights, "
+                "AdamW m, v; and the gradients' ring), %.2f GiB are available; set "
+                "train.offload_optimizer=false or lower the model's size (the model.* keys)",
+                need / GIB, available_bytes / GIB);
 }

@@ -38,12 +38,14 @@ typedef struct {
     ModelRecompute recompute;   // train.recompute
     AttnWorkspaceBytes workspace;  // NULL: none (0 bytes)
     const LoraConfig *lora;     // LoRA (lora.*); NULL: full fine-tuning
+    bool offload_optimizer;     // train.offload_optimizer: master halves, m, v on the host
 } CudaMemoryRequest;
 
 // The estimate of the request (cuda_memory_estimate with its workspace). Under LoRA the
 // state is the frozen base in bf16 (2 bytes a parameter: no low halves, gradients or
 // moments) and the adapters' full training state (16 bytes each, as a full fine-tune's),
-// and the scratch holds the adapters' two [tokens, r] bf16 buffers.
+// and the scratch holds the adapters' two [tokens, r] bf16 buffers. With offload_optimizer
+// the state is the bf16 weights, the fp32 gradients and two norms.
 CudaMemoryEstimate cuda_memory_request_estimate(const CudaMemoryRequest *r);
 
 // Refuses a request whose estimate (written to *e when e is not NULL) is above free_bytes
@@ -57,3 +59,22 @@ CudaMemoryEstimate cuda_memory_request_estimate(const CudaMemoryRequest *r);
 // decide and it says to lower the model's size (the model.* keys). Returns 0 or -1.
 int cuda_memory_check(const CudaMemoryRequest *r, size_t free_bytes, size_t total_bytes,
                       CudaMemoryEstimate *e, char *err, size_t err_len);
+
+// The offloaded optimizer's unit (trainer/backend_cuda.cu): gradients come down, AdamW
+// runs and the weights go up this many elements at a time.
+#define CUDA_OFFLOAD_CHUNK ((size_t)1 << 24)
+
+// Host memory of train.offload_optimizer (trainer/backend_cuda.cu): pinned low halves of
+// the master weights, their bf16 high halves (the copy the updated weights go up from),
+// AdamW m, v (12 bytes per parameter) and a ring of two chunks the gradients come down
+// into (at most all of them).
+size_t cuda_offload_host_bytes(const ModelConfig *mc);
+
+// The host memory available to a new allocation: /proc/meminfo's MemAvailable, else
+// sysconf's available pages; 0 when neither tells.
+size_t host_memory_available(void);
+
+// Refuses (-1, the message naming train.offload_optimizer, the estimate and what is
+// available) when cuda_offload_host_bytes(mc) exceeds available_bytes; 0 when it fits.
+int cuda_offload_host_check(const ModelConfig *mc, size_t available_bytes, char *err,
+                            size_t err_len);

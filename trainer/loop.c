@@ -160,7 +160,8 @@ static void *create_backend(const TrainBackendOps *ops, const ModelConfig *mc,
                                 .seq_len = seq_len, .deterministic = s->deterministic,
                                 .recompute = s->recompute, .lora = state->lora,
                                 .base_table = &state->base_table,
-                                .base_params = state->base_params};
+                                .base_params = state->base_params,
+                                .offload_optimizer = s->offload_optimizer};
     void *backend = ops->create(&setup);
     ops->set_state(backend, state->params, &state->opt);
     return backend;
@@ -412,6 +413,9 @@ TrainRun *train_run_start(const RunConfig *config) {
     char why[512];
     const Backend backend = backend_choose(config->backend, mc, why, sizeof why);
     if (rank0) printf("%s\n", why);  // the run's lines once, from rank 0
+    if (rank0 && backend == BACKEND_CPU && config->train.offload_optimizer)
+        printf("train.offload_optimizer: the cpu backend's optimizer state is in host memory "
+               "already\n");
     // Before the backend: NCCL picks this rank's GPU.
     ranks_connect(config, mc, backend, &run->ranks);
     const TrainBackendOps *ops = run->ops = backend_ops(backend);

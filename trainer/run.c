@@ -39,6 +39,7 @@ RunSettings run_settings_from(const RunConfig *c, Backend backend) {
         .shuffle = c->train.shuffle,
         .deterministic = c->train.deterministic,
         .recompute = run_recompute_from(c),
+        .offload_optimizer = c->train.offload_optimizer,
         .lr = c->train.lr,
         .min_lr_ratio = c->train.min_lr_ratio,
         .max_grad_norm = c->train.grad_clip,
@@ -248,6 +249,9 @@ bool lora_config_from(const RunConfig *c, LoraConfig *out) {
     if (c->model.add_tokens.n > 0)
         fatal("config keys 'lora.r' and 'model.add_tokens': new token rows would change the "
               "frozen base, which an adapter folder cannot carry");
+    if (c->train.offload_optimizer)
+        fatal("config keys 'lora.r' and 'train.offload_optimizer': the adapters' optimizer "
+              "state is small and stays on the device; offloading is for full fine-tuning");
     out->r = (int)c->lora.r;
     out->alpha = c->lora.alpha;
     out->rslora = c->lora.rslora;

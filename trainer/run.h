@@ -18,6 +18,7 @@ typedef struct {
     long long tokens_per_step;  // trained tokens per step (the loader's budget)
     bool shuffle, deterministic;
     ModelRecompute recompute;   // train.recompute
+    bool offload_optimizer;     // train.offload_optimizer
     double lr, min_lr_ratio;    // the schedule's peak and its floor as a ratio
     double max_grad_norm;       // train.grad_clip; 0: no clipping
     double peak_flops;          // the MFU denominator in FLOP/s; 0: no MFU

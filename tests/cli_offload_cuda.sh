@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# `train` with train.offload_optimizer on the GPU (exit 77 "SKIP: no CUDA device" without a
+# GPU or CUDA), deterministic mode, the model of cli_train_cuda.sh:
+#  - 6 steps offloaded equal 6 steps with the optimizer on the device: the same metrics
+#    and the same checkpoint tensor bytes (weights, m, v) at steps 3 and 6;
+#  - resume bit for bit in both modes and across them: 3 offloaded + 3 offloaded, and
+#    3 offloaded + 3 on the device, equal 6 straight;
+#  - the console's GPU memory is lower offloaded.
+train="$1"; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then echo "SKIP: no CUDA device"; exit 77; fi
+if "$train" --set backend=cuda --set out_dir="$tmp/probe" --set train.steps=0 2>&1 |
+    grep -q 'built without CUDA'; then echo "SKIP: no CUDA device (binary built without CUDA)"; exit 77; fi
+pass=0; fail=0
+ok() { pass=$((pass+1)); }
+bad() { echo "FAIL $*"; fail=$((fail+1)); }
+check() { if eval "$2"; then ok; else bad "$1"; fi; }
+short=(--set backend=cuda --set model.hidden_size=128 --set model.num_attention_heads=2
+       --set model.num_key_value_heads=1 --set model.intermediate_size=384 --set train.steps=6
+       --set eval.every=2 --set train.warmup_steps=2 --set seed=99 --set train.deterministic=true)
+untimed() { sed -E 's/"tokens_per_s":[^,]*,//; s/"elapsed_s":[^,]*,//; s/"mfu":[^,}]*//; s/,"gpu_memory_gib":[^,}]*//' "$@"; }
+tensor_bytes() { tail -c +$((9 + $(od -An -tu8 -N8 "$1" | tr -d ' '))) "$1"; }
+# same_checkpoint A B: the tensor bytes of two checkpoints' model and optimizer files.
+same_checkpoint() {
+    cmp <(tensor_bytes "$1/model.safetensors") <(tensor_bytes "$2/model.safetensors") &&
+        cmp <(tensor_bytes "$1/optimizer.safetensors") <(tensor_bytes "$2/optimizer.safetensors")
+}
+run() {  # NAME ARGS...: a run into $tmp/NAME, its console in $tmp/NAME.log
+    local name=$1; shift
+    "$train" --set out_dir="$tmp/$name" "${short[@]}" "$@" > "$tmp/$name.log" 2>&1 && ok ||
+        bad "$name: $(tail -3 "$tmp/$name.log")"
+}
+run device --set train.checkpoint_every=3
+run offload --set train.checkpoint_every=3 --set train.offload_optimizer=true
+check "offloaded metrics equal the device optimizer's" "diff <(untimed '$tmp/device/metrics.jsonl') <(untimed '$tmp/offload/metrics.jsonl') >&2"
+check "offloaded checkpoint 3 equals the device one" "same_checkpoint '$tmp/device/checkpoint-000003' '$tmp/offload/checkpoint-000003'"
+check "offloaded checkpoint 6 equals the device one" "same_checkpoint '$tmp/device/checkpoint-000006' '$tmp/offload/checkpoint-000006'"
+mem() { grep -o 'GPU mem [0-9.]*' "$1" | tail -1 | awk '{print $3}'; }
+check "GPU memory lower offloaded ($(mem "$tmp/offload.log") vs $(mem "$tmp/device.log") GiB)" \
+    "awk -v a=$(mem "$tmp/offload.log") -v b=$(mem "$tmp/device.log") 'BEGIN{exit !(a < b)}'"
+run resumed --set train.offload_optimizer=true --set train.resume="$tmp/offload/checkpoint-000003"
+check "offloaded resume: metrics of steps 4-6" "diff <(sed -n '4,6p' '$tmp/offload/metrics.jsonl' | untimed) <(untimed '$tmp/resumed/metrics.jsonl') >&2"
+check "offloaded resume: checkpoint 6" "same_checkpoint '$tmp/offload/checkpoint-000006' '$tmp/resumed/checkpoint-000006'"
+run switched --set train.offload_optimizer=false --set train.resume="$tmp/offload/checkpoint-000003"
+check "an offloaded checkpoint resumed on the device: checkpoint 6" "same_checkpoint '$tmp/offload/checkpoint-000006' '$tmp/switched/checkpoint-000006'"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

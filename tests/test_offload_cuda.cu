@@ -1,0 +1,201 @@
+// train.offload_optimizer (trainer/backend_cuda.cu): a CUDA trainer with the master
+// weights and AdamW m, v in pinned host memory against one that keeps them on the
+// device, in deterministic mode, on packed rows of the synthetic data set.
+//  - set_state / get_state round-trip bit for bit, edge values included;
+//  - steps with clipping (weight decay of norms and embeddings drawn at random), without
+//    clipping, through train_step with one rank and the backend's calls one by one, over
+//    more chunks than the gradients' ring holds, and after a reload of the downloaded state (what train.resume does):
+//    the loss, the gradient norm and the state (weights, m, v, step) after each step
+//    are bitwise the device optimizer's, and so are the forward's losses (the bf16
+//    weights went up);
+//  - the device memory the offloaded trainer takes is the device one's less the
+//    estimate's difference (trainer/device_memory.h), within the allocator's rounding;
+//  - a NaN planted in one tensor is found and named; finite weights are reported finite.
+#include "trainer/backend_cuda.h"
+extern "C" {  // plain C headers without guards of their own
+#include "trainer/backend_registry.h"
+#include "trainer/data_options.h"
+#include "trainer/device_memory.h"
+#include "trainer/setup.h"
+#include "trainer/step.h"
+}
+#include <math.h>
+#include <string.h>
+#include "common/cuda_check.h"
+#include "model/model_cuda.h"
+#include "tests/test_util.h"
+
+enum { SEQ_LEN = 1024, MICRO_ROWS = 2, N_CONVERSATIONS = 10 };
+
+static size_t device_used(void) {
+    size_t free_bytes, total;
+    cudaCheck(cudaDeviceSynchronize());
+    cudaCheck(cudaMemGetInfo(&free_bytes, &total));
+    return total - free_bytes;
+}
+
+static bool same_state(const float *pa, const AdamWState *a, const float *pb, const AdamWState *b,
+                       size_t n) {
+    return !memcmp(pa, pb, n * sizeof(float)) && !memcmp(a->m, b->m, n * sizeof(float)) &&
+           !memcmp(a->v, b->v, n * sizeof(float)) && a->step == b->step;
+}
+
+int main(void) {
+    char device[256];
+    if (cuda_device_count(device, sizeof device) == 0) {
+        printf("SKIP: no CUDA device\n");
+        return EXIT_SKIP;
+    }
+    TestRng rng = test_rng_from_env();
+    const char *overrides[] = {"model.hidden_size=128", "model.num_attention_heads=2",
+                               "model.num_key_value_heads=1", "model.intermediate_size=256",
+                               "model.num_hidden_layers=2", "model.tie_word_embeddings=false"};
+    RunConfig *config = config_load(NULL, 6, (char **)overrides);
+    Tokenizer *tok = tokenizer_with_added(config);
+    const ModelConfig mc = model_config_with(config, tok);
+    DataOptions opt_data = data_options_from_config(config);
+    opt_data.layout = LAYOUT_DUPLICATE;
+    opt_data.seq_len = SEQ_LEN;
+    opt_data.max_samples = N_CONVERSATIONS;
+    PackedDataset data;
+    packed_dataset_load(tok, "datasets/synthetic/train.jsonl", opt_data, &data);
+    MicroBatches micro;
+    micro_batches_build(&data.rows, MICRO_ROWS, &micro);
+    long long tokens, trained;
+    packed_rows_count(&data.rows, &tokens, &trained);
+    const float loss_scale = (float)(1.0 / (double)trained);
+
+    ParamTable table;
+    param_table_build(&mc, &table);
+    const size_t n = table.total;
+    EXPECT(n > 2 * CUDA_OFFLOAD_CHUNK, "%zu parameters: more than the gradients' ring holds", n);
+    float *params = (float *)xmalloc(n * sizeof(float));
+    params_init(&mc, &table, test_rng_next(&rng), params);
+    AdamWState opt;  // a run in progress: random moments at a random step
+    adamw_init(&opt, n);
+    for (size_t i = 0; i < n; i++) {
+        opt.m[i] = 1e-3f * test_rng_uniform(&rng);
+        opt.v[i] = 1e-6f * (1.0f + test_rng_uniform(&rng));
+    }
+    opt.step = test_rng_int(&rng, 1, 50);
+
+    const TrainBackendOps *gpu = cuda_train_backend();
+    // Each trainer's own device memory: what freeing it gives back while the other
+    // keeps the ops' shared scratch.
+    const BackendSetup on_device = {&mc, &table, MICRO_ROWS, SEQ_LEN, true, MODEL_RECOMPUTE_MLP,
+                                    nullptr, nullptr, nullptr, false};
+    const BackendSetup offloaded = {&mc, &table, MICRO_ROWS, SEQ_LEN, true, MODEL_RECOMPUTE_MLP,
+                                    nullptr, nullptr, nullptr, true};
+    void *d = gpu->create(&on_device);
+    void *o = gpu->create(&offloaded);
+    const size_t used_both = device_used();
+    gpu->destroy(o);
+    const size_t used_d = device_used();
+    o = gpu->create(&offloaded);
+    gpu->destroy(d);
+    const size_t used_o = device_used();
+    d = gpu->create(&on_device);
+
+    // Device memory: the offloaded trainer's less the estimate's state difference.
+    CudaMemoryRequest request = {&mc, MICRO_ROWS, SEQ_LEN, MODEL_RECOMPUTE_MLP,
+                                 cuda_model_attention_workspace_bytes, nullptr, false};
+    const size_t state_device = cuda_memory_request_estimate(&request).state;
+    request.offload_optimizer = true;
+    const size_t state_offload = cuda_memory_request_estimate(&request).state;
+    const double taken_device = (double)(used_both - used_o);
+    const double taken_offload = (double)(used_both - used_d);
+    const double want = (double)(state_device - state_offload);
+    EXPECT(fabs((taken_device - taken_offload) - want) <= 16.0 * (1 << 20),
+           "the offloaded trainer takes %.1f MiB less device memory, the estimate %.1f MiB less",
+           (taken_device - taken_offload) / (1 << 20), want / (1 << 20));
+
+    // Round trip, edge values planted.
+    float *edges = (float *)xmalloc(n * sizeof(float)), *back = (float *)xmalloc(n * sizeof(float));
+    memcpy(edges, params, n * sizeof(float));
+    const uint32_t edge_bits[] = {0x80000000, 0x00000001, 0x807FFFFF, 0x3C808000, 0xBC818000,
+                                  0x3C80FFFF, 0x7F7FFFFF, 0x7F800000, 0xFF800000};
+    for (size_t k = 0; k < sizeof edge_bits / sizeof edge_bits[0]; k++)
+        memcpy(&edges[test_rng_int(&rng, 0, (int)n - 1)], &edge_bits[k], sizeof(float));
+    AdamWState back_opt;
+    adamw_init(&back_opt, n);
+    gpu->set_state(o, edges, &opt);
+    gpu->get_state(o, back, &back_opt);
+    EXPECT(same_state(back, &back_opt, edges, &opt, n),
+           "offloaded set_state / get_state round-trip bit for bit");
+    EXPECT(gpu->first_nonfinite(o, false) != NULL, "planted infinities reported");
+    free(edges);
+
+    gpu->set_state(d, params, &opt);
+    gpu->set_state(o, params, &opt);
+    float *pd = (float *)xmalloc(n * sizeof(float)), *po = (float *)xmalloc(n * sizeof(float));
+    AdamWState sd, so;
+    adamw_init(&sd, n);
+    adamw_init(&so, n);
+    AdamWHyper h = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.5f, test_rng_int(&rng, 0, 1) == 1,
+                    test_rng_int(&rng, 0, 1) == 1};
+    const DistComm single = dist_comm_single();
+    for (int step = 0; step < 4; step++) {
+        if (step == 3) {  // a reload of the downloaded state, as train.resume does
+            gpu->get_state(o, po, &so);
+            gpu->set_state(o, po, &so);
+        }
+        h.lr = 1e-2f / (float)(step + 1);
+        double max_norm;
+        if (step < 2) {  // the backend's calls one by one
+            const double ld = train_step_forward_backward(gpu, d, &micro, loss_scale);
+            const double lo = train_step_forward_backward(gpu, o, &micro, loss_scale);
+            const double nd = gpu->grad_norm(d), no = gpu->grad_norm(o);
+            EXPECT(ld == lo && nd == no, "step %d: loss %.9g vs %.9g, norm %.9g vs %.9g", step,
+                   lo, ld, no, nd);
+            max_norm = step == 0 ? 0.5 * nd : 0.0;
+            gpu->optimizer_step(d, &h, nd, max_norm);
+            gpu->optimizer_step(o, &h, no, max_norm);
+        } else {  // train_step with one rank, as `train` runs it
+            max_norm = step == 2 ? 1e-3 : 1e3;
+            StepOutcome od, oo;
+            char err[512] = "";
+            EXPECT(train_step(gpu, d, &micro, trained, &single, &h, max_norm, &od, err,
+                              sizeof err) == 0 &&
+                       train_step(gpu, o, &micro, trained, &single, &h, max_norm, &oo, err,
+                                  sizeof err) == 0,
+                   "step %d: %s", step, err);
+            EXPECT(od.loss == oo.loss && od.grad_norm == oo.grad_norm,
+                   "step %d: loss %.9g vs %.9g, norm %.9g vs %.9g", step, oo.loss, od.loss,
+                   oo.grad_norm, od.grad_norm);
+        }
+        gpu->get_state(d, pd, &sd);
+        gpu->get_state(o, po, &so);
+        size_t differ = 0;
+        for (size_t i = 0; i < n; i++)
+            differ += memcmp(&pd[i], &po[i], sizeof(float)) || memcmp(&sd.m[i], &so.m[i], 4) ||
+                      memcmp(&sd.v[i], &so.v[i], 4);
+        EXPECT(differ == 0 && sd.step == so.step,
+               "step %d (max norm %g): offloaded state equals the device optimizer's bit for "
+               "bit (%zu elements differ)", step, max_norm, differ);
+        EXPECT(gpu->first_nonfinite(o, false) == NULL, "finite weights reported finite");
+    }
+    // The bf16 weights went up: the forward's losses are the same.
+    const double fd = train_step_forward(gpu, d, &micro, NULL);
+    const double fo = train_step_forward(gpu, o, &micro, NULL);
+    EXPECT(fd == fo, "forward after the steps: %.9g vs %.9g", fo, fd);
+
+    // A NaN in one tensor is named.
+    const int bad = test_rng_int(&rng, 0, table.n_tensors - 1);
+    const ParamTensor *bt = &table.tensors[bad];
+    po[bt->offset + (size_t)test_rng_int(&rng, 0, (int)bt->numel - 1)] = NAN;
+    gpu->set_state(o, po, &so);
+    const char *found = gpu->first_nonfinite(o, false);
+    EXPECT(found && !strcmp(found, bt->name), "NaN planted in %s, found in %s", bt->name,
+           found ? found : "(none)");
+
+    gpu->destroy(d);
+    gpu->destroy(o);
+    free(params); free(back); free(pd); free(po);
+    adamw_free(&opt); adamw_free(&back_opt); adamw_free(&sd); adamw_free(&so);
+    param_table_free(&table);
+    micro_batches_free(&micro);
+    packed_dataset_free(&data);
+    tokenizer_free(tok);
+    config_free(config);
+    return test_finish();
+}

@@ -24,6 +24,7 @@ extern "C" {  // plain C headers without guards of their own
 #include "common/cuda_check.h"
 #include "model/model_cuda.h"
 #include "tests/test_util.h"
+#include "tests/test_train_fixture.cuh"
 
 enum { SEQ_LEN = 1024, MICRO_ROWS = 2, N_CONVERSATIONS = 10 };
 
@@ -47,37 +48,17 @@ int main(void) {
         return EXIT_SKIP;
     }
     TestRng rng = test_rng_from_env();
-    const char *overrides[] = {"model.hidden_size=128", "model.num_attention_heads=2",
-                               "model.num_key_value_heads=1", "model.intermediate_size=256",
-                               "model.num_hidden_layers=2", "model.tie_word_embeddings=false"};
-    RunConfig *config = config_load(NULL, 6, (char **)overrides);
-    Tokenizer *tok = tokenizer_with_added(config);
-    const ModelConfig mc = model_config_with(config, tok);
-    DataOptions opt_data = data_options_from_config(config);
-    opt_data.layout = LAYOUT_DUPLICATE;
-    opt_data.seq_len = SEQ_LEN;
-    opt_data.max_samples = N_CONVERSATIONS;
-    PackedDataset data;
-    packed_dataset_load(tok, "datasets/synthetic/train.jsonl", opt_data, &data);
-    MicroBatches micro;
-    micro_batches_build(&data.rows, MICRO_ROWS, &micro);
-    long long tokens, trained;
-    packed_rows_count(&data.rows, &tokens, &trained);
-    const float loss_scale = (float)(1.0 / (double)trained);
-
-    ParamTable table;
-    param_table_build(&mc, &table);
-    const size_t n = table.total;
+    TrainFixture fx;
+    train_fixture_load(&fx, &rng, SEQ_LEN, MICRO_ROWS, N_CONVERSATIONS);
+    const ModelConfig &mc = fx.mc;
+    const MicroBatches &micro = fx.micro;
+    const ParamTable &table = fx.table;
+    const size_t n = fx.n;
+    float *params = fx.params;
+    AdamWState &opt = fx.opt;
     EXPECT(n > 2 * CUDA_OFFLOAD_CHUNK, "%zu parameters: more than the gradients' ring holds", n);
-    float *params = (float *)xmalloc(n * sizeof(float));
-    params_init(&mc, &table, test_rng_next(&rng), params);
-    AdamWState opt;  // a run in progress: random moments at a random step
-    adamw_init(&opt, n);
-    for (size_t i = 0; i < n; i++) {
-        opt.m[i] = 1e-3f * test_rng_uniform(&rng);
-        opt.v[i] = 1e-6f * (1.0f + test_rng_uniform(&rng));
-    }
-    opt.step = test_rng_int(&rng, 1, 50);
+    const long long trained = fx.trained;
+    const float loss_scale = (float)(1.0 / (double)trained);
 
     const TrainBackendOps *gpu = cuda_train_backend();
     // Each trainer's own device memory: what freeing it gives back while the other
@@ -190,12 +171,8 @@ int main(void) {
 
     gpu->destroy(d);
     gpu->destroy(o);
-    free(params); free(back); free(pd); free(po);
-    adamw_free(&opt); adamw_free(&back_opt); adamw_free(&sd); adamw_free(&so);
-    param_table_free(&table);
-    micro_batches_free(&micro);
-    packed_dataset_free(&data);
-    tokenizer_free(tok);
-    config_free(config);
+    free(back); free(pd); free(po);
+    adamw_free(&back_opt); adamw_free(&sd); adamw_free(&so);
+    train_fixture_free(&fx);
     return test_finish();
 }

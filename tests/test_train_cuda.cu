@@ -26,6 +26,7 @@ extern "C" {  // plain C headers without guards of their own
 #include <string.h>
 #include "common/cuda_check.h"
 #include "tests/test_util.h"
+#include "tests/test_train_fixture.cuh"
 #include "trainer/split_float.h"
 
 enum { SEQ_LEN = 1024, MICRO_ROWS = 2, N_CONVERSATIONS = 10 };
@@ -61,37 +62,17 @@ int main(void) {
         return EXIT_SKIP;
     }
     TestRng rng = test_rng_from_env();
-    const char *overrides[] = {"model.hidden_size=128", "model.num_attention_heads=2",
-                               "model.num_key_value_heads=1", "model.intermediate_size=256",
-                               "model.num_hidden_layers=2", "model.tie_word_embeddings=false"};
-    RunConfig *config = config_load(NULL, 6, (char **)overrides);
-    Tokenizer *tok = tokenizer_with_added(config);
-    const ModelConfig mc = model_config_with(config, tok);
-    DataOptions opt_data = data_options_from_config(config);
-    opt_data.layout = LAYOUT_DUPLICATE;
-    opt_data.seq_len = SEQ_LEN;
-    opt_data.max_samples = N_CONVERSATIONS;
-    PackedDataset data;
-    packed_dataset_load(tok, "datasets/synthetic/train.jsonl", opt_data, &data);
-    MicroBatches micro;
-    micro_batches_build(&data.rows, MICRO_ROWS, &micro);
-    long long tokens, trained;
-    packed_rows_count(&data.rows, &tokens, &trained);
+    TrainFixture fx;
+    train_fixture_load(&fx, &rng, SEQ_LEN, MICRO_ROWS, N_CONVERSATIONS);
+    const ModelConfig &mc = fx.mc;
+    const MicroBatches &micro = fx.micro;
+    const ParamTable &table = fx.table;
+    const size_t n = fx.n;
+    float *params = fx.params;
+    AdamWState &opt = fx.opt;
     EXPECT(micro.n_micro >= 2, "the batch spans %d micro-batches (want >= 2)", micro.n_micro);
+    const long long trained = fx.trained;
     const float loss_scale = (float)(1.0 / (double)trained);
-
-    ParamTable table;
-    param_table_build(&mc, &table);
-    const size_t n = table.total;
-    float *params = (float *)xmalloc(n * sizeof(float));
-    params_init(&mc, &table, test_rng_next(&rng), params);
-    AdamWState opt;  // a run in progress: random moments at a random step
-    adamw_init(&opt, n);
-    for (size_t i = 0; i < n; i++) {
-        opt.m[i] = 1e-3f * test_rng_uniform(&rng);
-        opt.v[i] = 1e-6f * (1.0f + test_rng_uniform(&rng));
-    }
-    opt.step = test_rng_int(&rng, 1, 50);
 
     const TrainBackendOps *gpu = cuda_train_backend(), *cpu = backend_ops(BACKEND_CPU);
     const BackendSetup setup = {&mc, &table, MICRO_ROWS, SEQ_LEN, true,
@@ -173,8 +154,8 @@ int main(void) {
 
     // The bf16 weights follow the master: forward after the step == forward after a
     // fresh upload of the downloaded state.
-    float *losses = (float *)xmalloc((size_t)data.rows.n_rows * SEQ_LEN * sizeof(float));
-    float *losses_ref = (float *)xmalloc((size_t)data.rows.n_rows * SEQ_LEN * sizeof(float));
+    float *losses = (float *)xmalloc((size_t)fx.data.rows.n_rows * SEQ_LEN * sizeof(float));
+    float *losses_ref = (float *)xmalloc((size_t)fx.data.rows.n_rows * SEQ_LEN * sizeof(float));
     const double eval_after_step = train_step_forward(gpu, g, &micro, losses);
     gpu->set_state(g, back, &opt_back);
     const double eval_uploaded = train_step_forward(gpu, g, &micro, NULL);
@@ -186,7 +167,7 @@ int main(void) {
     cpu->set_state(c, rounded, &opt_back);
     const double eval_cpu = train_step_forward(cpu, c, &micro, losses_ref);
     double diff = 0;
-    for (size_t i = 0; i < (size_t)data.rows.n_rows * SEQ_LEN; i++) diff += fabs(losses[i] - losses_ref[i]);
+    for (size_t i = 0; i < (size_t)fx.data.rows.n_rows * SEQ_LEN; i++) diff += fabs(losses[i] - losses_ref[i]);
     diff /= (double)trained;
     EXPECT(fabs(eval_after_step - eval_cpu) <= 1e-2 * fabs(eval_cpu) && diff <= 3e-2,
           "eval: CE sum %.4f vs CPU %.4f, mean |per-position diff| %.4f", eval_after_step, eval_cpu,
@@ -233,14 +214,9 @@ int main(void) {
 
     gpu->destroy(g);
     cpu->destroy(c);
-    free(params); free(back); free(rounded); free(grads); free(grads_cpu); free(grads_again);
+    free(back); free(rounded); free(grads); free(grads_cpu); free(grads_again);
     free(losses); free(losses_ref);
-    adamw_free(&opt);
     adamw_free(&opt_back);
-    param_table_free(&table);
-    micro_batches_free(&micro);
-    packed_dataset_free(&data);
-    tokenizer_free(tok);
-    config_free(config);
+    train_fixture_free(&fx);
     return test_finish();
 }

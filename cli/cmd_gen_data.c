@@ -2,7 +2,8 @@
 // the synthetic data sets (data/synthetic.h) the repository ships. With
 // `--profile chat|agentic [--tokenizer PATH] [--max-tokens N]`: train.jsonl and
 // eval.jsonl of realistic shapes instead (data/synthetic_profile.h), lengths in tokens of
-// PATH, each conversation fitting a row of N.
+// PATH, each conversation fitting a row of N. With `--profile demo`: train.jsonl and
+// eval.jsonl of the CPU demonstration task (data/synthetic_demo.h).
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include "common/check.h"
 #include "common/output_file.h"
 #include "data/synthetic.h"
+#include "data/synthetic_demo.h"
 #include "data/synthetic_profile.h"
 #include "data/tokenizer.h"
 
@@ -61,7 +63,7 @@ int cmd_gen_data(int argc, char **argv) {
         const char *flag = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
         if (!value)
             fatal("gen-data: %s needs a value (usage: train gen-data --out-dir DIR [--seed N] "
-                  "[--train N] [--eval N] [--shared N] [--profile chat|agentic] [--tokenizer PATH] [--max-tokens N])",
+                  "[--train N] [--eval N] [--shared N] [--profile chat|agentic|demo] [--tokenizer PATH] [--max-tokens N])",
                   flag);
         i++;
         if (strcmp(flag, "--out-dir") == 0)
@@ -86,10 +88,17 @@ int cmd_gen_data(int argc, char **argv) {
     if (!out_dir) fatal("gen-data: --out-dir DIR is required");
     if (mkdir(out_dir, 0777) != 0 && errno != EEXIST)
         fatal("%s: cannot create directory: %s", out_dir, strerror(errno));
+    if (profile && strcmp(profile, "demo") == 0) {
+        write_split(out_dir, "train.jsonl", synthetic_split_seed((uint64_t)seed, 0), (int)n_train,
+                    synth_demo_write);
+        write_split(out_dir, "eval.jsonl", synthetic_split_seed((uint64_t)seed, 1), (int)n_eval,
+                    synth_demo_write);
+        return 0;
+    }
     if (profile) {
         SynthProfile p;
         if (synth_profile_parse(profile, &p) != 0)
-            fatal("gen-data: --profile: expected chat or agentic, got '%s'", profile);
+            fatal("gen-data: --profile: expected chat, agentic or demo, got '%s'", profile);
         char err[1024];
         Tokenizer *tok = tokenizer_load(tokenizer, err, sizeof err);
         if (!tok) fatal("gen-data: --tokenizer: %s", err);

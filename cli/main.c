@@ -51,7 +51,9 @@ static const struct {
              "  --rows           the packed rows of that conversation and those after it\n"},
     {"gen-data", "Writes the synthetic data sets (chained arithmetic, 1 to 8 turns).\n"
                  "  --out-dir DIR   created when missing: train.jsonl, eval.jsonl, shared_prefix.jsonl\n"
-                 "  --seed N        (1234)  --train N (2000)  --eval N (200)  --shared N (200)\n"},
+                 "  --seed N        (1234)  --train N (2000)  --eval N (200)  --shared N (200)\n"
+                 "  --profile P     chat or agentic (benchmark shapes), or demo (the CPU demonstration:\n"
+                 "                  a code reversed in turn 1's thinking, asked for in turn 2)\n"},
     {"tokenizer", "Trains a SentencePiece model on the text of a JSONL data file, with the onepass\n"
                   "template's control tokens as their own ids.\n"
                   "  --corpus-from FILE.jsonl the conversations whose text is the corpus\n"

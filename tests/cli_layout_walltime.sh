@@ -6,7 +6,7 @@
 source "$(dirname "$0")/lib_cli.sh"
 need_data
 export OMP_NUM_THREADS=2
-expect_error "unknown profile" "gen-data: --profile: expected chat or agentic, got 'code'" \
+expect_error "unknown profile" "gen-data: --profile: expected chat, agentic or demo, got 'code'" \
     "$train" gen-data --profile code --out-dir "$tmp/g"
 if TRAIN="$train" bash scripts/repro/layout_walltime.sh --tiny --layouts "npass duplicate" \
     --conversations 16 --steps 2 --runs "$tmp/runs" > "$tmp/out" 2>&1; then ok

@@ -5,7 +5,6 @@
 # `train eval` on a final checkpoint scores both turns of every eval conversation and
 # prints the per-turn table and the later-turn answer loss.
 source "$(dirname "$0")/lib_cli.sh" "$1"
-check() { if eval "$2"; then ok; else bad "$1"; fi; }
 d="$tmp/data"
 "$train" gen-data --profile demo --out-dir "$d" --train 200 --eval 20 > "$tmp/gen" 2>&1 && ok || bad "gen-data: $(cat "$tmp/gen")"
 check "200 training conversations" "[ \$(wc -l < '$d/train.jsonl') -eq 200 ]"

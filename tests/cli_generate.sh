@@ -8,7 +8,6 @@
 source "$(dirname "$0")/lib_cli.sh"
 need_data
 export OMP_NUM_THREADS=2
-check() { if eval "$2"; then ok; else bad "$1"; fi; }
 tiny=(--set model.hidden_size=32 --set model.intermediate_size=64 --set model.num_hidden_layers=2
       --set train.tokens_per_step=1024 --set train.micro_rows=2 --set train.warmup_steps=2
       --set eval.max_conversations=2 --set data.seq_len=1024)

@@ -4,9 +4,7 @@
 # "out of memory", and before out_dir is made. Exit 77 without a GPU or a CUDA build.
 source "$(dirname "$0")/lib_cli.sh"
 need_data
-if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then echo "SKIP: no CUDA device"; exit 77; fi
-if "$train" --set backend=cuda --set out_dir="$tmp/probe" --set train.steps=0 2>&1 |
-    grep -q 'built without CUDA'; then echo "SKIP: no CUDA device (binary built without CUDA)"; exit 77; fi
+need_cuda
 gpu=(--set backend=cuda --set model.hidden_size=128 --set model.num_attention_heads=2
      --set model.num_key_value_heads=1 --set model.intermediate_size=384 --set train.steps=1)
 expect_error "micro_rows 65536" "config keys train.micro_rows x data.seq_len, train.recompute and model.\*: the CUDA backend needs about .* GiB of device memory, .* GiB are free" \

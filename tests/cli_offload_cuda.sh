@@ -6,14 +6,8 @@
 #  - resume bit for bit in both modes and across them: 3 offloaded + 3 offloaded, and
 #    3 offloaded + 3 on the device, equal 6 straight;
 #  - the console's GPU memory is lower offloaded.
-train="$1"; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then echo "SKIP: no CUDA device"; exit 77; fi
-if "$train" --set backend=cuda --set out_dir="$tmp/probe" --set train.steps=0 2>&1 |
-    grep -q 'built without CUDA'; then echo "SKIP: no CUDA device (binary built without CUDA)"; exit 77; fi
-pass=0; fail=0
-ok() { pass=$((pass+1)); }
-bad() { echo "FAIL $*"; fail=$((fail+1)); }
-check() { if eval "$2"; then ok; else bad "$1"; fi; }
+source "$(dirname "$0")/lib_cli.sh" "$1"
+need_cuda
 short=(--set backend=cuda --set model.hidden_size=128 --set model.num_attention_heads=2
        --set model.num_key_value_heads=1 --set model.intermediate_size=384 --set train.steps=6
        --set eval.every=2 --set train.warmup_steps=2 --set seed=99 --set train.deterministic=true)
@@ -42,5 +36,4 @@ check "offloaded resume: metrics of steps 4-6" "diff <(sed -n '4,6p' '$tmp/offlo
 check "offloaded resume: checkpoint 6" "same_checkpoint '$tmp/offload/checkpoint-000006' '$tmp/resumed/checkpoint-000006'"
 run switched --set train.offload_optimizer=false --set train.resume="$tmp/offload/checkpoint-000003"
 check "an offloaded checkpoint resumed on the device: checkpoint 6" "same_checkpoint '$tmp/offload/checkpoint-000006' '$tmp/switched/checkpoint-000006'"
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

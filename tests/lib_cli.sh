@@ -11,5 +11,11 @@ expect_error() {  # expect_error <description> <pattern> <command...>
     if out=$("$@" 2>&1); then bad "$what: exit 0"; return; fi
     if grep -q -- "$pattern" <<<"$out"; then ok; else bad "$what: got: $(tail -2 <<<"$out")"; fi
 }
+check() { if eval "$2"; then ok; else bad "$1"; fi; }  # check <description> <shell test>
+need_cuda() {  # exits 77 (SKIP) without a CUDA device or with a binary built without CUDA
+    nvidia-smi -L 2>/dev/null | grep -q '^GPU' || { echo "SKIP: no CUDA device"; exit 77; }
+    if "$train" --set backend=cuda --set out_dir="$tmp/probe" --set train.steps=0 2>&1 |
+        grep -q 'built without CUDA'; then echo "SKIP: no CUDA device (binary built without CUDA)"; exit 77; fi
+}
 need_data() { [ -f "$data/train.jsonl" ] && [ -f "$data/tokenizer.model" ] || { echo "skip: $data not generated yet"; exit 77; }; }
 finish() { echo "$pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit; }

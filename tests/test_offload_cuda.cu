@@ -49,7 +49,8 @@ int main(void) {
     }
     TestRng rng = test_rng_from_env();
     TrainFixture fx;
-    train_fixture_load(&fx, &rng, SEQ_LEN, MICRO_ROWS, N_CONVERSATIONS);
+    // An MLP wide enough for more chunks than the gradients' ring holds (3 of them).
+    train_fixture_load(&fx, &rng, SEQ_LEN, MICRO_ROWS, N_CONVERSATIONS, 44032);
     const ModelConfig &mc = fx.mc;
     const MicroBatches &micro = fx.micro;
     const ParamTable &table = fx.table;

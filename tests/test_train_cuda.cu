@@ -63,7 +63,7 @@ int main(void) {
     }
     TestRng rng = test_rng_from_env();
     TrainFixture fx;
-    train_fixture_load(&fx, &rng, SEQ_LEN, MICRO_ROWS, N_CONVERSATIONS);
+    train_fixture_load(&fx, &rng, SEQ_LEN, MICRO_ROWS, N_CONVERSATIONS, 256);
     const ModelConfig &mc = fx.mc;
     const MicroBatches &micro = fx.micro;
     const ParamTable &table = fx.table;

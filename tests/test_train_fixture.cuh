@@ -1,5 +1,5 @@
 // The CUDA trainer tests' common start: a 2-layer model (hidden 128, 2 heads, 1 kv head,
-// untied) over the default config's tokenizer, the synthetic training set packed under
+// untied, the MLP's width given) over the default config's tokenizer, the synthetic training set packed under
 // duplicate into micro-batches, random weights, and AdamW moments of a run in progress
 // (random m and v at a random step). Include after trainer/setup.h,
 // trainer/data_options.h and tests/test_util.h.
@@ -19,9 +19,11 @@ struct TrainFixture {
 };
 
 static void train_fixture_load(TrainFixture *f, TestRng *rng, int seq_len, int micro_rows,
-                               int conversations) {
+                               int conversations, int intermediate_size) {
+    char mlp_width[64];
+    snprintf(mlp_width, sizeof mlp_width, "model.intermediate_size=%d", intermediate_size);
     const char *overrides[] = {"model.hidden_size=128", "model.num_attention_heads=2",
-                               "model.num_key_value_heads=1", "model.intermediate_size=256",
+                               "model.num_key_value_heads=1", mlp_width,
                                "model.num_hidden_layers=2", "model.tie_word_embeddings=false"};
     f->config = config_load(NULL, 6, (char **)overrides);
     f->tok = tokenizer_with_added(f->config);

@@ -8,6 +8,10 @@
 //    the loss, the gradient norm and the state (weights, m, v, step) after each step
 //    are bitwise the device optimizer's, and so are the forward's losses (the bf16
 //    weights went up);
+//  - steps back to back, each host update running behind what follows it (the next
+//    step's forward and backward, an eval forward, get_state): the losses, norms and
+//    eval losses after every step, and the state read every other step, are bitwise
+//    the device optimizer's; a trainer destroyed while its update runs frees cleanly;
 //  - the device memory the offloaded trainer takes is the device one's less the
 //    estimate's difference (trainer/device_memory.h), within the allocator's rounding;
 //  - a NaN planted in one tensor is found and named; finite weights are reported finite.
@@ -156,6 +160,36 @@ int main(void) {
                "bit (%zu elements differ)", step, max_norm, differ);
         EXPECT(gpu->first_nonfinite(o, false) == NULL, "finite weights reported finite");
     }
+    // Back to back: optimizer_step returns while the host update runs; what follows
+    // waits for it per layer (the forwards) or whole (get_state). Steps 4, 6 and 8 are
+    // followed by the next step directly, 6 and 9 by an eval forward first.
+    for (int step = 4; step < 10; step++) {
+        h.lr = 1e-2f / (float)(step + 1);
+        const double max_norm = step % 2 ? 1e-3 : 0.0;
+        StepOutcome od, oo;
+        char err[512] = "";
+        EXPECT(train_step(gpu, d, &micro, trained, &single, &h, max_norm, &od, err, sizeof err) ==
+                       0 &&
+                   train_step(gpu, o, &micro, trained, &single, &h, max_norm, &oo, err,
+                              sizeof err) == 0,
+               "step %d: %s", step, err);
+        EXPECT(od.loss == oo.loss && od.grad_norm == oo.grad_norm,
+               "step %d back to back: loss %.9g vs %.9g, norm %.9g vs %.9g", step, oo.loss,
+               od.loss, oo.grad_norm, od.grad_norm);
+        if (step % 3 == 0) {  // an eval forward while the update runs
+            const double fd = train_step_forward(gpu, d, &micro, NULL);
+            const double fo = train_step_forward(gpu, o, &micro, NULL);
+            EXPECT(fd == fo, "eval forward behind step %d's update: %.9g vs %.9g", step, fo, fd);
+        }
+        if (step % 2 == 1) {
+            gpu->get_state(d, pd, &sd);
+            gpu->get_state(o, po, &so);
+            EXPECT(same_state(pd, &sd, po, &so, n),
+                   "after step %d back to back: the offloaded state equals the device "
+                   "optimizer's bit for bit", step);
+        }
+    }
+
     // The bf16 weights went up: the forward's losses are the same.
     const double fd = train_step_forward(gpu, d, &micro, NULL);
     const double fo = train_step_forward(gpu, o, &micro, NULL);
@@ -170,6 +204,12 @@ int main(void) {
     EXPECT(found && !strcmp(found, bt->name), "NaN planted in %s, found in %s", bt->name,
            found ? found : "(none)");
 
+    // A step, and the trainer destroyed while its update runs.
+    gpu->set_state(o, pd, &sd);
+    StepOutcome oo;
+    char err[512] = "";
+    EXPECT(train_step(gpu, o, &micro, trained, &single, &h, 1.0, &oo, err, sizeof err) == 0,
+           "a step before destroy: %s", err);
     gpu->destroy(d);
     gpu->destroy(o);
     free(back); free(pd); free(po);

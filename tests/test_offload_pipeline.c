@@ -10,7 +10,7 @@
 //  - after finish, the split master weights and m, v equal adamw_step_cpu's bit for
 //    bit over several steps, with clipping;
 //  - a non-finite gradient: a wait past its chunk and finish report non-finite;
-//  - waits without a running update return at once; running() follows start / finish.
+//  - waits without a running update return at once; offload_pipeline_running follows start and finish.
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <string.h>

@@ -16,8 +16,9 @@
 //  - offload_pipeline_wait_uploaded(p, k) returns only after upload(c) returned for
 //    every c < k of the running update;
 //  - what the caller wrote before offload_pipeline_start is visible to the stages, and
-//    what the stages wrote is visible to the caller after wait_uploaded or finish
-//    returned (a mutex orders them).
+//    what the stages wrote is visible to the caller once offload_pipeline_wait_uploaded
+//    or offload_pipeline_finish returned (a mutex orders them);
+//  - once offload_pipeline_finish returned, no stage runs until the next start.
 #pragma once
 #include <stdbool.h>
 

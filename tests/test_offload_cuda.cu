@@ -12,6 +12,9 @@
 //    step's forward and backward, an eval forward, get_state): the losses, norms and
 //    eval losses after every step, and the state read every other step, are bitwise
 //    the device optimizer's; a trainer destroyed while its update runs frees cleanly;
+//  - the model's weights_ready calls (what the forward waits on): L + 2 of them on the
+//    model's stream, from the table's start, in order, each starting inside what the
+//    ones before covered, together the whole table;
 //  - the device memory the offloaded trainer takes is the device one's less the
 //    estimate's difference (trainer/device_memory.h), within the allocator's rounding;
 //  - a NaN planted in one tensor is found and named; finite weights are reported finite.
@@ -37,6 +40,23 @@ static size_t device_used(void) {
     cudaCheck(cudaDeviceSynchronize());
     cudaCheck(cudaMemGetInfo(&free_bytes, &total));
     return total - free_bytes;
+}
+
+// The ranges a model's forward announced (cuda_model_set_weights_ready).
+struct Announced {
+    cudaStream_t stream;
+    int calls, wrong_stream;
+    size_t from[64], to[64];
+};
+
+static void record_range(void *ctx, size_t from, size_t to, cudaStream_t stream) {
+    Announced *a = (Announced *)ctx;
+    if (stream != a->stream) a->wrong_stream++;
+    if (a->calls < 64) {
+        a->from[a->calls] = from;
+        a->to[a->calls] = to;
+    }
+    a->calls++;
 }
 
 static bool same_state(const float *pa, const AdamWState *a, const float *pb, const AdamWState *b,
@@ -203,6 +223,33 @@ int main(void) {
     const char *found = gpu->first_nonfinite(o, false);
     EXPECT(found && !strcmp(found, bt->name), "NaN planted in %s, found in %s", bt->name,
            found ? found : "(none)");
+
+    // The forward's announced ranges cover the table in order, before it reads them.
+    {
+        CudaModel *m = cuda_model_create(&mc, MICRO_ROWS, SEQ_LEN, MODEL_RECOMPUTE_MLP);
+        Announced a = {};
+        a.stream = cuda_model_stream(m);
+        cuda_model_set_weights_ready(m, record_range, &a);
+        void *zeros;  // bf16 zeros: the forward's values do not matter here
+        cudaCheck(cudaMalloc(&zeros, n * 2));
+        cudaCheck(cudaMemset(zeros, 0, n * 2));
+        const ModelBatch batch = micro_batch(&micro, 0);
+        cuda_model_forward(m, zeros, &batch, NULL);
+        const int L = mc.num_hidden_layers;
+        bool ordered = a.calls == L + 2 && a.from[0] == 0;
+        size_t covered = 0;
+        for (int i = 0; ordered && i < a.calls; i++) {
+            const bool head = i == L + 1;  // the LM head: the table's tail, or the embedding
+            ordered = a.from[i] < a.to[i] && a.from[i] <= covered &&
+                      (head || a.to[i] > covered);
+            if (a.to[i] > covered) covered = a.to[i];
+        }
+        EXPECT(ordered && covered == n && a.wrong_stream == 0,
+               "%d weights_ready calls (want %d) in table order covering %zu of %zu elements, "
+               "%d on another stream", a.calls, L + 2, covered, n, a.wrong_stream);
+        cudaCheck(cudaFree(zeros));
+        cuda_model_free(m);
+    }
 
     // A step, and the trainer destroyed while its update runs.
     gpu->set_state(o, pd, &sd);

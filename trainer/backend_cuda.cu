@@ -296,12 +296,16 @@ static void *cuda_create(const BackendSetup *setup) {
 
 static void cuda_destroy(void *state) {
     CudaTrainer *t = (CudaTrainer *)state;
-    if (t->offload) offload_pipeline_destroy(t->pipeline);  // no stage runs after this
+    if (t->offload) {
+        // No stage runs after this, every download has landed (the worker waited for
+        // each); the uploads may still write the weights.
+        offload_pipeline_destroy(t->pipeline);
+        cudaCheck(cudaStreamSynchronize(t->copy_stream));
+    }
     cuda_model_free(t->model);  // waits for the stream
     cudaCheck(cudaFree(t->weights));
     if (t->base) cudaCheck(cudaFree(t->base));
     if (t->offload) {
-        cudaCheck(cudaStreamSynchronize(t->copy_stream));
         for (int c = 0; c < 2 * t->n_chunks; c++) cudaCheck(cudaEventDestroy(t->down[c]));
         free(t->down);
         cudaCheck(cudaStreamDestroy(t->copy_stream));

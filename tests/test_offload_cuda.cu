@@ -188,17 +188,18 @@ int main(void) {
         const double max_norm = step % 2 ? 1e-3 : 0.0;
         StepOutcome od, oo;
         char err[512] = "";
-        EXPECT(train_step(gpu, d, &micro, trained, &single, &h, max_norm, &od, err, sizeof err) ==
+        // The offloaded trainer first, while its previous update is most likely running.
+        EXPECT(train_step(gpu, o, &micro, trained, &single, &h, max_norm, &oo, err, sizeof err) ==
                        0 &&
-                   train_step(gpu, o, &micro, trained, &single, &h, max_norm, &oo, err,
+                   train_step(gpu, d, &micro, trained, &single, &h, max_norm, &od, err,
                               sizeof err) == 0,
                "step %d: %s", step, err);
         EXPECT(od.loss == oo.loss && od.grad_norm == oo.grad_norm,
                "step %d back to back: loss %.9g vs %.9g, norm %.9g vs %.9g", step, oo.loss,
                od.loss, oo.grad_norm, od.grad_norm);
         if (step % 3 == 0) {  // an eval forward while the update runs
-            const double fd = train_step_forward(gpu, d, &micro, NULL);
             const double fo = train_step_forward(gpu, o, &micro, NULL);
+            const double fd = train_step_forward(gpu, d, &micro, NULL);
             EXPECT(fd == fo, "eval forward behind step %d's update: %.9g vs %.9g", step, fo, fd);
         }
         if (step % 2 == 1) {

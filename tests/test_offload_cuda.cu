@@ -181,8 +181,9 @@ int main(void) {
         EXPECT(gpu->first_nonfinite(o, false) == NULL, "finite weights reported finite");
     }
     // Back to back: optimizer_step returns while the host update runs; what follows
-    // waits for it per layer (the forwards) or whole (get_state). Steps 4, 6 and 8 are
-    // followed by the next step directly, 6 and 9 by an eval forward first.
+    // waits for it per layer (the forwards) or whole (get_state). After steps 4 and 8
+    // the next step's zero_grads and forward meet the running update, after 6 and 9 an
+    // eval forward does; the odd steps end with get_state.
     for (int step = 4; step < 10; step++) {
         h.lr = 1e-2f / (float)(step + 1);
         const double max_norm = step % 2 ? 1e-3 : 0.0;

@@ -16,7 +16,8 @@
 //    model's stream, from the table's start, in order, each starting inside what the
 //    ones before covered, together the whole table;
 //  - the device memory the offloaded trainer takes is the device one's less the
-//    estimate's difference (trainer/device_memory.h), within a slack;
+//    estimate's difference (trainer/device_memory.h), within a slack (not compared with
+//    TEST_UNDER_SANITIZER=1 set, as the memcheck run of bench/run_gpu.sh tests sets it);
 //  - a NaN planted in one tensor is found and named; finite weights are reported finite.
 #include "trainer/backend_cuda.h"
 extern "C" {  // plain C headers without guards of their own
@@ -114,10 +115,15 @@ int main(void) {
     // Slack: 16 MiB or 8% of the difference. On an H100 at 34M parameters the device
     // trainer took 342.0 MiB more, the estimate says 324.7; the 17 MiB beyond the state
     // (every allocation rounds to 2 MiB, pinned host memory takes none) are unexplained.
+    // Under compute-sanitizer (TEST_UNDER_SANITIZER=1) allocations are padded: 904 MiB
+    // measured where the estimate says 325, so the comparison means nothing there.
     const double slack = fmax(16.0 * (1 << 20), 0.08 * want);
-    EXPECT(fabs((taken_device - taken_offload) - want) <= slack,
-           "the offloaded trainer takes %.1f MiB less device memory, the estimate %.1f MiB less",
-           (taken_device - taken_offload) / (1 << 20), want / (1 << 20));
+    if (getenv("TEST_UNDER_SANITIZER"))
+        printf("device memory against the estimate: not compared under the sanitizer\n");
+    else
+        EXPECT(fabs((taken_device - taken_offload) - want) <= slack,
+               "the offloaded trainer takes %.1f MiB less device memory, the estimate %.1f "
+               "MiB less", (taken_device - taken_offload) / (1 << 20), want / (1 << 20));
 
     // Round trip, edge values planted.
     float *edges = (float *)xmalloc(n * sizeof(float)), *back = (float *)xmalloc(n * sizeof(float));

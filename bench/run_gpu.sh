@@ -43,7 +43,8 @@
 #              config's own), STEPS its timed steps (default bench_trainer's). OFFLOAD=1
 #              adds beside each onepass run its twin with train.offload_optimizer=true.
 #   lora       LoRA beside full fine-tuning and PEFT + transformers, for each NAME:S in CONFIGS
-#              (default "qwen3_4b:4096 qwen3_8b:32768"; S, where set, replaces every S):
+#              (default "qwen3_4b:4096 qwen3_8b:32768"; NAME alone: the config's data.seq_len;
+#              S, where set, replaces every S):
 #              bench_trainer on configs/bench_NAME.json at data.seq_len S with full fine-tuning
 #              (FULL=0 leaves it out; where it does not fit, bench_trainer refuses up front and
 #              the table says so), then with --set lora.r=LORA_R (default 16; lora.targets
@@ -60,7 +61,8 @@
 #              machine lacks them: here `bash bench/anchors/peft_wheels.sh .peft` (about
 #              1.4 MB, git-ignored), then carry [".device/lora", ".peft"]. One config a call
 #              where the rows are long: CONFIGS=qwen3_4b:4096 in one call, CONFIGS=qwen3_8b:32768
-#              in the next (a call runs at most 10 minutes).
+#              FULL=0 STEPS=10 in the next, on the H200 (a call runs at most 10 minutes; the
+#              anchor's fp32 logits, 19.9 GB a copy at S=32768, may not fit an 80 GB card).
 #   decode     test_decode_cuda beside the same under compute-sanitizer memcheck, then
 #              bench_decode (DECODE_ARGS: its arguments, e.g. "tinyllama 64 512 128").
 #   hf         test_ops_cuda, test_model_cuda, test_hf_model_cuda, then the Hugging Face round
@@ -358,9 +360,12 @@ transformers.__version__, 'peft', peft.__version__)" 2>&1 | tee -a "$out/summary
     fi
     for entry in ${CONFIGS:-qwen3_4b:4096 qwen3_8b:32768}; do
         c=${entry%%:*}
-        s=${S:-${entry#*:}}
-        [ "$s" = "$entry" ] && s=4096  # NAME without :S
         cfg=configs/bench_$c.json
+        s=${S:-${entry#*:}}
+        if [ "$s" = "$entry" ]; then  # NAME alone: the config's data.seq_len
+            s=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["data"]["seq_len"])' "$cfg") || {
+                report "run_gpu.sh: CONFIGS: $cfg has no data.seq_len; write $c:S"; echo "lora_$c" >> "$work/failed"; continue; }
+        fi
         rc=${RECOMPUTE:-}
         [ -z "$rc" ] && [ "$s" -gt 8192 ] && rc=layer
         base=(--config "$cfg" --set data.seq_len="$s")
@@ -414,6 +419,8 @@ for bench, S in dict.fromkeys((r["bench"], r["S"]) for r in rows):
     if lora and peft:
         best = max(peft, key=lambda r: r["tokens_per_s"])
         line += f"; onepass LoRA / PEFT ({best['impl']}) {lora['tokens_per_s'] / best['tokens_per_s']:.2f}"
+    if not lora or not peft:
+        line += f" (no ratio without {'onepass LoRA' if not lora else 'a PEFT run'})"
     print(line)
 PY
 }

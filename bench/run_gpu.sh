@@ -399,14 +399,14 @@ transformers.__version__, 'peft', peft.__version__)" 2>&1 | tee -a "$out/summary
     python3 - "$logs/results.jsonl" <<'PY' | tee -a "$out/summary.txt"
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
-print(f"{'bench':10} {'impl':16} {'S':>6} {'recompute':>9} {'step_ms':>9} {'tokens/s':>9} {'MFU':>6} {'peak GiB':>8}")
+print(f"{'bench':10} {'impl':16} {'params_M':>8} {'S':>6} {'recompute':>9} {'step_ms':>9} {'tokens/s':>9} {'MFU':>6} {'peak GiB':>8}")
 for r in rows:
     if "status" in r:
-        print(f"{r['bench']:10} {r['impl']:16} {r['S']:6d} {r['status']}")
+        print(f"{r['bench']:10} {r['impl']:16} {'':8} {r['S']:6d} {r['status']}")
         continue
     mfu = next(v for k, v in r.items() if k.startswith("mfu_vs_"))
     rec = r.get("recompute") or ("ckpt" if r.get("ckpt") else "none")
-    print(f"{r['bench']:10} {r['impl']:16} {r['S']:6d} {rec:>9} {r['step_ms']:9.2f} {r['tokens_per_s']:9.0f} "
+    print(f"{r['bench']:10} {r['impl']:16} {r['params_M']:8.1f} {r['S']:6d} {rec:>9} {r['step_ms']:9.2f} {r['tokens_per_s']:9.0f} "
           f"{mfu:6.3f} {r['mem_GiB'] if r['mem_GiB'] is not None else float('nan'):8.2f}")
 print("ratios of tokens/s (goals: LoRA / full >= 1.3 where full runs; onepass LoRA / PEFT >= 1.5):")
 for bench, S in dict.fromkeys((r["bench"], r["S"]) for r in rows):

@@ -176,6 +176,8 @@ def main():
         if dev == "cuda":
             torch.cuda.synchronize()
 
+    if dev == "cuda":  # the peak of the steps (the weights included), not of building the mask
+        torch.cuda.reset_peak_memory_stats()
     for _ in range(a.warmup):
         step()
     sync()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU machine's runner: the CUDA build's checks and benchmarks, one mode per device call.
-#   bench/run_gpu.sh MODE BIN_DIR OUT_DIR     MODE: tests|attention|trainer|decode|hf|curves|walltime|all
+#   bench/run_gpu.sh MODE BIN_DIR OUT_DIR     MODE: tests|attention|trainer|lora|decode|hf|curves|walltime|all
 #   bench/run_gpu.sh ab DIR_A DIR_B OUT_DIR   A/B of two bundles: attention check and timing
 #   bench/run_gpu.sh targets MODE             the binaries MODE needs (for bench/device_bundle.sh)
 # Runs from the repository root (configs/, datasets/, tests/cli_*_cuda.sh, bench/anchors/).
@@ -42,6 +42,27 @@
 #              RECOMPUTE="mlp layer" adds a run per train.recompute mode (each beside the
 #              config's own), STEPS its timed steps (default bench_trainer's). OFFLOAD=1
 #              adds beside each onepass run its twin with train.offload_optimizer=true.
+#   lora       LoRA beside full fine-tuning and PEFT + transformers, for each NAME:S in CONFIGS
+#              (default "qwen3_4b:4096 qwen3_8b:32768"; NAME alone: the config's data.seq_len;
+#              S, where set, replaces every S):
+#              bench_trainer on configs/bench_NAME.json at data.seq_len S with full fine-tuning
+#              (FULL=0 leaves it out; where it does not fit, bench_trainer refuses up front and
+#              the table says so), then with --set lora.r=LORA_R (default 16; lora.targets
+#              empty: all seven projections), both with train.recompute=RECOMPUTE (default:
+#              layer where S > 8192, else the config's own), then bench/anchors/peft_trainer.py
+#              on the same model and row for each of PEFT_RUNS (default "sdpa flex_strip": SDPA
+#              with a causal mask, FlexAttention with the strip-thinking BlockMask; "flex":
+#              FlexAttention causal), gradient checkpointing on where RECOMPUTE is layer
+#              (PEFT_CKPT=0|1 overrides), PEFT_STEPS timed steps (default 10), COMPILE=1 for
+#              torch.compile. Then a table of step time, tokens/s, MFU and peak GPU memory,
+#              and the ratios onepass LoRA / onepass full and onepass LoRA / the fastest PEFT
+#              run. A run out of GPU memory is a row saying so, not a failure. PEFT and
+#              accelerate come from the wheels of bench/anchors/peft_wheels.sh where the
+#              machine lacks them: here `bash bench/anchors/peft_wheels.sh .peft` (about
+#              1.4 MB, git-ignored), then carry [".device/lora", ".peft"]. One config a call
+#              where the rows are long: CONFIGS=qwen3_4b:4096 in one call, CONFIGS=qwen3_8b:32768
+#              FULL=0 STEPS=10 in the next, on the H200 (a call runs at most 10 minutes; the
+#              anchor's fp32 logits, 19.9 GB a copy at S=32768, may not fit an 80 GB card).
 #   decode     test_decode_cuda beside the same under compute-sanitizer memcheck, then
 #              bench_decode (DECODE_ARGS: its arguments, e.g. "tinyllama 64 512 128").
 #   hf         test_ops_cuda, test_model_cuda, test_hf_model_cuda, then the Hugging Face round
@@ -80,6 +101,7 @@
 #   call 3: the attention mode as above; it finds /tmp/fa4site.
 set -u
 FA4_SITE=/tmp/fa4site
+PEFT_SITE=/tmp/peftsite
 
 usage() {
     { echo usage:; sed -n '3,5s/^#//p' "$0"; } >&2
@@ -92,6 +114,7 @@ targets() {
         tests) echo "$(for t in tests/test_*.cu; do basename "$t" .cu; done | tr '\n' ' ')train" ;;
         attention) echo "test_attention_cuda bench_attention" ;;
         trainer) echo "bench_trainer" ;;
+        lora) echo "bench_trainer" ;;
         decode) echo "test_decode_cuda bench_decode" ;;
         hf) echo "test_ops_cuda test_model_cuda test_hf_model_cuda train" ;;
         curves) echo "train" ;;
@@ -255,10 +278,10 @@ mode_trainer() {
         local offload=(false); [ "${OFFLOAD:-0}" = 1 ] && offload+=(true)
         for o in "${offload[@]}"; do
             local sfx=""; [ "$o" = true ] && sfx=_offload
-            step "onepass_$c$sfx" 300 "$bin/bench_trainer" "${args[@]}" --set train.offload_optimizer=$o ${STEPS:+"$STEPS"} &&
+            step "onepass_$c$sfx" 300 "$bin/bench_trainer" "${args[@]}" --set train.offload_optimizer="$o" ${STEPS:+"$STEPS"} &&
                 tag "onepass$sfx" "$c" < "$logs/onepass_$c$sfx.log"
             for r in ${RECOMPUTE:-}; do
-                step "onepass_${c}_$r$sfx" 300 "$bin/bench_trainer" "${args[@]}" --set train.offload_optimizer=$o --set train.recompute="$r" ${STEPS:+"$STEPS"} &&
+                step "onepass_${c}_$r$sfx" 300 "$bin/bench_trainer" "${args[@]}" --set train.offload_optimizer="$o" --set train.recompute="$r" ${STEPS:+"$STEPS"} &&
                     tag "onepass_$r$sfx" "$c" < "$logs/onepass_${c}_$r$sfx.log"
             done
         done
@@ -285,6 +308,120 @@ for r in rows:
     mfu = next(v for k, v in r.items() if k.startswith("mfu_vs_"))
     print(f"{r['bench']:14} {r['impl']:15} {r['params_M']:8.1f} {r['S']:6d} {r['step_ms']:8.2f} "
           f"{r['tokens_per_s']:9.0f} {mfu:6.3f} {r['mem_GiB']:8.2f}")
+PY
+}
+
+# outcome NAME IMPL BENCH S: NAME's result into results.jsonl: its JSON line, or a row saying
+# that it did not fit (bench_trainer's refusal up front) or ran out of GPU memory (PyTorch),
+# which is a result, not a failure.
+outcome() {
+    local log=$logs/$1.log status
+    if grep -q '^{' "$log"; then
+        tag "$2" "$3" < "$log"
+        return
+    fi
+    if grep -qE 'GiB of device memory, [0-9.]+ GiB are free' "$log"; then
+        status="does not fit"
+    elif grep -qE 'OutOfMemoryError|CUDA out of memory' "$log"; then
+        status="out of memory"
+    else
+        return
+    fi
+    echo "{\"impl\": \"$2\", \"bench\": \"$3\", \"S\": $4, \"status\": \"$status\"}" >> "$logs/results.jsonl"
+    [ -f "$work/failed" ] && sed -i "/^$1\$/d" "$work/failed"
+    report "    $1: $status (a result, not a failure)"
+}
+
+# peft_ready: 0 when python3 imports peft, after installing into $PEFT_SITE the wheels of
+# bench/anchors/peft_wheels.sh (PEFT_WHEELS, default .peft) the machine lacks.
+peft_ready() {
+    local wheels=${PEFT_WHEELS:-.peft} m w=()
+    export PYTHONPATH=$PEFT_SITE${PYTHONPATH:+:$PYTHONPATH}
+    python3 -c 'import peft' 2>/dev/null && return 0
+    for m in psutil accelerate peft; do
+        python3 -c "import $m" 2>/dev/null && continue
+        w=("$wheels/$m"-*.whl)
+        [ -f "${w[0]}" ] || return 1
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$PEFT_SITE" "${w[0]}" ||
+            return 1
+    done
+    python3 -c 'import peft'
+}
+
+mode_lora() {
+    begin lora
+    local entry c s cfg rc ckpt run attn strip name peft=1 base=()
+    if peft_ready; then
+        python3 -c "import torch, transformers, peft; print('torch', torch.__version__, 'transformers', \
+transformers.__version__, 'peft', peft.__version__)" 2>&1 | tee -a "$out/summary.txt"
+    else
+        peft=0
+        report "SKIP the PEFT anchor: peft is not installed here and no wheels came in ${PEFT_WHEELS:-.peft} (bench/run_gpu.sh, \"lora\")"
+    fi
+    for entry in ${CONFIGS:-qwen3_4b:4096 qwen3_8b:32768}; do
+        c=${entry%%:*}
+        cfg=configs/bench_$c.json
+        s=${S:-${entry#*:}}
+        if [ "$s" = "$entry" ]; then  # NAME alone: the config's data.seq_len
+            s=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["data"]["seq_len"])' "$cfg") || {
+                report "run_gpu.sh: CONFIGS: $cfg has no data.seq_len; write $c:S"; echo "lora_$c" >> "$work/failed"; continue; }
+        fi
+        rc=${RECOMPUTE:-}
+        [ -z "$rc" ] && [ "$s" -gt 8192 ] && rc=layer
+        base=(--config "$cfg" --set data.seq_len="$s")
+        [ -n "$rc" ] && base+=(--set train.recompute="$rc")
+        if [ "${FULL:-1}" = 1 ]; then
+            step "onepass_full_${c}_$s" 300 "$bin/bench_trainer" "${base[@]}" ${STEPS:+"$STEPS"}
+            outcome "onepass_full_${c}_$s" onepass_full "$c" "$s"
+            pack
+        fi
+        step "onepass_lora_${c}_$s" 300 "$bin/bench_trainer" "${base[@]}" --set lora.r="${LORA_R:-16}" ${STEPS:+"$STEPS"}
+        outcome "onepass_lora_${c}_$s" onepass_lora "$c" "$s"
+        pack
+        if [ $peft = 0 ] || [ "${ANCHOR:-1}" != 1 ]; then continue; fi
+        ckpt=${PEFT_CKPT:-0}
+        if [ -z "${PEFT_CKPT:-}" ] && [ "$rc" = layer ]; then ckpt=1; fi
+        for run in ${PEFT_RUNS:-sdpa flex_strip}; do
+            case "$run" in
+                sdpa) attn=sdpa strip=0 ;;
+                flex) attn=flex strip=0 ;;
+                flex_strip) attn=flex strip=1 ;;
+                *) report "run_gpu.sh: PEFT_RUNS: unknown run '$run' (sdpa, flex, flex_strip)"; echo "peft_$run" >> "$work/failed"; continue ;;
+            esac
+            name=peft_${run}_${c}_$s
+            step "$name" 400 env PYTHONUNBUFFERED=1 ATTN=$attn STRIP=$strip CKPT="$ckpt" COMPILE="${COMPILE:-0}" \
+                python3 bench/anchors/peft_trainer.py "$cfg" "$s" --r "${LORA_R:-16}" --steps "${PEFT_STEPS:-10}"
+            outcome "$name" "peft_$run" "$c" "$s"
+            pack
+        done
+    done
+    [ -s "$logs/results.jsonl" ] || return 0
+    python3 - "$logs/results.jsonl" <<'PY' | tee -a "$out/summary.txt"
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+print(f"{'bench':10} {'impl':16} {'params_M':>8} {'S':>6} {'recompute':>9} {'step_ms':>9} {'tokens/s':>9} {'MFU':>6} {'peak GiB':>8}")
+for r in rows:
+    if "status" in r:
+        print(f"{r['bench']:10} {r['impl']:16} {'':8} {r['S']:6d} {r['status']}")
+        continue
+    mfu = next(v for k, v in r.items() if k.startswith("mfu_vs_"))
+    rec = r.get("recompute") or ("ckpt" if r.get("ckpt") else "none")
+    print(f"{r['bench']:10} {r['impl']:16} {r['params_M']:8.1f} {r['S']:6d} {rec:>9} {r['step_ms']:9.2f} {r['tokens_per_s']:9.0f} "
+          f"{mfu:6.3f} {r['mem_GiB'] if r['mem_GiB'] is not None else float('nan'):8.2f}")
+print("ratios of tokens/s (goals: LoRA / full >= 1.3 where full runs; onepass LoRA / PEFT >= 1.5):")
+for bench, S in dict.fromkeys((r["bench"], r["S"]) for r in rows):
+    got = {r["impl"]: r for r in rows if (r["bench"], r["S"]) == (bench, S) and "status" not in r}
+    lora, full = got.get("onepass_lora"), got.get("onepass_full")
+    peft = [r for k, r in got.items() if k.startswith("peft_")]
+    line = f"  {bench} S={S}:"
+    if lora and full:
+        line += f" onepass LoRA / full {lora['tokens_per_s'] / full['tokens_per_s']:.2f}"
+    if lora and peft:
+        best = max(peft, key=lambda r: r["tokens_per_s"])
+        line += f"; onepass LoRA / PEFT ({best['impl']}) {lora['tokens_per_s'] / best['tokens_per_s']:.2f}"
+    if not lora or not peft:
+        line += f" (no ratio without {'onepass LoRA' if not lora else 'a PEFT run'})"
+    print(line)
 PY
 }
 

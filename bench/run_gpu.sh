@@ -23,7 +23,8 @@
 # call; `all` runs longer than that.
 #
 # Modes:
-#   tests      every test_*_cuda binary (300 s each: a hang costs one test) and the GPU CLI
+#   tests      every test_*_cuda binary (300 s each: a hang costs one test), test_offload_cuda
+#              under compute-sanitizer memcheck, and the GPU CLI
 #              checks tests/cli_*_cuda.sh against BIN_DIR/train; NCCL from PyTorch's copy
 #              unless ONEPASS_NCCL_LIBRARY names one.
 #   attention  test_attention_cuda beside compute-sanitizer memcheck and racecheck of its
@@ -201,6 +202,11 @@ mode_tests() {
         step "$t" 300 "$path"
         pack
     done
+    # The offloaded optimizer's host thread and copies under memcheck (its device-memory
+    # comparison left out: the sanitizer pads allocations).
+    step memcheck_offload 300 env TEST_UNDER_SANITIZER=1 compute-sanitizer --error-exitcode 1 \
+        --tool memcheck "$bin/test_offload_cuda"
+    pack
     for script in tests/cli_*_cuda.sh; do
         t=$(basename "$script" .sh)
         step "$t" 300 bash "$script" "$bin/train"

@@ -5,13 +5,13 @@
 #include "trainer/offload_pipeline.h"
 
 #include <pthread.h>
-#include <signal.h>
 #include <stdlib.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
 #include "common/check.h"
+#include "common/worker_thread.h"
 
 struct OffloadPipeline {
     OffloadStages stages;
@@ -82,15 +82,7 @@ OffloadPipeline *offload_pipeline_create(int n_chunks, int slots, const OffloadS
 #endif
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->changed, NULL);
-    // Stop signals go to the training thread (it checkpoints), not to the worker.
-    sigset_t block, old;
-    sigemptyset(&block);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &block, &old);
-    const int rc = pthread_create(&p->thread, NULL, worker, p);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) fatal("offloaded optimizer: cannot start the update thread (error %d)", rc);
+    worker_thread_start(&p->thread, worker, p, "the offloaded optimizer's update");
     return p;
 }
 

@@ -4,12 +4,12 @@
 #include "trainer/prefetch.h"
 
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/check.h"
+#include "common/worker_thread.h"
 #include "dist/distributed.h"
 
 PackedRows dist_rank_rows(const PackedRows *step, int rank, int world_size) {
@@ -129,16 +129,7 @@ Prefetcher *prefetcher_start(StepLoader *loader, int micro_rows, int depth, Host
     p->slots = xcalloc((size_t)depth, sizeof(Slot));
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->changed, NULL);
-    // Stop signals go to the training thread (it checkpoints); the new thread inherits
-    // a mask that blocks them.
-    sigset_t block, old;
-    sigemptyset(&block);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &block, &old);
-    const int rc = pthread_create(&p->thread, NULL, prefetch_loop, p);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) fatal("prefetcher: cannot start the data thread (error %d)", rc);
+    worker_thread_start(&p->thread, prefetch_loop, p, "the data prefetcher");
     return p;
 }
 

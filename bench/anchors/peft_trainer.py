@@ -47,24 +47,12 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_config import read_config  # noqa: E402
 from masks import mask_mod, tags  # noqa: E402
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 PEAK_TFLOPS = 790.0
 TILE = 128
-
-
-def read_config(path):
-    """(model config as a Hugging Face config.json has it, data.seq_len or None)."""
-    if os.path.isdir(path):
-        path = os.path.join(path, "config.json")
-    with open(path) as f:
-        cfg = json.load(f)
-    model = cfg.get("model", cfg)
-    if "init_from" in model:
-        with open(os.path.join(model["init_from"], "config.json")) as f:
-            model = json.load(f)
-    return model, cfg.get("data", {}).get("seq_len")
 
 
 def hf_config(mc):

@@ -29,20 +29,8 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+from bench_config import read_config
 from masks import mask_mod, tags
-
-
-def read_config(path):
-    """(model config as a Hugging Face config.json has it, data.seq_len or None)."""
-    if os.path.isdir(path):
-        path = os.path.join(path, "config.json")
-    with open(path) as f:
-        cfg = json.load(f)
-    model = cfg.get("model", cfg)
-    if "init_from" in model:
-        with open(os.path.join(model["init_from"], "config.json")) as f:
-            model = json.load(f)
-    return model, cfg.get("data", {}).get("seq_len")
 
 
 if len(sys.argv) < 2:

@@ -4,7 +4,7 @@
 #  - with it the cpu backend runs, the console says the key changes nothing there, and the
 #    metrics and checkpoint bytes equal those of the same run without the key.
 # The GPU side (the same bits as train.recompute=layer alone, resume across the modes):
-# tests/cli_offload_activations_cuda.sh.
+# tests/cli_offload_activations_cuda.sh (it skips without a GPU)
 source "$(dirname "$0")/lib_cli.sh"
 need_data
 source "$(dirname "$0")/lib_metrics.sh"

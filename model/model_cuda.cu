@@ -307,6 +307,10 @@ void cuda_model_free(CudaModel *m) {
 
 cudaStream_t cuda_model_stream(const CudaModel *m) { return m->stream; }
 
+cudaStream_t cuda_model_copy_stream(const CudaModel *m) {
+    return m->offloaded > 0 ? m->copy_stream : nullptr;
+}
+
 void cuda_model_set_deterministic(CudaModel *m, bool deterministic) {
     m->deterministic = deterministic;
 }

@@ -87,6 +87,9 @@ void cuda_model_set_lora(CudaModel *m, const LoraLayout *lora, const void *adapt
 
 // The stream every kernel of the model runs on.
 cudaStream_t cuda_model_stream(const CudaModel *m);
+// The stream the offloaded layer inputs are copied on (cuda_model_create_offload), or
+// NULL when none is offloaded (tests hold it to check that every copy is waited for).
+cudaStream_t cuda_model_copy_stream(const CudaModel *m);
 
 // Attention backward mode: true (the default) makes every gradient bitwise
 // reproducible run to run; false accumulates dQ with atomics (faster).

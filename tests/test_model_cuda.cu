@@ -16,8 +16,10 @@
 //  - train.offload_activations (cuda_model_create_offload) on 6 layers (a ring of 3
 //    slots, 3 layer inputs on the host), plain and Qwen3-shaped: bitwise the loss, per-slot
 //    losses and gradients of recompute layer, in deterministic mode, over steps of
-//    different row counts with forward-only calls (which copy nothing) between them; every
-//    grads_ready part final when named; an arena 3 residuals smaller.
+//    different row counts with forward-only calls (which copy nothing) between them, and
+//    with the copy stream held 10 ms before the forward and at each part of the backward
+//    (so a missing wait reads or overwrites a slot too early); every grads_ready part final
+//    when named; an arena 3 residuals smaller.
 #include "model/model_cuda.h"
 extern "C" {  // plain C headers without guards of their own
 #include "data/layout.h"
@@ -430,6 +432,21 @@ static void run_config(const char *label, const ModelConfig *cfg) {
     param_table_free(&table);
 }
 
+// Holds its stream for ns nanoseconds of the GPU's global timer.
+__global__ void hold_kernel(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < ns);
+}
+
+// A grads_ready callback that holds the copy stream (ctx) 10 ms more at each part.
+static void hold_copies(void *ctx, size_t, cudaStream_t) {
+    hold_kernel<<<1, 1, 0, (cudaStream_t)ctx>>>(10000000ull);
+    cudaCheck(cudaGetLastError());
+}
+
 // Bitwise equal float arrays; the first difference printed.
 static bool same_floats(const char *what, const float *got, const float *want, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -509,6 +526,23 @@ static void run_offload(const char *label, const ModelConfig *cfg) {
                "step %d (%d rows): offloaded gradients differ from layer's", i, b->n_rows);
     }
     check_grads_ready(off, cfg, params_dev, grads_dev, n, &dup.batch, loss_scale);
+    // Slow copies: the copy stream held before the forward (its copies out start late) and
+    // at each part of the backward (its copies back too): the waits keep the bits.
+    {
+        cudaStream_t copies = cuda_model_copy_stream(off);
+        EXPECT(copies != nullptr && cuda_model_copy_stream(layer) == nullptr,
+               "the offloaded model has a copy stream, layer's none");
+        if (copies) {
+            gpu_gradients(layer, params_dev, grads_dev, want, n, &npass.batch, loss_scale);
+            cuda_model_set_grads_ready(off, hold_copies, copies);
+            hold_kernel<<<1, 1, 0, copies>>>(10000000ull);
+            cudaCheck(cudaGetLastError());
+            gpu_gradients(off, params_dev, grads_dev, got, n, &npass.batch, loss_scale);
+            cuda_model_set_grads_ready(off, NULL, NULL);
+            EXPECT(same_floats("gradients with slow copies", got, want, n),
+                   "copies held back: offloaded gradients differ from layer's");
+        }
+    }
     // A micro-batch without targets: no backward, the next step as before.
     {
         ModelBatch empty = dup.batch;

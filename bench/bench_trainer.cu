@@ -15,6 +15,9 @@
 //     weights either way (params_init); AdamW lr 1e-4, betas (0.9, 0.999), weight decay 0.01 on every
 //     tensor (torch.optim.AdamW defaults as the anchor uses them), plus clipping.
 // Usage: bench_trainer --config configs/bench_small.json [--set key=value]... [steps]
+// Accumulation: `--set train.tokens_per_step=N` above data.seq_len runs N / seq_len copies of
+// the row (a multiple) as micro-batches before each optimizer step, as `train` does with
+// several rows a step (the offloaded optimizer's host update is paid once per step).
 // (bench/run_gpu.sh hf runs the Qwen presets beside the extended anchor)
 // Host clock around each step (every phase ends synchronised); warm-up, then the median
 // of >= 20 steps. MFU uses the
@@ -143,8 +146,16 @@ int main(int argc, char **argv) {
 
     std::vector<int32_t> token(S), target(S), pos(S), lo(S), hi(S);
     strip_thinking_row(S, cfg.vocab_size, token, target, pos, lo, hi);
-    PackedRows rows = {1, S, token.data(), target.data(), pos.data(), lo.data(), hi.data(),
-                       nullptr, nullptr, nullptr};
+    const long long tokens_per_step = config->train.tokens_per_step;
+    if (tokens_per_step > S && tokens_per_step % S != 0)
+        fatal("config key 'train.tokens_per_step': %lld is not a multiple of data.seq_len %d",
+              tokens_per_step, S);
+    const int rows_per_step = tokens_per_step > S ? (int)(tokens_per_step / S) : 1;
+    for (int r = 1; r < rows_per_step; r++)
+        for (std::vector<int32_t> *v : {&token, &target, &pos, &lo, &hi})
+            v->insert(v->end(), v->begin(), v->begin() + S);
+    PackedRows rows = {rows_per_step, S, token.data(), target.data(), pos.data(), lo.data(),
+                       hi.data(), nullptr, nullptr, nullptr};
     MicroBatches micro;
     micro_batches_build(&rows, 1, &micro);
     AttnMask mask_128;
@@ -152,11 +163,17 @@ int main(int argc, char **argv) {
     const double density = 1.0 - attn_mask_sparsity(&mask_128);
     const double density_kernel = 1.0 - attn_mask_sparsity(&micro.masks[0]);
 
+    // With train.offload_optimizer the host update runs behind the next step's forward:
+    // step_ms is the steady step, fwd_bwd_ms includes the wait for the previous update,
+    // optimizer_ms only its start.
     std::vector<double> step_ms, model_ms, optimizer_ms;
     double first_loss = 0.0, last_loss = 0.0;
     for (int step = 0; step < WARMUP_STEPS + steps; step++) {
         const double start = now_seconds();
-        const double loss = train_step_forward_backward(gpu, trainer, &micro, 1.0f / (float)S) / S;
+        const double step_tokens = (double)rows_per_step * S;
+        const double loss =
+            train_step_forward_backward(gpu, trainer, &micro, (float)(1.0 / step_tokens)) /
+            step_tokens;
         const double model_done = now_seconds();
         gpu->optimizer_step(trainer, &hyper, gpu->grad_norm(trainer), settings.max_grad_norm);
         cudaCheck(cudaDeviceSynchronize());
@@ -180,8 +197,8 @@ int main(int argc, char **argv) {
     const double head_dim = model_dims(&cfg).head_dim;
     const double lookup_params =
         cfg.tie_word_embeddings ? 0.0 : (double)cfg.vocab_size * cfg.hidden_size;
-    const double flops = (lora_on ? 4.0 : 6.0) * ((double)P - lookup_params) * S +
-                         3.5 * 4.0 * (double)S * S * head_dim * H * L * density;
+    const double flops = rows_per_step * ((lora_on ? 4.0 : 6.0) * ((double)P - lookup_params) * S +
+                                          3.5 * 4.0 * (double)S * S * head_dim * H * L * density);
     // Weights, gradients and AdamW state as the backend lays them out (its estimate's; the
     // attention workspace argument only sizes the arena).
     const CudaMemoryRequest request = {&cfg, 1, S, recompute, nullptr, lora_on ? &lora : nullptr,
@@ -192,14 +209,14 @@ int main(int argc, char **argv) {
            "\"tokens_per_s\": %.0f, \"mem_GiB\": %.2f, \"mfu_vs_%.0f\": %.3f, "
            "\"density_128\": %.4f, \"density_%dx%d\": %.4f, \"weights_grads_adam_GiB\": %.2f, "
            "\"activations_and_ops_GiB\": %.2f, \"attention_pool_peak_GiB\": %.2f, "
-           "\"loss_first\": %.4f, \"loss_last\": %.4f, \"steps\": %d, \"lora_r\": %d}\n",
+           "\"loss_first\": %.4f, \"loss_last\": %.4f, \"steps\": %d, \"lora_r\": %d, \"rows_per_step\": %d}\n",
            config_path, P / 1e6, S, deterministic ? "true" : "false", model_recompute_name(recompute),
            settings.offload_optimizer ? "true" : "false", dt * 1e3,
-           median(model_ms), median(optimizer_ms), S / dt,
+           median(model_ms), median(optimizer_ms), (double)rows_per_step * S / dt,
            (double)(free_start - free_end) / GIB, peak_tflops, flops / dt / (peak_tflops * 1e12),
            density, ATTN_TILE, ATTN_TILE, density_kernel, state_bytes / GIB,
            ((double)(free_start - free_end) - state_bytes - (double)pool_peak) / GIB,
-           pool_peak / GIB, first_loss, last_loss, steps, lora_on ? lora.r : 0);
+           pool_peak / GIB, first_loss, last_loss, steps, lora_on ? lora.r : 0, rows_per_step);
 
     gpu->destroy(trainer);
     micro_batches_free(&micro);

@@ -67,6 +67,8 @@ struct CudaModel {
     StageTimer *timer;      // NULL unless ONEPASS_STAGE_TIMES=1
     CudaGradsReady grads_ready;  // NULL: nobody waits for the gradients during the backward
     void *grads_ready_ctx;
+    CudaWeightsReady weights_ready;  // NULL: the weights are in place before each call
+    void *weights_ready_ctx;
     void *arena;            // the one device allocation holding every buffer below, where
                             // cuda_arena_layout (model/model_arena.h) places them
     size_t arena_bytes;
@@ -325,6 +327,16 @@ static void grads_ready(CudaModel *m, size_t from) {
     if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, from, m->stream);
 }
 
+void cuda_model_set_weights_ready(CudaModel *m, CudaWeightsReady fn, void *ctx) {
+    m->weights_ready = fn;
+    m->weights_ready_ctx = ctx;
+}
+
+// The forward is about to read weights [from, to).
+static void weights_ready(CudaModel *m, size_t from, size_t to) {
+    if (m->weights_ready) m->weights_ready(m->weights_ready_ctx, from, to, m->stream);
+}
+
 size_t cuda_model_arena_bytes(const CudaModel *m) { return m->arena_bytes; }
 
 void cuda_model_set_logit_chunk_rows(CudaModel *m, int rows) {
@@ -542,6 +554,7 @@ static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) 
     const int L = cfg->num_hidden_layers;
     const cudaStream_t s = m->stream;
 
+    weights_ready(m, m->off.embed, m->off.layer[W_INPUT_NORM] + C);  // the table's start
     {
         StageRange stage(m->timer, "fwd embedding+norm");
         rope_angles_cuda(m->rope_cos_sin, m->batch.pos, T, D, cfg->rope_theta, &cfg->rope_scaling,
@@ -554,6 +567,9 @@ static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) 
     for (int l = 0; l < L; l++) {
         const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
         LayerActivations *a = &m->layers[l];
+        // The layer's tensors, and the next input norm (the final norm follows the last).
+        weights_ready(m, w[W_INPUT_NORM],
+                      (l + 1 == L ? m->off.final_norm : w[LAYER_TENSORS + W_INPUT_NORM]) + C);
         layer_attention_forward(m, params, b, l, false);
         // The MLP a tile of tokens at a time (one tile up to CUDA_MLP_TILE_ELEMENTS).
         for (int t0 = 0; t0 < T; t0 += m->mlp_tile_rows) {
@@ -600,6 +616,7 @@ static void loss_head(CudaModel *m, const bf16 *params, bool backward, float *gr
     const int T = b->n_rows * b->seq_len, C = m->cfg.hidden_size, V = m->cfg.vocab_size;
     const bf16 *lm_head = params + m->off.lm_head;
     const cudaStream_t s = m->stream;
+    weights_ready(m, m->off.lm_head, m->off.lm_head + (size_t)V * C);
     for (int start = 0; start < n_targets; start += m->chunk_rows) {
         const int rows = n_targets - start < m->chunk_rows ? n_targets - start : m->chunk_rows;
         const int32_t *slots = m->batch.target_slots + start;
@@ -660,6 +677,7 @@ void cuda_model_logits(CudaModel *m, const void *params_bf16, const ModelBatch *
     forward_body(m, params, b);
     const int T = b->n_rows * b->seq_len, C = m->cfg.hidden_size, V = m->cfg.vocab_size;
     bf16 *chunk = (bf16 *)xmalloc((size_t)m->chunk_rows * V * sizeof(bf16));  // [chunk_rows, V]
+    weights_ready(m, m->off.lm_head, m->off.lm_head + (size_t)V * C);
     for (int start = 0; start < T; start += m->chunk_rows) {
         const int rows = T - start < m->chunk_rows ? T - start : m->chunk_rows;
         matmul_forward_cuda(m->chunk_logits, m->final_norm + (size_t)start * C,

@@ -104,6 +104,17 @@ void cuda_model_set_deterministic(CudaModel *m, bool deterministic);
 typedef void (*CudaGradsReady)(void *ctx, size_t from, cudaStream_t stream);
 void cuda_model_set_grads_ready(CudaModel *m, CudaGradsReady fn, void *ctx);
 
+// Called (when set) on the host before the forward reads a range [from, to) of the
+// weights (offsets in the parameter table): before the embedding (the embedding and
+// layer 0's input norm), at the start of each layer (its tensors and the next layer's
+// input norm, or the final norm after the last layer) and before the LM head (its
+// tensor), in that order, so their union is the table; stream is the model's. The
+// callback orders the stream's next work after whatever still writes that range (the
+// offloaded optimizer's upload of the updated weights), so a forward waits per layer.
+// The backward reads only what its forward waited for. NULL: none (the default).
+typedef void (*CudaWeightsReady)(void *ctx, size_t from, size_t to, cudaStream_t stream);
+void cuda_model_set_weights_ready(CudaModel *m, CudaWeightsReady fn, void *ctx);
+
 // Logit rows per chunk of the loss head (tests: chunking must not change the result);
 // clamped to [1, the chunk the arena was sized for: at most CUDA_LOGIT_CHUNK_ELEMENTS logits, bf16].
 void cuda_model_set_logit_chunk_rows(CudaModel *m, int rows);

@@ -46,7 +46,6 @@ if grep -q '"content": "</tool_response>"' "$ck/tokenizer.json"; then ok; else b
 if "$train" pack "${common[@]}" --set data.chat_template=qwen3 --set data.tokenizer="$ck" --out "$tmp/ck.jsonl" >/dev/null 2>&1 &&
    cmp -s "$tmp/ref.jsonl" "$tmp/ck.jsonl"; then ok; else bad "packing with the checkpoint's tokenizer differs"; fi
 # Resume from step 1: the same step-2 weights (the added rows included).
-tensor_bytes() { tail -c +$((9 + $(od -An -tu8 -N8 "$1" | tr -d ' '))) "$1"; }
 if out=$("$train" "${from[@]}" --set out_dir="$tmp/resumed" --set train.resume="$tmp/run/checkpoint-000001" 2>&1) &&
    cmp -s <(tensor_bytes "$ck/model.safetensors") <(tensor_bytes "$tmp/resumed/checkpoint-000002/model.safetensors")
 then ok; else bad "resume: $(tail -3 <<<"$out")"; fi

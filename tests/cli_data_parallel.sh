@@ -30,8 +30,6 @@ launch_env=(env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u LOCAL_WORLD_SIZE -u MASTE
 # Metrics without the timing fields and the world size.
 . "$(dirname "$0")/lib_metrics.sh"
 untimed_ranks() { untimed "$@" | sed -E 's/,"world_size":[0-9]*//'; }
-# A safetensors file's tensor bytes (the header holds the per-save id, which differs).
-tensor_bytes() { tail -c +$((9 + $(od -An -tu8 -N8 "$1" | tr -d ' '))) "$1"; }
 # same_run <what> <dir a> <dir b>: b's metrics lines are a's last ones; the final states.
 same_run() {
     if diff <(tail -n "$(wc -l < "$3/metrics.jsonl")" "$2/metrics.jsonl" | untimed_ranks) \

@@ -17,7 +17,6 @@ run=(--config configs/finetune.json --set model.init_from="$base" --set lora.r=4
      --set train.tokens_per_step=1024 --set data.seq_len=1024 --set data.skip_too_long=true
      --set train.checkpoint_every=2 --set eval.every=2 --set eval.max_conversations=2
      --set train.lr=1e-2 --set train.warmup_steps=1 --set backend=cpu)
-tensor_bytes() { tail -c +$((9 + $(od -An -tu8 -N8 "$1" | tr -d ' '))) "$1"; }
 header() { head -c $((8 + $(od -An -tu8 -N8 "$1" | tr -d ' '))) "$1" | tail -c +9; }
 
 "$train" "${run[@]}" --set out_dir="$tmp/a" > "$tmp/a.log" 2>&1 && ok || bad "lora run: $(tail -3 "$tmp/a.log")"

@@ -5,16 +5,12 @@
 # world size 1 must change nothing: the metrics but the timings, the final weights and the
 # AdamW moments equal the plain run's bit for bit. Small buckets (dist.bucket_mb 1):
 # several all-reduces per step. SKIP without a GPU, without CUDA or without NCCL.
-train="$1"; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then echo "SKIP: no CUDA device"; exit 77; fi
-pass=0; fail=0
-ok() { pass=$((pass+1)); }
-bad() { echo "FAIL $*"; fail=$((fail+1)); }
+source "$(dirname "$0")/lib_cli.sh" "$1"
+nvidia-smi -L 2>/dev/null | grep -q '^GPU' || { echo "SKIP: no CUDA device"; exit 77; }
 gpu=(--set backend=cuda --set model.hidden_size=128 --set model.num_attention_heads=2
      --set model.num_key_value_heads=1 --set model.intermediate_size=384 --set train.steps=4
      --set eval.every=2 --set eval.max_conversations=4 --set dist.bucket_mb=1)
 . "$(dirname "$0")/lib_metrics.sh"
-tensor_bytes() { tail -c +$((9 + $(od -An -tu8 -N8 "$1" | tr -d ' '))) "$1"; }
 launch_env=(env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u SLURM_PROCID -u OMPI_COMM_WORLD_RANK
             -u ONEPASS_LAUNCHER)
 
@@ -36,5 +32,4 @@ for f in model optimizer; do
         <(tensor_bytes "$tmp/nccl/checkpoint-000004/$f.safetensors") && ok ||
         bad "$f.safetensors through NCCL equals the plain run's"
 done
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

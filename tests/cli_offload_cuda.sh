@@ -12,7 +12,6 @@ short=(--set backend=cuda --set model.hidden_size=128 --set model.num_attention_
        --set model.num_key_value_heads=1 --set model.intermediate_size=384 --set train.steps=6
        --set eval.every=2 --set train.warmup_steps=2 --set seed=99 --set train.deterministic=true)
 source "$(dirname "$0")/lib_metrics.sh"
-tensor_bytes() { tail -c +$((9 + $(od -An -tu8 -N8 "$1" | tr -d ' '))) "$1"; }
 # same_checkpoint A B: the tensor bytes of two checkpoints' model and optimizer files.
 same_checkpoint() {
     cmp <(tensor_bytes "$1/model.safetensors") <(tensor_bytes "$2/model.safetensors") &&

@@ -4,11 +4,7 @@
 # byte-identical final weights. Also SIGINT: the run finishes its step, checkpoints,
 # exits 0; resuming in the same out_dir yields the straight run's metrics and weights.
 # A resume in another train.recompute mode continues bit for bit too.
-train="$1"; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-pass=0; fail=0
-ok() { pass=$((pass+1)); }
-bad() { echo "FAIL $*"; fail=$((fail+1)); }
-check() { if eval "$2"; then ok; else bad "$1"; fi; }
+source "$(dirname "$0")/lib_cli.sh" "$1"
 tiny=(--set model.hidden_size=32 --set model.intermediate_size=64 --set model.num_hidden_layers=2
       --set train.tokens_per_step=1024 --set train.micro_rows=2 --set train.warmup_steps=2
       --set eval.max_conversations=4 --set data.seq_len=1024 --set eval.every=2
@@ -16,8 +12,6 @@ tiny=(--set model.hidden_size=32 --set model.intermediate_size=64 --set model.nu
 export OMP_NUM_THREADS=2
 # Metrics without the timing fields, which legitimately differ between runs.
 . "$(dirname "$0")/lib_metrics.sh"
-# A safetensors file's tensor bytes (the header holds the per-save id, which differs).
-tensor_bytes() { tail -c +$((9 + $(od -An -tu8 -N8 "$1" | tr -d ' '))) "$1"; }
 
 straight="$tmp/straight"
 "$train" --set out_dir="$straight" --set train.checkpoint_every=3 "${tiny[@]}" > "$tmp/a.log" 2>&1 \
@@ -65,5 +59,4 @@ else
     echo "note: the run finished before SIGINT arrived; interrupt checks skipped"
 fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -6,7 +6,6 @@
 source "$(dirname "$0")/lib_cli.sh"
 need_data
 export OMP_NUM_THREADS=2
-tensor_bytes() { tail -c +$((9 + $(od -An -tu8 -N8 "$1" | tr -d ' '))) "$1"; }
 . "$(dirname "$0")/lib_metrics.sh"
 tiny=(--set model.hidden_size=32 --set model.intermediate_size=64 --set model.num_hidden_layers=1
       --set train.tokens_per_step=1024 --set train.micro_rows=2 --set train.warmup_steps=1 --set data.seq_len=1024

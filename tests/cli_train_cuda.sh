@@ -18,14 +18,8 @@
 #  - deterministic resume: 3 + 3 steps equal 6 straight (metrics and weight bytes);
 #  - CPU vs GPU: the first 5 steps' losses agree within 1e-2 relative; a CPU checkpoint
 #    continues on the GPU and a GPU checkpoint on the CPU, matching within 1e-2.
-train="$1"; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then echo "SKIP: no CUDA device"; exit 77; fi
-if "$train" --set backend=cuda --set out_dir="$tmp/probe" --set train.steps=0 2>&1 |
-    grep -q 'built without CUDA'; then echo "SKIP: no CUDA device (binary built without CUDA)"; exit 77; fi
-pass=0; fail=0
-ok() { pass=$((pass+1)); }
-bad() { echo "FAIL $*"; fail=$((fail+1)); }
-check() { if eval "$2"; then ok; else bad "$1"; fi; }
+source "$(dirname "$0")/lib_cli.sh" "$1"
+need_cuda
 gpu=(--set model.hidden_size=128 --set model.num_attention_heads=2 --set model.num_key_value_heads=1
      --set model.intermediate_size=384)
 # The "loss" values of metrics.jsonl, one per line.
@@ -106,7 +100,6 @@ short=(--set train.steps=6 --set eval.every=2 --set train.warmup_steps=2 --set s
 check "resume: identical metrics for steps 4-6" "diff <(sed -n '4,6p' '$tmp/straight/metrics.jsonl' | untimed) <(untimed '$tmp/resumed/metrics.jsonl') >&2"
 # The headers hold the per-save id (and the optimizer's elapsed_s, a timing); the tensor
 # bytes must be equal.
-tensor_bytes() { tail -c +$((9 + $(od -An -tu8 -N8 "$1" | tr -d ' '))) "$1"; }
 check "resume: identical model.safetensors tensor bytes" "cmp <(tensor_bytes '$tmp/straight/checkpoint-000006/model.safetensors') <(tensor_bytes '$tmp/resumed/checkpoint-000006/model.safetensors')"
 check "resume: identical optimizer tensors (m, v)" "cmp <(tensor_bytes '$tmp/straight/checkpoint-000006/optimizer.safetensors') <(tensor_bytes '$tmp/resumed/checkpoint-000006/optimizer.safetensors')"
 
@@ -129,5 +122,4 @@ sed -n '4,6p' "$tmp/straight/metrics.jsonl" > "$tmp/straight_4_6.jsonl"
 echo "GPU checkpoint continued on the CPU vs GPU straight, steps 4-6:"
 check "GPU checkpoint continues on the CPU" "compare '$tmp/cross/metrics.jsonl' '$tmp/straight_4_6.jsonl' 5e-2 1e-2"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

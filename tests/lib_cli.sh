@@ -1,6 +1,7 @@
 # Shared by the CLI tests (sourced; not a test itself: CTest globs tests/cli_*.sh).
 # Sets $train (the binary, absolute) and $tmp (removed on exit); ok/bad count results,
-# expect_error checks a failing command's message, finish prints the tally and exits.
+# expect_error checks a failing command's message, finish prints the tally and exits;
+# tensor_bytes compares checkpoints without their headers.
 train="$(realpath "$1")"; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 data=datasets/synthetic
 pass=0; fail=0
@@ -18,4 +19,6 @@ need_cuda() {  # exits 77 (SKIP) without a CUDA device or with a binary built wi
         grep -q 'built without CUDA'; then echo "SKIP: no CUDA device (binary built without CUDA)"; exit 77; fi
 }
 need_data() { [ -f "$data/train.jsonl" ] && [ -f "$data/tokenizer.model" ] || { echo "skip: $data not generated yet"; exit 77; }; }
+# A safetensors file's tensor bytes (the header holds the per-save id, which differs).
+tensor_bytes() { tail -c +$((9 + $(od -An -tu8 -N8 "$1" | tr -d ' '))) "$1"; }
 finish() { echo "$pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit; }

@@ -72,11 +72,14 @@ typedef struct {
     void (*get_grads)(void *state, float *grads);  // grads [table.total] fp32
     double (*grad_norm)(void *state);              // L2 norm over all gradients
     // Clips the gradients to max_grad_norm (grad_norm is grad_norm()'s result) and
-    // applies one AdamW update with h (h->lr is this step's rate).
+    // applies one AdamW update with h (h->lr is this step's rate). The cuda backend's
+    // offloaded optimizer returns while the update runs on the host (every later call
+    // sees its result) and zeroes the gradients as they come down.
     void (*optimizer_step)(void *state, const AdamWHyper *h, double grad_norm,
                            double max_grad_norm);
     // The first tensor (table order) whose gradients (grads true) or weights hold a
-    // non-finite value; NULL when all are finite.
+    // non-finite value; NULL when all are finite. An offloaded update still running is
+    // checked when it finishes: a non-finite weight then stops the process.
     const char *(*first_nonfinite)(void *state, bool grads);
     // Device memory in use and in total (bytes); false when the backend has no device.
     bool (*device_memory)(size_t *used, size_t *total);

@@ -10,7 +10,8 @@
 // With train.offload_optimizer the low halves and m, v live in pinned host memory
 // instead, beside a host copy of the bf16 weights and a ring the gradients come down
 // into; the device keeps the bf16 weights, the gradients and the two norms, and AdamW
-// runs on the host (offload_step; docs/DESIGN.md, the offloaded optimizer).
+// runs on the host on a worker thread (trainer/offload_pipeline.h) behind the next
+// forward (offload_step; docs/DESIGN.md, the offloaded optimizer).
 #include "trainer/backend_cuda.h"
 
 #include <math.h>
@@ -21,8 +22,9 @@
 #include "common/cuda_check.h"
 #include "model/model_cuda.h"
 #include "model/ops_cuda.h"
-extern "C" {  // a plain C header
+extern "C" {  // plain C headers
 #include "trainer/device_memory.h"
+#include "trainer/offload_pipeline.h"
 }
 #include "trainer/split_float.h"
 
@@ -42,7 +44,12 @@ struct CudaTrainer {
     __nv_bfloat16 *base;       // LoRA: [base table total] the frozen base weights; else NULL
     // train.offload_optimizer: master_lo, adamw.m, adamw.v are pinned host memory, with
     // host_hi (the bf16 weights' host copy) and host_grads (a ring of two chunks);
-    // downloads on down_stream after backward_done, uploads on copy_stream.
+    // downloads on down_stream after backward_done, uploads on copy_stream, both queued
+    // by the pipeline's worker thread (the stage_* functions), which also runs AdamW.
+    // While an update runs (offload_pipeline_running), the worker owns master_lo,
+    // host_hi, adamw (m, v; step, hyper and clip_scale are only read), host_grads and
+    // the events down[] and up[]; every other thread reads them only after
+    // offload_finish, or a chunk's up[] event after offload_pipeline_wait_uploaded.
     bool offload;
     uint16_t *host_hi;
     float *host_grads;
@@ -50,6 +57,16 @@ struct CudaTrainer {
     cudaEvent_t backward_done;
     cudaEvent_t *down, *up;  // [n_chunks]: a chunk's gradients down, its weights up
     int n_chunks;
+    OffloadPipeline *pipeline;
+    AdamWHyper hyper;  // the running update's
+    float clip_scale;
+    // The model's stream is ordered after the uploads of chunks [0, waited) of the latest
+    // update (it waited for up[waited - 1]: copy_stream runs them in order); n_chunks:
+    // after all of them.
+    int waited;
+    // The latest update zeroes the gradients (each chunk's on down_stream after its
+    // download) and nothing has written them since: zero_grads has nothing to do.
+    bool grads_zeroed;
     bool finite;  // every master weight finite (offload: known from set_state and the update)
 };
 
@@ -94,6 +111,102 @@ static float *read_scalar(CudaTrainer *t, const float *device_scalar) {
                               cudaMemcpyDeviceToHost, t->stream));
     cudaCheck(cudaStreamSynchronize(t->stream));
     return t->host_scalar;
+}
+
+// ---------------------------------------------------------------- the offloaded update
+// The pipeline's stages (trainer/offload_pipeline.h), on its worker thread, one update
+// at a time, chunk by chunk in order. Chunk c is elements [c * OFFLOAD_CHUNK, + k).
+
+static size_t chunk_elements(const CudaTrainer *t, int c) {
+    const size_t from = (size_t)c * OFFLOAD_CHUNK;
+    return t->n - from < OFFLOAD_CHUNK ? t->n - from : OFFLOAD_CHUNK;
+}
+
+static void stage_thread_init(void *ctx) {
+    (void)ctx;
+    cudaCheck(cudaSetDevice(g_device));  // a new thread starts on device 0
+}
+
+// Chunk c's gradients down into ring slot `slot` on down_stream (which waits for the
+// backward: offload_step), then the chunk's gradients zeroed there (the next backward
+// adds into zeros; zero_grads), then down[c]. The pipeline queues a slot's next chunk
+// only after the update that read it returned.
+static void stage_download(void *ctx, int c, int slot) {
+    CudaTrainer *t = (CudaTrainer *)ctx;
+    const size_t from = (size_t)c * OFFLOAD_CHUNK, k = chunk_elements(t, c);
+    cudaCheck(cudaMemcpyAsync(t->host_grads + (size_t)slot * OFFLOAD_CHUNK, t->grads + from,
+                              k * sizeof(float), cudaMemcpyDeviceToHost, t->down_stream));
+    cudaCheck(cudaMemsetAsync(t->grads + from, 0, k * sizeof(float), t->down_stream));
+    cudaCheck(cudaEventRecord(t->down[c], t->down_stream));
+}
+
+static void stage_wait_download(void *ctx, int c) {
+    CudaTrainer *t = (CudaTrainer *)ctx;
+    cudaCheck(cudaEventSynchronize(t->down[c]));
+}
+
+// AdamW on the host's cores (OpenMP), with the clipping scale from the device norm.
+static bool stage_update(void *ctx, int c, int slot) {
+    CudaTrainer *t = (CudaTrainer *)ctx;
+    const size_t from = (size_t)c * OFFLOAD_CHUNK;
+    return adamw_split_range_cpu(&t->adamw, t->table, &t->hyper, from,
+                                 from + chunk_elements(t, c), t->host_hi, t->master_lo,
+                                 t->host_grads + (size_t)slot * OFFLOAD_CHUNK, t->clip_scale);
+}
+
+// The chunk's bf16 weights up on copy_stream, then up[c]. copy_stream runs the uploads
+// in chunk order, so up[c] complete means chunks [0, c] are up; and each upload is
+// queued after its chunk's download (and gradient zeroing) completed on the host's
+// clock, so up[c] complete also means the gradients of chunks [0, c] are down and zero.
+static void stage_upload(void *ctx, int c) {
+    CudaTrainer *t = (CudaTrainer *)ctx;
+    const size_t from = (size_t)c * OFFLOAD_CHUNK;
+    cudaCheck(cudaMemcpyAsync(t->weights + from, t->host_hi + from,
+                              chunk_elements(t, c) * sizeof(uint16_t), cudaMemcpyHostToDevice,
+                              t->copy_stream));
+    cudaCheck(cudaEventRecord(t->up[c], t->copy_stream));
+}
+
+// Waits (on the host) for a running update to finish. Its weights are checked here:
+// train_step's check after optimizer_step cannot see an update that has not run yet,
+// so an update that made a weight non-finite stops the process at the first call that
+// waits for it (the forward that would read it, get_state before a checkpoint, ...),
+// before anything uses or saves that state.
+static void offload_finish(CudaTrainer *t) {
+    if (!offload_pipeline_running(t->pipeline)) return;
+    t->finite = offload_pipeline_finish(t->pipeline);
+    if (t->finite) return;
+    float *host = (float *)xmalloc(t->n * sizeof(float));
+    join_floats(t->host_hi, t->master_lo, t->n, host);
+    const char *name = param_table_first_nonfinite(t->table, host);
+    free(host);
+    fatal("the offloaded AdamW update of optimizer step %ld made weights of tensor %s "
+          "non-finite; stopping without saving this state (the last checkpoint, if any, is "
+          "intact)", t->adamw.step, name ? name : "(none found)");
+}
+
+// Orders the model's stream after the latest update's uploads of chunks [0, k): waits
+// (on the host) until the worker has queued them, then the stream waits for up[k - 1]
+// (the upload queue is in order). The host wait is what makes the event wait correct:
+// the event is waited for only once this update has recorded it, never an earlier
+// update's record of it. The uploads come from one update at a time, and a new one
+// starts only after the stream waited for all of the previous one's (offload_step).
+static void order_after_uploads(CudaTrainer *t, int k) {
+    if (k > t->n_chunks) k = t->n_chunks;
+    if (k <= t->waited) return;
+    if (!offload_pipeline_wait_uploaded(t->pipeline, k)) offload_finish(t);  // fatal
+    cudaCheck(cudaStreamWaitEvent(t->stream, t->up[k - 1], 0));
+    t->waited = k;
+}
+
+// The model's forward is about to read weights [from, to): the stream waits for the
+// chunks up to the one holding to - 1 (the forward asks in table order, so a layer
+// waits for its own chunks; earlier chunks were waited for already).
+static void weights_ready(void *ctx, size_t from, size_t to, cudaStream_t stream) {
+    CudaTrainer *t = (CudaTrainer *)ctx;
+    (void)from;
+    CHECK(stream == t->stream, "weights_ready: another stream than the trainer's model's");
+    if (to > 0) order_after_uploads(t, (int)((to - 1) / OFFLOAD_CHUNK) + 1);
 }
 
 static void *cuda_create(const BackendSetup *setup) {
@@ -146,6 +259,11 @@ static void *cuda_create(const BackendSetup *setup) {
         t->up = t->down + t->n_chunks;
         for (int c = 0; c < 2 * t->n_chunks; c++)
             cudaCheck(cudaEventCreateWithFlags(&t->down[c], cudaEventDisableTiming));
+        t->waited = t->n_chunks;
+        const OffloadStages stages = {t, stage_download, stage_wait_download, stage_update,
+                                      stage_upload, stage_thread_init};
+        t->pipeline = offload_pipeline_create(t->n_chunks, 2, &stages);
+        cuda_model_set_weights_ready(t->model, weights_ready, t);
     } else {
         cudaCheck(cudaMalloc(&t->master_lo, t->n * sizeof(uint16_t)));
         cudaCheck(cudaMalloc(&t->optimizer, (2 * t->n + 2) * sizeof(float)));
@@ -180,11 +298,16 @@ static void *cuda_create(const BackendSetup *setup) {
 
 static void cuda_destroy(void *state) {
     CudaTrainer *t = (CudaTrainer *)state;
+    if (t->offload) {
+        // No stage runs after this, every download has landed (the worker waited for
+        // each); the uploads may still write the weights.
+        offload_pipeline_destroy(t->pipeline);
+        cudaCheck(cudaStreamSynchronize(t->copy_stream));
+    }
     cuda_model_free(t->model);  // waits for the stream
     cudaCheck(cudaFree(t->weights));
     if (t->base) cudaCheck(cudaFree(t->base));
     if (t->offload) {
-        cudaCheck(cudaStreamSynchronize(t->copy_stream));
         for (int c = 0; c < 2 * t->n_chunks; c++) cudaCheck(cudaEventDestroy(t->down[c]));
         free(t->down);
         cudaCheck(cudaStreamDestroy(t->copy_stream));
@@ -229,10 +352,12 @@ static void transfer_master(CudaTrainer *t, float *params, cudaMemcpyKind kind) 
 }
 
 // The offloaded master weights: split or joined on the host; set_state sends the high
-// halves up.
+// halves up (after a running update, whose uploads it replaces).
 static void offload_set_state(CudaTrainer *t, const float *params, const AdamWState *opt) {
+    offload_finish(t);
     cudaCheck(cudaStreamSynchronize(t->copy_stream));  // no upload still reads host_hi
     cudaCheck(cudaStreamSynchronize(t->stream));
+    t->waited = t->n_chunks;  // every upload is complete
     split_floats(params, t->n, t->host_hi, t->master_lo);
     t->finite = param_table_first_nonfinite(t->table, params) == NULL;
     memcpy(t->adamw.m, opt->m, t->n * sizeof(float));
@@ -258,6 +383,7 @@ static void cuda_set_state(void *state, const float *params, const AdamWState *o
 static void cuda_get_state(void *state, float *params, AdamWState *opt) {
     CudaTrainer *t = (CudaTrainer *)state;
     if (t->offload) {  // host_hi is what went up last
+        offload_finish(t);
         join_floats(t->host_hi, t->master_lo, t->n, params);
         memcpy(opt->m, t->adamw.m, t->n * sizeof(float));
         memcpy(opt->v, t->adamw.v, t->n * sizeof(float));
@@ -272,8 +398,12 @@ static void cuda_get_state(void *state, float *params, AdamWState *opt) {
     opt->step = t->adamw.step;
 }
 
+// Offloaded: after an update, its downloads have zeroed the gradients (or will have,
+// once the stream is ordered after its uploads: the next forward's waits or
+// order_after_uploads, before anything reads or writes them).
 static void cuda_zero_grads(void *state) {
     CudaTrainer *t = (CudaTrainer *)state;
+    if (t->offload && t->grads_zeroed) return;
     cudaCheck(cudaMemsetAsync(t->grads, 0, t->n * sizeof(float), t->stream));
 }
 
@@ -281,7 +411,17 @@ static void cuda_zero_grads(void *state) {
 static double cuda_forward_backward(void *state, const ModelBatch *batch, float loss_scale) {
     CudaTrainer *t = (CudaTrainer *)state;
     if (t->base) return cuda_model_forward_backward(t->model, t->base, nullptr, batch, loss_scale);
-    return cuda_model_forward_backward(t->model, t->weights, t->grads, batch, loss_scale);
+    if (!t->offload)
+        return cuda_model_forward_backward(t->model, t->weights, t->grads, batch, loss_scale);
+    // Offloaded: the forward's weights_ready calls cover the table, so the stream waits
+    // for every chunk's upload (and gradient zeroing) before the loss head and the
+    // backward add into the gradients.
+    t->grads_zeroed = false;
+    const double loss =
+        cuda_model_forward_backward(t->model, t->weights, t->grads, batch, loss_scale);
+    CHECK(t->waited == t->n_chunks, "the forward waited for %d of %d offloaded chunks",
+          t->waited, t->n_chunks);
+    return loss;
 }
 
 static double cuda_forward(void *state, const ModelBatch *batch, float *losses) {
@@ -302,6 +442,7 @@ static void cuda_all_reduce_grads(void *state, const DistComm *comm) {
     CudaTrainer *t = (CudaTrainer *)state;
     check_device_comm(comm);
     CHECK(!t->reducing || t->reducing == comm, "all_reduce_grads: another comm's sums are running");
+    if (t->offload) order_after_uploads(t, t->n_chunks);
     comm->sum_floats(comm, t->grads, t->n, t->stream);
     cuda_model_set_grads_ready(t->model, NULL, NULL);
     t->reducing = NULL;
@@ -323,6 +464,7 @@ static void cuda_reduce_grads_during_backward(void *state, const DistComm *comm)
 
 static void cuda_get_grads(void *state, float *grads) {
     CudaTrainer *t = (CudaTrainer *)state;
+    if (t->offload) order_after_uploads(t, t->n_chunks);
     cudaCheck(cudaMemcpyAsync(grads, t->grads, t->n * sizeof(float), cudaMemcpyDeviceToHost,
                               t->stream));
     cudaCheck(cudaStreamSynchronize(t->stream));
@@ -330,49 +472,35 @@ static void cuda_get_grads(void *state, float *grads) {
 
 static double cuda_grad_norm(void *state) {
     CudaTrainer *t = (CudaTrainer *)state;
+    if (t->offload) order_after_uploads(t, t->n_chunks);
     grad_global_norm_cuda(t->grad_norm, t->grads, t->n, t->stream);
     return *read_scalar(t, t->grad_norm);
 }
 
-// Chunk c's gradients down into ring slot c % 2 on down_stream (which waited for the
-// backward); down[c] after. The model's stream zeroes the gradients again only after
-// the last upload, which the host queues after the last download completed.
-static void offload_download(CudaTrainer *t, int c) {
-    const size_t from = (size_t)c * OFFLOAD_CHUNK;
-    const size_t k = t->n - from < OFFLOAD_CHUNK ? t->n - from : OFFLOAD_CHUNK;
-    cudaCheck(cudaMemcpyAsync(t->host_grads + (c % 2) * OFFLOAD_CHUNK, t->grads + from,
-                              k * sizeof(float), cudaMemcpyDeviceToHost, t->down_stream));
-    cudaCheck(cudaEventRecord(t->down[c], t->down_stream));
-}
-
-// The offloaded update, after the backward (and the all-reduce) on t->stream: the
-// chunks' gradients go down on down_stream into a ring of two slots, an event after
-// each; the host waits for a chunk's, runs AdamW on it (adamw_split_range_cpu, OpenMP),
-// queues the chunk after next down into the slot it freed and the chunk's bf16 weights
-// up on copy_stream, so the next chunk comes down while it computes. The model's stream
-// waits for every chunk's upload before its next kernel (the next forward). The clipping
-// scale is the CUDA kernel's, from the device norm that grad_norm left in t->grad_norm.
+// The offloaded update, after the backward (and the all-reduce) on t->stream, started
+// here and run on the pipeline's worker thread (trainer/offload_pipeline.h, the stage_*
+// functions): the chunks' gradients go down on down_stream into a ring of two slots;
+// the worker waits for a chunk's, runs AdamW on it (adamw_split_range_cpu, OpenMP),
+// queues the chunk after next into the slot it freed and the chunk's bf16 weights up on
+// copy_stream. This returns at once: the next forward waits per layer for its chunks
+// (weights_ready), and whatever reads the state on the host waits for the whole update
+// (offload_finish). The clipping scale is the CUDA kernel's, from the device norm that
+// grad_norm left in t->grad_norm.
 static void offload_step(CudaTrainer *t, const AdamWHyper *h, float max_grad_norm) {
+    // The previous update (a step without a forward since): finished, and the stream
+    // after its uploads, so that none still reads host_hi when this one rewrites it
+    // (this update's downloads, which precede its writes, follow backward_done).
+    offload_finish(t);
+    order_after_uploads(t, t->n_chunks);
     const float norm = *read_scalar(t, t->grad_norm);
-    const float clip_scale = adamw_clip_scale(norm, max_grad_norm);
+    t->clip_scale = adamw_clip_scale(norm, max_grad_norm);
+    t->hyper = *h;
+    t->adamw.step++;
     cudaCheck(cudaEventRecord(t->backward_done, t->stream));
     cudaCheck(cudaStreamWaitEvent(t->down_stream, t->backward_done, 0));
-    for (int c = 0; c < t->n_chunks && c < 2; c++) offload_download(t, c);
-    t->adamw.step++;
-    t->finite = true;
-    for (int c = 0; c < t->n_chunks; c++) {
-        const size_t from = (size_t)c * OFFLOAD_CHUNK;
-        const size_t k = t->n - from < OFFLOAD_CHUNK ? t->n - from : OFFLOAD_CHUNK;
-        cudaCheck(cudaEventSynchronize(t->down[c]));
-        t->finite &= adamw_split_range_cpu(&t->adamw, t->table, h, from, from + k, t->host_hi,
-                                           t->master_lo, t->host_grads + (c % 2) * OFFLOAD_CHUNK,
-                                           clip_scale);
-        if (c + 2 < t->n_chunks) offload_download(t, c + 2);  // into the slot c freed
-        cudaCheck(cudaMemcpyAsync(t->weights + from, t->host_hi + from, k * sizeof(uint16_t),
-                                  cudaMemcpyHostToDevice, t->copy_stream));
-        cudaCheck(cudaEventRecord(t->up[c], t->copy_stream));
-        cudaCheck(cudaStreamWaitEvent(t->stream, t->up[c], 0));
-    }
+    t->waited = 0;
+    t->grads_zeroed = true;
+    offload_pipeline_start(t->pipeline);  // the worker reads the fields set above
 }
 
 // Clipping uses the device norm that grad_norm left in t->grad_norm.
@@ -389,13 +517,16 @@ static void cuda_optimizer_step(void *state, const AdamWHyper *h, double grad_no
 static const char *cuda_first_nonfinite(void *state, bool grads) {
     CudaTrainer *t = (CudaTrainer *)state;
     if (!grads && t->offload) {  // the master is on the host; where, only when not finite
-        if (t->finite) return NULL;
+        // A running update is checked when it finishes (offload_finish): not here, so
+        // that the step returns while it runs.
+        if (offload_pipeline_running(t->pipeline) || t->finite) return NULL;
         float *host = (float *)xmalloc(t->n * sizeof(float));
         join_floats(t->host_hi, t->master_lo, t->n, host);
         const char *name = param_table_first_nonfinite(t->table, host);
         free(host);
         return name;
     }
+    if (grads && t->offload) order_after_uploads(t, t->n_chunks);
     if (grads)
         grad_global_norm_cuda(t->weight_norm, t->grads, t->n, t->stream);
     else

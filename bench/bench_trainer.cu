@@ -134,7 +134,8 @@ int main(int argc, char **argv) {
     const TrainBackendOps *gpu = cuda_train_backend();
     const BackendSetup setup = {&cfg, lora_on ? &layout.table : &table, 1, S, deterministic,
                                 recompute, lora_on ? &layout : nullptr, &table,
-                                host_params.data(), settings.offload_optimizer};
+                                host_params.data(), settings.offload_optimizer,
+                                settings.offload_activations};
     void *trainer = gpu->create(&setup);
     gpu->set_state(trainer, lora_on ? adapters.data() : host_params.data(), &opt);
     // train.lr held constant; torch.optim.AdamW as the anchor uses it: weight decay on
@@ -201,7 +202,7 @@ int main(int argc, char **argv) {
     // Weights, gradients and AdamW state as the backend lays them out (its estimate's; the
     // attention workspace argument only sizes the arena).
     const CudaMemoryRequest request = {&cfg, 1, S, recompute, nullptr, lora_on ? &lora : nullptr,
-                                       settings.offload_optimizer};
+                                       settings.offload_optimizer, settings.offload_activations};
     const double state_bytes = (double)cuda_memory_request_estimate(&request).state;
     printf("{\"config\": \"%s\", \"params_M\": %.1f, \"S\": %d, \"deterministic\": %s, "
            "\"recompute\": \"%s\", \"offload_optimizer\": %s, \"step_ms\": %.2f, \"fwd_bwd_ms\": %.2f, \"optimizer_ms\": %.2f, "

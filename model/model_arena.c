@@ -4,6 +4,13 @@ enum { BF16 = 2, FP32 = 4, INT32 = 4 };
 
 CudaArenaLayout cuda_arena_layout(const ModelConfig *cfg, int max_rows, int seq_len,
                                   ModelRecompute recompute, size_t attn_workspace_bytes) {
+    return cuda_arena_layout_offload(cfg, max_rows, seq_len, recompute, false,
+                                     attn_workspace_bytes);
+}
+
+CudaArenaLayout cuda_arena_layout_offload(const ModelConfig *cfg, int max_rows, int seq_len,
+                                          ModelRecompute recompute, bool offload_activations,
+                                          size_t attn_workspace_bytes) {
     const ModelDims d = model_dims(cfg);
     const size_t T = (size_t)max_rows * (size_t)seq_len, C = cfg->hidden_size,
                  F = cfg->intermediate_size, V = cfg->vocab_size, H = cfg->num_attention_heads,
@@ -32,10 +39,15 @@ CudaArenaLayout cuda_arena_layout(const ModelConfig *cfg, int max_rows, int seq_
 
     // residual[l] and each layer's block of saved activations follow each other at a
     // fixed stride (every buffer starts on a boundary); with MODEL_RECOMPUTE_LAYER one
-    // block serves every layer.
+    // block serves every layer, and with offload_activations a ring of slots the layer
+    // inputs.
+    const size_t ring = L < CUDA_RESIDUAL_RING ? L : CUDA_RESIDUAL_RING;
+    const bool offload = offload_activations && recompute == MODEL_RECOMPUTE_LAYER;
+    a.residual_slots = offload ? ring + 1 : L + 1;
+    a.offloaded = offload ? L - ring : 0;
     a.residual = arena_reserve(&used, 0);
     a.residual_stride = arena_round(BF16 * T * C);
-    used = a.residual + (L + 1) * a.residual_stride;
+    used = a.residual + a.residual_slots * a.residual_stride;
     a.layers = arena_reserve(&used, 0);
     CudaLayerLayout *la = &a.layer;
     size_t block = 0;

@@ -17,6 +17,11 @@ extern "C" {  // model.h is a plain C header without guards of its own
 // Every buffer starts on this boundary (what cuBLASLt prefers).
 enum { ARENA_ALIGNMENT = 256 };
 
+// train.offload_activations: the device slots the layer inputs residual[l] (l < L) take
+// in turn; the forward copies each to pinned host memory and the backward copies it back,
+// one slot ahead of the two layers that run meanwhile (model/model_cuda.cu).
+enum { CUDA_RESIDUAL_RING = 3 };
+
 // bytes rounded up to a whole number of ARENA_ALIGNMENT.
 static inline size_t arena_round(size_t bytes) {
     return (bytes + ARENA_ALIGNMENT - 1) / ARENA_ALIGNMENT * ARENA_ALIGNMENT;
@@ -54,7 +59,8 @@ typedef struct {
     CudaBatchLayout batch;
     size_t rope_cos_sin;               // [T, D / 2] float2
     size_t target_losses;              // [T] fp32
-    size_t residual, residual_stride;  // residual[l], l in [0, L], at residual + l * stride: [T, C]
+    size_t residual, residual_stride;  // residual[l], l in [0, L], at
+                                       // residual + cuda_arena_residual_slot(l) * stride: [T, C]
     size_t layers, layer_stride;       // layer l's block at
                                        // layers + (l % layer_blocks) * layer_stride
     size_t layer_blocks;               // L, or 1 with MODEL_RECOMPUTE_LAYER
@@ -79,7 +85,19 @@ typedef struct {
                            // CUDA_MLP_TILE_ELEMENTS gate|up elements, at least 1, at most T
     size_t bytes;       // the arena's size
     ModelRecompute recompute;  // NONE: each layer keeps its gate|up product (layer.gate_up)
+    size_t residual_slots;  // [T, C] buffers of the residual stream: L + 1, or with
+                            // offload_activations a ring of min(CUDA_RESIDUAL_RING, L) for
+                            // residual[0, L) and one for residual[L]
+    size_t offloaded;       // offload_activations: the layer inputs residual[0, offloaded)
+                            // that wait on the host between the forward and the backward
+                            // (L - the ring; the ring's last ones stay in it); else 0
 } CudaArenaLayout;
+
+// The slot of residual[l], l in [0, L]: l, or with offload_activations l modulo the
+// ring for l < L and the slot after the ring for residual[L].
+static inline size_t cuda_arena_residual_slot(const CudaArenaLayout *a, int L, int l) {
+    return l == L ? a->residual_slots - 1 : (size_t)l % (a->residual_slots - 1);
+}
 
 // attn_workspace_bytes: the attention backward's workspace for max_rows x seq_len in
 // either mode (cuda_model_attention_workspace_bytes, model_cuda.h: CUDA builds only).
@@ -92,6 +110,11 @@ typedef struct {
 // cannot index).
 CudaArenaLayout cuda_arena_layout(const ModelConfig *cfg, int max_rows, int seq_len,
                                   ModelRecompute recompute, size_t attn_workspace_bytes);
+// The same with train.offload_activations (with MODEL_RECOMPUTE_LAYER; another mode keeps
+// every residual): the L + 1 residuals become the ring and residual[L].
+CudaArenaLayout cuda_arena_layout_offload(const ModelConfig *cfg, int max_rows, int seq_len,
+                                          ModelRecompute recompute, bool offload_activations,
+                                          size_t attn_workspace_bytes);
 
 #ifdef __cplusplus
 }

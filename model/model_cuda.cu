@@ -11,7 +11,13 @@
 // skips that matmul. With MODEL_RECOMPUTE_LAYER only the residual stream is kept per
 // layer: one block of the saved activations serves every layer, and each layer's
 // backward first runs the layer's attention half again from its input residual (the
-// forward's kernels on the same inputs, so bitwise the forward's values).
+// forward's kernels on the same inputs, so bitwise the forward's values). With
+// train.offload_activations on top (cuda_model_create_offload) those inputs residual[l],
+// l < L, take a ring of CUDA_RESIDUAL_RING slots in turn: the forward copies each to
+// pinned host memory on a copy stream and writes a slot again only once its copy is
+// done; the backward copies each back into the slot the layer after it no longer needs,
+// two layers ahead, and waits for it before reading it. The ring's last inputs stay in
+// their slots; the kernels and their inputs are the same, so are the gradients.
 // The MLP runs over tiles of tokens (CUDA_MLP_TILE_ELEMENTS, model.h), the same tiles in
 // the forward and the backward and in every mode: its gate|up, activation and their
 // gradient buffers hold one tile, and the weight gradients add tile by tile.
@@ -108,6 +114,18 @@ struct CudaModel {
     // host side
     float *host_losses;                  // [T] pinned: target_losses read back
 
+    // train.offload_activations: residual[0, offloaded) wait in host_residual between the
+    // forward and the backward (0: every residual stays in the arena); ring slots hold
+    // residual[l], l < L, at l % ring. The copies run on copy_stream, ordered by events:
+    // written[l] (residual[l] made, model stream), copied[l] (on the host, copy stream),
+    // freed[l] (its slot's later input no longer needed, model stream), back[l] (in its
+    // slot again, copy stream).
+    int offloaded, ring;
+    bf16 *host_residual;          // [offloaded][max_rows * seq_len, C] pinned
+    cudaStream_t copy_stream;
+    cudaEvent_t *written, *copied, *freed, *back;  // [offloaded] each, one allocation
+    bool to_host;  // the running forward's inputs go to the host (a backward follows)
+
     // LoRA (cuda_model_set_lora): the adapters of the next calls, NULL without
     const LoraLayout *lora;
     const bf16 *adapter;      // [lora->table.total]
@@ -123,8 +141,10 @@ static void carve(CudaModel *m, const CudaArenaLayout *a) {
     m->rope_cos_sin = arena_at<float2>(base, a->rope_cos_sin);
     m->target_losses = arena_at<float>(base, a->target_losses);
 
-    for (int l = 0; l <= m->cfg.num_hidden_layers; l++)
-        m->residual[l] = arena_at<bf16>(base, a->residual + (size_t)l * a->residual_stride);
+    const int L = m->cfg.num_hidden_layers;
+    for (int l = 0; l <= L; l++)
+        m->residual[l] = arena_at<bf16>(
+            base, a->residual + cuda_arena_residual_slot(a, L, l) * a->residual_stride);
     for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
         LayerActivations *la = &m->layers[l];
         void *block =
@@ -177,6 +197,13 @@ size_t cuda_model_attention_workspace_bytes(const ModelConfig *cfg, int max_rows
 
 CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len,
                              ModelRecompute recompute) {
+    return cuda_model_create_offload(cfg, max_rows, seq_len, recompute, false);
+}
+
+CudaModel *cuda_model_create_offload(const ModelConfig *cfg, int max_rows, int seq_len,
+                                     ModelRecompute recompute, bool offload_activations) {
+    CHECK(!offload_activations || recompute == MODEL_RECOMPUTE_LAYER,
+          "cuda_model_create_offload: the layer inputs are offloaded with recompute layer only");
     CHECK(max_rows > 0 && seq_len > 0,
           "cuda_model_create: max_rows %d and seq_len %d must be positive", max_rows, seq_len);
     CHECK((long long)max_rows * seq_len <= INT_MAX,
@@ -218,9 +245,9 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len,
               "layer %d: q/k/v or gate/up weights are not consecutive in the parameter table", l);
     }
 
-    const CudaArenaLayout layout =
-        cuda_arena_layout(cfg, max_rows, seq_len, recompute,
-                          cuda_model_attention_workspace_bytes(cfg, max_rows, seq_len));
+    const CudaArenaLayout layout = cuda_arena_layout_offload(
+        cfg, max_rows, seq_len, recompute, offload_activations,
+        cuda_model_attention_workspace_bytes(cfg, max_rows, seq_len));
     m->chunk_capacity = m->chunk_rows = (int)layout.chunk_rows;
     m->mlp_tile_capacity = m->mlp_tile_rows = (int)layout.mlp_tile_rows;
     // The fused q/k norm + RoPE indexes tokens x (q, k and v heads) rows in 32 bits
@@ -240,6 +267,19 @@ CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len,
     m->timer = stage_timer_from_env(m->stream);
     device_batch_host_alloc(&m->batch);
     cudaCheck(cudaMallocHost(&m->host_losses, (size_t)T * sizeof(float)));
+    m->offloaded = (int)layout.offloaded;
+    m->ring = (int)layout.residual_slots - 1;
+    if (m->offloaded > 0) {
+        cudaCheck(cudaMallocHost(&m->host_residual,
+                                 (size_t)m->offloaded * T * cfg->hidden_size * sizeof(bf16)));
+        cudaCheck(cudaStreamCreateWithFlags(&m->copy_stream, cudaStreamNonBlocking));
+        m->written = (cudaEvent_t *)xmalloc(4 * (size_t)m->offloaded * sizeof(cudaEvent_t));
+        m->copied = m->written + m->offloaded;
+        m->freed = m->copied + m->offloaded;
+        m->back = m->freed + m->offloaded;
+        for (int i = 0; i < 4 * m->offloaded; i++)
+            cudaCheck(cudaEventCreateWithFlags(&m->written[i], cudaEventDisableTiming));
+    }
     return m;
 }
 
@@ -248,6 +288,13 @@ void cuda_model_free(CudaModel *m) {
     cudaCheck(cudaStreamSynchronize(m->stream));
     stage_timer_print_and_free(m->timer);
     cudaCheck(cudaStreamDestroy(m->stream));
+    if (m->offloaded > 0) {
+        cudaCheck(cudaStreamSynchronize(m->copy_stream));
+        for (int i = 0; i < 4 * m->offloaded; i++) cudaCheck(cudaEventDestroy(m->written[i]));
+        free(m->written);
+        cudaCheck(cudaStreamDestroy(m->copy_stream));
+        cudaCheck(cudaFreeHost(m->host_residual));
+    }
     cudaCheck(cudaFree(m->arena));
     cudaCheck(cudaFreeHost(m->host_losses));
     if (m->lora_u) cudaCheck(cudaFree(m->lora_u));
@@ -261,6 +308,10 @@ void cuda_model_free(CudaModel *m) {
 }
 
 cudaStream_t cuda_model_stream(const CudaModel *m) { return m->stream; }
+
+cudaStream_t cuda_model_copy_stream(const CudaModel *m) {
+    return m->offloaded > 0 ? m->copy_stream : nullptr;
+}
 
 void cuda_model_set_deterministic(CudaModel *m, bool deterministic) {
     m->deterministic = deterministic;
@@ -445,6 +496,54 @@ static void layer_attention_forward(CudaModel *m, const bf16 *params, const Mode
     }
 }
 
+// ---- train.offload_activations: the layer inputs' copies (nothing when none is offloaded)
+
+// residual[l]'s place on the host.
+static bf16 *host_residual(const CudaModel *m, int l) {
+    return m->host_residual + (size_t)l * m->max_rows * m->seq_len * m->cfg.hidden_size;
+}
+
+// Forward, before residual[l] is written: the slot's earlier input residual[l - ring]
+// must have reached the host.
+static void residual_slot_wait(CudaModel *m, int l) {
+    const int earlier = l - m->ring;
+    if (!m->to_host || earlier < 0 || earlier >= m->offloaded) return;
+    StageRange stage(m->timer, "fwd offload wait");
+    cudaCheck(cudaStreamWaitEvent(m->stream, m->copied[earlier], 0));
+}
+
+// Forward, once residual[l] (T tokens) is written: its copy to the host on copy_stream.
+static void residual_to_host(CudaModel *m, int l, int T) {
+    if (!m->to_host || l >= m->offloaded) return;
+    cudaCheck(cudaEventRecord(m->written[l], m->stream));
+    cudaCheck(cudaStreamWaitEvent(m->copy_stream, m->written[l], 0));
+    cudaCheck(cudaMemcpyAsync(host_residual(m, l), m->residual[l],
+                              (size_t)T * m->cfg.hidden_size * sizeof(bf16),
+                              cudaMemcpyDeviceToHost, m->copy_stream));
+    cudaCheck(cudaEventRecord(m->copied[l], m->copy_stream));
+}
+
+// Backward, as layer l's starts (layer l + 1's is queued, the last to read residual[l + 1]):
+// residual[l + 1 - ring] back from the host into that slot on copy_stream, while layers
+// l and l - 1 run.
+static void residual_from_host(CudaModel *m, int l, int T) {
+    const int j = l + 1 - m->ring;
+    if (j < 0 || j >= m->offloaded) return;
+    cudaCheck(cudaEventRecord(m->freed[j], m->stream));
+    cudaCheck(cudaStreamWaitEvent(m->copy_stream, m->freed[j], 0));
+    cudaCheck(cudaMemcpyAsync(m->residual[j], host_residual(m, j),
+                              (size_t)T * m->cfg.hidden_size * sizeof(bf16),
+                              cudaMemcpyHostToDevice, m->copy_stream));
+    cudaCheck(cudaEventRecord(m->back[j], m->copy_stream));
+}
+
+// Backward, before layer l reads its input: the model's stream waits until it is back.
+static void residual_back_wait(CudaModel *m, int l) {
+    if (l >= m->offloaded) return;
+    StageRange stage(m->timer, "bwd offload wait");
+    cudaCheck(cudaStreamWaitEvent(m->stream, m->back[l], 0));
+}
+
 // Embedding and all layers up to the final norm; fills every saved activation. Each
 // residual add is fused into the norm that follows it (the next layer's input norm,
 // or the final norm after the last layer).
@@ -464,6 +563,7 @@ static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) 
         rmsnorm_forward_cuda(m->ln, m->layers[0].ln1_rstd, m->residual[0],
                              params + m->off.layer[W_INPUT_NORM], T, C, cfg->rms_norm_eps, s);
     }
+    residual_to_host(m, 0, T);
     for (int l = 0; l < L; l++) {
         const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
         LayerActivations *a = &m->layers[l];
@@ -497,11 +597,13 @@ static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) 
         float *next_rstd = last ? m->final_rstd : m->layers[l + 1].ln1_rstd;
         const bf16 *next_weight =
             params + (last ? m->off.final_norm : w[LAYER_TENSORS + W_INPUT_NORM]);
+        residual_slot_wait(m, l + 1);
         {
             StageRange stage(m->timer, "fwd add+norm");
             add_rmsnorm_forward_cuda(m->residual[l + 1], next_norm, next_rstd, a->mid,
                                      m->proj_out, next_weight, T, C, cfg->rms_norm_eps, s);
         }
+        residual_to_host(m, l + 1, T);
     }
 }
 
@@ -612,6 +714,8 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
     for (int l = L - 1; l >= 0; l--) {
         const size_t *w = m->off.layer + (size_t)l * LAYER_TENSORS;
         LayerActivations *a = &m->layers[l];
+        residual_from_host(m, l, T);  // offloaded inputs: two layers ahead
+        residual_back_wait(m, l);
         // LAYER: the layer's attention half again from its input residual, as the forward
         // ran it (ln1 as the forward's fused add+norm made it: the same kernel on the same
         // bf16 sum); this also leaves ln2 in m->ln and, with qk_norm, the normed q and k.
@@ -742,7 +846,9 @@ double cuda_model_forward_backward(CudaModel *m, const void *params_bf16, float 
                                    const ModelBatch *b, float loss_scale) {
     const bf16 *params = (const bf16 *)params_bf16;
     const int n_targets = device_batch_upload(&m->batch, b, &m->cfg, m->stream);
+    m->to_host = m->offloaded > 0 && n_targets > 0;  // only a backward reads them again
     forward_body(m, params, b);
+    m->to_host = false;
     loss_head(m, params, true, grads, b, n_targets, loss_scale);
     // Without targets the loss is 0 and every gradient exactly 0: nothing to add.
     if (n_targets > 0) backward(m, params, grads, b);

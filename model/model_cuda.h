@@ -39,6 +39,15 @@ bool model_dims_cuda_supported(const ModelDims *d);
 // The gradients are bitwise the same in every mode.
 CudaModel *cuda_model_create(const ModelConfig *cfg, int max_rows, int seq_len,
                              ModelRecompute recompute);
+// The same, with offload_activations (train.offload_activations; recompute must be
+// MODEL_RECOMPUTE_LAYER, fatal otherwise): the layer inputs residual[l], l < L, take a
+// ring of min(CUDA_RESIDUAL_RING, L) slots in the arena (cuda_arena_layout_offload) and
+// the L - ring that leave it wait in pinned host memory ([L - ring][max_rows * seq_len,
+// hidden] bf16, cuda_activations_host_bytes) between cuda_model_forward_backward's forward
+// and backward, copied on a stream of the model's own behind the compute. Forward-only
+// calls copy nothing. The gradients are bitwise recompute layer's.
+CudaModel *cuda_model_create_offload(const ModelConfig *cfg, int max_rows, int seq_len,
+                                     ModelRecompute recompute, bool offload_activations);
 void cuda_model_free(CudaModel *m);
 
 // Forward only. params_bf16: device, [ParamTable.total] bf16. b: HOST arrays
@@ -78,6 +87,9 @@ void cuda_model_set_lora(CudaModel *m, const LoraLayout *lora, const void *adapt
 
 // The stream every kernel of the model runs on.
 cudaStream_t cuda_model_stream(const CudaModel *m);
+// The stream the offloaded layer inputs are copied on (cuda_model_create_offload), or
+// NULL when none is offloaded (tests hold it to check that every copy is waited for).
+cudaStream_t cuda_model_copy_stream(const CudaModel *m);
 
 // Attention backward mode: true (the default) makes every gradient bitwise
 // reproducible run to run; false accumulates dQ with atomics (faster).

@@ -141,8 +141,8 @@ static void test_host_memory(void) {
            "one byte short refused naming the key: %s", err);
     EXPECT(host_memory_available() > 0, "this machine's available memory is known");
     // The device estimate: the offloaded state is the bf16 weights, gradients, two norms.
-    const CudaMemoryRequest dev = {&mc, 1, 128, MODEL_RECOMPUTE_MLP, NULL, NULL, false};
-    const CudaMemoryRequest off = {&mc, 1, 128, MODEL_RECOMPUTE_MLP, NULL, NULL, true};
+    const CudaMemoryRequest dev = {&mc, 1, 128, MODEL_RECOMPUTE_MLP, NULL, NULL, false, false};
+    const CudaMemoryRequest off = {&mc, 1, 128, MODEL_RECOMPUTE_MLP, NULL, NULL, true, false};
     const CudaMemoryEstimate ed = cuda_memory_request_estimate(&dev);
     const CudaMemoryEstimate eo = cuda_memory_request_estimate(&off);
     EXPECT(ed.state == 16 * n + 8 && eo.state == 6 * n + 8 && eo.arena == ed.arena &&

@@ -5,11 +5,16 @@
 //  - the activation arena grows linearly in train.micro_rows, the state not at all;
 //  - every train.recompute mode's arena of several shapes equals a count from the shapes
 //    (none: gate|up in each layer's block; layer: one block for all layers);
+//  - train.offload_activations' arena of every shape equals the count from the shapes
+//    with a ring of min(3, L) layer inputs and residual[L] instead of L + 1 residuals,
+//    its slots taken in turn; its pinned host bytes are the L - ring others, refused
+//    above the available memory (with the offloaded optimizer's share) naming the key;
 //  - the check refuses an estimate above the free memory, naming the estimate, what is
-//    free, the keys and the setting that fits (train.recompute=layer when it does, the
-//    largest train.micro_rows, the largest data.seq_len, each checked to fit with one
-//    more not fitting; the model's size when the weights and optimizer state decide),
-//    and a micro-batch of more than 2^31-1 tokens.
+//    free, the keys and the setting that fits (train.recompute=layer when it does, else
+//    train.offload_activations, else with the offloaded optimizer too, the largest
+//    train.micro_rows, the largest data.seq_len, each checked to fit with one more not
+//    fitting; the model's size when the weights and optimizer state decide), and a
+//    micro-batch of more than 2^31-1 tokens.
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,9 +56,10 @@ static size_t round256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 // The CUDA model's arena counted from the shapes, buffer by buffer (model_cuda.cu says
 // what each holds), every buffer on a 256-byte boundary, the attention workspace last.
 // Per mode: none keeps a [T, 2F] gate|up in each layer's block instead of one shared;
-// layer keeps one block for all layers.
+// layer keeps one block for all layers, and with offload (train.offload_activations)
+// min(3, L) + 1 residuals instead of L + 1.
 static size_t arena_by_hand(const ModelConfig *mc, int rows, int seq, ModelRecompute mode,
-                            size_t workspace) {
+                            bool offload, size_t workspace) {
     const size_t T = (size_t)rows * seq, C = mc->hidden_size, F = mc->intermediate_size,
                  V = mc->vocab_size, H = mc->num_attention_heads, KV = mc->num_key_value_heads,
                  L = mc->num_hidden_layers;
@@ -73,11 +79,12 @@ static size_t arena_by_hand(const ModelConfig *mc, int rows, int seq, ModelRecom
                          round256(bf16 * T * C) + round256(f32 * T) +
                          (mode == MODEL_RECOMPUTE_NONE ? round256(bf16 * T * 2 * F) : 0);
     const size_t blocks = mode == MODEL_RECOMPUTE_LAYER ? 1 : L;
+    const size_t residuals = offload ? (L < 3 ? L : 3) + 1 : L + 1;
     const size_t qk = mc->qk_norm ? T : 0;
     return 6 * round256(i32 * T) +
            round256(i32 * attn_mask_storage_count(rows, seq, ATTN_TILE, ATTN_TILE)) +
            round256(f32 * T * D) + round256(f32 * T)           // RoPE cos|sin, losses
-           + (L + 1) * round256(bf16 * T * C) + blocks * block  // residuals, blocks
+           + residuals * round256(bf16 * T * C) + blocks * block  // residuals, blocks
            + 3 * round256(bf16 * T * C)                         // ln, proj_out, final norm
            + (mode == MODEL_RECOMPUTE_NONE ? 0 : round256(bf16 * tile * 2 * F))  // gate|up
            + round256(bf16 * T * (QD + 2 * KVD)) + round256(bf16 * tile * F)     // qkv, act
@@ -180,18 +187,87 @@ int main(void) {
         int rows, seq;
     } shapes[] = {{&tiny, 1, 128}, {&three, 2, 1000}, {&qwen, 3, 512}, {&mid, 4, 4096},
                   {&wide, 2, 1000}};
+    // The fourth mode: layer with train.offload_activations.
     const ModelRecompute modes[] = {MODEL_RECOMPUTE_MLP, MODEL_RECOMPUTE_NONE,
-                                    MODEL_RECOMPUTE_LAYER};
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        for (int m = 0; m < 3; m++) {
-            const size_t ws = 4 * (size_t)shapes[i].rows * shapes[i].seq + 12345;
-            const size_t est = cuda_memory_estimate(shapes[i].mc, shapes[i].rows, shapes[i].seq,
-                                                    modes[m], ws).arena;
-            const size_t hand = arena_by_hand(shapes[i].mc, shapes[i].rows, shapes[i].seq,
-                                              modes[m], ws);
-            EXPECT(est == hand, "shape %zu, recompute %s: estimated arena %zu, by hand %zu", i,
-                   model_recompute_name(modes[m]), est, hand);
+                                    MODEL_RECOMPUTE_LAYER, MODEL_RECOMPUTE_LAYER};
+    ModelConfig six = qwen;  // more layers than the ring
+    six.num_hidden_layers = 6;
+    const struct {
+        const ModelConfig *mc;
+        int rows, seq;
+    } more[] = {{&six, 2, 640}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0] + 1; i++)
+        for (int m = 0; m < 4; m++) {
+            const ModelConfig *mc = i < 5 ? shapes[i].mc : more[0].mc;
+            const int rows = i < 5 ? shapes[i].rows : more[0].rows,
+                      seq = i < 5 ? shapes[i].seq : more[0].seq;
+            // The offloaded mode through the request (its workspace the stand-in's).
+            const size_t ws = m == 3 ? stand_in_workspace(mc, rows, seq)
+                                     : 4 * (size_t)rows * seq + 12345;
+            const CudaMemoryRequest req = {mc,   rows, seq,  modes[m], stand_in_workspace,
+                                           NULL, false, true};
+            const size_t est = m == 3 ? cuda_memory_request_estimate(&req).arena
+                                      : cuda_memory_estimate(mc, rows, seq, modes[m], ws).arena;
+            const size_t hand = arena_by_hand(mc, rows, seq, modes[m], m == 3, ws);
+            EXPECT(est == hand, "shape %zu, recompute %s%s: estimated arena %zu, by hand %zu", i,
+                   model_recompute_name(modes[m]), m == 3 ? " offloaded" : "", est, hand);
         }
+    // Offloaded layer inputs, six layers: a ring of three slots, residual[6] after it;
+    // residual[0..3) wait on the host; without the key every residual its own slot.
+    const CudaArenaLayout ring = cuda_arena_layout_offload(&six, 2, 640, MODEL_RECOMPUTE_LAYER,
+                                                           true, 0);
+    const CudaArenaLayout all = cuda_arena_layout(&six, 2, 640, MODEL_RECOMPUTE_LAYER, 0);
+    const size_t want_ring[7] = {0, 1, 2, 0, 1, 2, 3};
+    int wrong_slots = 0;
+    for (int l = 0; l <= 6; l++)
+        wrong_slots += cuda_arena_residual_slot(&ring, 6, l) != want_ring[l] ||
+                       cuda_arena_residual_slot(&all, 6, l) != (size_t)l;
+    EXPECT(wrong_slots == 0 && ring.residual_slots == 4 && ring.offloaded == 3 &&
+               all.residual_slots == 7 && all.offloaded == 0 &&
+               all.bytes - ring.bytes == 3 * all.residual_stride &&
+               all.residual_stride == round256(2 * 1280 * 256),
+           "offloaded: %zu slots, %zu offloaded, %zu bytes (all %zu slots, %zu bytes, stride %zu)",
+           ring.residual_slots, ring.offloaded, ring.bytes, all.residual_slots, all.bytes,
+           all.residual_stride);
+    // Only with layer (another mode keeps every residual), and no fewer slots than layers
+    // up to the ring: a one-layer model keeps its two.
+    EXPECT(cuda_arena_layout_offload(&six, 2, 640, MODEL_RECOMPUTE_MLP, true, 0).bytes ==
+                   cuda_arena_layout(&six, 2, 640, MODEL_RECOMPUTE_MLP, 0).bytes &&
+               cuda_arena_layout_offload(&tiny, 1, 128, MODEL_RECOMPUTE_LAYER, true, 0).bytes ==
+                   cuda_arena_layout(&tiny, 1, 128, MODEL_RECOMPUTE_LAYER, 0).bytes &&
+               cuda_arena_layout_offload(&tiny, 1, 128, MODEL_RECOMPUTE_LAYER, true, 0)
+                       .offloaded == 0,
+           "offload_activations changes nothing with mlp or with one layer");
+    // Its pinned host memory: three [1280, 256] bf16 layer inputs; none without the key.
+    const CudaMemoryRequest six_off = {&six, 2, 640, MODEL_RECOMPUTE_LAYER, NULL, NULL, false,
+                                       true};
+    const CudaMemoryRequest six_on_device = {&six, 2, 640, MODEL_RECOMPUTE_LAYER, NULL, NULL,
+                                             false, false};
+    const size_t host_inputs = 3 * 1280 * 256 * 2;
+    EXPECT(cuda_activations_host_bytes(&six_off) == host_inputs &&
+               cuda_activations_host_bytes(&six_on_device) == 0,
+           "host bytes of the layer inputs %zu (want %zu), without the key %zu",
+           cuda_activations_host_bytes(&six_off), host_inputs,
+           cuda_activations_host_bytes(&six_on_device));
+    {
+        char host_err[1024];
+        EXPECT(cuda_activations_host_check(&six_off, host_inputs, host_err, sizeof host_err) == 0 &&
+                   cuda_activations_host_check(&six_on_device, 0, host_err, sizeof host_err) == 0,
+               "the layer inputs fit exactly; nothing to check without the key");
+        EXPECT(cuda_activations_host_check(&six_off, host_inputs - 1, host_err,
+                                           sizeof host_err) == -1 &&
+                   strstr(host_err, "config key train.offload_activations") &&
+                   strstr(host_err, "2 x 640 tokens"),
+               "a byte short: refused naming the key (%s)", host_err);
+        // With the offloaded optimizer both are pinned: their sum must fit.
+        CudaMemoryRequest both = six_off;
+        both.offload_optimizer = true;
+        const size_t sum = host_inputs + cuda_offload_host_bytes(&six);
+        EXPECT(cuda_activations_host_check(&both, sum, host_err, sizeof host_err) == 0 &&
+                   cuda_activations_host_check(&both, sum - 1, host_err, sizeof host_err) == -1 &&
+                   strstr(host_err, "train.offload_optimizer's"),
+               "with the offloaded optimizer the sum %zu decides (%s)", sum, host_err);
+    }
     // The order at a long row: none > mlp > layer, layer's saved activations being the
     // residuals (the rest of its arena one layer's working set).
     const size_t none4k = cuda_memory_estimate(&mid, 1, 65536, MODEL_RECOMPUTE_NONE, 0).arena,
@@ -218,7 +294,7 @@ int main(void) {
 
     char err[2048];
     const size_t gib = (size_t)1 << 30;
-    const CudaMemoryRequest tiny_request = {&tiny, 1, 128, MODEL_RECOMPUTE_MLP, NULL, NULL, false};
+    const CudaMemoryRequest tiny_request = {&tiny, 1, 128, MODEL_RECOMPUTE_MLP, NULL, NULL, false, false};
     CudaMemoryEstimate got;
     EXPECT(cuda_memory_check(&tiny_request, e.total - workspace, 140 * gib, &got, err,
                              sizeof err) == 0 &&
@@ -231,7 +307,7 @@ int main(void) {
     // Too many rows: refused naming the keys and the largest train.micro_rows that fits
     // (it fits, one more does not).
     const CudaMemoryRequest huge = {&mid, 60000, 1024, MODEL_RECOMPUTE_MLP, stand_in_workspace,
-                                    NULL, false};
+                                    NULL, false, false};
     EXPECT(cuda_memory_check(&huge, 100 * gib, 140 * gib, NULL, err, sizeof err) == -1 &&
                strstr(err, "train.micro_rows") && strstr(err, "data.seq_len") &&
                strstr(err, "100.00 GiB are free (of 140.00)") && strstr(err, "60000 x 1024") &&
@@ -247,7 +323,7 @@ int main(void) {
     ModelConfig qwen06 = config(1024, 16, 8, 3072, 28, 151936);
     qwen06.head_dim = 128, qwen06.qk_norm = true;
     const CudaMemoryRequest longrow = {&qwen06, 1, 131072, MODEL_RECOMPUTE_MLP, stand_in_workspace,
-                                       NULL, false};
+                                       NULL, false, false};
     const size_t mlp_total = request_total(&longrow, 1, 131072, MODEL_RECOMPUTE_MLP);
     const size_t layer_total = request_total(&longrow, 1, 131072, MODEL_RECOMPUTE_LAYER);
     const size_t between = (mlp_total + layer_total) / 2;
@@ -261,13 +337,57 @@ int main(void) {
            mlp_total / (double)gib, layer_total / (double)gib, between / (double)gib, err);
     // From none, mlp is named first when it fits.
     const CudaMemoryRequest kept_all = {&qwen06, 1, 131072, MODEL_RECOMPUTE_NONE,
-                                        stand_in_workspace, NULL, false};
+                                        stand_in_workspace, NULL, false, false};
     EXPECT(cuda_memory_check(&kept_all, mlp_total, 140 * gib, NULL, err, sizeof err) == -1 &&
                strstr(err, "it fits with train.recompute=mlp"),
            "from none, mlp named first (%s)", err);
-    // Nothing fits one row of 131072 with any mode: the largest data.seq_len that does,
-    // with one row and layer (a multiple of 64: it fits, 64 more do not).
-    const size_t little = layer_total - ((size_t)4 << 30);
+    // The layer inputs on the host: from layer, below its estimate and above the
+    // offloaded one, train.offload_activations is named with its estimate; from mlp, with
+    // train.recompute=layer. The offloaded request's own refusal names both keys.
+    CudaMemoryRequest layer_row = longrow;
+    layer_row.recompute = MODEL_RECOMPUTE_LAYER;
+    CudaMemoryRequest offloaded_row = layer_row;
+    offloaded_row.offload_activations = true;
+    const size_t offload_total = cuda_memory_request_estimate(&offloaded_row).total;
+    const size_t offload_between = (layer_total + offload_total) / 2;
+    // The estimates' difference: 25 of the 28 layer inputs, [131072, 1024] bf16 each.
+    EXPECT(layer_total - offload_total == 25 * ((size_t)131072 * 1024 * 2),
+           "0.6B at 131072: layer %.2f GiB, offloaded %.2f GiB: 25 layer inputs apart",
+           layer_total / (double)gib, offload_total / (double)gib);
+    char offload_text[96];
+    snprintf(offload_text, sizeof offload_text,
+             "it fits with train.offload_activations=true (about %.2f GiB)",
+             offload_total / (double)gib);
+    EXPECT(cuda_memory_check(&layer_row, offload_between, 140 * gib, NULL, err, sizeof err) == -1 &&
+               strstr(err, offload_text),
+           "from layer, train.offload_activations named (%s)", err);
+    snprintf(offload_text, sizeof offload_text,
+             "it fits with train.recompute=layer and train.offload_activations=true (about %.2f "
+             "GiB)", offload_total / (double)gib);
+    EXPECT(cuda_memory_check(&longrow, offload_between, 140 * gib, NULL, err, sizeof err) == -1 &&
+               strstr(err, offload_text),
+           "from mlp, layer with train.offload_activations named (%s)", err);
+    EXPECT(cuda_memory_check(&offloaded_row, offload_total - 1, 140 * gib, NULL, err,
+                             sizeof err) == -1 &&
+               strstr(err, "with train.recompute=layer and train.offload_activations=true, ") &&
+               cuda_memory_check(&offloaded_row, offload_total, 140 * gib, NULL, err,
+                                 sizeof err) == 0,
+           "the offloaded request: fits its estimate, refused a byte short naming its keys (%s)",
+           err);
+    // Four rows of 131072 with mlp: no mode or offload fits four, one row fits only with
+    // the layer inputs on the host.
+    CudaMemoryRequest four = longrow;
+    four.micro_rows = 4;
+    EXPECT(cuda_memory_check(&four, offload_between, 140 * gib, NULL, err, sizeof err) == -1 &&
+               strstr(err, "it fits with train.micro_rows=1 with train.recompute=layer and "
+                           "train.offload_activations=true"),
+           "four rows: one row with the offloaded layer inputs named (%s)", err);
+
+    // Nothing fits one row of 131072 with any mode or offload: the largest data.seq_len
+    // that does, with one row and layer (a multiple of 64: it fits, 64 more do not).
+    CudaMemoryRequest everything = offloaded_row;
+    everything.offload_optimizer = true;
+    const size_t little = cuda_memory_request_estimate(&everything).total - ((size_t)1 << 30);
     EXPECT(cuda_memory_check(&longrow, little, 140 * gib, NULL, err, sizeof err) == -1 &&
                strstr(err, "with train.micro_rows=1 and train.recompute=layer"),
            "nothing fits at 131072: refused naming data.seq_len (%s)", err);
@@ -277,12 +397,34 @@ int main(void) {
                request_total(&longrow, 1, seq + 64, MODEL_RECOMPUTE_LAYER) > little,
            "data.seq_len=%d is the largest multiple of 64 that fits (%s)", seq, err);
 
+    // Qwen3-8B at 131072 on an 80 GiB card: only with both the optimizer and the layer
+    // inputs on the host.
+    {
+        ModelConfig q8 = config(4096, 32, 8, 12288, 36, 151936);
+        q8.head_dim = 128, q8.qk_norm = true, q8.tie_word_embeddings = false;
+        const CudaMemoryRequest r8 = {&q8, 1, 131072, MODEL_RECOMPUTE_LAYER, stand_in_workspace,
+                                      NULL, false, false};
+        CudaMemoryRequest both8 = r8;
+        both8.offload_optimizer = both8.offload_activations = true;
+        const CudaMemoryEstimate e8 = cuda_memory_request_estimate(&both8);
+        EXPECT(cuda_memory_check(&r8, 79 * gib, 80 * gib, NULL, err, sizeof err) == -1 &&
+                   strstr(err, "it fits with train.offload_optimizer=true with "
+                               "train.offload_activations=true") &&
+                   e8.total <= 79 * gib,
+               "Qwen3-8B at 131072, 79 GiB free: both offloads named, %.2f GiB (%s)",
+               e8.total / (double)gib, err);
+        printf("Qwen3-8B, 1 x 131072, recompute layer, both offloads: %.2f GiB on the device "
+               "(arena %.2f), %.2f GiB of pinned host memory\n", e8.total / (double)gib,
+               e8.arena / (double)gib,
+               (cuda_activations_host_bytes(&both8) + cuda_offload_host_bytes(&q8)) / (double)gib);
+    }
+
     const ModelConfig big = config(8192, 64, 8, 28672, 80, 128256);  // a 70B shape
-    const CudaMemoryRequest model = {&big, 1, 1024, MODEL_RECOMPUTE_MLP, NULL, NULL, false};
+    const CudaMemoryRequest model = {&big, 1, 1024, MODEL_RECOMPUTE_MLP, NULL, NULL, false, false};
     EXPECT(cuda_memory_check(&model, 139 * gib, 140 * gib, NULL, err, sizeof err) == -1 &&
                strstr(err, "model.hidden_size") && strstr(err, "lower the model's size"),
            "a 70B model: refused naming the model keys (%s)", err);
-    const CudaMemoryRequest over = {&tiny, 65536, 1 << 20, MODEL_RECOMPUTE_MLP, NULL, NULL, false};
+    const CudaMemoryRequest over = {&tiny, 65536, 1 << 20, MODEL_RECOMPUTE_MLP, NULL, NULL, false, false};
     EXPECT(cuda_memory_check(&over, 140 * gib, 140 * gib, NULL, err, sizeof err) == -1 &&
                strstr(err, "65536 x 1048576") && strstr(err, "train.micro_rows"),
            "2^36 tokens per micro-batch: refused (%s)", err);
@@ -291,8 +433,8 @@ int main(void) {
     // bytes each, counted here from the shapes: r x (in + out) per target per layer), and
     // two [tokens, r] bf16 scratch buffers; the arena unchanged.
     const LoraConfig lora = {.r = 8, .alpha = 16, .target = {1, 1, 1, 1, 1, 1, 1}};
-    const CudaMemoryRequest full_tiny = {&tiny, 1, 128, MODEL_RECOMPUTE_MLP, NULL, NULL, false};
-    const CudaMemoryRequest lora_tiny = {&tiny, 1, 128, MODEL_RECOMPUTE_MLP, NULL, &lora, false};
+    const CudaMemoryRequest full_tiny = {&tiny, 1, 128, MODEL_RECOMPUTE_MLP, NULL, NULL, false, false};
+    const CudaMemoryRequest lora_tiny = {&tiny, 1, 128, MODEL_RECOMPUTE_MLP, NULL, &lora, false, false};
     const CudaMemoryEstimate ef = cuda_memory_request_estimate(&full_tiny),
                              el = cuda_memory_request_estimate(&lora_tiny);
     // hidden 64, F 128, one head of 64: q k v o 8 x (64 + 64) each, gate up 8 x (64 + 128),
@@ -308,8 +450,8 @@ int main(void) {
     ModelConfig qwen8 = config(4096, 32, 8, 12288, 36, 151936);
     qwen8.head_dim = 128, qwen8.qk_norm = true, qwen8.tie_word_embeddings = false;
     const LoraConfig r16 = {.r = 16, .alpha = 32, .target = {1, 1, 1, 1, 1, 1, 1}};
-    const CudaMemoryRequest q8_full = {&qwen8, 1, 32768, MODEL_RECOMPUTE_LAYER, NULL, NULL, false};
-    const CudaMemoryRequest q8_lora = {&qwen8, 1, 32768, MODEL_RECOMPUTE_LAYER, NULL, &r16, false};
+    const CudaMemoryRequest q8_full = {&qwen8, 1, 32768, MODEL_RECOMPUTE_LAYER, NULL, NULL, false, false};
+    const CudaMemoryRequest q8_lora = {&qwen8, 1, 32768, MODEL_RECOMPUTE_LAYER, NULL, &r16, false, false};
     const CudaMemoryEstimate f8 = cuda_memory_request_estimate(&q8_full),
                              l8 = cuda_memory_request_estimate(&q8_lora);
     EXPECT(l8.state * 4 < f8.state && l8.total < 139 * gib,

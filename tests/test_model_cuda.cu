@@ -12,7 +12,14 @@
 //    mode agrees; a mask built with other block sizes is rebuilt and gives the same loss;
 //  - parity on the GPU: duplicate against npass, loss within 5e-3 relative, gradient
 //    tensors at cosine >= 0.999 (exact in real arithmetic, see DESIGN.md §3); mask_only,
-//    inexact, must fail that gradient threshold (fp32 CPU: q/k cosine ~0.8).
+//    inexact, must fail that gradient threshold (fp32 CPU: q/k cosine ~0.8);
+//  - train.offload_activations (cuda_model_create_offload) on 6 layers (a ring of 3
+//    slots, 3 layer inputs on the host), plain and Qwen3-shaped: bitwise the loss, per-slot
+//    losses and gradients of recompute layer, in deterministic mode, over steps of
+//    different row counts with forward-only calls (which copy nothing) between them, and
+//    with the copy stream held 10 ms before the forward and at each part of the backward
+//    (so a missing wait reads or overwrites a slot too early); every grads_ready part final
+//    when named; an arena 3 residuals smaller.
 #include "model/model_cuda.h"
 extern "C" {  // plain C headers without guards of their own
 #include "data/layout.h"
@@ -425,6 +432,144 @@ static void run_config(const char *label, const ModelConfig *cfg) {
     param_table_free(&table);
 }
 
+// Holds its stream for ns nanoseconds of the GPU's global timer.
+__global__ void hold_kernel(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < ns);
+}
+
+// A grads_ready callback that holds the copy stream (ctx) 10 ms more at each part.
+static void hold_copies(void *ctx, size_t, cudaStream_t) {
+    hold_kernel<<<1, 1, 0, (cudaStream_t)ctx>>>(10000000ull);
+    cudaCheck(cudaGetLastError());
+}
+
+// Bitwise equal float arrays; the first difference printed.
+static bool same_floats(const char *what, const float *got, const float *want, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &want[i], sizeof(float)) != 0) {
+            printf("  %s: element %zu is %.9g, want %.9g\n", what, i, got[i], want[i]);
+            return false;
+        }
+    return true;
+}
+
+// train.offload_activations against recompute layer alone, the same kernels on the same
+// inputs: every loss and gradient bitwise equal, step after step.
+static void run_offload(const char *label, const ModelConfig *cfg) {
+    printf("offload %s: L=%d C=%d head_dim=%d\n", label, cfg->num_hidden_layers,
+           cfg->hidden_size, model_dims(cfg).head_dim);
+    ParamTable table;
+    param_table_build(cfg, &table);
+    const size_t n = table.total;
+    float *params_host = (float *)xmalloc(n * sizeof(float));
+    params_init(cfg, &table, test_rng_next(&rng), params_host);
+    float *params_f32_dev, *grads_dev;
+    __nv_bfloat16 *params_dev;
+    cudaCheck(cudaMalloc(&params_f32_dev, n * sizeof(float)));
+    cudaCheck(cudaMalloc(&params_dev, n * sizeof(__nv_bfloat16)));
+    cudaCheck(cudaMalloc(&grads_dev, n * sizeof(float)));
+    cudaCheck(cudaMemcpy(params_f32_dev, params_host, n * sizeof(float), cudaMemcpyHostToDevice));
+    float_to_bf16_cuda(params_dev, params_f32_dev, (int64_t)n, 0);
+
+    TokenizedSample samples[N_CONVERSATIONS];
+    for (int s = 0; s < N_CONVERSATIONS; s++)
+        samples[s] = random_conversation(cfg->vocab_size, s + 1, s == 0);
+    PackedBatch dup, npass;
+    pack_layout(LAYOUT_DUPLICATE, samples, N_CONVERSATIONS, &dup);
+    pack_layout(LAYOUT_NPASS, samples, N_CONVERSATIONS, &npass);
+    const int max_rows = dup.rows.n_rows > npass.rows.n_rows ? dup.rows.n_rows : npass.rows.n_rows;
+    // duplicate's first row alone: a micro-batch below the arena's rows copies less.
+    AttnMask one_mask;
+    attn_mask_build(dup.rows.lo, dup.rows.hi, 1, SEQ_LEN, ATTN_TILE, ATTN_TILE, &one_mask);
+    const ModelBatch one_row = {1, SEQ_LEN, dup.rows.token, dup.rows.target, dup.rows.pos,
+                                &one_mask};
+    const float loss_scale = 1.0f / (float)dup.n_targets;
+
+    CudaModel *layer = cuda_model_create(cfg, max_rows, SEQ_LEN, MODEL_RECOMPUTE_LAYER);
+    CudaModel *off = cuda_model_create_offload(cfg, max_rows, SEQ_LEN, MODEL_RECOMPUTE_LAYER, true);
+    const size_t residual = ((size_t)max_rows * SEQ_LEN * cfg->hidden_size * 2 + 255) / 256 * 256;
+    printf("  arena %.1f MiB offloaded, %.1f MiB layer\n", cuda_model_arena_bytes(off) / 1048576.0,
+           cuda_model_arena_bytes(layer) / 1048576.0);
+    EXPECT(cuda_model_arena_bytes(layer) - cuda_model_arena_bytes(off) ==
+               (size_t)(cfg->num_hidden_layers - 3) * residual,
+           "offloaded arena %zu bytes, layer's %zu: %d residuals of %zu apart",
+           cuda_model_arena_bytes(off), cuda_model_arena_bytes(layer), cfg->num_hidden_layers - 3,
+           residual);
+
+    float *want = (float *)xmalloc(n * sizeof(float)), *got = (float *)xmalloc(n * sizeof(float));
+    const int T_max = max_rows * SEQ_LEN;
+    float *want_losses = (float *)xmalloc((size_t)T_max * sizeof(float));
+    float *got_losses = (float *)xmalloc((size_t)T_max * sizeof(float));
+    // Steps: duplicate, its first row, npass, duplicate again, each after a forward-only
+    // call on the next batch.
+    const ModelBatch *steps[] = {&dup.batch, &one_row, &npass.batch, &dup.batch};
+    for (int i = 0; i < 4; i++) {
+        const ModelBatch *b = steps[i], *other = steps[(i + 1) % 4];
+        const double want_fwd = cuda_model_forward(layer, params_dev, other, want_losses);
+        const double got_fwd = cuda_model_forward(off, params_dev, other, got_losses);
+        const size_t T_other = (size_t)other->n_rows * SEQ_LEN;
+        EXPECT(got_fwd == want_fwd && same_floats("forward-only losses", got_losses, want_losses,
+                                                  T_other),
+               "step %d: forward-only loss %.9g vs %.9g", i, got_fwd, want_fwd);
+        const double want_loss = gpu_gradients(layer, params_dev, grads_dev, want, n, b,
+                                               loss_scale);
+        const double got_loss = gpu_gradients(off, params_dev, grads_dev, got, n, b, loss_scale);
+        printf("  step %d (%d rows): loss %.9g offloaded, %.9g layer\n", i, b->n_rows, got_loss,
+               want_loss);
+        EXPECT(got_loss == want_loss && got_loss > 0,
+               "step %d: offloaded loss %.9g vs layer %.9g", i, got_loss, want_loss);
+        EXPECT(all_finite(got, n) && same_floats("gradients", got, want, n),
+               "step %d (%d rows): offloaded gradients differ from layer's", i, b->n_rows);
+    }
+    check_grads_ready(off, cfg, params_dev, grads_dev, n, &dup.batch, loss_scale);
+    // Slow copies: the copy stream held before the forward (its copies out start late) and
+    // at each part of the backward (its copies back too): the waits keep the bits.
+    {
+        cudaStream_t copies = cuda_model_copy_stream(off);
+        EXPECT(copies != nullptr && cuda_model_copy_stream(layer) == nullptr,
+               "the offloaded model has a copy stream, layer's none");
+        if (copies) {
+            gpu_gradients(layer, params_dev, grads_dev, want, n, &npass.batch, loss_scale);
+            cuda_model_set_grads_ready(off, hold_copies, copies);
+            hold_kernel<<<1, 1, 0, copies>>>(10000000ull);
+            cudaCheck(cudaGetLastError());
+            gpu_gradients(off, params_dev, grads_dev, got, n, &npass.batch, loss_scale);
+            cuda_model_set_grads_ready(off, NULL, NULL);
+            EXPECT(same_floats("gradients with slow copies", got, want, n),
+                   "copies held back: offloaded gradients differ from layer's");
+        }
+    }
+    // A micro-batch without targets: no backward, the next step as before.
+    {
+        ModelBatch empty = dup.batch;
+        int32_t *no_target = (int32_t *)xmalloc((size_t)dup.rows.n_rows * SEQ_LEN * sizeof(int32_t));
+        for (int t = 0; t < dup.rows.n_rows * SEQ_LEN; t++) no_target[t] = -1;
+        empty.target = no_target;
+        EXPECT(cuda_model_forward_backward(off, params_dev, grads_dev, &empty, loss_scale) == 0.0,
+               "no targets: loss 0");
+        gpu_gradients(off, params_dev, grads_dev, got, n, &npass.batch, loss_scale);
+        gpu_gradients(layer, params_dev, grads_dev, want, n, &npass.batch, loss_scale);
+        EXPECT(same_floats("gradients after an empty step", got, want, n),
+               "after a micro-batch without targets: offloaded gradients differ");
+        free(no_target);
+    }
+    cuda_model_free(off);
+    cuda_model_free(layer);
+    cudaCheck(cudaFree(params_f32_dev));
+    cudaCheck(cudaFree(params_dev));
+    cudaCheck(cudaFree(grads_dev));
+    free(params_host), free(want), free(got), free(want_losses), free(got_losses);
+    attn_mask_free(&one_mask);
+    packed_batch_free(&dup);
+    packed_batch_free(&npass);
+    for (int s = 0; s < N_CONVERSATIONS; s++) tokenized_sample_free(&samples[s]);
+    param_table_free(&table);
+}
+
 // V = 512, 2 layers, 4 query heads sharing 2 KV heads (GQA).
 static ModelConfig tiny_config(int hidden, int intermediate, bool tied) {
     ModelConfig c = test_model_config(512, hidden, intermediate, 2, 4, 2);
@@ -454,6 +599,12 @@ int main(void) {
     ModelConfig qwen3 = decoupled;  // Qwen3: q_norm/k_norm, head_dim 128 != 256 / 4, tied
     qwen3.qk_norm = true, qwen3.arch = ARCH_QWEN3, qwen3.tie_word_embeddings = true;
     run_config("qwen3 q_norm/k_norm, head_dim 128, tied", &qwen3);
+    ModelConfig deep = head64;  // 6 layers: 3 inputs go to the host
+    deep.num_hidden_layers = 6;
+    run_offload("head_dim 64", &deep);
+    ModelConfig deep_qwen3 = qwen3;
+    deep_qwen3.num_hidden_layers = 6;
+    run_offload("qwen3 q_norm/k_norm", &deep_qwen3);
     ops_cuda_destroy();
     return test_finish();
 }

@@ -90,9 +90,9 @@ int main(void) {
     // Each trainer's own device memory: what freeing it gives back while the other
     // keeps the ops' shared scratch.
     const BackendSetup on_device = {&mc, &table, MICRO_ROWS, SEQ_LEN, true, MODEL_RECOMPUTE_MLP,
-                                    nullptr, nullptr, nullptr, false};
+                                    nullptr, nullptr, nullptr, false, false};
     const BackendSetup offloaded = {&mc, &table, MICRO_ROWS, SEQ_LEN, true, MODEL_RECOMPUTE_MLP,
-                                    nullptr, nullptr, nullptr, true};
+                                    nullptr, nullptr, nullptr, true, false};
     void *d = gpu->create(&on_device);
     void *o = gpu->create(&offloaded);
     const size_t used_both = device_used();
@@ -105,7 +105,7 @@ int main(void) {
 
     // Device memory: the offloaded trainer's less the estimate's state difference.
     CudaMemoryRequest request = {&mc, MICRO_ROWS, SEQ_LEN, MODEL_RECOMPUTE_MLP,
-                                 cuda_model_attention_workspace_bytes, nullptr, false};
+                                 cuda_model_attention_workspace_bytes, nullptr, false, false};
     const size_t state_device = cuda_memory_request_estimate(&request).state;
     request.offload_optimizer = true;
     const size_t state_offload = cuda_memory_request_estimate(&request).state;

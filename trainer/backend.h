@@ -37,6 +37,9 @@ typedef struct {
     const ParamTable *base_table;
     const float *base_params;
     bool offload_optimizer;    // cuda: master weights and AdamW m, v in host memory
+    // cuda, with recompute MODEL_RECOMPUTE_LAYER: the layer inputs in pinned host memory
+    // between the forward and the backward (docs/DESIGN.md, activation memory)
+    bool offload_activations;
 } BackendSetup;
 
 typedef struct {

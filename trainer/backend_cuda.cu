@@ -216,12 +216,14 @@ static void *cuda_create(const BackendSetup *setup) {
     const CudaMemoryRequest request = {setup->mc, setup->micro_rows, setup->seq_len,
                                        setup->recompute, cuda_model_attention_workspace_bytes,
                                        setup->lora ? &setup->lora->cfg : nullptr,
-                                       setup->offload_optimizer};
+                                       setup->offload_optimizer, setup->offload_activations};
     char err[2048];
     if (cuda_memory_check(&request, free_bytes, total_bytes, nullptr, err, sizeof err) != 0)
         fatal("%s", err);
     if (setup->offload_optimizer &&
         cuda_offload_host_check(setup->mc, host_memory_available(), err, sizeof err) != 0)
+        fatal("%s", err);
+    if (cuda_activations_host_check(&request, host_memory_available(), err, sizeof err) != 0)
         fatal("%s", err);
     cudaCheck(cudaGetDevice(&g_device));
     CudaTrainer *t = (CudaTrainer *)xcalloc(1, sizeof *t);
@@ -232,8 +234,8 @@ static void *cuda_create(const BackendSetup *setup) {
     const int channels = setup->mc->qk_norm && head_dim > setup->mc->hidden_size
                              ? head_dim : setup->mc->hidden_size;
     ops_acquire(setup->micro_rows * setup->seq_len, channels);
-    t->model = cuda_model_create(setup->mc, setup->micro_rows, setup->seq_len,
-                                 setup->recompute);
+    t->model = cuda_model_create_offload(setup->mc, setup->micro_rows, setup->seq_len,
+                                         setup->recompute, setup->offload_activations);
     cuda_model_set_deterministic(t->model, setup->deterministic);
     t->stream = cuda_model_stream(t->model);
     cudaCheck(cudaMalloc(&t->weights, t->n * sizeof(__nv_bfloat16)));

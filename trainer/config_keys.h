@@ -136,6 +136,9 @@
     X(train, offload_optimizer, BOOL, false, 0, 0, 0,                                             \
       "cuda: the fp32 master weights and AdamW m, v in pinned host memory, AdamW on the host's "  \
       "cores (12 bytes per parameter of host memory, 10 fewer on the device); the same bits")     \
+    X(train, offload_activations, BOOL, false, 0, 0, 0,                                           \
+      "cuda, with train.recompute=layer: the layer inputs the backward starts from in pinned "    \
+      "host memory, copied behind the compute (3 of them on the device); the same bits")          \
     X(train, shuffle, BOOL, true, 0, 0, CFG_FIXED, "shuffle the conversations each epoch")         \
     X(train, peak_tflops, NUM, 0.0, 0, 1e7, 0,                                                    \
       "the MFU denominator in TFLOP/s; 0: the H200's dense bf16 peak on cuda, no MFU on cpu")

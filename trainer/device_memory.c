@@ -15,8 +15,10 @@
 // The CUDA runtime's lazily loaded kernels and cuBLAS handles.
 #define RUNTIME_MARGIN ((size_t)256 << 20)
 
-CudaMemoryEstimate cuda_memory_estimate(const ModelConfig *mc, int micro_rows, int seq_len,
-                                        ModelRecompute recompute, size_t attn_workspace_bytes) {
+// cuda_memory_estimate, with train.offload_activations' arena when offload_activations.
+static CudaMemoryEstimate estimate(const ModelConfig *mc, int micro_rows, int seq_len,
+                                   ModelRecompute recompute, bool offload_activations,
+                                   size_t attn_workspace_bytes) {
     ParamTable table;  // the exact count (biases, q/k norms, tying), metadata only
     param_table_build(mc, &table);
     const size_t n = table.total;
@@ -26,12 +28,18 @@ CudaMemoryEstimate cuda_memory_estimate(const ModelConfig *mc, int micro_rows, i
     // bf16 weights (the master's high halves), its low halves, fp32 gradients, m | v | two
     // norms (trainer/backend_cuda.cu).
     e.state = 2 * n + 2 * n + 4 * n + 4 * (2 * n + 2);
-    e.arena = cuda_arena_layout(mc, micro_rows, seq_len, recompute, attn_workspace_bytes).bytes;
+    e.arena = cuda_arena_layout_offload(mc, micro_rows, seq_len, recompute, offload_activations,
+                                        attn_workspace_bytes).bytes;
     // cuBLASLt workspace; the embedding sort's keys, values and temp (about as much
     // again); rmsnorm partials of 256 groups x C.
     e.scratch = CUBLASLT_WORKSPACE + 4 * T * 5 + 4 * 256 * C + RUNTIME_MARGIN;
     e.total = e.state + e.arena + e.scratch;
     return e;
+}
+
+CudaMemoryEstimate cuda_memory_estimate(const ModelConfig *mc, int micro_rows, int seq_len,
+                                        ModelRecompute recompute, size_t attn_workspace_bytes) {
+    return estimate(mc, micro_rows, seq_len, recompute, false, attn_workspace_bytes);
 }
 
 static size_t param_count(const ModelConfig *mc) {
@@ -44,8 +52,8 @@ static size_t param_count(const ModelConfig *mc) {
 
 CudaMemoryEstimate cuda_memory_request_estimate(const CudaMemoryRequest *r) {
     const size_t workspace = r->workspace ? r->workspace(r->mc, r->micro_rows, r->seq_len) : 0;
-    CudaMemoryEstimate e =
-        cuda_memory_estimate(r->mc, r->micro_rows, r->seq_len, r->recompute, workspace);
+    CudaMemoryEstimate e = estimate(r->mc, r->micro_rows, r->seq_len, r->recompute,
+                                    r->offload_activations, workspace);
     if (r->lora) {  // LoRA and the offloaded optimizer are not combined (run_settings_from)
         const size_t n = param_count(r->mc);
         LoraLayout l;
@@ -70,6 +78,13 @@ size_t cuda_offload_host_bytes(const ModelConfig *mc) {
     const size_t n = param_count(mc);
     const size_t ring = n < 2 * CUDA_OFFLOAD_CHUNK ? n : 2 * CUDA_OFFLOAD_CHUNK;
     return 12 * n + 4 * ring;  // lo, hi (2 each), m, v (4 each); the gradients' ring
+}
+
+size_t cuda_activations_host_bytes(const CudaMemoryRequest *r) {
+    const CudaArenaLayout a = cuda_arena_layout_offload(r->mc, r->micro_rows, r->seq_len,
+                                                        r->recompute, r->offload_activations, 0);
+    return a.offloaded * 2 * (size_t)r->micro_rows * (size_t)r->seq_len *
+           (size_t)r->mc->hidden_size;  // bf16
 }
 
 size_t host_memory_available(void) {
@@ -164,14 +179,31 @@ int cuda_memory_check(const CudaMemoryRequest *r, size_t free_bytes, size_t tota
             append(fix, sizeof fix, "train.recompute=%s (about %.2f GiB)",
                    model_recompute_name(mode), total / GIB);
     }
-    // The optimizer's state on the host, at the same micro-batch.
+    // The layer inputs on the host (with layer), at the same micro-batch.
+    CudaMemoryRequest host_inputs = *r;
+    host_inputs.recompute = MODEL_RECOMPUTE_LAYER;
+    host_inputs.offload_activations = true;
+    const char *with_layer = r->recompute == MODEL_RECOMPUTE_LAYER ? "" : "train.recompute=layer and ";
+    if (!*fix && !r->offload_activations &&
+        (total = cuda_memory_request_estimate(&host_inputs).total) <= free_bytes)
+        append(fix, sizeof fix, "%strain.offload_activations=true (about %.2f GiB)", with_layer,
+               total / GIB);
+    // The optimizer's state on the host, at the same micro-batch, alone or with the layer
+    // inputs.
     if (!*fix && !r->offload_optimizer) {
         CudaMemoryRequest offloaded = *r;
         offloaded.offload_optimizer = true;
+        host_inputs.offload_optimizer = true;
         if ((total = cuda_memory_request_estimate(&offloaded).total) <= free_bytes)
             append(fix, sizeof fix, "train.offload_optimizer=true (about %.2f GiB)", total / GIB);
+        else if (!r->offload_activations &&
+                 (total = cuda_memory_request_estimate(&host_inputs).total) <= free_bytes)
+            append(fix, sizeof fix, "train.offload_optimizer=true with %strain.offload_activations="
+                   "true (about %.2f GiB)", with_layer, total / GIB);
+        host_inputs.offload_optimizer = r->offload_optimizer;
     }
-    // Fewer rows per micro-batch, with this mode, else with layer.
+    // Fewer rows per micro-batch, with this mode, else with layer, else with the layer
+    // inputs on the host too.
     int rows = largest_rows(r, micro_rows, r->recompute, free_bytes, &total);
     if (rows > 0) {
         append(fix, sizeof fix, "%strain.micro_rows=%d (about %.2f GiB)", *fix ? ", or " : "",
@@ -181,6 +213,12 @@ int cuda_memory_check(const CudaMemoryRequest *r, size_t free_bytes, size_t tota
         append(fix, sizeof fix,
                "%strain.micro_rows=%d with train.recompute=layer (about %.2f GiB)",
                *fix ? ", or " : "", rows, total / GIB);
+    } else if (!r->offload_activations &&
+               (rows = largest_rows(&host_inputs, micro_rows, MODEL_RECOMPUTE_LAYER, free_bytes,
+                                    &total)) > 0) {
+        append(fix, sizeof fix,
+               "%strain.micro_rows=%d with train.recompute=layer and train.offload_activations="
+               "true (about %.2f GiB)", *fix ? ", or " : "", rows, total / GIB);
     }
     // Shorter rows: the last resort (a conversation must fit one row).
     if (!*fix) {
@@ -192,16 +230,18 @@ int cuda_memory_check(const CudaMemoryRequest *r, size_t free_bytes, size_t tota
                    seq, total / GIB);
     }
     if (!*fix)
-        snprintf(fix, sizeof fix, "none of train.recompute, train.micro_rows, data.seq_len "
-                 "does: lower the model's size");
+        snprintf(fix, sizeof fix, "none of train.recompute, train.offload_activations, "
+                 "train.micro_rows, data.seq_len does: lower the model's size");
     return fail(err, err_len, "config keys train.micro_rows x data.seq_len, train.recompute and "
                 "model.*: the CUDA backend needs about %.2f GiB of device memory, %.2f GiB are "
                 "free (of %.2f): %.2f GiB of activations for %d x %d tokens per micro-batch "
-                "(train.micro_rows x data.seq_len) with train.recompute=%s, %.2f GiB of weights, "
+                "(train.micro_rows x data.seq_len) with train.recompute=%s%s, %.2f GiB of weights, "
                 "gradients and AdamW state (model.hidden_size, model.intermediate_size, "
                 "model.num_hidden_layers, model.vocab_size), %.2f GiB of scratch; it fits with %s",
                 e.total / GIB, free_bytes / GIB, total_bytes / GIB, e.arena / GIB, micro_rows,
-                seq_len, model_recompute_name(r->recompute), e.state / GIB, e.scratch / GIB, fix);
+                seq_len, model_recompute_name(r->recompute),
+                r->offload_activations ? " and train.offload_activations=true" : "",
+                e.state / GIB, e.scratch / GIB, fix);
 }
 
 int cuda_offload_host_check(const ModelConfig *mc, size_t available_bytes, char *err,
@@ -213,4 +253,21 @@ int cuda_offload_host_check(const ModelConfig *mc, size_t available_bytes, char 
                 "AdamW m, v; and the gradients' ring), %.2f GiB are available; set "
                 "train.offload_optimizer=false or lower the model's size (the model.* keys)",
                 need / GIB, available_bytes / GIB);
+}
+
+int cuda_activations_host_check(const CudaMemoryRequest *r, size_t available_bytes, char *err,
+                                size_t err_len) {
+    const size_t inputs = cuda_activations_host_bytes(r);
+    if (inputs == 0) return 0;
+    const size_t optimizer = r->offload_optimizer ? cuda_offload_host_bytes(r->mc) : 0;
+    if (inputs + optimizer <= available_bytes) return 0;
+    char with[160] = "";
+    if (optimizer)
+        snprintf(with, sizeof with, " (and %.2f GiB of train.offload_optimizer's)",
+                 optimizer / GIB);
+    return fail(err, err_len, "config key train.offload_activations: the layer inputs of %d x %d "
+                "tokens (train.micro_rows x data.seq_len) need about %.2f GiB of pinned host "
+                "memory%s, %.2f GiB are available; lower train.micro_rows or data.seq_len, or set "
+                "train.offload_activations=false", r->micro_rows, r->seq_len, inputs / GIB, with,
+                available_bytes / GIB);
 }

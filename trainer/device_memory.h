@@ -39,24 +39,29 @@ typedef struct {
     AttnWorkspaceBytes workspace;  // NULL: none (0 bytes)
     const LoraConfig *lora;     // LoRA (lora.*); NULL: full fine-tuning
     bool offload_optimizer;     // train.offload_optimizer: master halves, m, v on the host
+    bool offload_activations;   // train.offload_activations (with recompute layer): the
+                                // layer inputs on the host, a ring of them on the device
 } CudaMemoryRequest;
 
 // The estimate of the request (cuda_memory_estimate with its workspace). Under LoRA the
 // state is the frozen base in bf16 (2 bytes a parameter: no low halves, gradients or
 // moments) and the adapters' full training state (16 bytes each, as a full fine-tune's),
 // and the scratch holds the adapters' two [tokens, r] bf16 buffers. With offload_optimizer
-// the state is the bf16 weights, the fp32 gradients and two norms.
+// the state is the bf16 weights, the fp32 gradients and two norms. With
+// offload_activations the arena is cuda_arena_layout_offload's.
 CudaMemoryEstimate cuda_memory_request_estimate(const CudaMemoryRequest *r);
 
 // Refuses a request whose estimate (written to *e when e is not NULL) is above free_bytes
 // (what cudaMemGetInfo reports free), or a micro-batch of more tokens than the kernels
 // index (2^31 - 1). The message names the estimate, what is free of total_bytes, its
 // parts, and what would fit, each with its estimate, in this order of preference:
-// train.recompute (mlp from none, then layer), the largest train.micro_rows (with
-// the request's mode, else with train.recompute=layer), and with neither the largest
-// data.seq_len (a multiple of 64 where it can be, with train.micro_rows=1 and
-// train.recompute=layer); when nothing of these fits, the weights and optimizer state
-// decide and it says to lower the model's size (the model.* keys). Returns 0 or -1.
+// train.recompute (mlp from none, then layer), train.offload_activations (with layer),
+// train.offload_optimizer (alone, else with the offloaded activations), the largest
+// train.micro_rows (with the request's mode, else with train.recompute=layer, else with
+// the offloaded activations too), and with none of these the largest data.seq_len (a
+// multiple of 64 where it can be, with train.micro_rows=1 and train.recompute=layer);
+// when nothing of these fits, the weights and optimizer state decide and it says to
+// lower the model's size (the model.* keys). Returns 0 or -1.
 int cuda_memory_check(const CudaMemoryRequest *r, size_t free_bytes, size_t total_bytes,
                       CudaMemoryEstimate *e, char *err, size_t err_len);
 
@@ -78,3 +83,15 @@ size_t host_memory_available(void);
 // available) when cuda_offload_host_bytes(mc) exceeds available_bytes; 0 when it fits.
 int cuda_offload_host_check(const ModelConfig *mc, size_t available_bytes, char *err,
                             size_t err_len);
+
+// Pinned host memory of train.offload_activations (model/model_cuda.cu): the layer
+// inputs that leave the device's ring, [offloaded][micro_rows x seq_len, hidden] bf16
+// (cuda_arena_layout_offload's offloaded); 0 without the key or another mode than layer.
+size_t cuda_activations_host_bytes(const CudaMemoryRequest *r);
+
+// Refuses (-1, the message naming train.offload_activations, the estimate, what is
+// available and, with train.offload_optimizer, its share) when the request's pinned host
+// memory, cuda_activations_host_bytes and with offload_optimizer cuda_offload_host_bytes,
+// exceeds available_bytes; 0 when it fits or the activations are not offloaded.
+int cuda_activations_host_check(const CudaMemoryRequest *r, size_t available_bytes, char *err,
+                                size_t err_len);

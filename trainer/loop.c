@@ -161,7 +161,8 @@ static void *create_backend(const TrainBackendOps *ops, const ModelConfig *mc,
                                 .recompute = s->recompute, .lora = state->lora,
                                 .base_table = &state->base_table,
                                 .base_params = state->base_params,
-                                .offload_optimizer = s->offload_optimizer};
+                                .offload_optimizer = s->offload_optimizer,
+                                .offload_activations = s->offload_activations};
     void *backend = ops->create(&setup);
     ops->set_state(backend, state->params, &state->opt);
     return backend;
@@ -415,6 +416,9 @@ TrainRun *train_run_start(const RunConfig *config) {
     if (rank0) printf("%s\n", why);  // the run's lines once, from rank 0
     if (rank0 && backend == BACKEND_CPU && config->train.offload_optimizer)
         printf("train.offload_optimizer: the cpu backend's optimizer state is in host memory "
+               "already\n");
+    if (rank0 && backend == BACKEND_CPU && config->train.offload_activations)
+        printf("train.offload_activations: the cpu backend's activations are in host memory "
                "already\n");
     // Before the backend: NCCL picks this rank's GPU.
     ranks_connect(config, mc, backend, &run->ranks);

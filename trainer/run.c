@@ -26,6 +26,12 @@ ModelRecompute run_recompute_from(const RunConfig *c) {
 
 RunSettings run_settings_from(const RunConfig *c, Backend backend) {
     // config_load has range-checked every numeric key (the ranges of trainer/config_keys.h).
+    const ModelRecompute recompute = run_recompute_from(c);
+    if (c->train.offload_activations && recompute != MODEL_RECOMPUTE_LAYER)
+        fatal("config keys 'train.offload_activations' and 'train.recompute': the offloaded "
+              "activations are the layer inputs that train.recompute=layer keeps; it is '%s': "
+              "set train.recompute=layer or train.offload_activations=false",
+              model_recompute_name(recompute));
     const double tflops = c->train.peak_tflops;
     const bool peak_from_datasheet = tflops == 0 && backend == BACKEND_CUDA;
     return (RunSettings){
@@ -38,8 +44,9 @@ RunSettings run_settings_from(const RunConfig *c, Backend backend) {
         .tokens_per_step = c->train.tokens_per_step,
         .shuffle = c->train.shuffle,
         .deterministic = c->train.deterministic,
-        .recompute = run_recompute_from(c),
+        .recompute = recompute,
         .offload_optimizer = c->train.offload_optimizer,
+        .offload_activations = c->train.offload_activations,
         .lr = c->train.lr,
         .min_lr_ratio = c->train.min_lr_ratio,
         .max_grad_norm = c->train.grad_clip,

@@ -19,6 +19,7 @@ typedef struct {
     bool shuffle, deterministic;
     ModelRecompute recompute;   // train.recompute
     bool offload_optimizer;     // train.offload_optimizer
+    bool offload_activations;   // train.offload_activations (with train.recompute layer)
     double lr, min_lr_ratio;    // the schedule's peak and its floor as a ratio
     double max_grad_norm;       // train.grad_clip; 0: no clipping
     double peak_flops;          // the MFU denominator in FLOP/s; 0: no MFU
@@ -27,7 +28,8 @@ typedef struct {
     AdamWHyper adamw;           // lr is set per step from the schedule
 } RunSettings;
 
-// Fatal, naming the key, for a value out of range. The MFU peak is train.peak_tflops,
+// Fatal, naming the key, for a value out of range, and naming both keys for
+// train.offload_activations without train.recompute=layer. The MFU peak is train.peak_tflops,
 // or for the CUDA backend when that is 0 the H200's dense bf16 datasheet peak.
 RunSettings run_settings_from(const RunConfig *c, Backend backend);
 // train.recompute's mode; fatal, naming the key and the values, for another value.

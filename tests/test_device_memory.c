@@ -267,6 +267,12 @@ int main(void) {
                    cuda_activations_host_check(&both, sum - 1, host_err, sizeof host_err) == -1 &&
                    strstr(host_err, "train.offload_optimizer's"),
                "with the offloaded optimizer the sum %zu decides (%s)", sum, host_err);
+        // `train` adds its state's host copy: 12 bytes per parameter.
+        EXPECT(cuda_host_pinned_bytes(&both) == sum &&
+                   cuda_train_host_bytes(&both, 1000) == 12000 + sum &&
+                   cuda_train_host_bytes(&six_on_device, 1000) == 12000,
+               "train's host bytes: %zu with both offloads, %zu with none",
+               cuda_train_host_bytes(&both, 1000), cuda_train_host_bytes(&six_on_device, 1000));
     }
     // The order at a long row: none > mlp > layer, layer's saved activations being the
     // residuals (the rest of its arena one layer's working set).
@@ -417,6 +423,18 @@ int main(void) {
                "(arena %.2f), %.2f GiB of pinned host memory\n", e8.total / (double)gib,
                e8.arena / (double)gib,
                (cuda_activations_host_bytes(&both8) + cuda_offload_host_bytes(&q8)) / (double)gib);
+        // With the optimizer alone offloaded, `train` needs its state's copy (12 bytes a
+        // parameter) beside the pinned 12: more than a 128 GiB host.
+        CudaMemoryRequest opt8 = r8;
+        opt8.offload_optimizer = true;
+        size_t n8 = 0;  // by hand: embeddings and head, 36 layers of projections and norms
+        n8 = 2 * (size_t)151936 * 4096 + 4096 +
+             36 * ((size_t)4096 * (4096 + 2 * 1024) + (size_t)4096 * 4096 + 3 * (size_t)4096 * 12288 +
+                   2 * 4096 + 2 * 128);
+        const size_t train8 = cuda_train_host_bytes(&opt8, n8);
+        EXPECT(train8 == 24 * n8 + 4 * 2 * CUDA_OFFLOAD_CHUNK && train8 > 128 * gib,
+               "Qwen3-8B, the optimizer offloaded: train needs %.1f GiB of host memory (%zu "
+               "parameters)", train8 / (double)gib, n8);
     }
 
     const ModelConfig big = config(8192, 64, 8, 28672, 80, 128256);  // a 70B shape

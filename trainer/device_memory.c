@@ -87,6 +87,15 @@ size_t cuda_activations_host_bytes(const CudaMemoryRequest *r) {
            (size_t)r->mc->hidden_size;  // bf16
 }
 
+size_t cuda_host_pinned_bytes(const CudaMemoryRequest *r) {
+    return (r->offload_optimizer ? cuda_offload_host_bytes(r->mc) : 0) +
+           cuda_activations_host_bytes(r);
+}
+
+size_t cuda_train_host_bytes(const CudaMemoryRequest *r, size_t n_params) {
+    return 12 * n_params + cuda_host_pinned_bytes(r);
+}
+
 size_t host_memory_available(void) {
     FILE *f = fopen("/proc/meminfo", "r");
     if (f) {

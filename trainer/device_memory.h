@@ -89,6 +89,14 @@ int cuda_offload_host_check(const ModelConfig *mc, size_t available_bytes, char 
 // (cuda_arena_layout_offload's offloaded); 0 without the key or another mode than layer.
 size_t cuda_activations_host_bytes(const CudaMemoryRequest *r);
 
+// The request's pinned host memory: cuda_offload_host_bytes with offload_optimizer and
+// cuda_activations_host_bytes.
+size_t cuda_host_pinned_bytes(const CudaMemoryRequest *r);
+// The host memory `train` needs beside the device for full fine-tuning of n_params: the
+// training state's host copy (fp32 weights, AdamW m and v, 12 bytes per parameter, which
+// every checkpoint fills from the device) and cuda_host_pinned_bytes.
+size_t cuda_train_host_bytes(const CudaMemoryRequest *r, size_t n_params);
+
 // Refuses (-1, the message naming train.offload_activations, the estimate, what is
 // available and, with train.offload_optimizer, its share) when the request's pinned host
 // memory, cuda_activations_host_bytes and with offload_optimizer cuda_offload_host_bytes,

@@ -12,6 +12,7 @@
 #include "common/check.h"
 #include "common/checksum.h"
 #include "model/peft.h"
+#include "trainer/device_memory.h"
 #include "trainer/setup.h"
 
 #define H200_DENSE_BF16_TFLOPS 989.5
@@ -213,6 +214,25 @@ void run_memory_check(const ModelConfig *mc, const LoraConfig *lora, const RunSe
     const double gib = 1024.0 * 1024.0 * 1024.0;
     const double machine = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     if (machine <= 0) return;
+    if (backend == BACKEND_CUDA && !lora) {
+        // The host holds the training state's copy (fp32 weights, AdamW m and v, which
+        // every checkpoint fills from the device) beside the offloads' pinned memory.
+        const CudaMemoryRequest request = {.mc = mc, .micro_rows = s->micro_rows,
+                                           .seq_len = seq_len, .recompute = s->recompute,
+                                           .offload_optimizer = s->offload_optimizer,
+                                           .offload_activations = s->offload_activations};
+        const double need = (double)cuda_train_host_bytes(&request, (size_t)params);
+        const double pinned = (double)cuda_host_pinned_bytes(&request), copy = need - pinned;
+        if (need > machine)
+            fatal("config keys model.hidden_size, model.intermediate_size, model.num_hidden_layers, "
+                  "model.vocab_size%s: %.3g parameters need about %.1f GiB of host memory, "
+                  "%.1f GiB for the training state's copy (fp32 weights and AdamW m, v: 12 bytes "
+                  "per parameter, filled at every checkpoint) and %.1f GiB pinned for the "
+                  "offloads, more than this machine's %.1f GiB", pinned > 0 ?
+                  ", train.offload_optimizer, train.offload_activations" : "", params,
+                  need / gib, copy / gib, pinned / gib, machine / gib);
+        return;
+    }
     if (state_bytes > machine)
         fatal("config keys model.hidden_size, model.intermediate_size, model.num_hidden_layers, "
               "model.vocab_size: %.3g parameters need %.1f GiB for weights, gradients and AdamW "

@@ -16,31 +16,20 @@ short=(--set backend=cuda --set model.hidden_size=128 --set model.num_attention_
        --set model.num_hidden_layers=6 --set train.steps=6 --set eval.every=2
        --set train.warmup_steps=2 --set seed=99 --set train.deterministic=true
        --set train.recompute=layer --set train.checkpoint_every=3)
-tensor_bytes() { tail -c +$((9 + $(od -An -tu8 -N8 "$1" | tr -d ' '))) "$1"; }
-# same_checkpoint A B: the tensor bytes of two checkpoints' model and optimizer files.
-same_checkpoint() {
-    cmp <(tensor_bytes "$1/model.safetensors") <(tensor_bytes "$2/model.safetensors") &&
-        cmp <(tensor_bytes "$1/optimizer.safetensors") <(tensor_bytes "$2/optimizer.safetensors")
-}
-run() {  # NAME ARGS...: a run into $tmp/NAME, its console in $tmp/NAME.log
-    local name=$1; shift
-    "$train" --set out_dir="$tmp/$name" "${short[@]}" "$@" > "$tmp/$name.log" 2>&1 && ok ||
-        bad "$name: $(tail -3 "$tmp/$name.log")"
-}
-run layer
-run offload --set train.offload_activations=true
+run_into layer
+run_into offload --set train.offload_activations=true
 check "6 metrics lines offloaded" "[ \$(wc -l < '$tmp/offload/metrics.jsonl') -eq 6 ]"
 check "offloaded metrics equal layer's" "diff <(untimed '$tmp/layer/metrics.jsonl') <(untimed '$tmp/offload/metrics.jsonl') >&2"
 check "offloaded checkpoint 3 equals layer's" "same_checkpoint '$tmp/layer/checkpoint-000003' '$tmp/offload/checkpoint-000003'"
 check "offloaded checkpoint 6 equals layer's" "same_checkpoint '$tmp/layer/checkpoint-000006' '$tmp/offload/checkpoint-000006'"
-run both --set train.offload_activations=true --set train.offload_optimizer=true
+run_into both --set train.offload_activations=true --set train.offload_optimizer=true
 check "with the optimizer offloaded too: checkpoint 6" "same_checkpoint '$tmp/layer/checkpoint-000006' '$tmp/both/checkpoint-000006'"
 # Without --config a resume takes the checkpoint's config: the key is set again each time.
-run off_to_layer --set train.offload_activations=false --set train.resume="$tmp/offload/checkpoint-000003"
+run_into off_to_layer --set train.offload_activations=false --set train.resume="$tmp/offload/checkpoint-000003"
 check "offloaded 3 + layer 3: metrics of steps 4-6" "diff <(sed -n '4,6p' '$tmp/layer/metrics.jsonl' | untimed) <(untimed '$tmp/off_to_layer/metrics.jsonl') >&2"
 check "offloaded 3 + layer 3: checkpoint 6" "same_checkpoint '$tmp/layer/checkpoint-000006' '$tmp/off_to_layer/checkpoint-000006'"
-run layer_to_off --set train.offload_activations=true --set train.resume="$tmp/layer/checkpoint-000003"
+run_into layer_to_off --set train.offload_activations=true --set train.resume="$tmp/layer/checkpoint-000003"
 check "layer 3 + offloaded 3: checkpoint 6" "same_checkpoint '$tmp/layer/checkpoint-000006' '$tmp/layer_to_off/checkpoint-000006'"
-run off_to_mlp --set train.recompute=mlp --set train.offload_activations=false --set train.resume="$tmp/offload/checkpoint-000003"
+run_into off_to_mlp --set train.recompute=mlp --set train.offload_activations=false --set train.resume="$tmp/offload/checkpoint-000003"
 check "offloaded 3 + mlp 3: checkpoint 6" "same_checkpoint '$tmp/layer/checkpoint-000006' '$tmp/off_to_mlp/checkpoint-000006'"
 finish

@@ -1,7 +1,8 @@
 # Shared by the CLI tests (sourced; not a test itself: CTest globs tests/cli_*.sh).
 # Sets $train (the binary, absolute) and $tmp (removed on exit); ok/bad count results,
 # expect_error checks a failing command's message, finish prints the tally and exits;
-# tensor_bytes compares checkpoints without their headers.
+# tensor_bytes and same_checkpoint compare checkpoints without their headers; run_into
+# trains into $tmp/NAME.
 train="$(realpath "$1")"; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 data=datasets/synthetic
 pass=0; fail=0
@@ -21,4 +22,16 @@ need_cuda() {  # exits 77 (SKIP) without a CUDA device or with a binary built wi
 need_data() { [ -f "$data/train.jsonl" ] && [ -f "$data/tokenizer.model" ] || { echo "skip: $data not generated yet"; exit 77; }; }
 # A safetensors file's tensor bytes (the header holds the per-save id, which differs).
 tensor_bytes() { tail -c +$((9 + $(od -An -tu8 -N8 "$1" | tr -d ' '))) "$1"; }
+# same_checkpoint A B: the tensor bytes of two checkpoints' model and optimizer files.
+same_checkpoint() {
+    cmp <(tensor_bytes "$1/model.safetensors") <(tensor_bytes "$2/model.safetensors") &&
+        cmp <(tensor_bytes "$1/optimizer.safetensors") <(tensor_bytes "$2/optimizer.safetensors")
+}
+# run_into NAME ARGS...: train with the caller's array short and ARGS into $tmp/NAME, its
+# console in $tmp/NAME.log, counted ok or bad.
+run_into() {
+    local name=$1; shift
+    "$train" --set out_dir="$tmp/$name" "${short[@]}" "$@" > "$tmp/$name.log" 2>&1 && ok ||
+        bad "$name: $(tail -3 "$tmp/$name.log")"
+}
 finish() { echo "$pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit; }

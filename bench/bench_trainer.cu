@@ -168,9 +168,9 @@ int main(int argc, char **argv) {
     // optimizer_ms only its start.
     std::vector<double> step_ms, model_ms, optimizer_ms;
     double first_loss = 0.0, last_loss = 0.0;
+    const double step_tokens = (double)rows_per_step * S;
     for (int step = 0; step < WARMUP_STEPS + steps; step++) {
         const double start = now_seconds();
-        const double step_tokens = (double)rows_per_step * S;
         const double loss =
             train_step_forward_backward(gpu, trainer, &micro, (float)(1.0 / step_tokens)) /
             step_tokens;
@@ -212,7 +212,7 @@ int main(int argc, char **argv) {
            "\"loss_first\": %.4f, \"loss_last\": %.4f, \"steps\": %d, \"lora_r\": %d, \"rows_per_step\": %d}\n",
            config_path, P / 1e6, S, deterministic ? "true" : "false", model_recompute_name(recompute),
            settings.offload_optimizer ? "true" : "false", dt * 1e3,
-           median(model_ms), median(optimizer_ms), (double)rows_per_step * S / dt,
+           median(model_ms), median(optimizer_ms), step_tokens / dt,
            (double)(free_start - free_end) / GIB, peak_tflops, flops / dt / (peak_tflops * 1e12),
            density, ATTN_TILE, ATTN_TILE, density_kernel, state_bytes / GIB,
            ((double)(free_start - free_end) - state_bytes - (double)pool_peak) / GIB,

@@ -172,14 +172,20 @@ static void stage_upload(void *ctx, int c) {
 // so an update that made a weight non-finite stops the process at the first call that
 // waits for it (the forward that would read it, get_state before a checkpoint, ...),
 // before anything uses or saves that state.
-static void offload_finish(CudaTrainer *t) {
-    if (!offload_pipeline_running(t->pipeline)) return;
-    t->finite = offload_pipeline_finish(t->pipeline);
-    if (t->finite) return;
+// The first tensor whose offloaded master weights (host halves) hold a non-finite value.
+static const char *offload_first_nonfinite(const CudaTrainer *t) {
     float *host = (float *)xmalloc(t->n * sizeof(float));
     join_floats(t->host_hi, t->master_lo, t->n, host);
     const char *name = param_table_first_nonfinite(t->table, host);
     free(host);
+    return name;
+}
+
+static void offload_finish(CudaTrainer *t) {
+    if (!offload_pipeline_running(t->pipeline)) return;
+    t->finite = offload_pipeline_finish(t->pipeline);
+    if (t->finite) return;
+    const char *name = offload_first_nonfinite(t);
     fatal("the offloaded AdamW update of optimizer step %ld made weights of tensor %s "
           "non-finite; stopping without saving this state (the last checkpoint, if any, is "
           "intact)", t->adamw.step, name ? name : "(none found)");
@@ -520,11 +526,7 @@ static const char *cuda_first_nonfinite(void *state, bool grads) {
         // A running update is checked when it finishes (offload_finish): not here, so
         // that the step returns while it runs.
         if (offload_pipeline_running(t->pipeline) || t->finite) return NULL;
-        float *host = (float *)xmalloc(t->n * sizeof(float));
-        join_floats(t->host_hi, t->master_lo, t->n, host);
-        const char *name = param_table_first_nonfinite(t->table, host);
-        free(host);
-        return name;
+        return offload_first_nonfinite(t);
     }
     if (grads && t->offload) order_after_uploads(t, t->n_chunks);
     if (grads)

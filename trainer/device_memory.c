@@ -200,16 +200,14 @@ int cuda_memory_check(const CudaMemoryRequest *r, size_t free_bytes, size_t tota
     // The optimizer's state on the host, at the same micro-batch, alone or with the layer
     // inputs.
     if (!*fix && !r->offload_optimizer) {
-        CudaMemoryRequest offloaded = *r;
-        offloaded.offload_optimizer = true;
-        host_inputs.offload_optimizer = true;
+        CudaMemoryRequest offloaded = *r, both = host_inputs;
+        offloaded.offload_optimizer = both.offload_optimizer = true;
         if ((total = cuda_memory_request_estimate(&offloaded).total) <= free_bytes)
             append(fix, sizeof fix, "train.offload_optimizer=true (about %.2f GiB)", total / GIB);
         else if (!r->offload_activations &&
-                 (total = cuda_memory_request_estimate(&host_inputs).total) <= free_bytes)
+                 (total = cuda_memory_request_estimate(&both).total) <= free_bytes)
             append(fix, sizeof fix, "train.offload_optimizer=true with %strain.offload_activations="
                    "true (about %.2f GiB)", with_layer, total / GIB);
-        host_inputs.offload_optimizer = r->offload_optimizer;
     }
     // Fewer rows per micro-batch, with this mode, else with layer, else with the layer
     // inputs on the host too.

@@ -48,32 +48,6 @@ static void build_batch(Batch *b, int V) {
         }
 }
 
-// x rounded to bf16 in place (round to nearest even, as the GPU converts).
-static void round_bf16(float *x, size_t n) {
-    float *dev;
-    __nv_bfloat16 *half;
-    cudaCheck(cudaMalloc(&dev, n * sizeof(float)));
-    cudaCheck(cudaMalloc(&half, n * sizeof(__nv_bfloat16)));
-    cudaCheck(cudaMemcpy(dev, x, n * sizeof(float), cudaMemcpyHostToDevice));
-    float_to_bf16_cuda(half, dev, (int64_t)n, 0);
-    bf16_to_float_cuda(dev, half, (int64_t)n, 0);
-    cudaCheck(cudaMemcpy(x, dev, n * sizeof(float), cudaMemcpyDeviceToHost));
-    cudaCheck(cudaFree(dev));
-    cudaCheck(cudaFree(half));
-}
-
-static __nv_bfloat16 *upload_bf16(const float *x, size_t n) {
-    float *dev;
-    __nv_bfloat16 *half;
-    cudaCheck(cudaMalloc(&dev, n * sizeof(float)));
-    cudaCheck(cudaMalloc(&half, n * sizeof(__nv_bfloat16)));
-    cudaCheck(cudaMemcpy(dev, x, n * sizeof(float), cudaMemcpyHostToDevice));
-    float_to_bf16_cuda(half, dev, (int64_t)n, 0);
-    cudaCheck(cudaDeviceSynchronize());
-    cudaCheck(cudaFree(dev));
-    return half;
-}
-
 static double rel_diff(const float *got, const float *want, size_t n) {
     double worst = 0.0, scale = 1e-30;
     for (size_t i = 0; i < n; i++) {

@@ -205,15 +205,10 @@ static void run_config(const char *label, const ModelConfig *cfg) {
             for (size_t j = 0; j < p->numel; j++)
                 params_host[p->offset + j] += 0.2f * (float)test_rng_uniform(&rng);
     }
-    float *params_f32_dev, *grads_dev;
-    __nv_bfloat16 *params_dev;
-    cudaCheck(cudaMalloc(&params_f32_dev, n * sizeof(float)));
-    cudaCheck(cudaMalloc(&params_dev, n * sizeof(__nv_bfloat16)));
+    round_bf16(params_host, n);  // what the CPU oracle reads: the GPU's values
+    __nv_bfloat16 *params_dev = upload_bf16(params_host, n);
+    float *grads_dev;
     cudaCheck(cudaMalloc(&grads_dev, n * sizeof(float)));
-    cudaCheck(cudaMemcpy(params_f32_dev, params_host, n * sizeof(float), cudaMemcpyHostToDevice));
-    float_to_bf16_cuda(params_dev, params_f32_dev, (int64_t)n, 0);
-    bf16_to_float_cuda(params_f32_dev, params_dev, (int64_t)n, 0);
-    cudaCheck(cudaMemcpy(params_host, params_f32_dev, n * sizeof(float), cudaMemcpyDeviceToHost));
 
     TokenizedSample samples[N_CONVERSATIONS];
     for (int s = 0; s < N_CONVERSATIONS; s++)
@@ -420,7 +415,6 @@ static void run_config(const char *label, const ModelConfig *cfg) {
     free(mask_only_grads);
 
     cuda_model_free(model);
-    cudaCheck(cudaFree(params_f32_dev));
     cudaCheck(cudaFree(params_dev));
     cudaCheck(cudaFree(grads_dev));
     free(params_host), free(cpu_losses), free(cpu_grads), free(gpu_losses), free(grads);
@@ -467,13 +461,9 @@ static void run_offload(const char *label, const ModelConfig *cfg) {
     const size_t n = table.total;
     float *params_host = (float *)xmalloc(n * sizeof(float));
     params_init(cfg, &table, test_rng_next(&rng), params_host);
-    float *params_f32_dev, *grads_dev;
-    __nv_bfloat16 *params_dev;
-    cudaCheck(cudaMalloc(&params_f32_dev, n * sizeof(float)));
-    cudaCheck(cudaMalloc(&params_dev, n * sizeof(__nv_bfloat16)));
+    __nv_bfloat16 *params_dev = upload_bf16(params_host, n);
+    float *grads_dev;
     cudaCheck(cudaMalloc(&grads_dev, n * sizeof(float)));
-    cudaCheck(cudaMemcpy(params_f32_dev, params_host, n * sizeof(float), cudaMemcpyHostToDevice));
-    float_to_bf16_cuda(params_dev, params_f32_dev, (int64_t)n, 0);
 
     TokenizedSample samples[N_CONVERSATIONS];
     for (int s = 0; s < N_CONVERSATIONS; s++)
@@ -559,7 +549,6 @@ static void run_offload(const char *label, const ModelConfig *cfg) {
     }
     cuda_model_free(off);
     cuda_model_free(layer);
-    cudaCheck(cudaFree(params_f32_dev));
     cudaCheck(cudaFree(params_dev));
     cudaCheck(cudaFree(grads_dev));
     free(params_host), free(want), free(got), free(want_losses), free(got_losses);

@@ -10,7 +10,7 @@
 # usage: scripts/repro/layout_walltime.sh [--model DIR] [--profile chat|agentic]
 #            [--seq-len N] [--tokens-per-step N] [--steps N] [--skip N]
 #            [--conversations N] [--layouts "npass duplicate ..."] [--runs DIR]
-#            [--md FILE] [--tiny] [--set key=value]...
+#            [--md FILE] [--tiny] [--table-only] [--set key=value]...
 #   --model     a folder with the model's config.json (default configs/hf/qwen3-0.6b); its
 #               bos/eos token ids are dropped, as the runs use the 512-piece synthetic
 #               tokenizer (its ids are rows of any of these embeddings)
@@ -19,13 +19,15 @@
 #   --tiny      a CPU-sized check of the plumbing: a 2-layer hidden-64 Qwen3 shape,
 #               seq_len 4096, 3 steps of 2048 trained tokens, 40 conversations, backend
 #               cpu (numbers mean nothing there); the flags above still apply
+#   --table-only the table from the metrics already in --runs (of a run stopped after its
+#               last layout trained); nothing is generated or trained
 # Needs the built trainer (./train, or the binary named by $TRAIN); backend auto (CUDA
 # where built and a GPU is present).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
 train="${TRAIN:-$root/train}"
-model="configs/hf/qwen3-0.6b" profile=chat runs="runs/layout_walltime" md="" tiny=0
+model="configs/hf/qwen3-0.6b" profile=chat runs="runs/layout_walltime" md="" tiny=0 table_only=0
 seq_len="" tps="" steps="" skip="" n_conv=""
 layouts="npass duplicate mask_only as_rendered preserve"
 overrides=()
@@ -41,6 +43,7 @@ while [ $# -gt 0 ]; do
         --layouts) layouts="$2"; shift 2 ;;
         --runs) runs="$2"; shift 2 ;;
         --md) md="$2"; shift 2 ;;
+        --table-only) table_only=1; shift ;;
         --tiny) tiny=1; shift ;;
         --set) overrides+=(--set "$2"); shift 2 ;;
         *) echo "layout_walltime.sh: unknown argument '$1'" >&2; exit 2 ;;
@@ -53,7 +56,7 @@ fi
 seq_len=${seq_len:-32768} tps=${tps:-65536} steps=${steps:-12} skip=${skip:-2} n_conv=${n_conv:-400}
 [ "$skip" -lt "$steps" ] || { echo "layout_walltime.sh: --skip must be below --steps" >&2; exit 2; }
 md="${md:-$runs/LAYOUT_WALLTIME.md}"
-rm -rf "$runs/model" "$runs/data"
+[ "$table_only" = 1 ] || rm -rf "$runs/model" "$runs/data"
 mkdir -p "$runs/model" "$(dirname "$md")"
 
 if [ "$tiny" = 1 ]; then
@@ -70,24 +73,26 @@ else
     shape="$model"
 fi
 
-"$train" gen-data --profile "$profile" --out-dir "$runs/data" --train "$n_conv" --eval 0 \
-    --max-tokens "$seq_len" --seed 1 > /dev/null
+if [ "$table_only" = 0 ]; then
+    "$train" gen-data --profile "$profile" --out-dir "$runs/data" --train "$n_conv" --eval 0 \
+        --max-tokens "$seq_len" --seed 1 > /dev/null
 
-for layout in $layouts; do
-    out="$runs/$layout"
-    rm -rf "$out"
-    echo "== $layout" >&2
-    "$train" --set model.init_from="$runs/model" --set data.tokenizer=datasets/synthetic/tokenizer.model \
-        --set data.tokenizer_override=true --set data.chat_template=onepass \
-        --set data.train_path="$runs/data/train.jsonl" --set data.eval_path=null \
-        --set data.eval_holdout=0 --set data.layout="$layout" --set data.seq_len="$seq_len" \
-        --set train.steps="$steps" --set train.tokens_per_step="$tps" --set train.micro_rows=1 \
-        --set train.warmup_steps=0 --set train.lr=1e-5 --set train.deterministic=false \
-        --set train.checkpoint_every=0 --set eval.every=0 --set out_dir="$out" \
-        "${overrides[@]}" > "$runs/$layout.log" 2>&1 ||
-        { echo "layout_walltime.sh: $layout failed:" >&2; tail -5 "$runs/$layout.log" >&2; exit 1; }
-    rm -rf "$out"/checkpoint-*  # the last step's checkpoint: only the metrics are used
-done
+    for layout in $layouts; do
+        out="$runs/$layout"
+        rm -rf "$out"
+        echo "== $layout" >&2
+        "$train" --set model.init_from="$runs/model" --set data.tokenizer=datasets/synthetic/tokenizer.model \
+            --set data.tokenizer_override=true --set data.chat_template=onepass \
+            --set data.train_path="$runs/data/train.jsonl" --set data.eval_path=null \
+            --set data.eval_holdout=0 --set data.layout="$layout" --set data.seq_len="$seq_len" \
+            --set train.steps="$steps" --set train.tokens_per_step="$tps" --set train.micro_rows=1 \
+            --set train.warmup_steps=0 --set train.lr=1e-5 --set train.deterministic=false \
+            --set train.checkpoint_every=0 --set eval.every=0 --set out_dir="$out" \
+            "${overrides[@]}" > "$runs/$layout.log" 2>&1 ||
+            { echo "layout_walltime.sh: $layout failed:" >&2; tail -5 "$runs/$layout.log" >&2; exit 1; }
+        rm -rf "$out"/checkpoint-*  # the last step's checkpoint: only the metrics are used
+    done
+fi
 
 # Per layout over the timed steps (skip+1..steps): step time = tokens / tokens_per_s (one
 # rank), npass tokens = npass_equivalent_tokens_per_s x step time.

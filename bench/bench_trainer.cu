@@ -118,10 +118,15 @@ int main(int argc, char **argv) {
     ParamTable table;
     param_table_build(&cfg, &table);
     const size_t P = table.total;
-    std::vector<float> host_params(P);
-    params_init(&cfg, &table, 1, host_params.data());
     LoraConfig lora;
     const bool lora_on = lora_config_from(config, &lora);
+    const TrainBackendOps *gpu = cuda_train_backend();
+    // As `train` does: the offloaded optimizer of full fine-tuning updates the host
+    // state in place, pinned (no second copy on the host).
+    const bool state_pinned = settings.offload_optimizer && !lora_on;
+    float *host_params = state_pinned ? (float *)gpu->host_allocator.alloc(P * sizeof(float))
+                                      : (float *)xmalloc(P * sizeof(float));
+    params_init(&cfg, &table, 1, host_params);
     LoraLayout layout;
     std::vector<float> adapters;
     if (lora_on) {
@@ -130,14 +135,22 @@ int main(int argc, char **argv) {
         lora_init(&layout, 1, adapters.data());
     }
     AdamWState opt;
-    adamw_init(&opt, lora_on ? layout.table.total : P);
-    const TrainBackendOps *gpu = cuda_train_backend();
+    if (state_pinned) {
+        opt = {P, (float *)gpu->host_allocator.alloc(P * sizeof(float)),
+               (float *)gpu->host_allocator.alloc(P * sizeof(float)), 0};
+        memset(opt.m, 0, P * sizeof(float));
+        memset(opt.v, 0, P * sizeof(float));
+    } else {
+        adamw_init(&opt, lora_on ? layout.table.total : P);
+    }
     const BackendSetup setup = {&cfg, lora_on ? &layout.table : &table, 1, S, deterministic,
                                 recompute, lora_on ? &layout : nullptr, &table,
-                                host_params.data(), settings.offload_optimizer,
-                                settings.offload_activations};
+                                host_params, settings.offload_optimizer,
+                                settings.offload_activations,
+                                state_pinned ? host_params : nullptr,
+                                state_pinned ? opt.m : nullptr, state_pinned ? opt.v : nullptr};
     void *trainer = gpu->create(&setup);
-    gpu->set_state(trainer, lora_on ? adapters.data() : host_params.data(), &opt);
+    gpu->set_state(trainer, lora_on ? adapters.data() : host_params, &opt);
     // train.lr held constant; torch.optim.AdamW as the anchor uses it: weight decay on
     // every tensor.
     AdamWHyper hyper = settings.adamw;
@@ -221,7 +234,14 @@ int main(int argc, char **argv) {
     gpu->destroy(trainer);
     micro_batches_free(&micro);
     attn_mask_free(&mask_128);
-    adamw_free(&opt);
+    if (state_pinned) {
+        gpu->host_allocator.free(opt.m);
+        gpu->host_allocator.free(opt.v);
+        gpu->host_allocator.free(host_params);
+    } else {
+        adamw_free(&opt);
+        free(host_params);
+    }
     if (lora_on) lora_layout_free(&layout);
     param_table_free(&table);
     config_free(config);

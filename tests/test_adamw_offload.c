@@ -1,8 +1,8 @@
-// The offloaded optimizer's host AdamW (adamw_split_range_cpu, trainer/adamw.h) against
-// trainer/adamw_cpu.c's adamw_step_cpu, bit for bit, on random data: split master
-// weights (trainer/split_float.h) updated in ranges that cut tensors anywhere equal
-// adamw_step_cpu's fp32 params after grads *= clip_scale, their high halves are those
-// params' bf16 rounding, m and v are the same bits; with and without weight decay of
+// The offloaded optimizer's host AdamW (adamw_master_range_cpu, trainer/adamw.h) against
+// trainer/adamw_cpu.c's adamw_step_cpu, bit for bit, on random data: fp32 master weights
+// updated in ranges that cut tensors anywhere equal adamw_step_cpu's params after
+// grads *= clip_scale, the high halves each range hands out are those params' bf16
+// rounding (trainer/split_float.h), m and v are the same bits; with and without weight decay of
 // norms and embeddings, with clipping and without, over several steps. The clipping
 // scale is checked against the CUDA kernel's formula written out here. The host-memory
 // estimate and refusal of train.offload_optimizer (trainer/device_memory.h) too.
@@ -48,8 +48,8 @@ static void test_matches_adamw_step_cpu(TestRng *rng) {
     ParamTable table = make_table();
     const size_t n = table.total;
     float *p = xmalloc(n * sizeof(float)), *g = xmalloc(n * sizeof(float));
-    float *scaled = xmalloc(n * sizeof(float)), *joined = xmalloc(n * sizeof(float));
-    uint16_t *hi = xmalloc(n * sizeof(uint16_t)), *lo = xmalloc(n * sizeof(uint16_t));
+    float *scaled = xmalloc(n * sizeof(float)), *master = xmalloc(n * sizeof(float));
+    uint16_t *hi = xmalloc(n * sizeof(uint16_t));
     for (int flags = 0; flags < 8; flags++) {
         AdamWHyper h = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
                         .decay_norms = flags & 1, .decay_embeddings = flags & 2};
@@ -66,7 +66,7 @@ static void test_matches_adamw_step_cpu(TestRng *rng) {
                 memcpy(&p[i], &b, sizeof b);
             }
         }
-        split_floats(p, n, hi, lo);
+        memcpy(master, p, n * sizeof(float));
         int mismatched = 0;
         for (int t = 1; t <= 5; t++) {
             h.lr = 1e-3f * (float)test_rng_int(rng, 1, 30);
@@ -81,19 +81,19 @@ static void test_matches_adamw_step_cpu(TestRng *rng) {
             off.step++;
             const size_t cut1 = (size_t)test_rng_int(rng, 0, (int)n), cut2 = (size_t)test_rng_int(rng, 0, (int)n);
             const size_t a = cut1 < cut2 ? cut1 : cut2, b = cut1 < cut2 ? cut2 : cut1;
-            bool finite = adamw_split_range_cpu(&off, &table, &h, b, n, hi, lo, g + b, scale);
-            finite &= adamw_split_range_cpu(&off, &table, &h, 0, a, hi, lo, g, scale);
-            finite &= adamw_split_range_cpu(&off, &table, &h, a, b, hi, lo, g + a, scale);
+            memset(hi, 0xAB, n * sizeof(uint16_t));  // each range must write its own
+            bool finite = adamw_master_range_cpu(&off, &table, &h, b, n, master, hi + b, g + b, scale);
+            finite &= adamw_master_range_cpu(&off, &table, &h, 0, a, master, hi, g, scale);
+            finite &= adamw_master_range_cpu(&off, &table, &h, a, b, master, hi + a, g + a, scale);
             EXPECT(finite, "finite weights reported finite");
-            join_floats(hi, lo, n, joined);
             for (size_t i = 0; i < n; i++) {
                 uint32_t bits;
                 memcpy(&bits, &p[i], sizeof bits);
-                if (memcmp(&joined[i], &p[i], sizeof(float)) || hi[i] != split_float_hi(bits) ||
+                if (memcmp(&master[i], &p[i], sizeof(float)) || hi[i] != split_float_hi(bits) ||
                     memcmp(&off.m[i], &ref.m[i], sizeof(float)) ||
                     memcmp(&off.v[i], &ref.v[i], sizeof(float))) {
                     if (mismatched++ < 3)
-                        fprintf(stderr, "  step %d element %zu: %.9g vs %.9g\n", t, i, joined[i], p[i]);
+                        fprintf(stderr, "  step %d element %zu: %.9g vs %.9g\n", t, i, master[i], p[i]);
                 }
             }
         }
@@ -103,17 +103,16 @@ static void test_matches_adamw_step_cpu(TestRng *rng) {
         g[at] = INFINITY;
         adamw_step_cpu(&ref, &table, &h, p, g);
         off.step++;
-        const bool all_finite = adamw_split_range_cpu(&off, &table, &h, 0, n, hi, lo, g, 1.0f);
-        join_floats(hi, lo, n, joined);
-        EXPECT(!all_finite && !isfinite(joined[at]) && isfinite(joined[(at + 1) % n]),
+        const bool all_finite = adamw_master_range_cpu(&off, &table, &h, 0, n, master, hi, g, 1.0f);
+        EXPECT(!all_finite && !isfinite(master[at]) && isfinite(master[(at + 1) % n]),
                "a non-finite update at %zu is reported", at);
         EXPECT(mismatched == 0 && off.step == ref.step,
-               "flags %d: split host AdamW equals adamw_step_cpu bit for bit (%d differ)", flags,
+               "flags %d: host AdamW equals adamw_step_cpu bit for bit (%d differ)", flags,
                mismatched);
         adamw_free(&ref);
         adamw_free(&off);
     }
-    free(p); free(g); free(scaled); free(joined); free(hi); free(lo);
+    free(p); free(g); free(scaled); free(master); free(hi);
 }
 
 static void test_host_memory(void) {
@@ -125,14 +124,15 @@ static void test_host_memory(void) {
     const size_t C = 64, I = 128, kv = 32;
     const size_t per_layer = C * C + 2 * C * kv + C * C + 3 * C * I + 2 * C;
     const size_t n = 300 * C + 2 * per_layer + C;
-    // 12 bytes a parameter and the gradients' ring: all of them for a model this small.
-    const size_t host = 12 * n + 4 * n;
+    // 12 bytes a parameter and the rings of gradients (fp32) and weights going up (bf16):
+    // all of them for a model this small.
+    const size_t host = 12 * n + 4 * n + 2 * n;
     EXPECT(cuda_offload_host_bytes(&mc) == host, "host bytes %zu, want %zu",
            cuda_offload_host_bytes(&mc), host);
     ModelConfig big = mc;  // a ring of two chunks
     big.vocab_size = 600000;
     const size_t n_big = 600000 * C + 2 * per_layer + C;
-    EXPECT(cuda_offload_host_bytes(&big) == 12 * n_big + 4 * 2 * CUDA_OFFLOAD_CHUNK,
+    EXPECT(cuda_offload_host_bytes(&big) == 12 * n_big + (4 + 2) * 2 * CUDA_OFFLOAD_CHUNK,
            "host bytes %zu for %zu parameters", cuda_offload_host_bytes(&big), n_big);
     char err[1024];
     EXPECT(cuda_offload_host_check(&mc, host, err, sizeof err) == 0, "fits exactly");

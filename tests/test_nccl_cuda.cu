@@ -55,7 +55,8 @@ static void test_train_step(NcclComm *comm, TestRng *rng) {
     adamw_init(&opt, table.total);
     const TrainBackendOps *ops = cuda_train_backend();
     const BackendSetup setup = {&mc, &table, 1, opt_data.seq_len, true,
-                                MODEL_RECOMPUTE_MLP, nullptr, nullptr, nullptr, false, false};
+                                MODEL_RECOMPUTE_MLP, nullptr, nullptr, nullptr, false, false,
+                                nullptr, nullptr, nullptr};
     void *backends[2] = {ops->create(&setup), ops->create(&setup)};
     const DistComm comms[2] = {dist_comm_single(), nccl_dist_comm(comm, &plan)};
     const AdamWHyper h = {3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, false, false};

@@ -18,7 +18,9 @@
 //  - the device memory the offloaded trainer takes is the device one's less the
 //    estimate's difference (trainer/device_memory.h), within a slack (not compared with
 //    TEST_UNDER_SANITIZER=1 set, as the memcheck run of bench/run_gpu.sh tests sets it);
-//  - a NaN planted in one tensor is found and named; finite weights are reported finite.
+//  - a NaN planted in one tensor is found and named; finite weights are reported finite;
+//  - a trainer handed the state's own pinned arrays (BackendSetup.host_params, as `train`
+//    runs it) updates them in place to the device optimizer's state, bit for bit.
 #include "trainer/backend_cuda.h"
 extern "C" {  // plain C headers without guards of their own
 #include "trainer/backend_registry.h"
@@ -90,9 +92,9 @@ int main(void) {
     // Each trainer's own device memory: what freeing it gives back while the other
     // keeps the ops' shared scratch.
     const BackendSetup on_device = {&mc, &table, MICRO_ROWS, SEQ_LEN, true, MODEL_RECOMPUTE_MLP,
-                                    nullptr, nullptr, nullptr, false, false};
+                                    nullptr, nullptr, nullptr, false, false, nullptr, nullptr, nullptr};
     const BackendSetup offloaded = {&mc, &table, MICRO_ROWS, SEQ_LEN, true, MODEL_RECOMPUTE_MLP,
-                                    nullptr, nullptr, nullptr, true, false};
+                                    nullptr, nullptr, nullptr, true, false, nullptr, nullptr, nullptr};
     void *d = gpu->create(&on_device);
     void *o = gpu->create(&offloaded);
     const size_t used_both = device_used();
@@ -261,6 +263,51 @@ int main(void) {
                "%d on another stream", a.calls, L + 2, covered, n, a.wrong_stream);
         cudaCheck(cudaFree(zeros));
         cuda_model_free(m);
+    }
+
+    // A trainer handed the state's own arrays (pinned, from host_allocator), as `train`
+    // hands its state over (BackendSetup.host_params): two steps beside the device
+    // trainer from the same state; the arrays themselves, never copied back, then hold
+    // the device optimizer's weights, m and v, and get_state into other arrays does too.
+    {
+        float *hp = (float *)gpu->host_allocator.alloc(n * sizeof(float));
+        AdamWState hs = {n, (float *)gpu->host_allocator.alloc(n * sizeof(float)),
+                         (float *)gpu->host_allocator.alloc(n * sizeof(float)), 0};
+        gpu->get_state(d, hp, &hs);
+        BackendSetup handed = offloaded;
+        handed.host_params = hp;
+        handed.host_m = hs.m;
+        handed.host_v = hs.v;
+        void *ho = gpu->create(&handed);
+        gpu->set_state(ho, hp, &hs);
+        for (int step = 0; step < 2; step++) {
+            StepOutcome od, oh;
+            char err[512] = "";
+            EXPECT(train_step(gpu, ho, &micro, trained, &single, &h, step ? 1e-3 : 0.0, &oh, err,
+                              sizeof err) == 0 &&
+                       train_step(gpu, d, &micro, trained, &single, &h, step ? 1e-3 : 0.0, &od,
+                                  err, sizeof err) == 0,
+                   "handed arrays, step %d: %s", step, err);
+            EXPECT(od.loss == oh.loss && od.grad_norm == oh.grad_norm,
+                   "handed arrays, step %d: loss %.9g vs %.9g, norm %.9g vs %.9g", step, oh.loss,
+                   od.loss, oh.grad_norm, od.grad_norm);
+        }
+        gpu->get_state(d, pd, &sd);
+        gpu->get_state(ho, po, &so);  // finishes the update, copies into other arrays
+        EXPECT(same_state(po, &so, pd, &sd, n), "handed arrays: get_state equals the device "
+               "optimizer's state bit for bit");
+        const long step_before = hs.step;
+        hs.step = -1;
+        gpu->get_state(ho, hp, &hs);  // the same arrays: only the step count is written
+        EXPECT(!memcmp(hp, pd, n * sizeof(float)) && !memcmp(hs.m, sd.m, n * sizeof(float)) &&
+                   !memcmp(hs.v, sd.v, n * sizeof(float)) && hs.step == sd.step &&
+                   hs.step == step_before + 2,
+               "handed arrays: updated in place to the device optimizer's state (step %ld, "
+               "want %ld)", hs.step, sd.step);
+        gpu->destroy(ho);
+        gpu->host_allocator.free(hp);
+        gpu->host_allocator.free(hs.m);
+        gpu->host_allocator.free(hs.v);
     }
 
     // A step, and the trainer destroyed while its update runs.

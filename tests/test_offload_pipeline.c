@@ -2,12 +2,13 @@
 // "device" of plain arrays, a download that lands only when waited for (so an update
 // that ran before its wait, or a slot refilled before its reader returned, reads the
 // wrong gradients), an upload that takes a random while. The update is the real host
-// AdamW (adamw_split_range_cpu). Checked:
+// AdamW (adamw_master_range_cpu), its bf16 weights into a ring of slots the upload
+// reads. Checked:
 //  - while an update runs, the caller's thread waits for growing prefixes of chunks and
 //    finds exactly those chunks' weights on the "device", equal to adamw_step_cpu's
 //    bf16 rounding; the stages ran in the promised order (each chunk downloaded,
 //    waited, updated, uploaded; a ring slot refilled only after its reader returned);
-//  - after finish, the split master weights and m, v equal adamw_step_cpu's bit for
+//  - after finish, the fp32 master weights and m, v equal adamw_step_cpu's bit for
 //    bit over several steps, with clipping;
 //  - a non-finite gradient: a wait past its chunk and finish report non-finite;
 //  - waits without a running update return at once; offload_pipeline_running follows start and finish.
@@ -35,8 +36,9 @@ typedef struct {
     float *dev_grads;
     uint16_t *dev_weights;
     // the host
-    float *ring;  // [SLOTS * CHUNK]
-    uint16_t *hi, *lo;
+    float *ring;        // [SLOTS * CHUNK] gradients come down into
+    uint16_t *hi_ring;  // [SLOTS * CHUNK] weights go up from
+    float *master;      // [n]
     AdamWState opt;
     AdamWHyper h;
     float clip_scale;
@@ -83,8 +85,9 @@ static bool fake_update(void *ctx, int c, int slot) {
     if (f->stage[c] != LANDED || f->slot_of[c] != slot) f->order_errors++;
     const size_t from = (size_t)c * CHUNK;
     const bool finite =
-        adamw_split_range_cpu(&f->opt, f->table, &f->h, from, from + chunk_len(f, c), f->hi, f->lo,
-                              f->ring + (size_t)slot * CHUNK, f->clip_scale);
+        adamw_master_range_cpu(&f->opt, f->table, &f->h, from, from + chunk_len(f, c), f->master,
+                               f->hi_ring + (size_t)slot * CHUNK, f->ring + (size_t)slot * CHUNK,
+                               f->clip_scale);
     f->stage[c] = UPDATED;
     return finite;
 }
@@ -94,7 +97,8 @@ static void fake_upload(void *ctx, int c) {
     if (f->stage[c] != UPDATED) f->order_errors++;
     pause_a_little(&f->rng);
     const size_t from = (size_t)c * CHUNK;
-    memcpy(f->dev_weights + from, f->hi + from, chunk_len(f, c) * sizeof(uint16_t));
+    memcpy(f->dev_weights + from, f->hi_ring + (size_t)f->slot_of[c] * CHUNK,
+           chunk_len(f, c) * sizeof(uint16_t));
     f->stage[c] = UPLOADED;
 }
 
@@ -137,8 +141,8 @@ int main(void) {
     f.dev_grads = xcalloc(n, sizeof(float));
     f.dev_weights = xcalloc(n, sizeof(uint16_t));
     f.ring = xcalloc((size_t)SLOTS * CHUNK, sizeof(float));
-    f.hi = xmalloc(n * sizeof(uint16_t));
-    f.lo = xmalloc(n * sizeof(uint16_t));
+    f.hi_ring = xmalloc((size_t)SLOTS * CHUNK * sizeof(uint16_t));
+    f.master = xmalloc(n * sizeof(float));
     f.stage = xcalloc((size_t)f.n_chunks, sizeof(int));
     f.slot_of = xcalloc((size_t)f.n_chunks, sizeof(int));
     adamw_init(&f.opt, n);
@@ -147,12 +151,16 @@ int main(void) {
 
     // The reference: fp32 params, adamw_step_cpu on the clipped gradients.
     float *ref = xmalloc(n * sizeof(float)), *g = xmalloc(n * sizeof(float));
-    float *scaled = xmalloc(n * sizeof(float)), *joined = xmalloc(n * sizeof(float));
+    float *scaled = xmalloc(n * sizeof(float));
     AdamWState ref_opt;
     adamw_init(&ref_opt, n);
     for (size_t i = 0; i < n; i++) ref[i] = test_rng_uniform(&rng) * 0.05f;
-    split_floats(ref, n, f.hi, f.lo);
-    memcpy(f.dev_weights, f.hi, n * sizeof(uint16_t));
+    memcpy(f.master, ref, n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, &ref[i], sizeof bits);
+        f.dev_weights[i] = split_float_hi(bits);
+    }
 
     const OffloadStages stages = {&f, fake_download, fake_wait_download, fake_update, fake_upload,
                                   NULL};
@@ -206,10 +214,9 @@ int main(void) {
         EXPECT(uploaded == f.n_chunks, "step %d: %d of %d chunks uploaded", step, uploaded,
                f.n_chunks);
         if (poisoned) continue;  // the state is lost to the infinity
-        join_floats(f.hi, f.lo, n, joined);
         size_t differ = 0;
         for (size_t i = 0; i < n; i++)
-            differ += memcmp(&joined[i], &ref[i], sizeof(float)) != 0 ||
+            differ += memcmp(&f.master[i], &ref[i], sizeof(float)) != 0 ||
                       memcmp(&f.opt.m[i], &ref_opt.m[i], sizeof(float)) != 0 ||
                       memcmp(&f.opt.v[i], &ref_opt.v[i], sizeof(float)) != 0;
         EXPECT(differ == 0 && high_halves_match(f.dev_weights, ref, 0, n),
@@ -219,8 +226,8 @@ int main(void) {
     offload_pipeline_destroy(p);
     adamw_free(&f.opt);
     adamw_free(&ref_opt);
-    free(ref); free(g); free(scaled); free(joined);
-    free(f.dev_grads); free(f.dev_weights); free(f.ring); free(f.hi); free(f.lo);
+    free(ref); free(g); free(scaled);
+    free(f.dev_grads); free(f.dev_weights); free(f.ring); free(f.hi_ring); free(f.master);
     free(f.stage); free(f.slot_of);
     return test_finish();
 }

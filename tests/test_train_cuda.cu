@@ -76,7 +76,8 @@ int main(void) {
 
     const TrainBackendOps *gpu = cuda_train_backend(), *cpu = backend_ops(BACKEND_CPU);
     const BackendSetup setup = {&mc, &table, MICRO_ROWS, SEQ_LEN, true,
-                                MODEL_RECOMPUTE_MLP, nullptr, nullptr, nullptr, false, false};
+                                MODEL_RECOMPUTE_MLP, nullptr, nullptr, nullptr, false, false,
+                                nullptr, nullptr, nullptr};
     void *g = gpu->create(&setup), *c = cpu->create(&setup);
 
     // Round trip.

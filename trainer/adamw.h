@@ -50,16 +50,17 @@ float adamw_clip_scale(float grad_norm, float max_grad_norm);
 
 // adamw_step_cuda's arithmetic on the host (the offloaded optimizer,
 // trainer/backend_cuda.cu), for the elements [from, to) of the table's flat buffers: the
-// split master weights hi | lo (trainer/split_float.h), s->m and s->v, host memory
-// indexed by the table's offsets; grads[0 .. to - from) are the range's gradients (the
-// chunk that came down). Each gradient is multiplied by clip_scale
+// fp32 master weights params, s->m and s->v, host memory indexed by the table's offsets;
+// grads[0 .. to - from) are the range's gradients (the chunk that came down) and
+// hi[0 .. to - from) receives the updated weights' high halves (split_float_hi: the bf16
+// weights the model runs on). Each gradient is multiplied by clip_scale
 // (adamw_clip_scale's) as it is read. s->step is the update count after incrementing
 // (the caller increments it once per step, before the first range). Bit for bit
-// adamw_step_cpu on the decoded weights (after grads *= clip_scale) and the CUDA kernel.
+// adamw_step_cpu (after grads *= clip_scale) and the CUDA kernel's decoded weights.
 // Returns whether every updated weight is finite.
-bool adamw_split_range_cpu(const AdamWState *s, const ParamTable *table, const AdamWHyper *h,
-                           size_t from, size_t to, uint16_t *hi, uint16_t *lo, const float *grads,
-                           float clip_scale);
+bool adamw_master_range_cpu(const AdamWState *s, const ParamTable *table, const AdamWHyper *h,
+                            size_t from, size_t to, float *params, uint16_t *hi,
+                            const float *grads, float clip_scale);
 
 // L2 norm over all n gradient elements (accumulated in double, fixed order).
 double grad_global_norm_cpu(const float *grads, size_t n);

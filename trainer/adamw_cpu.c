@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "common/check.h"
-#include "trainer/split_float.h"
 
 void adamw_init(AdamWState *s, size_t n) {
     s->n = n;
@@ -34,7 +33,7 @@ static AdamWScalars adamw_scalars(const AdamWHyper *h, long step) {
                           h->eps};
 }
 
-// One element: the one host arithmetic of adamw_step_cpu and adamw_split_range_cpu, in
+// One element: the one host arithmetic of adamw_step_cpu and adamw_master_range_cpu, in
 // adamw_element's order (trainer/adamw_cuda.cu). This file is compiled with
 // -ffp-contract=off (CMakeLists.txt), so no multiply and add fuse into an FMA.
 static inline void adamw_element(float *p, float *m, float *v, float g, const AdamWScalars *k,
@@ -73,34 +72,32 @@ float adamw_clip_scale(float grad_norm, float max_grad_norm) {
     return (float)((double)max_grad_norm / (grad_norm + 1e-6));
 }
 
-// adamw_split_range_cpu's elements [a, b) of one tensor, one thread's share: a branch-free
-// body (split_float.h's functions as selects) so the loop vectorizes, built for AVX2 where
-// the host has it (chosen at load time) and SSE2 otherwise; both give the same bits
-// (IEEE sqrt and division, no FMA). Returns whether a non-finite weight came out.
+// adamw_master_range_cpu's elements [a, b) of one tensor, one thread's share (hi indexed
+// from the range's start): a branch-free body (split_float_hi as a select) so the loop
+// vectorizes, built for AVX2 where the host has it (chosen at load time) and SSE2
+// otherwise; both give the same bits (IEEE sqrt and division, no FMA). Returns whether a
+// non-finite weight came out.
 __attribute__((target_clones("avx2", "default")))
-static bool adamw_split_elements(float *restrict m, float *restrict v, uint16_t *restrict hi,
-                                 uint16_t *restrict lo, const float *restrict g, size_t a,
-                                 size_t b, const AdamWScalars *k, float decay, float clip_scale) {
+static bool adamw_master_elements(float *restrict m, float *restrict v, float *restrict p,
+                                  uint16_t *restrict hi, const float *restrict g, size_t a,
+                                  size_t b, const AdamWScalars *k, float decay, float clip_scale) {
     const AdamWScalars kk = *k;
     uint32_t nonfinite = 0;
     for (size_t i = a; i < b; i++) {
-        uint32_t bits = split_float_join(hi[i], lo[i]);
-        float p;
-        memcpy(&p, &bits, sizeof p);
-        adamw_element(&p, &m[i], &v[i], g[i] * clip_scale, &kk, decay);
-        memcpy(&bits, &p, sizeof bits);
+        adamw_element(&p[i], &m[i], &v[i], g[i] * clip_scale, &kk, decay);
+        uint32_t bits;
+        memcpy(&bits, &p[i], sizeof bits);
         const uint32_t magnitude = bits & 0x7FFFFFFFu;
         hi[i] = magnitude > 0x7F800000u ? (uint16_t)((bits >> 16) | 0x0040u)
                                         : (uint16_t)((bits + 0x8000u) >> 16);
-        lo[i] = (uint16_t)bits;
         nonfinite |= magnitude >= 0x7F800000u;
     }
     return nonfinite != 0;
 }
 
-bool adamw_split_range_cpu(const AdamWState *s, const ParamTable *table, const AdamWHyper *h,
-                           size_t from, size_t to, uint16_t *hi, uint16_t *lo, const float *grads,
-                           float clip_scale) {
+bool adamw_master_range_cpu(const AdamWState *s, const ParamTable *table, const AdamWHyper *h,
+                            size_t from, size_t to, float *params, uint16_t *hi,
+                            const float *grads, float clip_scale) {
     CHECK(s->n == table->total && to <= s->n && s->step >= 1,
           "optimizer state of %zu elements at step %ld, model %zu, range to %zu", s->n, s->step,
           table->total, to);
@@ -119,8 +116,8 @@ bool adamw_split_range_cpu(const AdamWState *s, const ParamTable *table, const A
             const size_t share = (b - a + threads - 1) / threads;
             const size_t start = a + me * share < b ? a + me * share : b;
             const size_t end = start + share < b ? start + share : b;
-            nonfinite = adamw_split_elements(s->m, s->v, hi, lo, grads - from, start, end, &k,
-                                             decay, clip_scale);
+            nonfinite = adamw_master_elements(s->m, s->v, params, hi - from, grads - from, start,
+                                              end, &k, decay, clip_scale);
         }
     }
     return !nonfinite;

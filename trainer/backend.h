@@ -40,6 +40,11 @@ typedef struct {
     // cuda, with recompute MODEL_RECOMPUTE_LAYER: the layer inputs in pinned host memory
     // between the forward and the backward (docs/DESIGN.md, activation memory)
     bool offload_activations;
+    // cuda with offload_optimizer, full fine-tuning: the caller's fp32 params and AdamW
+    // m, v [table->total] from host_allocator (pinned), which the backend then updates in
+    // place as its master weights and moments instead of holding copies: set_state and
+    // get_state with these same arrays copy nothing. NULL: the backend allocates its own.
+    float *host_params, *host_m, *host_v;
 } BackendSetup;
 
 typedef struct {

@@ -7,11 +7,12 @@
 // arena. Under LoRA (BackendSetup.lora) the table, and so all of the above, is the
 // adapters'; the frozen base is one more allocation of bf16 weights alone (2 bytes a
 // parameter, no gradients, no moments) and the model computes no gradient for it.
-// With train.offload_optimizer the low halves and m, v live in pinned host memory
-// instead, beside a host copy of the bf16 weights and a ring the gradients come down
-// into; the device keeps the bf16 weights, the gradients and the two norms, and AdamW
-// runs on the host on a worker thread (trainer/offload_pipeline.h) behind the next
-// forward (offload_step; docs/DESIGN.md, the offloaded optimizer).
+// With train.offload_optimizer the fp32 master weights and m, v live in pinned host
+// memory instead (the run's own state arrays when it hands them over:
+// BackendSetup.host_params), beside rings the gradients come down into and the updated
+// bf16 weights go up from; the device keeps the bf16 weights, the gradients and the two
+// norms, and AdamW runs on the host on a worker thread (trainer/offload_pipeline.h)
+// behind the next forward (offload_step; docs/DESIGN.md, the offloaded optimizer).
 #include "trainer/backend_cuda.h"
 
 #include <math.h>
@@ -34,7 +35,7 @@ struct CudaTrainer {
     CudaModel *model;
     cudaStream_t stream;       // the model's: every kernel runs on it, in order
     __nv_bfloat16 *weights;    // [n] what the model runs on: the master's high halves
-    uint16_t *master_lo;       // [n] the master's low halves (trainer/split_float.h)
+    uint16_t *master_lo;       // [n] the master's low halves (trainer/split_float.h); offload: NULL
     float *grads;              // [n] fp32
     float *optimizer;          // [2n + 2]: m | v | grad norm | weight norm
     float *grad_norm, *weight_norm;
@@ -42,17 +43,19 @@ struct CudaTrainer {
     float *host_scalar;        // [1] pinned: a norm read back
     const DistComm *reducing;  // the comm the backward hands its final gradients to, or NULL
     __nv_bfloat16 *base;       // LoRA: [base table total] the frozen base weights; else NULL
-    // train.offload_optimizer: master_lo, adamw.m, adamw.v are pinned host memory, with
-    // host_hi (the bf16 weights' host copy) and host_grads (a ring of two chunks);
-    // downloads on down_stream after backward_done, uploads on copy_stream, both queued
-    // by the pipeline's worker thread (the stage_* functions), which also runs AdamW.
-    // While an update runs (offload_pipeline_running), the worker owns master_lo,
-    // host_hi, adamw (m, v; step, hyper and clip_scale are only read), host_grads and
-    // the events down[] and up[]; every other thread reads them only after
-    // offload_finish, or a chunk's up[] event after offload_pipeline_wait_uploaded.
-    bool offload;
-    uint16_t *host_hi;
-    float *host_grads;
+    // train.offload_optimizer: host_params (the fp32 master), adamw.m, adamw.v are pinned
+    // host memory (the caller's when owns_host_state is false), with host_grads and
+    // host_hi, rings of OFFLOAD_SLOTS chunks (gradients down, bf16 weights up); downloads
+    // on down_stream after backward_done, uploads on copy_stream, both queued by the
+    // pipeline's worker thread (the stage_* functions), which also runs AdamW. While an
+    // update runs (offload_pipeline_running), the worker owns host_params, adamw (m, v;
+    // step, hyper and clip_scale are only read), the rings and the events down[] and
+    // up[]; every other thread reads them only after offload_finish, or a chunk's up[]
+    // event after offload_pipeline_wait_uploaded.
+    bool offload, owns_host_state;
+    float *host_params;  // [n]
+    uint16_t *host_hi;   // [OFFLOAD_SLOTS x OFFLOAD_CHUNK] at most n
+    float *host_grads;   // [OFFLOAD_SLOTS x OFFLOAD_CHUNK] at most n
     cudaStream_t copy_stream, down_stream;
     cudaEvent_t backward_done;
     cudaEvent_t *down, *up;  // [n_chunks]: a chunk's gradients down, its weights up
@@ -73,12 +76,15 @@ struct CudaTrainer {
 // The offloaded update's unit: gradients come down, AdamW runs and the weights go up a
 // chunk at a time, so the copies overlap the host's arithmetic.
 static const size_t OFFLOAD_CHUNK = CUDA_OFFLOAD_CHUNK;
+static const int OFFLOAD_SLOTS = 2;  // the rings' chunks: chunk c uses slot c % 2
 
 // ops_cuda_init's process-wide scratch, shared by every live trainer.
 static int g_live_trainers, g_ops_tokens, g_ops_channels;
 // The device the trainers run on (a rank's: NCCL selected it), for host allocations on
-// other threads, which start on device 0 (each rank would make a context there).
-static int g_device;
+// other threads, which start on device 0 (each rank would make a context there); -1
+// before the first trainer: an allocation then (the run's pinned state) is the calling
+// thread's, on the device it selected.
+static int g_device = -1;
 
 static void ops_acquire(int tokens, int channels) {
     CHECK(g_live_trainers == 0 || (tokens <= g_ops_tokens && channels <= g_ops_channels),
@@ -145,13 +151,19 @@ static void stage_wait_download(void *ctx, int c) {
     cudaCheck(cudaEventSynchronize(t->down[c]));
 }
 
-// AdamW on the host's cores (OpenMP), with the clipping scale from the device norm.
+// AdamW on the host's cores (OpenMP), with the clipping scale from the device norm, the
+// bf16 weights into the slot's part of host_hi. That slot was last read by the upload
+// of chunk c - OFFLOAD_SLOTS, waited for here; the previous update's uploads had all
+// landed before this update started (offload_step read the norm after the stream waited
+// for them).
 static bool stage_update(void *ctx, int c, int slot) {
     CudaTrainer *t = (CudaTrainer *)ctx;
     const size_t from = (size_t)c * OFFLOAD_CHUNK;
-    return adamw_split_range_cpu(&t->adamw, t->table, &t->hyper, from,
-                                 from + chunk_elements(t, c), t->host_hi, t->master_lo,
-                                 t->host_grads + (size_t)slot * OFFLOAD_CHUNK, t->clip_scale);
+    if (c >= OFFLOAD_SLOTS) cudaCheck(cudaEventSynchronize(t->up[c - OFFLOAD_SLOTS]));
+    return adamw_master_range_cpu(&t->adamw, t->table, &t->hyper, from,
+                                  from + chunk_elements(t, c), t->host_params,
+                                  t->host_hi + (size_t)slot * OFFLOAD_CHUNK,
+                                  t->host_grads + (size_t)slot * OFFLOAD_CHUNK, t->clip_scale);
 }
 
 // The chunk's bf16 weights up on copy_stream, then up[c]. copy_stream runs the uploads
@@ -161,7 +173,8 @@ static bool stage_update(void *ctx, int c, int slot) {
 static void stage_upload(void *ctx, int c) {
     CudaTrainer *t = (CudaTrainer *)ctx;
     const size_t from = (size_t)c * OFFLOAD_CHUNK;
-    cudaCheck(cudaMemcpyAsync(t->weights + from, t->host_hi + from,
+    cudaCheck(cudaMemcpyAsync(t->weights + from,
+                              t->host_hi + (size_t)(c % OFFLOAD_SLOTS) * OFFLOAD_CHUNK,
                               chunk_elements(t, c) * sizeof(uint16_t), cudaMemcpyHostToDevice,
                               t->copy_stream));
     cudaCheck(cudaEventRecord(t->up[c], t->copy_stream));
@@ -172,13 +185,9 @@ static void stage_upload(void *ctx, int c) {
 // so an update that made a weight non-finite stops the process at the first call that
 // waits for it (the forward that would read it, get_state before a checkpoint, ...),
 // before anything uses or saves that state.
-// The first tensor whose offloaded master weights (host halves) hold a non-finite value.
+// The first tensor whose offloaded master weights hold a non-finite value.
 static const char *offload_first_nonfinite(const CudaTrainer *t) {
-    float *host = (float *)xmalloc(t->n * sizeof(float));
-    join_floats(t->host_hi, t->master_lo, t->n, host);
-    const char *name = param_table_first_nonfinite(t->table, host);
-    free(host);
-    return name;
+    return param_table_first_nonfinite(t->table, t->host_params);
 }
 
 static void offload_finish(CudaTrainer *t) {
@@ -226,10 +235,16 @@ static void *cuda_create(const BackendSetup *setup) {
     char err[2048];
     if (cuda_memory_check(&request, free_bytes, total_bytes, nullptr, err, sizeof err) != 0)
         fatal("%s", err);
+    // The caller's state arrays, counted in the estimates, are taken already.
+    CHECK(!setup->host_params || (setup->offload_optimizer && !setup->lora && setup->host_m &&
+                                  setup->host_v),
+          "cuda backend: host state arrays are for the offloaded optimizer of full fine-tuning");
+    const size_t host_available =
+        host_memory_available() + (setup->host_params ? 12 * setup->table->total : 0);
     if (setup->offload_optimizer &&
-        cuda_offload_host_check(setup->mc, host_memory_available(), err, sizeof err) != 0)
+        cuda_offload_host_check(setup->mc, host_available, err, sizeof err) != 0)
         fatal("%s", err);
-    if (cuda_activations_host_check(&request, host_memory_available(), err, sizeof err) != 0)
+    if (cuda_activations_host_check(&request, host_available, err, sizeof err) != 0)
         fatal("%s", err);
     cudaCheck(cudaGetDevice(&g_device));
     CudaTrainer *t = (CudaTrainer *)xcalloc(1, sizeof *t);
@@ -251,12 +266,19 @@ static void *cuda_create(const BackendSetup *setup) {
     if (t->offload) {
         cudaCheck(cudaMalloc(&t->optimizer, 2 * sizeof(float)));
         t->grad_norm = t->optimizer;
-        cudaCheck(cudaMallocHost(&t->master_lo, t->n * sizeof(uint16_t)));
-        cudaCheck(cudaMallocHost(&t->host_hi, t->n * sizeof(uint16_t)));
-        cudaCheck(cudaMallocHost(&t->adamw.m, t->n * sizeof(float)));
-        cudaCheck(cudaMallocHost(&t->adamw.v, t->n * sizeof(float)));
-        const size_t ring = t->n < 2 * OFFLOAD_CHUNK ? t->n : 2 * OFFLOAD_CHUNK;
+        t->owns_host_state = !setup->host_params;
+        if (t->owns_host_state) {
+            cudaCheck(cudaMallocHost(&t->host_params, t->n * sizeof(float)));
+            cudaCheck(cudaMallocHost(&t->adamw.m, t->n * sizeof(float)));
+            cudaCheck(cudaMallocHost(&t->adamw.v, t->n * sizeof(float)));
+        } else {
+            t->host_params = setup->host_params;
+            t->adamw.m = setup->host_m;
+            t->adamw.v = setup->host_v;
+        }
+        const size_t ring = t->n < OFFLOAD_SLOTS * OFFLOAD_CHUNK ? t->n : OFFLOAD_SLOTS * OFFLOAD_CHUNK;
         cudaCheck(cudaMallocHost(&t->host_grads, ring * sizeof(float)));
+        cudaCheck(cudaMallocHost(&t->host_hi, ring * sizeof(uint16_t)));
         cudaCheck(cudaStreamCreateWithFlags(&t->copy_stream, cudaStreamNonBlocking));
         cudaCheck(cudaStreamCreateWithFlags(&t->down_stream, cudaStreamNonBlocking));
         cudaCheck(cudaEventCreateWithFlags(&t->backward_done, cudaEventDisableTiming));
@@ -268,7 +290,7 @@ static void *cuda_create(const BackendSetup *setup) {
         t->waited = t->n_chunks;
         const OffloadStages stages = {t, stage_download, stage_wait_download, stage_update,
                                       stage_upload, stage_thread_init};
-        t->pipeline = offload_pipeline_create(t->n_chunks, 2, &stages);
+        t->pipeline = offload_pipeline_create(t->n_chunks, OFFLOAD_SLOTS, &stages);
         cuda_model_set_weights_ready(t->model, weights_ready, t);
     } else {
         cudaCheck(cudaMalloc(&t->master_lo, t->n * sizeof(uint16_t)));
@@ -319,10 +341,12 @@ static void cuda_destroy(void *state) {
         cudaCheck(cudaStreamDestroy(t->copy_stream));
         cudaCheck(cudaStreamDestroy(t->down_stream));
         cudaCheck(cudaEventDestroy(t->backward_done));
-        cudaCheck(cudaFreeHost(t->master_lo));
+        if (t->owns_host_state) {
+            cudaCheck(cudaFreeHost(t->host_params));
+            cudaCheck(cudaFreeHost(t->adamw.m));
+            cudaCheck(cudaFreeHost(t->adamw.v));
+        }
         cudaCheck(cudaFreeHost(t->host_hi));
-        cudaCheck(cudaFreeHost(t->adamw.m));
-        cudaCheck(cudaFreeHost(t->adamw.v));
         cudaCheck(cudaFreeHost(t->host_grads));
     } else {
         cudaCheck(cudaFree(t->master_lo));
@@ -357,20 +381,34 @@ static void transfer_master(CudaTrainer *t, float *params, cudaMemcpyKind kind) 
     free(hi);
 }
 
-// The offloaded master weights: split or joined on the host; set_state sends the high
-// halves up (after a running update, whose uploads it replaces).
+// Host arrays into the offloaded state's, unless they are the same arrays (the run's
+// own, handed over at create).
+static void copy_unless_same(float *to, const float *from, size_t n) {
+    if (to != from) memcpy(to, from, n * sizeof(float));
+}
+
+// The offloaded master weights are the host's fp32; set_state sends their high halves up
+// a chunk at a time through host_hi (after a running update, whose uploads it replaces).
 static void offload_set_state(CudaTrainer *t, const float *params, const AdamWState *opt) {
     offload_finish(t);
     cudaCheck(cudaStreamSynchronize(t->copy_stream));  // no upload still reads host_hi
     cudaCheck(cudaStreamSynchronize(t->stream));
     t->waited = t->n_chunks;  // every upload is complete
-    split_floats(params, t->n, t->host_hi, t->master_lo);
-    t->finite = param_table_first_nonfinite(t->table, params) == NULL;
-    memcpy(t->adamw.m, opt->m, t->n * sizeof(float));
-    memcpy(t->adamw.v, opt->v, t->n * sizeof(float));
-    cudaCheck(cudaMemcpyAsync(t->weights, t->host_hi, t->n * sizeof(uint16_t),
-                              cudaMemcpyHostToDevice, t->stream));
-    cudaCheck(cudaStreamSynchronize(t->stream));
+    copy_unless_same(t->host_params, params, t->n);
+    copy_unless_same(t->adamw.m, opt->m, t->n);
+    copy_unless_same(t->adamw.v, opt->v, t->n);
+    t->finite = param_table_first_nonfinite(t->table, t->host_params) == NULL;
+    for (int c = 0; c < t->n_chunks; c++) {
+        const size_t from = (size_t)c * OFFLOAD_CHUNK, k = chunk_elements(t, c);
+        for (size_t i = 0; i < k; i++) {
+            uint32_t bits;
+            memcpy(&bits, &t->host_params[from + i], sizeof bits);
+            t->host_hi[i] = split_float_hi(bits);
+        }
+        cudaCheck(cudaMemcpyAsync(t->weights + from, t->host_hi, k * sizeof(uint16_t),
+                                  cudaMemcpyHostToDevice, t->stream));
+        cudaCheck(cudaStreamSynchronize(t->stream));  // before host_hi is refilled
+    }
     t->adamw.step = opt->step;
 }
 
@@ -388,11 +426,11 @@ static void cuda_set_state(void *state, const float *params, const AdamWState *o
 
 static void cuda_get_state(void *state, float *params, AdamWState *opt) {
     CudaTrainer *t = (CudaTrainer *)state;
-    if (t->offload) {  // host_hi is what went up last
+    if (t->offload) {  // the host master is what went up last
         offload_finish(t);
-        join_floats(t->host_hi, t->master_lo, t->n, params);
-        memcpy(opt->m, t->adamw.m, t->n * sizeof(float));
-        memcpy(opt->v, t->adamw.v, t->n * sizeof(float));
+        copy_unless_same(params, t->host_params, t->n);
+        copy_unless_same(opt->m, t->adamw.m, t->n);
+        copy_unless_same(opt->v, t->adamw.v, t->n);
         opt->step = t->adamw.step;
         return;
     }
@@ -486,7 +524,7 @@ static double cuda_grad_norm(void *state) {
 // The offloaded update, after the backward (and the all-reduce) on t->stream, started
 // here and run on the pipeline's worker thread (trainer/offload_pipeline.h, the stage_*
 // functions): the chunks' gradients go down on down_stream into a ring of two slots;
-// the worker waits for a chunk's, runs AdamW on it (adamw_split_range_cpu, OpenMP),
+// the worker waits for a chunk's, runs AdamW on it (adamw_master_range_cpu, OpenMP),
 // queues the chunk after next into the slot it freed and the chunk's bf16 weights up on
 // copy_stream. This returns at once: the next forward waits per layer for its chunks
 // (weights_ready), and whatever reads the state on the host waits for the whole update
@@ -494,8 +532,9 @@ static double cuda_grad_norm(void *state) {
 // grad_norm left in t->grad_norm.
 static void offload_step(CudaTrainer *t, const AdamWHyper *h, float max_grad_norm) {
     // The previous update (a step without a forward since): finished, and the stream
-    // after its uploads, so that none still reads host_hi when this one rewrites it
-    // (this update's downloads, which precede its writes, follow backward_done).
+    // after its uploads, so that none still reads host_hi when this one rewrites it (the
+    // norm's read below waits for the stream; this update's downloads follow
+    // backward_done).
     offload_finish(t);
     order_after_uploads(t, t->n_chunks);
     const float norm = *read_scalar(t, t->grad_norm);
@@ -552,14 +591,14 @@ static bool cuda_device_memory(size_t *used, size_t *total) {
 }
 
 static void *pinned_alloc(size_t bytes) {
-    cudaCheck(cudaSetDevice(g_device));
+    if (g_device >= 0) cudaCheck(cudaSetDevice(g_device));
     void *p = nullptr;
     cudaCheck(cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault));
     return p;
 }
 
 static void pinned_free(void *p) {
-    cudaCheck(cudaSetDevice(g_device));
+    if (g_device >= 0) cudaCheck(cudaSetDevice(g_device));
     cudaCheck(cudaFreeHost(p));
 }
 

@@ -77,7 +77,8 @@ CudaMemoryEstimate cuda_memory_request_estimate(const CudaMemoryRequest *r) {
 size_t cuda_offload_host_bytes(const ModelConfig *mc) {
     const size_t n = param_count(mc);
     const size_t ring = n < 2 * CUDA_OFFLOAD_CHUNK ? n : 2 * CUDA_OFFLOAD_CHUNK;
-    return 12 * n + 4 * ring;  // lo, hi (2 each), m, v (4 each); the gradients' ring
+    // fp32 master, m, v; the rings of gradients coming down (fp32) and weights going up (bf16)
+    return 12 * n + (4 + 2) * ring;
 }
 
 size_t cuda_activations_host_bytes(const CudaMemoryRequest *r) {
@@ -93,7 +94,8 @@ size_t cuda_host_pinned_bytes(const CudaMemoryRequest *r) {
 }
 
 size_t cuda_train_host_bytes(const CudaMemoryRequest *r, size_t n_params) {
-    return 12 * n_params + cuda_host_pinned_bytes(r);
+    // Offloaded, the state's copy is the backend's pinned master and moments.
+    return (r->offload_optimizer ? 0 : 12 * n_params) + cuda_host_pinned_bytes(r);
 }
 
 size_t host_memory_available(void) {
@@ -256,8 +258,8 @@ int cuda_offload_host_check(const ModelConfig *mc, size_t available_bytes, char 
     const size_t need = cuda_offload_host_bytes(mc);
     if (need <= available_bytes) return 0;
     return fail(err, err_len, "config key train.offload_optimizer: the offloaded optimizer needs "
-                "about %.2f GiB of pinned host memory (12 bytes per parameter: master weights, "
-                "AdamW m, v; and the gradients' ring), %.2f GiB are available; set "
+                "about %.2f GiB of pinned host memory (12 bytes per parameter: fp32 master "
+                "weights, AdamW m, v; and the rings of chunks going down and up), %.2f GiB are available; set "
                 "train.offload_optimizer=false or lower the model's size (the model.* keys)",
                 need / GIB, available_bytes / GIB);
 }

@@ -69,10 +69,10 @@ int cuda_memory_check(const CudaMemoryRequest *r, size_t free_bytes, size_t tota
 // runs and the weights go up this many elements at a time.
 #define CUDA_OFFLOAD_CHUNK ((size_t)1 << 24)
 
-// Host memory of train.offload_optimizer (trainer/backend_cuda.cu): pinned low halves of
-// the master weights, their bf16 high halves (the copy the updated weights go up from),
-// AdamW m, v (12 bytes per parameter) and a ring of two chunks the gradients come down
-// into (at most all of them).
+// Host memory of train.offload_optimizer (trainer/backend_cuda.cu): the pinned fp32
+// master weights and AdamW m, v (12 bytes per parameter), a ring of two chunks the
+// gradients come down into (fp32) and one the updated weights go up from (bf16), each at
+// most all of them.
 size_t cuda_offload_host_bytes(const ModelConfig *mc);
 
 // The host memory available to a new allocation: /proc/meminfo's MemAvailable, else
@@ -92,9 +92,10 @@ size_t cuda_activations_host_bytes(const CudaMemoryRequest *r);
 // The request's pinned host memory: cuda_offload_host_bytes with offload_optimizer and
 // cuda_activations_host_bytes.
 size_t cuda_host_pinned_bytes(const CudaMemoryRequest *r);
-// The host memory `train` needs beside the device for full fine-tuning of n_params: the
-// training state's host copy (fp32 weights, AdamW m and v, 12 bytes per parameter, which
-// every checkpoint fills from the device) and cuda_host_pinned_bytes.
+// The host memory `train` needs beside the device for full fine-tuning of n_params:
+// cuda_host_pinned_bytes, and without offload_optimizer the training state's host copy
+// (fp32 weights, AdamW m and v, 12 bytes per parameter, which every checkpoint fills from
+// the device); with it that copy is the offloaded master and moments themselves.
 size_t cuda_train_host_bytes(const CudaMemoryRequest *r, size_t n_params);
 
 // Refuses (-1, the message naming train.offload_activations, the estimate, what is

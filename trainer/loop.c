@@ -162,7 +162,10 @@ static void *create_backend(const TrainBackendOps *ops, const ModelConfig *mc,
                                 .base_table = &state->base_table,
                                 .base_params = state->base_params,
                                 .offload_optimizer = s->offload_optimizer,
-                                .offload_activations = s->offload_activations};
+                                .offload_activations = s->offload_activations,
+                                .host_params = state->alloc.alloc ? state->params : NULL,
+                                .host_m = state->alloc.alloc ? state->opt.m : NULL,
+                                .host_v = state->alloc.alloc ? state->opt.v : NULL};
     void *backend = ops->create(&setup);
     ops->set_state(backend, state->params, &state->opt);
     return backend;
@@ -451,7 +454,11 @@ TrainRun *train_run_start(const RunConfig *config) {
     }
 
     TrainState *state = &run->state;
-    train_state_init(state, mc, settings->seed);
+    // The offloaded optimizer of full fine-tuning updates the state's own arrays, pinned:
+    // the host holds the state once.
+    const bool state_pinned = backend == BACKEND_CUDA && settings->offload_optimizer && !lora_on;
+    train_state_init(state, mc, settings->seed,
+                     state_pinned ? ops->host_allocator : (HostAllocator){NULL, NULL});
     const char *init_from = config->model.init_from;
     if (init_from && !hf_folder_has_weights(init_from)) {
         // config.json alone (a model's shape without its weights): train_state_init's
@@ -465,12 +472,11 @@ TrainRun *train_run_start(const RunConfig *config) {
         params_init_added_rows(mc, &state->table, tok, init_from, state->params);
     }
     hf_export_from(config, mc, tok, &state->save_as);
-    LoraConfig lora;
-    if (lora_config_from(config, &lora)) {
-        train_state_to_lora(state, mc, &lora, init_from, config->lora.init_from);
+    if (lora_on) {
+        train_state_to_lora(state, mc, &lora_keys, init_from, config->lora.init_from);
         if (rank0)
             printf("lora: r %d, alpha %g%s, %zu adapter parameters on the frozen base%s%s\n",
-                   lora.r, lora.alpha, lora.rslora ? " (rslora)" : "", state->table.total,
+                   lora_keys.r, lora_keys.alpha, lora_keys.rslora ? " (rslora)" : "", state->table.total,
                    config->lora.init_from ? ", from " : "",
                    config->lora.init_from ? config->lora.init_from : "");
     }

@@ -216,21 +216,26 @@ void run_memory_check(const ModelConfig *mc, const LoraConfig *lora, const RunSe
     if (machine <= 0) return;
     if (backend == BACKEND_CUDA && !lora) {
         // The host holds the training state's copy (fp32 weights, AdamW m and v, which
-        // every checkpoint fills from the device) beside the offloads' pinned memory.
+        // every checkpoint fills from the device) beside the offloads' pinned memory; with
+        // the optimizer offloaded its pinned master and moments are that copy.
         const CudaMemoryRequest request = {.mc = mc, .micro_rows = s->micro_rows,
                                            .seq_len = seq_len, .recompute = s->recompute,
                                            .offload_optimizer = s->offload_optimizer,
                                            .offload_activations = s->offload_activations};
         const double need = (double)cuda_train_host_bytes(&request, (size_t)params);
         const double pinned = (double)cuda_host_pinned_bytes(&request), copy = need - pinned;
-        if (need > machine)
+        if (need > machine) {
+            char copy_text[160] = "";
+            if (copy > 0)
+                snprintf(copy_text, sizeof copy_text, "%.1f GiB for the training state's copy "
+                         "(fp32 weights and AdamW m, v: 12 bytes per parameter, filled at every "
+                         "checkpoint) and ", copy / gib);
             fatal("config keys model.hidden_size, model.intermediate_size, model.num_hidden_layers, "
                   "model.vocab_size%s: %.3g parameters need about %.1f GiB of host memory, "
-                  "%.1f GiB for the training state's copy (fp32 weights and AdamW m, v: 12 bytes "
-                  "per parameter, filled at every checkpoint) and %.1f GiB pinned for the "
-                  "offloads, more than this machine's %.1f GiB", pinned > 0 ?
-                  ", train.offload_optimizer, train.offload_activations" : "", params,
-                  need / gib, copy / gib, pinned / gib, machine / gib);
+                  "%s%.1f GiB pinned for the offloads, more than this machine's %.1f GiB",
+                  pinned > 0 ? ", train.offload_optimizer, train.offload_activations" : "",
+                  params, need / gib, copy_text, pinned / gib, machine / gib);
+        }
         return;
     }
     if (state_bytes > machine)
@@ -245,11 +250,21 @@ void run_memory_check(const ModelConfig *mc, const LoraConfig *lora, const RunSe
               s->recompute == MODEL_RECOMPUTE_LAYER ? "" : ", or set train.recompute=layer");
 }
 
-void train_state_init(TrainState *s, const ModelConfig *mc, uint64_t seed) {
+void train_state_init(TrainState *s, const ModelConfig *mc, uint64_t seed, HostAllocator alloc) {
     param_table_build(mc, &s->table);
-    s->params = xmalloc(s->table.total * sizeof(float));
+    const size_t n = s->table.total;
+    s->alloc = alloc;
+    if (alloc.alloc) {
+        s->params = alloc.alloc(n * sizeof(float));
+        s->opt = (AdamWState){.n = n, .m = alloc.alloc(n * sizeof(float)),
+                              .v = alloc.alloc(n * sizeof(float))};
+        memset(s->opt.m, 0, n * sizeof(float));
+        memset(s->opt.v, 0, n * sizeof(float));
+    } else {
+        s->params = xmalloc(n * sizeof(float));
+        adamw_init(&s->opt, n);
+    }
     params_init(mc, &s->table, seed, s->params);
-    adamw_init(&s->opt, s->table.total);
     s->progress = (TrainProgress){.seed = seed};
     s->save_as = (HfExport){.dtype = SAVE_F32, .generation_eos_token_id = -1};
     s->save_as.hf.cfg = *mc;
@@ -324,6 +339,7 @@ static void param_table_copy(const ParamTable *from, ParamTable *to) {
 
 void train_state_to_lora(TrainState *s, const ModelConfig *mc, const LoraConfig *lc,
                          const char *base_model, const char *adapter_from) {
+    CHECK(!s->alloc.alloc, "LoRA's state comes from the heap, not the backend's allocator");
     s->lora = xcalloc(1, sizeof *s->lora);
     lora_layout_build(mc, lc, s->lora);
     s->base_table = s->table;
@@ -413,7 +429,13 @@ void train_state_free(TrainState *s) {
     }
     free(s->base_model);
     s->base_model = NULL;
-    adamw_free(&s->opt);
-    free(s->params);
+    if (s->alloc.free) {
+        s->alloc.free(s->opt.m);
+        s->alloc.free(s->opt.v);
+        s->alloc.free(s->params);
+    } else {
+        adamw_free(&s->opt);
+        free(s->params);
+    }
     param_table_free(&s->table);
 }

@@ -51,6 +51,10 @@ typedef struct {
     ParamTable table;
     float *params;  // [table.total]
     AdamWState opt;
+    // Where params, opt.m and opt.v come from (train_state_init): the heap, or the CUDA
+    // backend's pinned memory when its offloaded optimizer updates them in place
+    // (BackendSetup.host_params: one copy of the state on the host, not two).
+    HostAllocator alloc;
     TrainProgress progress;
     HfExport save_as;             // how checkpoints are written (dtype, ids); f32 by default
     const char *tokenizer_dir;    // tokenizer files copied into each checkpoint, or NULL
@@ -69,8 +73,9 @@ typedef struct {
 // config and checksums of the train data and tokenizer files. malloc'd JSON text.
 char *run_record_from(const RunConfig *c);
 
-// The seeded init at step 0.
-void train_state_init(TrainState *s, const ModelConfig *mc, uint64_t seed);
+// The seeded init at step 0; params, opt.m and opt.v from alloc (alloc.alloc NULL: the
+// heap). Not for LoRA (train_state_to_lora replaces the arrays from the heap).
+void train_state_init(TrainState *s, const ModelConfig *mc, uint64_t seed, HostAllocator alloc);
 
 // The lora.* keys: false when lora.r is 0 (full fine-tuning). Fatal, naming the key, for
 // a lora.targets name that is not a projection, LoRA without model.init_from, with

@@ -109,7 +109,7 @@ summary() {  # summary <metrics.jsonl>: tokens, trained tokens, seconds, npass t
 }
 {
     echo "Layouts at $shape, profile $profile, data.seq_len $seq_len, $tps trained tokens per step,"
-    echo "steps $((skip + 1))-$steps timed ($(grep -m1 '^backend:' "$runs/$(set -- $layouts; echo "$1").log" | cut -c1-60))."
+    echo "steps $((skip + 1))-$steps timed; $(grep -m1 '^backend:' "$runs/$(set -- $layouts; echo "$1").log")."
     echo
     echo "| layout | tokens processed | trained | wall time (s) | tokens/s | npass-eq tokens/s | GPU memory (GiB) | tokens vs npass | time vs npass | time ratio / token ratio |"
     echo "|---|---|---|---|---|---|---|---|---|---|"

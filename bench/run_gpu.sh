@@ -41,8 +41,10 @@
 #              CUDA-event times (ONEPASS_STAGE_TIMES=1), DET=1 one with the deterministic
 #              attention backward, BACKEND=FLASH gives the anchor FlexAttention's FA4 backend.
 #              RECOMPUTE="mlp layer" adds a run per train.recompute mode (each beside the
-#              config's own), STEPS its timed steps (default bench_trainer's). OFFLOAD=1
-#              adds beside each onepass run its twin with train.offload_optimizer=true.
+#              config's own), STEPS the timed steps of both (defaults: bench_trainer's,
+#              the anchor's 20). OFFLOAD=1 adds beside each onepass run its twin with
+#              train.offload_optimizer=true. CKPT=1 gives the anchor per-block activation
+#              checkpointing (the PyTorch counterpart of train.recompute=layer).
 #   lora       LoRA beside full fine-tuning and PEFT + transformers, for each NAME:S in CONFIGS
 #              (default "qwen3_4b:4096 qwen3_8b:32768"; NAME alone: the config's data.seq_len;
 #              S, where set, replaces every S):

@@ -53,12 +53,7 @@ static void write_rows(const PackedRows *rows, const char *path) {
 
 int cmd_pack(int argc, char **argv) {
     // Configuration first, so its errors come before anything else.
-    const char *config_path;
-    char **overrides;
-    int n_overrides;
-    argc = config_take_args(argc, argv, &config_path, &overrides, &n_overrides);
-    RunConfig *config = config_load(config_path, n_overrides, overrides);
-    free(overrides);
+    RunConfig *config = config_load_args(&argc, argv);
 
     const char *out_path = NULL;
     bool skip_bad_flag = false;

@@ -75,13 +75,8 @@ static ShowArgs parse_args(int argc, char **argv) {
 
 int cmd_show(int argc, char **argv) {
     // Configuration first, so its errors come before anything else.
-    const char *config_path;
-    char **overrides;
-    int n_overrides;
-    int n_rest = config_take_args(argc, argv, &config_path, &overrides, &n_overrides);
-    RunConfig *config = config_load(config_path, n_overrides, overrides);
-    free(overrides);
-    ShowArgs args = parse_args(n_rest, argv);
+    RunConfig *config = config_load_args(&argc, argv);
+    ShowArgs args = parse_args(argc, argv);
     if (mkdir(args.out_dir, 0777) != 0 && errno != EEXIST)
         fatal("show: cannot create %s: %s", args.out_dir, strerror(errno));
 

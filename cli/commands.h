@@ -13,3 +13,4 @@ int cmd_generate(int argc, char **argv);  // cli/cmd_generate.c: continue conver
 int cmd_eval(int argc, char **argv);      // cli/cmd_eval.c: multi-turn accuracy
 int cmd_config(int argc, char **argv);    // cli/cmd_config.c: the config keys, or a resolved config
 int cmd_plot(int argc, char **argv);      // cli/cmd_plot.c: a run's curves as a PNG
+int cmd_memory(int argc, char **argv);    // cli/cmd_memory.c: GPU and host memory per mode

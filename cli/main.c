@@ -16,6 +16,7 @@ static const char USAGE[] =
     "       train generate --config FILE [--set k=v]... --prompts F.jsonl --out G.jsonl\n"
     "       train eval --config FILE [--set k=v]... [--json out.json]\n"
     "       train config [--markdown] | train config --config FILE [--set k=v]...\n"
+    "       train memory --config FILE [--set k=v]... [--gpu-gib N] [--host-gib N]\n"
     "       train plot RUN_DIR [--out FILE.png]\n";
 
 static const char MORE[] =
@@ -77,6 +78,13 @@ static const struct {
     {"plot", "Draws a run's curves from RUN_DIR/metrics.jsonl into one PNG: training and eval\n"
              "loss, learning rate, tokens/s, and the eval accuracy when the run generated.\n"
              "  --out FILE.png   where it goes (RUN_DIR/curves.png)\n"},
+    {"memory", "Prints what a CUDA run of the config needs on the GPU and on the host in each memory\n"
+               "mode (train.recompute, train.offload_activations, train.offload_optimizer), from the\n"
+               "estimates the CUDA backend refuses runs by, and the first mode that fits. Any\n"
+               "machine: no GPU is needed.\n"
+               "  --gpu-gib N      the GPU's memory in GiB (default: the free memory of the GPU here;\n"
+               "                   needed where none is visible; an 80 GB H100 has about 79)\n"
+               "  --host-gib N     the host's memory in GiB (default: this machine's available)\n"},
     {"config", "Prints every config key with its type, default, range, resume rule and meaning;\n"
                "with --config/--set, the resolved config of that file instead.\n"
                "  --markdown       the key table as docs/CONFIG.md holds it\n"},
@@ -134,6 +142,7 @@ int main(int argc, char **argv) {
     if (strcmp(sub, "eval") == 0) return cmd_eval(sub_argc, sub_argv);
     if (strcmp(sub, "config") == 0) return cmd_config(sub_argc, sub_argv);
     if (strcmp(sub, "plot") == 0) return cmd_plot(sub_argc, sub_argv);
+    if (strcmp(sub, "memory") == 0) return cmd_memory(sub_argc, sub_argv);
     fprintf(stderr, "train: unknown command '%s'\n", sub);
     usage(stderr);
     return 2;

@@ -55,3 +55,11 @@ const TrainBackendOps *backend_ops(Backend backend) {
     CHECK(backend == BACKEND_CPU, "backend %d is not in this binary", (int)backend);
     return cpu_train_backend();
 }
+
+AttnWorkspaceBytes backend_attention_workspace(void) {
+#ifdef ONEPASS_HAVE_CUDA
+    return cuda_model_attention_workspace_bytes;
+#else
+    return NULL;
+#endif
+}

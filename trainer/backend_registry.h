@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include "model/model.h"
 #include "trainer/backend.h"
+#include "trainer/device_memory.h"
 
 // "cpu" | "cuda" | "auto". Writes the one-line reason for the choice into `why`
 // (e.g. "backend: cpu (no CUDA device found)"). "auto" takes cuda when this binary has
@@ -13,3 +14,7 @@
 Backend backend_choose(const char *name, const ModelConfig *mc, char *why, size_t why_len);
 
 const TrainBackendOps *backend_ops(Backend backend);
+
+// The CUDA attention backward's workspace size (cuda_model_attention_workspace_bytes) in a
+// CUDA build, for device-memory estimates made before any backend exists; NULL without.
+AttnWorkspaceBytes backend_attention_workspace(void);

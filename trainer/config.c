@@ -606,3 +606,13 @@ int config_take_args(int argc, char **argv, const char **path, char ***overrides
     }
     return out;
 }
+
+RunConfig *config_load_args(int *argc, char **argv) {
+    const char *path;
+    char **overrides;
+    int n_overrides;
+    *argc = config_take_args(*argc, argv, &path, &overrides, &n_overrides);
+    RunConfig *c = config_load(path, n_overrides, overrides);
+    free(overrides);
+    return c;
+}

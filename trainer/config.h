@@ -111,3 +111,6 @@ void config_describe(FILE *f, bool markdown);
 // *overrides points into argv's strings (array malloc'd, caller frees).
 int config_take_args(int argc, char **argv, const char **path, char ***overrides,
                      int *n_overrides);
+// config_take_args, then config_load of what it took: *argc becomes the count of the
+// other arguments, left compacted in argv.
+RunConfig *config_load_args(int *argc, char **argv);

@@ -98,6 +98,19 @@ size_t cuda_train_host_bytes(const CudaMemoryRequest *r, size_t n_params) {
     return (r->offload_optimizer ? 0 : 12 * n_params) + cuda_host_pinned_bytes(r);
 }
 
+size_t lora_host_state_bytes(const ModelConfig *mc, const LoraConfig *lora) {
+    LoraLayout l;
+    lora_layout_build(mc, lora, &l);
+    const size_t adapters = l.table.total;
+    lora_layout_free(&l);
+    return 4 * param_count(mc) + 16 * adapters;
+}
+
+size_t cuda_run_host_bytes(const CudaMemoryRequest *r) {
+    return r->lora ? lora_host_state_bytes(r->mc, r->lora) + cuda_host_pinned_bytes(r)
+                   : cuda_train_host_bytes(r, param_count(r->mc));
+}
+
 size_t host_memory_available(void) {
     FILE *f = fopen("/proc/meminfo", "r");
     if (f) {

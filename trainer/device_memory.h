@@ -38,7 +38,7 @@ typedef struct {
     ModelRecompute recompute;   // train.recompute
     AttnWorkspaceBytes workspace;  // NULL: none (0 bytes)
     const LoraConfig *lora;     // LoRA (lora.*); NULL: full fine-tuning
-    bool offload_optimizer;     // train.offload_optimizer: master halves, m, v on the host
+    bool offload_optimizer;     // train.offload_optimizer: fp32 master, m, v on the host
     bool offload_activations;   // train.offload_activations (with recompute layer): the
                                 // layer inputs on the host, a ring of them on the device
 } CudaMemoryRequest;
@@ -97,6 +97,12 @@ size_t cuda_host_pinned_bytes(const CudaMemoryRequest *r);
 // (fp32 weights, AdamW m and v, 12 bytes per parameter, which every checkpoint fills from
 // the device); with it that copy is the offloaded master and moments themselves.
 size_t cuda_train_host_bytes(const CudaMemoryRequest *r, size_t n_params);
+// The host state of LoRA on either backend: the base's fp32 weights (4 bytes per
+// parameter) and the adapters' full state (16 bytes each: weights, gradients, m, v).
+size_t lora_host_state_bytes(const ModelConfig *mc, const LoraConfig *lora);
+// The host memory a CUDA run of the request needs: cuda_train_host_bytes for full
+// fine-tuning, lora_host_state_bytes and cuda_host_pinned_bytes under LoRA.
+size_t cuda_run_host_bytes(const CudaMemoryRequest *r);
 
 // Refuses (-1, the message naming train.offload_activations, the estimate, what is
 // available and, with train.offload_optimizer, its share) when the request's pinned host

@@ -193,13 +193,9 @@ void run_memory_check(const ModelConfig *mc, const LoraConfig *lora, const RunSe
     param_table_build(mc, &table);
     const double params = (double)table.total;
     param_table_free(&table);
-    double state_bytes = 16.0 * params;  // fp32 weights, gradients, two moments
-    if (lora) {  // the frozen base's fp32 weights; the adapters' full state
-        LoraLayout layout;
-        lora_layout_build(mc, lora, &layout);
-        state_bytes = 4.0 * params + 16.0 * (double)layout.table.total;
-        lora_layout_free(&layout);
-    }
+    // fp32 weights, gradients, two moments; under LoRA the frozen base's fp32 weights and
+    // the adapters' full state
+    const double state_bytes = lora ? (double)lora_host_state_bytes(mc, lora) : 16.0 * params;
     // Per token (model/model_cpu.c): the L + 1 residuals; the saved blocks of norms, q, k,
     // v, attention output and mid (one block serves every layer with recompute layer);
     // gate, up and act (one set with recompute mlp or layer); the backward's buffers. The

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Memory that the input decides is bounded: huge sizes are refused naming the key
-# before anything is allocated, a JSONL line whose text cannot fit data.seq_len is
+# before anything is allocated (for every rank on the machine), a JSONL line whose text cannot fit data.seq_len is
 # refused before it is tokenized, one longer than data.max_line_bytes before its JSON is
 # parsed, and training memory grows by a bounded multiple of the train file's bytes.
 source "$(dirname "$0")/lib_cli.sh" "$1"
@@ -15,7 +15,16 @@ expect_error "micro-batches larger than the machine" "config keys train.micro_ro
 expect_error "micro-batches larger than the machine, recompute layer" "with train.recompute layer.*(lower train.micro_rows)" \
     "$train" --set out_dir="$tmp/c" --set train.micro_rows=65536 --set data.seq_len=1048576 --set backend=cpu \
     --set train.recompute=layer
-[ ! -e "$tmp/a" ] && [ ! -e "$tmp/b" ] && [ ! -e "$tmp/c" ] && ok || bad "a refused run created its out_dir"
+# A model of about a sixteenth of the machine's memory (16 bytes a parameter on the cpu
+# backend, 16.8M parameters a layer at hidden 1024) fits one rank but not 64 ranks of this
+# machine, each holding all of it: refused before connecting to the others (no wait).
+layers=$(awk '/^MemTotal:/ { l = int($2 * 1024 / 16 / (16 * 16779264)); print (l < 1 ? 1 : l) }' /proc/meminfo)
+expect_error "64 ranks on this machine" "more than [0-9.]* GiB, this machine's [0-9.]* GiB shared by its 64 ranks" \
+    env RANK=0 WORLD_SIZE=64 LOCAL_RANK=0 LOCAL_WORLD_SIZE=64 MASTER_ADDR=127.0.0.1 MASTER_PORT=29871 \
+    timeout 60 "$train" --set out_dir="$tmp/d" --set backend=cpu --set model.hidden_size=1024 \
+    --set model.intermediate_size=4096 --set model.num_attention_heads=8 \
+    --set model.num_key_value_heads=8 --set model.num_hidden_layers="$layers"
+[ ! -e "$tmp/a" ] && [ ! -e "$tmp/b" ] && [ ! -e "$tmp/c" ] && [ ! -e "$tmp/d" ] && ok || bad "a refused run created its out_dir"
 
 # A 10 MB user message with data.seq_len 64: refused naming the line and data.max_line_bytes
 # (default 64 x seq_len, at least 1 MiB) before its JSON is parsed: ~2 MB above start-up,

@@ -423,16 +423,17 @@ TrainRun *train_run_start(const RunConfig *config) {
     if (rank0 && backend == BACKEND_CPU && config->train.offload_activations)
         printf("train.offload_activations: the cpu backend's activations are in host memory "
                "already\n");
+    const RunSettings *settings = &run->settings;
+    run->settings = run_settings_from(config, backend);
+    LoraConfig lora_keys;
+    const bool lora_on = lora_config_from(config, &lora_keys);
+    // Before connecting: every rank refuses alike, none waits for the others.
+    run_memory_check(mc, lora_on ? &lora_keys : NULL, settings, (int)config->data.seq_len,
+                     backend, dist_env_from_environment().local_world_size);
     // Before the backend: NCCL picks this rank's GPU.
     ranks_connect(config, mc, backend, &run->ranks);
     const TrainBackendOps *ops = run->ops = backend_ops(backend);
-    const RunSettings *settings = &run->settings;
-    run->settings = run_settings_from(config, backend);
     if (rank0) print_mfu_basis(settings);
-    LoraConfig lora_keys;
-    const bool lora_on = lora_config_from(config, &lora_keys);
-    run_memory_check(mc, lora_on ? &lora_keys : NULL, settings, (int)config->data.seq_len,
-                     backend);
 
     const DataOptions data_opt = data_options_from_config(config);
     load_train_data(config, tok, data_opt, rank0, &run->train);

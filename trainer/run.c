@@ -184,7 +184,7 @@ static int compare_run_records(const char *saved_text, const char *now_text, cha
 }
 
 void run_memory_check(const ModelConfig *mc, const LoraConfig *lora, const RunSettings *s,
-                      int seq_len, Backend backend) {
+                      int seq_len, Backend backend, int ranks_on_host) {
     const double V = mc->vocab_size, C = mc->hidden_size, F = mc->intermediate_size,
                  L = mc->num_hidden_layers;
     const ModelDims dims = model_dims(mc);
@@ -208,8 +208,17 @@ void run_memory_check(const ModelConfig *mc, const LoraConfig *lora, const RunSe
                                     mlp_sets * 3 * F + 2 * C + (2 * C + 2 * q + 2 * kv + 3 * F);
     const double activation_bytes = tokens * 4.0 * floats_per_token + 4.0 * logit_rows * V;
     const double gib = 1024.0 * 1024.0 * 1024.0;
-    const double machine = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-    if (machine <= 0) return;
+    const double memory = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    if (memory <= 0) return;
+    // Every rank on this machine holds its own copy of all of it.
+    if (ranks_on_host < 1) ranks_on_host = 1;
+    const double machine = memory / ranks_on_host;
+    char than[160];
+    if (ranks_on_host == 1)
+        snprintf(than, sizeof than, "more than this machine's %.1f GiB", memory / gib);
+    else
+        snprintf(than, sizeof than, "more than %.1f GiB, this machine's %.1f GiB shared by its %d "
+                 "ranks", machine / gib, memory / gib, ranks_on_host);
     if (backend == BACKEND_CUDA && !lora) {
         // The host holds the training state's copy (fp32 weights, AdamW m and v, which
         // every checkpoint fills from the device) beside the offloads' pinned memory; with
@@ -228,21 +237,21 @@ void run_memory_check(const ModelConfig *mc, const LoraConfig *lora, const RunSe
                          "checkpoint) and ", copy / gib);
             fatal("config keys model.hidden_size, model.intermediate_size, model.num_hidden_layers, "
                   "model.vocab_size%s: %.3g parameters need about %.1f GiB of host memory, "
-                  "%s%.1f GiB pinned for the offloads, more than this machine's %.1f GiB",
+                  "%s%.1f GiB pinned for the offloads, %s",
                   pinned > 0 ? ", train.offload_optimizer, train.offload_activations" : "",
-                  params, need / gib, copy_text, pinned / gib, machine / gib);
+                  params, need / gib, copy_text, pinned / gib, than);
         }
         return;
     }
     if (state_bytes > machine)
         fatal("config keys model.hidden_size, model.intermediate_size, model.num_hidden_layers, "
               "model.vocab_size: %.3g parameters need %.1f GiB for weights, gradients and AdamW "
-              "moments, more than this machine's %.1f GiB", params, state_bytes / gib, machine / gib);
+              "moments, %s", params, state_bytes / gib, than);
     if (backend == BACKEND_CPU && activation_bytes > machine)
         fatal("config keys train.micro_rows x data.seq_len: %d x %d tokens per micro-batch need "
-              "about %.1f GiB of activations with train.recompute %s, more than this machine's "
-              "%.1f GiB (lower train.micro_rows%s)", s->micro_rows, seq_len, activation_bytes / gib,
-              model_recompute_name(s->recompute), machine / gib,
+              "about %.1f GiB of activations with train.recompute %s, %s (lower "
+              "train.micro_rows%s)", s->micro_rows, seq_len, activation_bytes / gib,
+              model_recompute_name(s->recompute), than,
               s->recompute == MODEL_RECOMPUTE_LAYER ? "" : ", or set train.recompute=layer");
 }
 

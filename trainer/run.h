@@ -38,12 +38,13 @@ ModelRecompute run_recompute_from(const RunConfig *c);
 // Fatal, naming the keys, when the run's host memory estimate (weights, gradients and
 // AdamW moments for the model.* sizes, under LoRA (lora not NULL) the base's fp32 weights
 // and the adapters' full state; on the CPU backend activations for train.micro_rows x
-// data.seq_len; on the CUDA backend, full fine-tuning, the state's host copy of 12 bytes
-// per parameter and the offloads' pinned memory, cuda_host_pinned_bytes) exceeds this
-// machine's memory, rather than an "out of memory" midway. The CUDA backend checks its
-// device memory when it is created (trainer/device_memory.h).
+// data.seq_len; on the CUDA backend, full fine-tuning, cuda_train_host_bytes: the state's
+// host copy of 12 bytes per parameter unless the optimizer is offloaded, and the
+// offloads' pinned memory) exceeds this machine's memory shared by ranks_on_host ranks
+// (each holds all of it; below 1: one), rather than an "out of memory" midway. The CUDA
+// backend checks its device memory when it is created (trainer/device_memory.h).
 void run_memory_check(const ModelConfig *mc, const LoraConfig *lora, const RunSettings *s,
-                      int seq_len, Backend backend);
+                      int seq_len, Backend backend, int ranks_on_host);
 
 // The host copy of the training state: the checkpoints' format, exchanged with the
 // backend through set_state / get_state.

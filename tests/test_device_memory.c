@@ -465,6 +465,19 @@ int main(void) {
                el.total == el.state + el.arena + el.scratch,
            "lora state %zu (by hand %zu), scratch %zu", el.state, 2 * n + 16 * adapters + 8,
            el.scratch);
+    // Its host memory: the base's fp32 weights and the adapters' full state; with the
+    // layer inputs offloaded their pinned copies too; without LoRA the state's 12-byte copy.
+    CudaMemoryRequest lora_inputs = lora_tiny;
+    lora_inputs.recompute = MODEL_RECOMPUTE_LAYER;
+    lora_inputs.offload_activations = true;
+    EXPECT(cuda_run_host_bytes(&lora_tiny) == 4 * n + 16 * adapters &&
+               lora_host_state_bytes(&tiny, &lora) == 4 * n + 16 * adapters &&
+               cuda_run_host_bytes(&lora_inputs) ==
+                   4 * n + 16 * adapters + cuda_activations_host_bytes(&lora_inputs) &&
+               cuda_run_host_bytes(&full_tiny) == 12 * n,
+           "run host bytes: LoRA %zu (by hand %zu), with offloaded inputs %zu, full %zu",
+           cuda_run_host_bytes(&lora_tiny), 4 * n + 16 * adapters,
+           cuda_run_host_bytes(&lora_inputs), cuda_run_host_bytes(&full_tiny));
     // Qwen3-8B, r 16 on every projection, one row of 32768 with recompute layer: the state
     // is about 2 bytes a parameter, under a quarter of a full fine-tune's.
     ModelConfig qwen8 = config(4096, 32, 8, 12288, 36, 151936);

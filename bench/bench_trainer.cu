@@ -121,9 +121,9 @@ int main(int argc, char **argv) {
     LoraConfig lora;
     const bool lora_on = lora_config_from(config, &lora);
     const TrainBackendOps *gpu = cuda_train_backend();
-    // As `train` does: the offloaded optimizer of full fine-tuning updates the host
-    // state in place, pinned (no second copy on the host).
-    const bool state_pinned = settings.offload_optimizer && !lora_on;
+    // As `train` does: where the backend updates the host state in place it is pinned
+    // and handed over (no second copy on the host).
+    const bool state_pinned = run_state_handed_over(BACKEND_CUDA, &settings, lora_on);
     float *host_params = state_pinned ? (float *)gpu->host_allocator.alloc(P * sizeof(float))
                                       : (float *)xmalloc(P * sizeof(float));
     params_init(&cfg, &table, 1, host_params);
@@ -135,14 +135,10 @@ int main(int argc, char **argv) {
         lora_init(&layout, 1, adapters.data());
     }
     AdamWState opt;
-    if (state_pinned) {
-        opt = {P, (float *)gpu->host_allocator.alloc(P * sizeof(float)),
-               (float *)gpu->host_allocator.alloc(P * sizeof(float)), 0};
-        memset(opt.m, 0, P * sizeof(float));
-        memset(opt.v, 0, P * sizeof(float));
-    } else {
+    if (state_pinned)
+        adamw_init_from(&opt, P, gpu->host_allocator.alloc);
+    else
         adamw_init(&opt, lora_on ? layout.table.total : P);
-    }
     const BackendSetup setup = {&cfg, lora_on ? &layout.table : &table, 1, S, deterministic,
                                 recompute, lora_on ? &layout : nullptr, &table,
                                 host_params, settings.offload_optimizer,
@@ -235,8 +231,7 @@ int main(int argc, char **argv) {
     micro_batches_free(&micro);
     attn_mask_free(&mask_128);
     if (state_pinned) {
-        gpu->host_allocator.free(opt.m);
-        gpu->host_allocator.free(opt.v);
+        adamw_free_from(&opt, gpu->host_allocator.free);
         gpu->host_allocator.free(host_params);
     } else {
         adamw_free(&opt);

@@ -271,8 +271,8 @@ int main(void) {
     // the device optimizer's weights, m and v, and get_state into other arrays does too.
     {
         float *hp = (float *)gpu->host_allocator.alloc(n * sizeof(float));
-        AdamWState hs = {n, (float *)gpu->host_allocator.alloc(n * sizeof(float)),
-                         (float *)gpu->host_allocator.alloc(n * sizeof(float)), 0};
+        AdamWState hs;
+        adamw_init_from(&hs, n, gpu->host_allocator.alloc);
         gpu->get_state(d, hp, &hs);
         BackendSetup handed = offloaded;
         handed.host_params = hp;
@@ -306,8 +306,7 @@ int main(void) {
                "want %ld)", hs.step, sd.step);
         gpu->destroy(ho);
         gpu->host_allocator.free(hp);
-        gpu->host_allocator.free(hs.m);
-        gpu->host_allocator.free(hs.v);
+        adamw_free_from(&hs, gpu->host_allocator.free);
     }
 
     // A step, and the trainer destroyed while its update runs.

@@ -33,6 +33,10 @@ typedef struct {
 // Host moments, zeroed, at step 0.
 void adamw_init(AdamWState *s, size_t n);
 void adamw_free(AdamWState *s);
+// The same from an allocator (the CUDA backend's pinned host memory), zeroed here;
+// adamw_free_from gives them back to its free.
+void adamw_init_from(AdamWState *s, size_t n, void *(*alloc)(size_t bytes));
+void adamw_free_from(AdamWState *s, void (*free_fn)(void *ptr));
 
 // Whether the tensor gets weight decay under these settings.
 bool adamw_decays(const ParamTensor *t, const AdamWHyper *h);

@@ -15,8 +15,18 @@ void adamw_init(AdamWState *s, size_t n) {
 }
 
 void adamw_free(AdamWState *s) {
-    free(s->m);
-    free(s->v);
+    adamw_free_from(s, free);
+}
+
+void adamw_init_from(AdamWState *s, size_t n, void *(*alloc)(size_t bytes)) {
+    *s = (AdamWState){.n = n, .m = alloc(n * sizeof(float)), .v = alloc(n * sizeof(float))};
+    memset(s->m, 0, n * sizeof(float));
+    memset(s->v, 0, n * sizeof(float));
+}
+
+void adamw_free_from(AdamWState *s, void (*free_fn)(void *ptr)) {
+    free_fn(s->m);
+    free_fn(s->v);
     memset(s, 0, sizeof *s);
 }
 

@@ -185,16 +185,11 @@ static void stage_upload(void *ctx, int c) {
 // so an update that made a weight non-finite stops the process at the first call that
 // waits for it (the forward that would read it, get_state before a checkpoint, ...),
 // before anything uses or saves that state.
-// The first tensor whose offloaded master weights hold a non-finite value.
-static const char *offload_first_nonfinite(const CudaTrainer *t) {
-    return param_table_first_nonfinite(t->table, t->host_params);
-}
-
 static void offload_finish(CudaTrainer *t) {
     if (!offload_pipeline_running(t->pipeline)) return;
     t->finite = offload_pipeline_finish(t->pipeline);
     if (t->finite) return;
-    const char *name = offload_first_nonfinite(t);
+    const char *name = param_table_first_nonfinite(t->table, t->host_params);
     fatal("the offloaded AdamW update of optimizer step %ld made weights of tensor %s "
           "non-finite; stopping without saving this state (the last checkpoint, if any, is "
           "intact)", t->adamw.step, name ? name : "(none found)");
@@ -565,7 +560,7 @@ static const char *cuda_first_nonfinite(void *state, bool grads) {
         // A running update is checked when it finishes (offload_finish): not here, so
         // that the step returns while it runs.
         if (offload_pipeline_running(t->pipeline) || t->finite) return NULL;
-        return offload_first_nonfinite(t);
+        return param_table_first_nonfinite(t->table, t->host_params);
     }
     if (grads && t->offload) order_after_uploads(t, t->n_chunks);
     if (grads)

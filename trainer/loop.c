@@ -455,11 +455,10 @@ TrainRun *train_run_start(const RunConfig *config) {
     }
 
     TrainState *state = &run->state;
-    // The offloaded optimizer of full fine-tuning updates the state's own arrays, pinned:
-    // the host holds the state once.
-    const bool state_pinned = backend == BACKEND_CUDA && settings->offload_optimizer && !lora_on;
+    // Where the backend updates the state's own arrays the host holds the state once.
     train_state_init(state, mc, settings->seed,
-                     state_pinned ? ops->host_allocator : (HostAllocator){NULL, NULL});
+                     run_state_handed_over(backend, settings, lora_on) ? ops->host_allocator
+                                                                       : (HostAllocator){NULL, NULL});
     const char *init_from = config->model.init_from;
     if (init_from && !hf_folder_has_weights(init_from)) {
         // config.json alone (a model's shape without its weights): train_state_init's

@@ -255,16 +255,17 @@ void run_memory_check(const ModelConfig *mc, const LoraConfig *lora, const RunSe
               s->recompute == MODEL_RECOMPUTE_LAYER ? "" : ", or set train.recompute=layer");
 }
 
+bool run_state_handed_over(Backend backend, const RunSettings *s, bool lora) {
+    return backend == BACKEND_CUDA && s->offload_optimizer && !lora;
+}
+
 void train_state_init(TrainState *s, const ModelConfig *mc, uint64_t seed, HostAllocator alloc) {
     param_table_build(mc, &s->table);
     const size_t n = s->table.total;
     s->alloc = alloc;
     if (alloc.alloc) {
         s->params = alloc.alloc(n * sizeof(float));
-        s->opt = (AdamWState){.n = n, .m = alloc.alloc(n * sizeof(float)),
-                              .v = alloc.alloc(n * sizeof(float))};
-        memset(s->opt.m, 0, n * sizeof(float));
-        memset(s->opt.v, 0, n * sizeof(float));
+        adamw_init_from(&s->opt, n, alloc.alloc);
     } else {
         s->params = xmalloc(n * sizeof(float));
         adamw_init(&s->opt, n);
@@ -435,8 +436,7 @@ void train_state_free(TrainState *s) {
     free(s->base_model);
     s->base_model = NULL;
     if (s->alloc.free) {
-        s->alloc.free(s->opt.m);
-        s->alloc.free(s->opt.v);
+        adamw_free_from(&s->opt, s->alloc.free);
         s->alloc.free(s->params);
     } else {
         adamw_free(&s->opt);

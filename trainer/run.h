@@ -74,6 +74,11 @@ typedef struct {
 // config and checksums of the train data and tokenizer files. malloc'd JSON text.
 char *run_record_from(const RunConfig *c);
 
+// Whether a run's state arrays come from the backend's host_allocator and are handed to
+// the backend (BackendSetup.host_params), which updates them in place: the CUDA backend's
+// offloaded optimizer of full fine-tuning.
+bool run_state_handed_over(Backend backend, const RunSettings *s, bool lora);
+
 // The seeded init at step 0; params, opt.m and opt.v from alloc (alloc.alloc NULL: the
 // heap). Not for LoRA (train_state_to_lora replaces the arrays from the heap).
 void train_state_init(TrainState *s, const ModelConfig *mc, uint64_t seed, HostAllocator alloc);

@@ -93,11 +93,6 @@ size_t cuda_host_pinned_bytes(const CudaMemoryRequest *r) {
            cuda_activations_host_bytes(r);
 }
 
-size_t cuda_train_host_bytes(const CudaMemoryRequest *r, size_t n_params) {
-    // Offloaded, the state's copy is the backend's pinned master and moments.
-    return (r->offload_optimizer ? 0 : 12 * n_params) + cuda_host_pinned_bytes(r);
-}
-
 size_t lora_host_state_bytes(const ModelConfig *mc, const LoraConfig *lora) {
     LoraLayout l;
     lora_layout_build(mc, lora, &l);
@@ -107,8 +102,10 @@ size_t lora_host_state_bytes(const ModelConfig *mc, const LoraConfig *lora) {
 }
 
 size_t cuda_run_host_bytes(const CudaMemoryRequest *r) {
-    return r->lora ? lora_host_state_bytes(r->mc, r->lora) + cuda_host_pinned_bytes(r)
-                   : cuda_train_host_bytes(r, param_count(r->mc));
+    // Offloaded, the state's copy is the backend's pinned master and moments.
+    const size_t state = r->lora ? lora_host_state_bytes(r->mc, r->lora)
+                         : r->offload_optimizer ? 0 : 12 * param_count(r->mc);
+    return state + cuda_host_pinned_bytes(r);
 }
 
 size_t host_memory_available(void) {

@@ -92,16 +92,14 @@ size_t cuda_activations_host_bytes(const CudaMemoryRequest *r);
 // The request's pinned host memory: cuda_offload_host_bytes with offload_optimizer and
 // cuda_activations_host_bytes.
 size_t cuda_host_pinned_bytes(const CudaMemoryRequest *r);
-// The host memory `train` needs beside the device for full fine-tuning of n_params:
-// cuda_host_pinned_bytes, and without offload_optimizer the training state's host copy
-// (fp32 weights, AdamW m and v, 12 bytes per parameter, which every checkpoint fills from
-// the device); with it that copy is the offloaded master and moments themselves.
-size_t cuda_train_host_bytes(const CudaMemoryRequest *r, size_t n_params);
 // The host state of LoRA on either backend: the base's fp32 weights (4 bytes per
 // parameter) and the adapters' full state (16 bytes each: weights, gradients, m, v).
 size_t lora_host_state_bytes(const ModelConfig *mc, const LoraConfig *lora);
-// The host memory a CUDA run of the request needs: cuda_train_host_bytes for full
-// fine-tuning, lora_host_state_bytes and cuda_host_pinned_bytes under LoRA.
+// The host memory a CUDA run of the request needs beside the device: under LoRA
+// lora_host_state_bytes, for full fine-tuning without offload_optimizer the training
+// state's host copy (fp32 weights, AdamW m and v, 12 bytes per parameter, which every
+// checkpoint fills from the device; with it that copy is the offloaded master and moments
+// themselves); and cuda_host_pinned_bytes.
 size_t cuda_run_host_bytes(const CudaMemoryRequest *r);
 
 // Refuses (-1, the message naming train.offload_activations, the estimate, what is

@@ -227,7 +227,7 @@ void run_memory_check(const ModelConfig *mc, const LoraConfig *lora, const RunSe
                                            .seq_len = seq_len, .recompute = s->recompute,
                                            .offload_optimizer = s->offload_optimizer,
                                            .offload_activations = s->offload_activations};
-        const double need = (double)cuda_train_host_bytes(&request, (size_t)params);
+        const double need = (double)cuda_run_host_bytes(&request);
         const double pinned = (double)cuda_host_pinned_bytes(&request), copy = need - pinned;
         if (need > machine) {
             char copy_text[160] = "";

@@ -35,14 +35,34 @@ LayerTensor lora_target_tensor(LoraTarget t);
 // s: alpha / r, or alpha / sqrt(r) under rslora, in double as PEFT computes it.
 double lora_scale(const LoraConfig *lc);
 
-// The adapters of a model: the config, the table of every A and B (layer by layer, in
-// target order, A before B; offsets into one flat adapter buffer) and where each sits.
+// Adapters that read one input: q|k|v (ln1), o (the attention output), gate|up (ln2), down
+// (the SwiGLU output). A group's targeted members have their A's stacked [n r, in] in
+// the adapter buffer, so one product computes x A^T for all of them; each member adds
+// into its own column range of the group's output rows (the stacked q|k|v or gate|up).
+typedef enum { LORA_GROUP_QKV, LORA_GROUP_O, LORA_GROUP_GATE_UP, LORA_GROUP_DOWN, LORA_GROUPS } LoraGroupId;
+#define LORA_GROUP_MAX 3
+
+typedef struct {
+    int n;                        // targeted members; 0: the group has no adapter
+    int in, r;                    // the shared input's features, the rank
+    float scale;                  // lora_scale
+    size_t a;                     // offset of the stacked A [n r, in]
+    size_t b[LORA_GROUP_MAX];     // offset of member j's B [out[j], r]
+    int out[LORA_GROUP_MAX];      // member j's out features
+    int col[LORA_GROUP_MAX];      // where member j's columns start in the output rows
+} LoraGroup;
+
+// The adapters of a model: the config, the table of every A and B (layer by layer, the
+// layer's A's in target order, then its B's; offsets into one flat adapter buffer) and
+// where each sits.
 typedef struct {
     LoraConfig cfg;
     ParamTable table;      // PEFT names; shapes [r, in] and [out, r]
     float scale;           // lora_scale, rounded to float once
     int in[LORA_TARGETS], out[LORA_TARGETS];  // each target's in and out features
     size_t *a, *b;         // [num_hidden_layers, LORA_TARGETS] offsets; PARAM_ABSENT untargeted
+    LoraGroup *groups;     // [num_hidden_layers, LORA_GROUPS]
+    int max_group;         // the most members of any group (the scratch holds [T, max_group r])
     int num_hidden_layers;
 } LoraLayout;
 
@@ -61,18 +81,24 @@ void lora_init(const LoraLayout *l, uint64_t seed, float *adapter);
 void lora_merge(const LoraLayout *l, const ParamTable *base, float *params,
                 const float *adapter);
 
-// One adapted projection on the CPU: out[T, OC] += s (x[T, IC] A^T) B^T, with u [T, r]
-// scratch (it holds x A^T after the call). out's rows are ld_out apart (>= OC: a column
-// slice of wider rows, as q, k, v of a stacked q|k|v product on the GPU). The CUDA twins
-// are model/lora_cuda.h's.
-void lora_forward_cpu(float *out, int ld_out, float *u, const float *x, const float *A,
-                      const float *B, int T, int IC, int OC, int r, float scale);
-// Its backward from dout [T, OC] (rows ld_dout apart): dA [r, IC] and dB [OC, r]
-// accumulate, dx [T, IC] += the input gradient (skipped when NULL); u, du [T, r] scratch
-// (u is x A^T recomputed).
-void lora_backward_cpu(float *dx, float *dA, float *dB, float *u, float *du, const float *dout,
-                       int ld_dout, const float *x, const float *A, const float *B, int T,
-                       int IC, int OC, int r, float scale);
+// Layer l's group g.
+const LoraGroup *lora_group(const LoraLayout *l, int layer, LoraGroupId g);
+// Layer l's adapter on target t alone, as a group of one member (column 0); n = 0 when the
+// target has none.
+LoraGroup lora_target_group(const LoraLayout *l, int layer, LoraTarget t);
+
+// A group's adapters on the CPU: out[T, :] += s (x[T, in] A_j^T) B_j^T into member j's
+// columns col[j] .. col[j] + out[j] of out's rows (ld_out apart), with A_j, B_j read from
+// adapter at the group's offsets and u [T, n r] scratch (it holds x A^T after the call).
+// The CUDA twins are model/lora_cuda.h's.
+void lora_forward_cpu(float *out, int ld_out, float *u, const float *x, const float *adapter,
+                      const LoraGroup *g, int T);
+// Its backward from dout (rows ld_dout apart, member j's at its columns): the A's and B's
+// gradients accumulate into adapter_grads at the group's offsets, dx [T, in] += the input
+// gradient (skipped when NULL); u, du [T, n r] scratch (u is x A^T recomputed).
+void lora_backward_cpu(float *dx, float *adapter_grads, float *u, float *du, const float *dout,
+                       int ld_dout, const float *x, const float *adapter, const LoraGroup *g,
+                       int T);
 
 // Binds adapters to the CPU model (model/model_cpu.c): every later forward, logits and
 // forward_backward runs base + adapter (the buffers must live that long), and

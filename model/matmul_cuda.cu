@@ -171,39 +171,55 @@ void matmul_backward_overwrite_cuda(bf16 *dinp, float *dweight, const bf16 *dout
 }
 
 // LoRA (model/lora_cuda.h), the products of lora_forward_cpu / lora_backward_cpu with the
-// same roles; out and dout may be column slices of wider rows (ld_out, ld_dout).
-void lora_forward_cuda(bf16 *out, int ld_out, bf16 *u, const bf16 *x, const bf16 *A,
-                       const bf16 *B, int T, int IC, int OC, int r, float scale,
-                       cudaStream_t stream) {
-    const char *op = "lora_forward_cuda";
-    CHECK(T >= 0 && IC > 0 && OC > 0 && r > 0 && ld_out >= OC, "%s: bad shape T=%d IC=%d OC=%d "
-          "r=%d ld_out=%d", op, T, IC, OC, r, ld_out);
-    if (T == 0) return;
-    // u^T[r,T] = A[r,IC] @ x^T[IC,T]
-    lt_matmul_ld(op, u, CUDA_R_16BF, r, A, IC, true, x, IC, false, r, T, IC, 1.0f, 0.0f, stream);
-    // out^T[OC,T] += s B[OC,r] @ u^T[r,T]
-    lt_matmul_ld(op, out, CUDA_R_16BF, ld_out, B, r, true, u, r, false, OC, T, r, scale, 1.0f,
-                 stream);
+// same roles: one product over the group's stacked A's (u, dA, dx read or write the shared
+// input once for all members), one per member for its B.
+static void check_lora_group(const char *op, const LoraGroup *g, int T, int ld) {
+    CHECK(T >= 0 && g->n >= 1 && g->n <= LORA_GROUP_MAX && g->in > 0 && g->r > 0,
+          "%s: bad group n=%d in=%d r=%d T=%d", op, g->n, g->in, g->r, T);
+    for (int j = 0; j < g->n; j++)
+        CHECK(g->out[j] > 0 && g->col[j] >= 0 && g->col[j] + g->out[j] <= ld,
+              "%s: member %d's columns %d + %d outside rows of %d", op, j, g->col[j], g->out[j],
+              ld);
 }
 
-void lora_backward_cuda(bf16 *dx, float *dA, float *dB, bf16 *u, bf16 *du, const bf16 *dout,
-                        int ld_dout, const bf16 *x, const bf16 *A, const bf16 *B, int T, int IC,
-                        int OC, int r, float scale, cudaStream_t stream) {
-    const char *op = "lora_backward_cuda";
-    CHECK(T >= 0 && IC > 0 && OC > 0 && r > 0 && ld_dout >= OC, "%s: bad shape T=%d IC=%d OC=%d "
-          "r=%d ld_dout=%d", op, T, IC, OC, r, ld_dout);
+void lora_forward_cuda(bf16 *out, int ld_out, bf16 *u, const bf16 *x, const bf16 *adapter,
+                       const LoraGroup *g, int T, cudaStream_t stream) {
+    const char *op = "lora_forward_cuda";
+    check_lora_group(op, g, T, ld_out);
     if (T == 0) return;
-    lt_matmul_ld(op, u, CUDA_R_16BF, r, A, IC, true, x, IC, false, r, T, IC, 1.0f, 0.0f, stream);
-    // dB^T[r,OC] += s u^T[r,T] @ dout[T,OC]
-    lt_matmul_ld(op, dB, CUDA_R_32F, r, u, r, false, dout, ld_dout, true, r, OC, T, scale, 1.0f,
-                 stream);
-    // du^T[r,T] = s B^T[r,OC] @ dout^T[OC,T]
-    lt_matmul_ld(op, du, CUDA_R_16BF, r, B, r, false, dout, ld_dout, false, r, T, OC, scale, 0.0f,
-                 stream);
-    // dA^T[IC,r] += x^T[IC,T] @ du[T,r]
-    lt_matmul_ld(op, dA, CUDA_R_32F, IC, x, IC, false, du, r, true, IC, r, T, 1.0f, 1.0f, stream);
-    // dx^T[IC,T] += A^T[IC,r] @ du^T[r,T]
+    const int r = g->r, nr = g->n * r;
+    // u^T[n r, T] = A[n r, in] @ x^T[in, T]
+    lt_matmul_ld(op, u, CUDA_R_16BF, nr, adapter + g->a, g->in, true, x, g->in, false, nr, T,
+                 g->in, 1.0f, 0.0f, stream);
+    // member j: out_j^T[out_j, T] += s B_j[out_j, r] @ u_j^T[r, T]
+    for (int j = 0; j < g->n; j++)
+        lt_matmul_ld(op, out + g->col[j], CUDA_R_16BF, ld_out, adapter + g->b[j], r, true,
+                     u + (size_t)j * r, nr, false, g->out[j], T, r, g->scale, 1.0f, stream);
+}
+
+void lora_backward_cuda(bf16 *dx, float *adapter_grads, bf16 *u, bf16 *du, const bf16 *dout,
+                        int ld_dout, const bf16 *x, const bf16 *adapter, const LoraGroup *g,
+                        int T, cudaStream_t stream) {
+    const char *op = "lora_backward_cuda";
+    check_lora_group(op, g, T, ld_dout);
+    if (T == 0) return;
+    const int r = g->r, nr = g->n * r, in = g->in;
+    const bf16 *A = adapter + g->a;
+    lt_matmul_ld(op, u, CUDA_R_16BF, nr, A, in, true, x, in, false, nr, T, in, 1.0f, 0.0f, stream);
+    for (int j = 0; j < g->n; j++) {
+        const bf16 *dout_j = dout + g->col[j], *u_j = u + (size_t)j * r;
+        // dB_j^T[r, out_j] += s u_j^T[r, T] @ dout_j[T, out_j]
+        lt_matmul_ld(op, adapter_grads + g->b[j], CUDA_R_32F, r, u_j, nr, false, dout_j, ld_dout,
+                     true, r, g->out[j], T, g->scale, 1.0f, stream);
+        // du_j^T[r, T] = s B_j^T[r, out_j] @ dout_j^T[out_j, T]
+        lt_matmul_ld(op, du + (size_t)j * r, CUDA_R_16BF, nr, adapter + g->b[j], r, false, dout_j,
+                     ld_dout, false, r, T, g->out[j], g->scale, 0.0f, stream);
+    }
+    // dA^T[in, n r] += x^T[in, T] @ du[T, n r]
+    lt_matmul_ld(op, adapter_grads + g->a, CUDA_R_32F, in, x, in, false, du, nr, true, in, nr, T,
+                 1.0f, 1.0f, stream);
+    // dx^T[in, T] += A^T[in, n r] @ du^T[n r, T]
     if (dx)
-        lt_matmul_ld(op, dx, CUDA_R_16BF, IC, A, IC, false, du, r, false, IC, T, r, 1.0f, 1.0f,
+        lt_matmul_ld(op, dx, CUDA_R_16BF, in, A, in, false, du, nr, false, in, T, nr, 1.0f, 1.0f,
                      stream);
 }

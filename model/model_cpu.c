@@ -212,13 +212,14 @@ void cpu_model_set_lora(CpuModel *m, const LoraLayout *lora, const float *adapte
     }
 }
 
-// The adapter of layer l's tensor w (a LayerTensor), as its LoraTarget; -1 when none.
-static int adapter_of(const CpuModel *m, int l, int w) {
-    if (!m->lora) return -1;
-    for (int t = 0; t < LORA_TARGETS; t++)
-        if ((int)lora_target_tensor((LoraTarget)t) == w)
-            return m->lora->a[(size_t)l * LORA_TARGETS + t] == PARAM_ABSENT ? -1 : t;
-    return -1;
+// The adapter of layer l's tensor w (a LayerTensor), alone (the CPU model's projections
+// write separate outputs); n = 0 when none.
+static LoraGroup adapter_of(const CpuModel *m, int l, int w) {
+    if (m->lora)
+        for (int t = 0; t < LORA_TARGETS; t++)
+            if ((int)lora_target_tensor((LoraTarget)t) == w)
+                return lora_target_group(m->lora, l, (LoraTarget)t);
+    return (LoraGroup){0};
 }
 
 // out[T, OC] = x W^T for layer l's projection w, plus its adapter's s (x A^T) B^T.
@@ -226,11 +227,8 @@ static void linear_forward(CpuModel *m, const float *params, int l, int w, float
                            const float *x, int T, int IC, int OC) {
     const size_t *off = m->off.layer + (size_t)l * LAYER_TENSORS;
     matmul_forward_cpu(out, x, params + off[w], T, IC, OC);
-    const int t = adapter_of(m, l, w);
-    if (t < 0) return;
-    const size_t i = (size_t)l * LORA_TARGETS + t;
-    lora_forward_cpu(out, OC, m->lora_u, x, m->adapter + m->lora->a[i],
-                     m->adapter + m->lora->b[i], T, IC, OC, m->lora->cfg.r, m->lora->scale);
+    const LoraGroup g = adapter_of(m, l, w);
+    if (g.n) lora_forward_cpu(out, OC, m->lora_u, x, m->adapter, &g, T);
 }
 
 // linear_forward's backward from dout: dx += (skipped when NULL), the base weight's
@@ -239,14 +237,11 @@ static void linear_backward(CpuModel *m, const float *params, float *grads, int 
                             float *dx, const float *dout, const float *x, int T, int IC, int OC) {
     const size_t *off = m->off.layer + (size_t)l * LAYER_TENSORS;
     matmul_backward_cpu(dx, grad_at(grads, off[w]), dout, x, params + off[w], T, IC, OC);
-    const int t = adapter_of(m, l, w);
-    if (t < 0) return;
+    const LoraGroup g = adapter_of(m, l, w);
+    if (!g.n) return;
     CHECK(m->adapter_grads, "LoRA backward without an adapter gradient buffer");
-    const size_t i = (size_t)l * LORA_TARGETS + t;
-    const size_t a = m->lora->a[i], b = m->lora->b[i];
-    lora_backward_cpu(dx, m->adapter_grads + a, m->adapter_grads + b, m->lora_u, m->lora_du, dout,
-                      OC, x, m->adapter + a, m->adapter + b, T, IC, OC, m->lora->cfg.r,
-                      m->lora->scale);
+    lora_backward_cpu(dx, m->adapter_grads, m->lora_u, m->lora_du, dout, OC, x, m->adapter, &g,
+                      T);
 }
 
 // q, k, v of one layer from its ln1 output: the projections, their biases

@@ -130,8 +130,8 @@ struct CudaModel {
     const LoraLayout *lora;
     const bf16 *adapter;      // [lora->table.total]
     float *adapter_grads;     // [lora->table.total]
-    bf16 *lora_u, *lora_du;   // [T, lora_rank] scratch (own allocations, not the arena's)
-    int lora_rank;
+    bf16 *lora_u, *lora_du;   // [T, lora_width] scratch (own allocations, not the arena's)
+    int lora_width;           // the columns the scratch holds: a group's members x rank
 };
 
 // Points every device buffer into the arena where the layout places it.
@@ -365,63 +365,44 @@ void cuda_model_set_lora(CudaModel *m, const LoraLayout *lora, const void *adapt
     m->lora = lora;
     m->adapter = (const bf16 *)adapter_bf16;
     m->adapter_grads = adapter_grads;
-    if (lora && lora->cfg.r > m->lora_rank) {
+    if (lora && lora->max_group * lora->cfg.r > m->lora_width) {
         cudaCheck(cudaStreamSynchronize(m->stream));  // the old scratch may be in use
         if (m->lora_u) cudaCheck(cudaFree(m->lora_u));
         if (m->lora_du) cudaCheck(cudaFree(m->lora_du));
-        const size_t n = (size_t)m->max_rows * m->seq_len * lora->cfg.r;
+        const size_t n = (size_t)m->max_rows * m->seq_len * lora->max_group * lora->cfg.r;
         cudaCheck(cudaMalloc(&m->lora_u, n * sizeof(bf16)));
         cudaCheck(cudaMalloc(&m->lora_du, n * sizeof(bf16)));
-        m->lora_rank = lora->cfg.r;
+        m->lora_width = lora->max_group * lora->cfg.r;
     }
 }
 
 // A base tensor's gradient, or NULL when the base is frozen (grads NULL).
 static float *grad_at(float *grads, size_t offset) { return grads ? grads + offset : nullptr; }
 
-// Layer l's adapter index (layer * LORA_TARGETS + target) on target t; -1 when none.
-static long adapter_index(const CudaModel *m, int l, LoraTarget t) {
-    if (!m->lora) return -1;
-    const size_t i = (size_t)l * LORA_TARGETS + t;
-    return m->lora->a[i] == PARAM_ABSENT ? -1 : (long)i;
+// Layer l's group g of adapters, or NULL when it has none.
+static const LoraGroup *adapters_at(const CudaModel *m, int l, LoraGroupId g) {
+    if (!m->lora) return nullptr;
+    const LoraGroup *group = lora_group(m->lora, l, g);
+    return group->n ? group : nullptr;
 }
 
-// out[T, OC] (rows ld_out apart) += layer l's target-t adapter of x [T, IC], if any.
-static void lora_add(CudaModel *m, int l, LoraTarget t, bf16 *out, int ld_out, const bf16 *x,
+// out[T, :] (rows ld_out apart: the group's stacked output) += layer l's group-g adapters
+// of x [T, in], if any.
+static void lora_add(CudaModel *m, int l, LoraGroupId g, bf16 *out, int ld_out, const bf16 *x,
                      int T) {
-    const long i = adapter_index(m, l, t);
-    if (i < 0) return;
-    const LoraLayout *a = m->lora;
-    lora_forward_cuda(out, ld_out, m->lora_u, x, m->adapter + a->a[i], m->adapter + a->b[i], T,
-                      a->in[t], a->out[t], a->cfg.r, a->scale, m->stream);
+    const LoraGroup *group = adapters_at(m, l, g);
+    if (group) lora_forward_cuda(out, ld_out, m->lora_u, x, m->adapter, group, T, m->stream);
 }
 
-// Its backward from dout (rows ld_dout apart): the adapter's gradients, dx += its input
+// Its backward from dout (rows ld_dout apart): the adapters' gradients, dx += their input
 // gradient.
-static void lora_grad(CudaModel *m, int l, LoraTarget t, bf16 *dx, const bf16 *dout, int ld_dout,
+static void lora_grad(CudaModel *m, int l, LoraGroupId g, bf16 *dx, const bf16 *dout, int ld_dout,
                       const bf16 *x, int T) {
-    const long i = adapter_index(m, l, t);
-    if (i < 0) return;
+    const LoraGroup *group = adapters_at(m, l, g);
+    if (!group) return;
     CHECK(m->adapter_grads, "LoRA backward without an adapter gradient buffer");
-    const LoraLayout *a = m->lora;
-    lora_backward_cuda(dx, m->adapter_grads + a->a[i], m->adapter_grads + a->b[i], m->lora_u,
-                       m->lora_du, dout, ld_dout, x, m->adapter + a->a[i], m->adapter + a->b[i],
-                       T, a->in[t], a->out[t], a->cfg.r, a->scale, m->stream);
-}
-
-// The q, k, v adapters into the stacked q|k|v product [T, QKV] of x.
-static void lora_add_qkv(CudaModel *m, int l, bf16 *qkv, const bf16 *x, int T) {
-    const int QKV = m->dims.qkv_dim, Q = m->dims.q_dim, KVD = m->dims.kv_dim;
-    lora_add(m, l, LORA_Q, qkv, QKV, x, T);
-    lora_add(m, l, LORA_K, qkv + Q, QKV, x, T);
-    lora_add(m, l, LORA_V, qkv + Q + KVD, QKV, x, T);
-}
-
-// The gate and up adapters into the stacked gate|up product [rows, 2F] of x.
-static void lora_add_gate_up(CudaModel *m, int l, bf16 *gate_up, const bf16 *x, int rows) {
-    const int F = m->cfg.intermediate_size;
-    lora_add(m, l, LORA_GATE, gate_up, 2 * F, x, rows);
-    lora_add(m, l, LORA_UP, gate_up + F, 2 * F, x, rows);
+    lora_backward_cuda(dx, m->adapter_grads, m->lora_u, m->lora_du, dout, ld_dout, x, m->adapter,
+                       group, T, m->stream);
 }
 
 // qk_norm: q_normed, k_normed = RoPE(q_norm(q)), RoPE(k_norm(k)) over each head's D
@@ -468,7 +449,7 @@ static void layer_attention_forward(CudaModel *m, const bf16 *params, const Mode
     {
         StageRange stage(m->timer, again ? recomputing : "fwd qkv matmul");
         matmul_forward_cuda(m->qkv, m->ln, params + w[W_Q], T, C, QKV, s);
-        lora_add_qkv(m, l, m->qkv, m->ln, T);
+        lora_add(m, l, LORA_GROUP_QKV, m->qkv, QKV, m->ln, T);
         // The q, k, v biases are consecutive in the table, as the weights are.
         if (cfg->attention_bias) bias_forward_cuda(m->qkv, params + w[W_Q_BIAS], T, QKV, s);
     }
@@ -487,7 +468,7 @@ static void layer_attention_forward(CudaModel *m, const bf16 *params, const Mode
     {
         StageRange stage(m->timer, again ? recomputing : "fwd o matmul");
         matmul_forward_cuda(m->proj_out, a->attn, params + w[W_O], T, m->dims.q_dim, C, s);
-        lora_add(m, l, LORA_O, m->proj_out, C, a->attn, T);
+        lora_add(m, l, LORA_GROUP_O, m->proj_out, C, a->attn, T);
     }
     {
         StageRange stage(m->timer, again ? recomputing : "fwd add+norm");
@@ -579,7 +560,7 @@ static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) 
                 StageRange stage(m->timer, "fwd gate_up matmul");
                 matmul_forward_cuda(gate_up, m->ln + (size_t)t0 * C, params + w[W_GATE], rows, C,
                                     2 * F, s);
-                lora_add_gate_up(m, l, gate_up, m->ln + (size_t)t0 * C, rows);
+                lora_add(m, l, LORA_GROUP_GATE_UP, gate_up, 2 * F, m->ln + (size_t)t0 * C, rows);
             }
             {
                 StageRange stage(m->timer, "fwd swiglu");
@@ -589,7 +570,7 @@ static void forward_body(CudaModel *m, const bf16 *params, const ModelBatch *b) 
                 StageRange stage(m->timer, "fwd down matmul");
                 matmul_forward_cuda(m->proj_out + (size_t)t0 * C, m->act, params + w[W_DOWN], rows,
                                     F, C, s);
-                lora_add(m, l, LORA_DOWN, m->proj_out + (size_t)t0 * C, C, m->act, rows);
+                lora_add(m, l, LORA_GROUP_DOWN, m->proj_out + (size_t)t0 * C, C, m->act, rows);
             }
         }
         const bool last = l + 1 == L;
@@ -745,7 +726,7 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
             if (!a->gate_up) {
                 StageRange stage(m->timer, "bwd gate_up recompute");
                 matmul_forward_cuda(gate_up, ln, params + w[W_GATE], rows, C, 2 * F, s);
-                lora_add_gate_up(m, l, gate_up, ln, rows);
+                lora_add(m, l, LORA_GROUP_GATE_UP, gate_up, 2 * F, ln, rows);
             }
             {
                 StageRange stage(m->timer, "bwd swiglu recompute");
@@ -756,7 +737,7 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
                 matmul_backward_overwrite_cuda(m->d_act, grad_at(grads, w[W_DOWN]),
                                                m->d_residual + (size_t)t0 * C, m->act,
                                                params + w[W_DOWN], rows, F, C, s);
-                lora_grad(m, l, LORA_DOWN, m->d_act, m->d_residual + (size_t)t0 * C, C, m->act,
+                lora_grad(m, l, LORA_GROUP_DOWN, m->d_act, m->d_residual + (size_t)t0 * C, C, m->act,
                           rows);
             }
             {
@@ -769,9 +750,8 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
                 matmul_backward_overwrite_cuda(m->d_normed + (size_t)t0 * C,
                                                grad_at(grads, w[W_GATE]), gate_up, ln,
                                                params + w[W_GATE], rows, C, 2 * F, s);
-                lora_grad(m, l, LORA_GATE, m->d_normed + (size_t)t0 * C, gate_up, 2 * F, ln, rows);
-                lora_grad(m, l, LORA_UP, m->d_normed + (size_t)t0 * C, gate_up + F, 2 * F, ln,
-                          rows);
+                lora_grad(m, l, LORA_GROUP_GATE_UP, m->d_normed + (size_t)t0 * C, gate_up, 2 * F,
+                          ln, rows);
             }
         }
         {
@@ -785,7 +765,7 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
             StageRange stage(m->timer, "bwd o matmul");
             matmul_backward_overwrite_cuda(m->d_attn, grad_at(grads, w[W_O]), m->d_residual,
                                            a->attn, params + w[W_O], T, m->dims.q_dim, C, s);
-            lora_grad(m, l, LORA_O, m->d_attn, m->d_residual, C, a->attn, T);
+            lora_grad(m, l, LORA_GROUP_O, m->d_attn, m->d_residual, C, a->attn, T);
         }
         if (cfg->qk_norm && !layer_again) {
             StageRange stage(m->timer, "bwd qk_norm recompute");
@@ -821,10 +801,7 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
             StageRange stage(m->timer, "bwd qkv matmul");
             matmul_backward_overwrite_cuda(m->d_normed, grad_at(grads, w[W_Q]), m->qkv, m->ln,
                                            params + w[W_Q], T, C, QKV, s);
-            const int Q = m->dims.q_dim, KVD = m->dims.kv_dim;
-            lora_grad(m, l, LORA_Q, m->d_normed, m->qkv, QKV, m->ln, T);
-            lora_grad(m, l, LORA_K, m->d_normed, m->qkv + Q, QKV, m->ln, T);
-            lora_grad(m, l, LORA_V, m->d_normed, m->qkv + Q + KVD, QKV, m->ln, T);
+            lora_grad(m, l, LORA_GROUP_QKV, m->d_normed, m->qkv, QKV, m->ln, T);
         }
         {
             StageRange stage(m->timer, "bwd norm");

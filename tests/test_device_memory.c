@@ -456,7 +456,8 @@ int main(void) {
 
     // LoRA: the frozen base in bf16 (2 bytes a parameter), the adapters' full state (16
     // bytes each, counted here from the shapes: r x (in + out) per target per layer), and
-    // two [tokens, r] bf16 scratch buffers; the arena unchanged.
+    // two [tokens, 3 r] bf16 scratch buffers (q|k|v's three adapters work in them at once);
+    // the arena unchanged.
     const LoraConfig lora = {.r = 8, .alpha = 16, .target = {1, 1, 1, 1, 1, 1, 1}};
     const CudaMemoryRequest full_tiny = {&tiny, 1, 128, MODEL_RECOMPUTE_MLP, NULL, NULL, false, false};
     const CudaMemoryRequest lora_tiny = {&tiny, 1, 128, MODEL_RECOMPUTE_MLP, NULL, &lora, false, false};
@@ -466,10 +467,22 @@ int main(void) {
     // down 8 x (128 + 64).
     const size_t adapters = 4 * 8 * 128 + 3 * 8 * 192;
     EXPECT(el.state == 2 * n + 16 * adapters + 8 && el.arena == ef.arena &&
-               el.scratch == ef.scratch + 2 * 2 * 128 * 8 &&
+               el.scratch == ef.scratch + 2 * 2 * 128 * (3 * 8) &&
                el.total == el.state + el.arena + el.scratch,
            "lora state %zu (by hand %zu), scratch %zu", el.state, 2 * n + 16 * adapters + 8,
            el.scratch);
+    // The scratch's width is the largest group's: o and down alone, 1 x r; gate and up, 2 x r.
+    const LoraConfig o_down = {.r = 8, .alpha = 16, .target = {0, 0, 0, 1, 0, 0, 1}},
+                     gate_up = {.r = 8, .alpha = 16, .target = {0, 0, 0, 0, 1, 1, 0}};
+    CudaMemoryRequest narrow = lora_tiny;
+    narrow.lora = &o_down;
+    const size_t scratch_o_down = cuda_memory_request_estimate(&narrow).scratch;
+    narrow.lora = &gate_up;
+    const size_t scratch_gate_up = cuda_memory_request_estimate(&narrow).scratch;
+    EXPECT(scratch_o_down == ef.scratch + 2 * 2 * 128 * 8 &&
+               scratch_gate_up == ef.scratch + 2 * 2 * 128 * (2 * 8),
+           "LoRA scratch: o and down %zu, gate and up %zu (full %zu)", scratch_o_down,
+           scratch_gate_up, ef.scratch);
     // Its host memory: the base's fp32 weights and the adapters' full state; with the
     // layer inputs offloaded their pinned copies too; without LoRA the state's 12-byte copy.
     CudaMemoryRequest lora_inputs = lora_tiny;

@@ -6,8 +6,9 @@
 //    projection, for head_dim 64 and Qwen3's q/k norms with head_dim 128; a forward-only
 //    call gives forward_backward's loss; a second call adds the same gradients again;
 //    recompute layer gives bitwise mlp's adapter gradients;
-//  - the ops: lora_forward_cuda / lora_backward_cuda on a column slice of wider rows (as
-//    the stacked q|k|v) against lora_forward_cpu / lora_backward_cpu;
+//  - the ops: lora_forward_cuda / lora_backward_cuda on a group of three adapters writing
+//    column ranges of wider rows (as the stacked q|k|v) against lora_forward_cpu /
+//    lora_backward_cpu, the columns outside the members' untouched;
 //  - the backend (BackendSetup.lora): three AdamW steps on the cuda and the cpu backends
 //    from the same state give adapters within 2e-2 relative of each other, and the
 //    adapters moved (B was zero at init).
@@ -143,40 +144,45 @@ static void model_check(const char *label, ModelConfig cfg, const LoraConfig *lc
     param_table_free(&table);
 }
 
-// The ops on a column slice: out [T, OC] inside rows of 3 OC.
+// The ops on a group of three adapters with stacked A's whose members write column
+// ranges of wider rows with gaps between them (as q, v of the stacked q|k|v without k).
 static void ops_check(void) {
-    const int TT = 200, IC = 128, OC = 64, R = 16, LD = 3 * OC;
-    const float s = 2.0f;
-    const size_t nx = (size_t)TT * IC, nA = (size_t)R * IC, nB = (size_t)OC * R, nout = (size_t)TT * LD;
-    float *x = (float *)xmalloc(nx * 4), *A = (float *)xmalloc(nA * 4), *B = (float *)xmalloc(nB * 4);
+    const int TT = 200, IC = 128, R = 16, LD = 256;
+    LoraGroup g;
+    memset(&g, 0, sizeof g);
+    g.n = 3, g.in = IC, g.r = R, g.scale = 2.0f, g.a = 0;
+    const int outs[3] = {64, 32, 64}, cols[3] = {0, 96, 160};
+    size_t na = (size_t)3 * R * IC;
+    for (int j = 0; j < 3; j++) {
+        g.out[j] = outs[j], g.col[j] = cols[j], g.b[j] = na;
+        na += (size_t)outs[j] * R;
+    }
+    const size_t nx = (size_t)TT * IC, nout = (size_t)TT * LD, nu = (size_t)TT * 3 * R;
+    float *x = (float *)xmalloc(nx * 4), *adapter = (float *)xmalloc(na * 4);
     float *out = (float *)xmalloc(nout * 4), *dout = (float *)xmalloc(nout * 4);
     for (size_t i = 0; i < nx; i++) x[i] = test_rng_uniform(&rng);
-    for (size_t i = 0; i < nA; i++) A[i] = 0.1f * test_rng_uniform(&rng);
-    for (size_t i = 0; i < nB; i++) B[i] = 0.1f * test_rng_uniform(&rng);
+    for (size_t i = 0; i < na; i++) adapter[i] = 0.1f * test_rng_uniform(&rng);
     for (size_t i = 0; i < nout; i++) out[i] = test_rng_uniform(&rng), dout[i] = test_rng_uniform(&rng);
-    round_bf16(x, nx), round_bf16(A, nA), round_bf16(B, nB), round_bf16(out, nout), round_bf16(dout, nout);
+    round_bf16(x, nx), round_bf16(adapter, na), round_bf16(out, nout), round_bf16(dout, nout);
     // CPU oracle
-    float *u = (float *)xmalloc((size_t)TT * R * 4), *du = (float *)xmalloc((size_t)TT * R * 4);
+    float *u = (float *)xmalloc(nu * 4), *du = (float *)xmalloc(nu * 4);
     float *want_out = (float *)xmalloc(nout * 4);
     memcpy(want_out, out, nout * 4);
-    lora_forward_cpu(want_out + OC, LD, u, x, A, B, TT, IC, OC, R, s);
-    float *dA = (float *)xcalloc(nA, 4), *dB = (float *)xcalloc(nB, 4), *dx = (float *)xcalloc(nx, 4);
+    lora_forward_cpu(want_out, LD, u, x, adapter, &g, TT);
+    float *dgrads = (float *)xcalloc(na, 4), *dx = (float *)xcalloc(nx, 4);
     __nv_bfloat16 *dx_d = upload_bf16(dx, nx);  // zeros, before the oracle adds into dx
-    lora_backward_cpu(dx, dA, dB, u, du, dout + OC, LD, x, A, B, TT, IC, OC, R, s);
+    lora_backward_cpu(dx, dgrads, u, du, dout, LD, x, adapter, &g, TT);
     // GPU
-    __nv_bfloat16 *x_d = upload_bf16(x, nx), *A_d = upload_bf16(A, nA), *B_d = upload_bf16(B, nB);
+    __nv_bfloat16 *x_d = upload_bf16(x, nx), *adapter_d = upload_bf16(adapter, na);
     __nv_bfloat16 *out_d = upload_bf16(out, nout), *dout_d = upload_bf16(dout, nout);
     __nv_bfloat16 *u_d, *du_d;
-    float *dA_d, *dB_d;
-    cudaCheck(cudaMalloc(&u_d, (size_t)TT * R * 2));
-    cudaCheck(cudaMalloc(&du_d, (size_t)TT * R * 2));
-    cudaCheck(cudaMalloc(&dA_d, nA * 4));
-    cudaCheck(cudaMalloc(&dB_d, nB * 4));
-    cudaCheck(cudaMemset(dA_d, 0, nA * 4));
-    cudaCheck(cudaMemset(dB_d, 0, nB * 4));
-    lora_forward_cuda(out_d + OC, LD, u_d, x_d, A_d, B_d, TT, IC, OC, R, s, 0);
-    lora_backward_cuda(dx_d, dA_d, dB_d, u_d, du_d, dout_d + OC, LD, x_d, A_d, B_d, TT, IC, OC, R,
-                       s, 0);
+    float *grads_d;
+    cudaCheck(cudaMalloc(&u_d, nu * 2));
+    cudaCheck(cudaMalloc(&du_d, nu * 2));
+    cudaCheck(cudaMalloc(&grads_d, na * 4));
+    cudaCheck(cudaMemset(grads_d, 0, na * 4));
+    lora_forward_cuda(out_d, LD, u_d, x_d, adapter_d, &g, TT, 0);
+    lora_backward_cuda(dx_d, grads_d, u_d, du_d, dout_d, LD, x_d, adapter_d, &g, TT, 0);
     float *got_out = (float *)xmalloc(nout * 4), *got_dx = (float *)xmalloc(nx * 4);
     float *f32;
     cudaCheck(cudaMalloc(&f32, (nout > nx ? nout : nx) * 4));
@@ -184,24 +190,30 @@ static void ops_check(void) {
     cudaCheck(cudaMemcpy(got_out, f32, nout * 4, cudaMemcpyDeviceToHost));
     bf16_to_float_cuda(f32, dx_d, (int64_t)nx, 0);
     cudaCheck(cudaMemcpy(got_dx, f32, nx * 4, cudaMemcpyDeviceToHost));
-    float *got_dA = (float *)xmalloc(nA * 4), *got_dB = (float *)xmalloc(nB * 4);
-    cudaCheck(cudaMemcpy(got_dA, dA_d, nA * 4, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(got_dB, dB_d, nB * 4, cudaMemcpyDeviceToHost));
-    // The columns outside the slice are untouched, bit for bit.
+    float *got_grads = (float *)xmalloc(na * 4);
+    cudaCheck(cudaMemcpy(got_grads, grads_d, na * 4, cudaMemcpyDeviceToHost));
+    // The columns between and after the members' are untouched, bit for bit.
     bool outside = true;
     for (int t = 0; t < TT; t++)
-        for (int c = 0; c < LD; c++)
-            if (c < OC || c >= 2 * OC) outside &= got_out[(size_t)t * LD + c] == out[(size_t)t * LD + c];
-    EXPECT(outside, "lora_forward_cuda wrote outside its column slice");
+        for (int c = 0; c < LD; c++) {
+            bool member = false;
+            for (int j = 0; j < 3; j++) member |= c >= cols[j] && c < cols[j] + outs[j];
+            if (!member) outside &= got_out[(size_t)t * LD + c] == out[(size_t)t * LD + c];
+        }
+    EXPECT(outside, "lora_forward_cuda wrote outside its members' columns");
     const double e_out = rel_diff(got_out, want_out, nout), e_dx = rel_diff(got_dx, dx, nx);
-    const double e_dA = rel_diff(got_dA, dA, nA), e_dB = rel_diff(got_dB, dB, nB);
-    printf("ops: out %.3g, dx %.3g, dA %.3g, dB %.3g (relative to the largest)\n", e_out, e_dx,
-           e_dA, e_dB);
+    const size_t nA = (size_t)3 * R * IC;
+    const double e_dA = rel_diff(got_grads, dgrads, nA);
+    double e_dB = 0.0;
+    for (int j = 0; j < 3; j++)
+        e_dB = fmax(e_dB, rel_diff(got_grads + g.b[j], dgrads + g.b[j], (size_t)outs[j] * R));
+    printf("ops (a group of 3): out %.3g, dx %.3g, dA %.3g, dB %.3g (relative to the largest)\n",
+           e_out, e_dx, e_dA, e_dB);
     EXPECT(e_out < 1e-2 && e_dx < 2e-2 && e_dA < 2e-2 && e_dB < 2e-2,
            "lora ops against the cpu: out %.3g dx %.3g dA %.3g dB %.3g", e_out, e_dx, e_dA, e_dB);
-    free(x), free(A), free(B), free(out), free(dout), free(u), free(du), free(want_out);
-    free(dA), free(dB), free(dx), free(got_out), free(got_dx), free(got_dA), free(got_dB);
-    void *device[] = {x_d, A_d, B_d, out_d, dout_d, dx_d, u_d, du_d, dA_d, dB_d, f32};
+    free(x), free(adapter), free(out), free(dout), free(u), free(du), free(want_out);
+    free(dgrads), free(dx), free(got_out), free(got_dx), free(got_grads);
+    void *device[] = {x_d, adapter_d, out_d, dout_d, dx_d, u_d, du_d, grads_d, f32};
     for (void *p : device) cudaCheck(cudaFree(p));
 }
 

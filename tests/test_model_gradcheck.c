@@ -510,13 +510,25 @@ static void run_config(const char *label, ModelConfig cfg) {
 
 // ---- LoRA (model/lora.h) ----
 
+// The B beside adapter tensor A (by name: lora_A -> lora_B), or NULL when A is a B.
+static const ParamTensor *lora_b_of(const LoraLayout *l, const ParamTensor *A) {
+    if (!strstr(A->name, ".lora_A.weight")) return NULL;
+    char name[96];
+    snprintf(name, sizeof name, "%s", A->name);
+    memcpy(strstr(name, ".lora_A."), ".lora_B.", strlen(".lora_B."));
+    const ParamTensor *B = param_table_find(&l->table, name);
+    EXPECT(B != NULL, "%s has no %s", A->name, name);
+    return B;
+}
+
 // merged[base->total] = base + s B A for every adapter, in double (LoRA's definition:
 // x W^T + s (x A^T) B^T = x (W + s B A)^T).
 static void merge_double(const LoraLayout *l, const ParamTable *base, const double *params,
                          const double *adapter, double s, double *merged) {
     memcpy(merged, params, base->total * sizeof(double));
-    for (int i = 0; i < l->table.n_tensors; i += 2) {
-        const ParamTensor *A = &l->table.tensors[i], *B = &l->table.tensors[i + 1];
+    for (int i = 0; i < l->table.n_tensors; i++) {
+        const ParamTensor *A = &l->table.tensors[i], *B = lora_b_of(l, A);
+        if (!B) continue;
         char name[96];  // base_model.model.<the base tensor>, lora_A -> weight
         snprintf(name, sizeof name, "%s", A->name + strlen("base_model.model."));
         strcpy(strstr(name, ".lora_A.weight"), ".weight");
@@ -533,6 +545,81 @@ static void merge_double(const LoraLayout *l, const ParamTable *base, const doub
                 merged[w->offset + (size_t)o * in + c] += s * sum;
             }
     }
+}
+
+// A layer's groups: which targets each holds, their columns in the stacked output, the A's
+// stacked at the group's offset; and the group ops against their members' alone (the sum
+// of one-member calls, each writing its columns): out, dx, every A and B gradient.
+static double gap_to_largest(const float *got, const float *want, size_t n) {
+    double top = 1e-30;
+    for (size_t i = 0; i < n; i++) top = fmax(top, fabs((double)want[i]));
+    return max_abs_diff(got, want, n) / top;
+}
+
+static void check_lora_groups(const char *label, ModelConfig cfg, LoraConfig lc) {
+    printf("lora groups: %s\n", label);
+    LoraLayout l;
+    lora_layout_build(&cfg, &lc, &l);
+    const ModelDims d = model_dims(&cfg);
+    const int C = cfg.hidden_size, F = cfg.intermediate_size, T = 11, r = lc.r;
+    static const int group_of[LORA_TARGETS] = {LORA_GROUP_QKV, LORA_GROUP_QKV, LORA_GROUP_QKV,
+                                               LORA_GROUP_O, LORA_GROUP_GATE_UP,
+                                               LORA_GROUP_GATE_UP, LORA_GROUP_DOWN};
+    const int col[LORA_TARGETS] = {0, d.q_dim, d.q_dim + d.kv_dim, 0, 0, F, 0};
+    const int width[LORA_GROUPS] = {d.q_dim + 2 * d.kv_dim, C, 2 * F, C};
+    int most = 0;
+    for (int gi = 0; gi < LORA_GROUPS; gi++) {
+        const LoraGroup *g = lora_group(&l, 1, (LoraGroupId)gi);
+        int j = 0;
+        for (int t = 0; t < LORA_TARGETS; t++) {
+            if (group_of[t] != gi || !lc.target[t]) continue;
+            const LoraGroup one = lora_target_group(&l, 1, (LoraTarget)t);
+            EXPECT(j < g->n && g->col[j] == col[t] && g->out[j] == l.out[t] &&
+                       g->b[j] == one.b[0] && one.a == g->a + (size_t)j * r * l.in[t] &&
+                       g->in == l.in[t],
+                   "group %d member %d (%s): column %d out %d, A at %zu", gi, j,
+                   lora_target_name((LoraTarget)t), j < g->n ? g->col[j] : -1,
+                   j < g->n ? g->out[j] : -1, one.a);
+            j++;
+        }
+        EXPECT(g->n == j, "group %d holds %d members, %d targeted", gi, g->n, j);
+        if (g->n > most) most = g->n;
+        if (!g->n) continue;
+
+        const int ld = width[gi], in = g->in;
+        const size_t na = l.table.total;
+        float *x = malloc((size_t)T * in * sizeof(float)), *adapter = malloc(na * sizeof(float));
+        float *dout = malloc((size_t)T * ld * sizeof(float));
+        float *out[2], *dx[2], *grads[2];
+        for (size_t i = 0; i < (size_t)T * in; i++) x[i] = test_rng_uniform(&rng);
+        for (size_t i = 0; i < na; i++) adapter[i] = test_rng_uniform(&rng);
+        for (size_t i = 0; i < (size_t)T * ld; i++) dout[i] = test_rng_uniform(&rng);
+        float *u = malloc((size_t)T * LORA_GROUP_MAX * r * sizeof(float));
+        float *du = malloc((size_t)T * LORA_GROUP_MAX * r * sizeof(float));
+        for (int k = 0; k < 2; k++) {
+            out[k] = calloc((size_t)T * ld, sizeof(float));
+            dx[k] = calloc((size_t)T * in, sizeof(float));
+            grads[k] = calloc(na, sizeof(float));
+        }
+        lora_forward_cpu(out[0], ld, u, x, adapter, g, T);
+        lora_backward_cpu(dx[0], grads[0], u, du, dout, ld, x, adapter, g, T);
+        for (int t = 0; t < LORA_TARGETS; t++) {
+            if (group_of[t] != gi || !lc.target[t]) continue;
+            const LoraGroup one = lora_target_group(&l, 1, (LoraTarget)t);
+            lora_forward_cpu(out[1] + col[t], ld, u, x, adapter, &one, T);
+            lora_backward_cpu(dx[1], grads[1], u, du, dout + col[t], ld, x, adapter, &one, T);
+        }
+        const double e_out = gap_to_largest(out[0], out[1], (size_t)T * ld);
+        const double e_dx = gap_to_largest(dx[0], dx[1], (size_t)T * in);
+        const double e_grads = gap_to_largest(grads[0], grads[1], na);
+        EXPECT(e_out < 1e-5 && e_dx < 1e-5 && e_grads < 1e-5,
+               "group %d against its members alone: out %.3g dx %.3g gradients %.3g", gi, e_out,
+               e_dx, e_grads);
+        for (int k = 0; k < 2; k++) free(out[k]), free(dx[k]), free(grads[k]);
+        free(x), free(adapter), free(dout), free(u), free(du);
+    }
+    EXPECT(l.max_group == most, "max_group %d, the largest group %d", l.max_group, most);
+    lora_layout_free(&l);
 }
 
 // The adapted CPU model against the double reference on the merged weights: the loss,
@@ -593,7 +680,7 @@ static void run_lora(const char *label, ModelConfig cfg, LoraConfig lc) {
     for (int i = 0; i < lora.table.n_tensors; i++) {
         const ParamTensor *p = &lora.table.tensors[i];
         for (size_t j = 0; j < p->numel; j++) {
-            if (i % 2) b_zero &= adapter[p->offset + j] == 0.0f;
+            if (strstr(p->name, ".lora_B.")) b_zero &= adapter[p->offset + j] == 0.0f;
             else a_in_bound &= fabs(adapter[p->offset + j]) <= 1.0 / sqrt((double)p->shape[1]);
         }
     }
@@ -652,8 +739,9 @@ static void run_lora(const char *label, ModelConfig cfg, LoraConfig lc) {
     CpuModel *full = cpu_model_create(&cfg, ROWS, SEQ, MODEL_RECOMPUTE_NONE);
     float *fgrads = calloc(table.total, sizeof(float));
     cpu_model_forward_backward(full, merged, fgrads, &mb, loss_scale);
-    for (int i = 0; i < lora.table.n_tensors; i += 2) {
-        const ParamTensor *A = &lora.table.tensors[i], *B = &lora.table.tensors[i + 1];
+    for (int i = 0; i < lora.table.n_tensors; i++) {
+        const ParamTensor *A = &lora.table.tensors[i], *B = lora_b_of(&lora, A);
+        if (!B) continue;
         char name[96];
         snprintf(name, sizeof name, "%s", A->name + strlen("base_model.model."));
         strcpy(strstr(name, ".lora_A.weight"), ".weight");
@@ -721,10 +809,14 @@ int main(void) {
     run_config("qwen3: q/k norm, head_dim 6 != hidden / heads", c);
     const LoraConfig all = {.r = 3, .alpha = 8, .target = {1, 1, 1, 1, 1, 1, 1}};
     run_lora("every projection, qwen3 shapes", c, all);
+    check_lora_groups("every projection, qwen3 shapes", c, all);
     LoraConfig some = {.r = 2, .alpha = 5, .rslora = true, .target = {[LORA_Q] = 1, [LORA_V] = 1,
                                                                        [LORA_UP] = 1}};
     c = llama;
     c.attention_bias = true, c.arch = ARCH_QWEN2;
     run_lora("q, v, up under rslora, qwen2 biases", c, some);
+    check_lora_groups("q, v, up", c, some);
+    some.target[LORA_GATE] = some.target[LORA_DOWN] = true, some.target[LORA_V] = false;
+    check_lora_groups("q, gate, up, down", c, some);
     return test_finish();
 }

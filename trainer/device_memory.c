@@ -58,10 +58,10 @@ CudaMemoryEstimate cuda_memory_request_estimate(const CudaMemoryRequest *r) {
         const size_t n = param_count(r->mc);
         LoraLayout l;
         lora_layout_build(r->mc, r->lora, &l);
-        const size_t a = l.table.total;
+        const size_t a = l.table.total, width = (size_t)l.max_group * (size_t)l.cfg.r;
         lora_layout_free(&l);
         e.state = 2 * n + 2 * a + 2 * a + 4 * a + 4 * (2 * a + 2);  // trainer/backend_cuda.cu
-        e.scratch += 2 * 2 * (size_t)e.tokens * (size_t)r->lora->r;
+        e.scratch += 2 * 2 * (size_t)e.tokens * width;  // model/model_cuda.cu's lora_u, lora_du
         e.total = e.state + e.arena + e.scratch;
         return e;
     }

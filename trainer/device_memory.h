@@ -46,7 +46,8 @@ typedef struct {
 // The estimate of the request (cuda_memory_estimate with its workspace). Under LoRA the
 // state is the frozen base in bf16 (2 bytes a parameter: no low halves, gradients or
 // moments) and the adapters' full training state (16 bytes each, as a full fine-tune's),
-// and the scratch holds the adapters' two [tokens, r] bf16 buffers. With offload_optimizer
+// and the scratch holds the adapters' two [tokens, max_group r] bf16 buffers (a group of
+// adapters on one input, model/lora.h, works in them at once). With offload_optimizer
 // the state is the bf16 weights, the fp32 gradients and two norms. With
 // offload_activations the arena is cuda_arena_layout_offload's.
 CudaMemoryEstimate cuda_memory_request_estimate(const CudaMemoryRequest *r);

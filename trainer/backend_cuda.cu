@@ -235,7 +235,7 @@ static void *cuda_create(const BackendSetup *setup) {
                                   setup->host_v),
           "cuda backend: host state arrays are for the offloaded optimizer of full fine-tuning");
     const size_t host_available =
-        host_memory_available() + (setup->host_params ? 12 * setup->table->total : 0);
+        host_memory_available() + (setup->host_params ? host_state_bytes(setup->table->total) : 0);
     if (setup->offload_optimizer &&
         cuda_offload_host_check(setup->mc, host_available, err, sizeof err) != 0)
         fatal("%s", err);

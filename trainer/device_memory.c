@@ -74,11 +74,13 @@ CudaMemoryEstimate cuda_memory_request_estimate(const CudaMemoryRequest *r) {
     return e;
 }
 
+size_t host_state_bytes(size_t params) { return 12 * params; }
+
 size_t cuda_offload_host_bytes(const ModelConfig *mc) {
     const size_t n = param_count(mc);
     const size_t ring = n < 2 * CUDA_OFFLOAD_CHUNK ? n : 2 * CUDA_OFFLOAD_CHUNK;
     // fp32 master, m, v; the rings of gradients coming down (fp32) and weights going up (bf16)
-    return 12 * n + (4 + 2) * ring;
+    return host_state_bytes(n) + (4 + 2) * ring;
 }
 
 size_t cuda_activations_host_bytes(const CudaMemoryRequest *r) {
@@ -104,7 +106,7 @@ size_t lora_host_state_bytes(const ModelConfig *mc, const LoraConfig *lora) {
 size_t cuda_run_host_bytes(const CudaMemoryRequest *r) {
     // Offloaded, the state's copy is the backend's pinned master and moments.
     const size_t state = r->lora ? lora_host_state_bytes(r->mc, r->lora)
-                         : r->offload_optimizer ? 0 : 12 * param_count(r->mc);
+                         : r->offload_optimizer ? 0 : host_state_bytes(param_count(r->mc));
     return state + cuda_host_pinned_bytes(r);
 }
 

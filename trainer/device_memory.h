@@ -70,6 +70,10 @@ int cuda_memory_check(const CudaMemoryRequest *r, size_t free_bytes, size_t tota
 // runs and the weights go up this many elements at a time.
 #define CUDA_OFFLOAD_CHUNK ((size_t)1 << 24)
 
+// The training state's host copy: fp32 weights, AdamW m and v, 12 bytes per parameter
+// (with the optimizer offloaded, its pinned master and moments).
+size_t host_state_bytes(size_t params);
+
 // Host memory of train.offload_optimizer (trainer/backend_cuda.cu): the pinned fp32
 // master weights and AdamW m, v (12 bytes per parameter), a ring of two chunks the
 // gradients come down into (fp32) and one the updated weights go up from (bf16), each at

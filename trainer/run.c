@@ -219,22 +219,27 @@ void run_memory_check(const ModelConfig *mc, const LoraConfig *lora, const RunSe
     else
         snprintf(than, sizeof than, "more than %.1f GiB, this machine's %.1f GiB shared by its %d "
                  "ranks", machine / gib, memory / gib, ranks_on_host);
-    if (backend == BACKEND_CUDA && !lora) {
+    if (backend == BACKEND_CUDA) {
         // The host holds the training state's copy (fp32 weights, AdamW m and v, which
-        // every checkpoint fills from the device) beside the offloads' pinned memory; with
-        // the optimizer offloaded its pinned master and moments are that copy.
+        // every checkpoint fills from the device; under LoRA the frozen base's fp32
+        // weights and the adapters' state) beside the offloads' pinned memory; with the
+        // optimizer offloaded its pinned master and moments are that copy.
         const CudaMemoryRequest request = {.mc = mc, .micro_rows = s->micro_rows,
                                            .seq_len = seq_len, .recompute = s->recompute,
+                                           .lora = lora,
                                            .offload_optimizer = s->offload_optimizer,
                                            .offload_activations = s->offload_activations};
         const double need = (double)cuda_run_host_bytes(&request);
         const double pinned = (double)cuda_host_pinned_bytes(&request), copy = need - pinned;
         if (need > machine) {
-            char copy_text[160] = "";
+            char copy_text[200] = "";
             if (copy > 0)
-                snprintf(copy_text, sizeof copy_text, "%.1f GiB for the training state's copy "
-                         "(fp32 weights and AdamW m, v: 12 bytes per parameter, filled at every "
-                         "checkpoint) and ", copy / gib);
+                snprintf(copy_text, sizeof copy_text,
+                         lora ? "%.1f GiB for the frozen base's fp32 weights and the adapters' "
+                                "weights, gradients and AdamW m, v, and "
+                              : "%.1f GiB for the training state's copy (fp32 weights and AdamW "
+                                "m, v: 12 bytes per parameter, filled at every checkpoint) and ",
+                         copy / gib);
             fatal("config keys model.hidden_size, model.intermediate_size, model.num_hidden_layers, "
                   "model.vocab_size%s: %.3g parameters need about %.1f GiB of host memory, "
                   "%s%.1f GiB pinned for the offloads, %s",

@@ -39,7 +39,9 @@ double lora_scale(const LoraConfig *lc);
 // (the SwiGLU output). A group's targeted members have their A's stacked [n r, in] in
 // the adapter buffer, so one product computes x A^T for all of them; each member adds
 // into its own column range of the group's output rows (the stacked q|k|v or gate|up).
-typedef enum { LORA_GROUP_QKV, LORA_GROUP_O, LORA_GROUP_GATE_UP, LORA_GROUP_DOWN, LORA_GROUPS } LoraGroupId;
+typedef enum {
+    LORA_GROUP_QKV, LORA_GROUP_O, LORA_GROUP_GATE_UP, LORA_GROUP_DOWN, LORA_GROUPS
+} LoraGroupId;
 #define LORA_GROUP_MAX 3
 
 typedef struct {

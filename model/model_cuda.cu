@@ -737,8 +737,8 @@ static void backward(CudaModel *m, const bf16 *params, float *grads, const Model
                 matmul_backward_overwrite_cuda(m->d_act, grad_at(grads, w[W_DOWN]),
                                                m->d_residual + (size_t)t0 * C, m->act,
                                                params + w[W_DOWN], rows, F, C, s);
-                lora_grad(m, l, LORA_GROUP_DOWN, m->d_act, m->d_residual + (size_t)t0 * C, C, m->act,
-                          rows);
+                lora_grad(m, l, LORA_GROUP_DOWN, m->d_act, m->d_residual + (size_t)t0 * C, C,
+                          m->act, rows);
             }
             {
                 StageRange stage(m->timer, "bwd swiglu");

@@ -76,7 +76,7 @@ struct CudaTrainer {
 // The offloaded update's unit: gradients come down, AdamW runs and the weights go up a
 // chunk at a time, so the copies overlap the host's arithmetic.
 static const size_t OFFLOAD_CHUNK = CUDA_OFFLOAD_CHUNK;
-static const int OFFLOAD_SLOTS = 2;  // the rings' chunks: chunk c uses slot c % 2
+static const int OFFLOAD_SLOTS = CUDA_OFFLOAD_SLOTS;  // chunk c uses slot c % OFFLOAD_SLOTS
 
 // ops_cuda_init's process-wide scratch, shared by every live trainer.
 static int g_live_trainers, g_ops_tokens, g_ops_channels;
@@ -271,7 +271,7 @@ static void *cuda_create(const BackendSetup *setup) {
             t->adamw.m = setup->host_m;
             t->adamw.v = setup->host_v;
         }
-        const size_t ring = t->n < OFFLOAD_SLOTS * OFFLOAD_CHUNK ? t->n : OFFLOAD_SLOTS * OFFLOAD_CHUNK;
+        const size_t ring = cuda_offload_ring_elements(t->n);
         cudaCheck(cudaMallocHost(&t->host_grads, ring * sizeof(float)));
         cudaCheck(cudaMallocHost(&t->host_hi, ring * sizeof(uint16_t)));
         cudaCheck(cudaStreamCreateWithFlags(&t->copy_stream, cudaStreamNonBlocking));

@@ -76,11 +76,15 @@ CudaMemoryEstimate cuda_memory_request_estimate(const CudaMemoryRequest *r) {
 
 size_t host_state_bytes(size_t params) { return 12 * params; }
 
+size_t cuda_offload_ring_elements(size_t n) {
+    const size_t ring = CUDA_OFFLOAD_SLOTS * CUDA_OFFLOAD_CHUNK;
+    return n < ring ? n : ring;
+}
+
 size_t cuda_offload_host_bytes(const ModelConfig *mc) {
     const size_t n = param_count(mc);
-    const size_t ring = n < 2 * CUDA_OFFLOAD_CHUNK ? n : 2 * CUDA_OFFLOAD_CHUNK;
     // fp32 master, m, v; the rings of gradients coming down (fp32) and weights going up (bf16)
-    return host_state_bytes(n) + (4 + 2) * ring;
+    return host_state_bytes(n) + (4 + 2) * cuda_offload_ring_elements(n);
 }
 
 size_t cuda_activations_host_bytes(const CudaMemoryRequest *r) {

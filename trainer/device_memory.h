@@ -69,6 +69,10 @@ int cuda_memory_check(const CudaMemoryRequest *r, size_t free_bytes, size_t tota
 // The offloaded optimizer's unit (trainer/backend_cuda.cu): gradients come down, AdamW
 // runs and the weights go up this many elements at a time.
 #define CUDA_OFFLOAD_CHUNK ((size_t)1 << 24)
+// The chunks its rings hold (gradients down, weights up): chunk c uses slot c % slots.
+#define CUDA_OFFLOAD_SLOTS 2
+// The elements of one ring for n parameters: CUDA_OFFLOAD_SLOTS chunks, at most n.
+size_t cuda_offload_ring_elements(size_t n);
 
 // The training state's host copy: fp32 weights, AdamW m and v, 12 bytes per parameter
 // (with the optimizer offloaded, its pinned master and moments).

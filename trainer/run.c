@@ -193,9 +193,6 @@ void run_memory_check(const ModelConfig *mc, const LoraConfig *lora, const RunSe
     param_table_build(mc, &table);
     const double params = (double)table.total;
     param_table_free(&table);
-    // fp32 weights, gradients, two moments; under LoRA the frozen base's fp32 weights and
-    // the adapters' full state
-    const double state_bytes = lora ? (double)lora_host_state_bytes(mc, lora) : 16.0 * params;
     // Per token (model/model_cpu.c): the L + 1 residuals; the saved blocks of norms, q, k,
     // v, attention output and mid (one block serves every layer with recompute layer);
     // gate, up and act (one set with recompute mlp or layer); the backward's buffers. The
@@ -248,6 +245,9 @@ void run_memory_check(const ModelConfig *mc, const LoraConfig *lora, const RunSe
         }
         return;
     }
+    // fp32 weights, gradients, two moments; under LoRA the frozen base's fp32 weights and
+    // the adapters' full state
+    const double state_bytes = lora ? (double)lora_host_state_bytes(mc, lora) : 16.0 * params;
     if (state_bytes > machine)
         fatal("config keys model.hidden_size, model.intermediate_size, model.num_hidden_layers, "
               "model.vocab_size: %.3g parameters need %.1f GiB for weights, gradients and AdamW "

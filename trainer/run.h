@@ -40,9 +40,10 @@ ModelRecompute run_recompute_from(const RunConfig *c);
 // and the adapters' full state; on the CPU backend activations for train.micro_rows x
 // data.seq_len; on the CUDA backend cuda_run_host_bytes: the state's host copy (12 bytes
 // per parameter unless the optimizer is offloaded; under LoRA the base's fp32 weights and
-// the adapters' state) and the offloads' pinned memory) exceeds this machine's memory shared by ranks_on_host ranks
-// (each holds all of it; below 1: one), rather than an "out of memory" midway. The CUDA
-// backend checks its device memory when it is created (trainer/device_memory.h).
+// the adapters' state) and the offloads' pinned memory) exceeds this machine's memory
+// shared by ranks_on_host ranks (each holds all of it; below 1: one), rather than an "out
+// of memory" midway. The CUDA backend checks its device memory when it is created
+// (trainer/device_memory.h).
 void run_memory_check(const ModelConfig *mc, const LoraConfig *lora, const RunSettings *s,
                       int seq_len, Backend backend, int ranks_on_host);
 

@@ -209,6 +209,11 @@ static TurnTokens random_turn(TestRng *rng, bool with_prompt) {
     t.prompt = random_span(rng, with_prompt ? test_rng_int(rng, 1, 5) : 0);
     t.think = random_span(rng, test_rng_int(rng, 0, 9) < 3 ? 0 : test_rng_int(rng, 1, 6));
     t.answer = random_span(rng, test_rng_int(rng, 1, 4));
+    // Reasoning opens with its own tag, never with the answer's first token, as in every
+    // template: otherwise a turn whose thinking repeats its answer's start renders, with
+    // the thinking stripped, token for token as npass's pass and as_rendered is exact there.
+    if (t.think.n > 0 && t.think.ids[0] == t.answer.ids[0])
+        t.think.ids[0] = t.think.ids[0] % VOCAB + 1;
     return t;
 }
 
